@@ -59,7 +59,7 @@ class TrainConfig:
     beta2: float = 0.99
     grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off)
     eval_interval: int = 0  # updates between validation evaluations; 0 = about 10 per run
-    eval_batches: int = 4
+    eval_batches: int = 2
     seed: int = 1337
     device: str = "auto"  # auto = cuda when present, else cpu
     val_fraction: float = corpus_mod.VAL_FRACTION
@@ -207,7 +207,8 @@ def build_tokenizer(tc: TrainConfig, train_text: str) -> dict:
 
 def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | None = None,
           progress: bool = True, on_event: Callable[[dict], None] | None = None,
-          should_stop: Callable[[], bool] | None = None, command: str | None = None) -> ckpt.Checkpoint:
+          should_stop: Callable[[], bool] | None = None, command: str | None = None,
+          weights_dtype: torch.dtype | None = None, save_optimizer: bool = True) -> ckpt.Checkpoint:
     """Train a model; returns the final checkpoint (also written to `out` by rank 0)."""
     tc.validate()
     dd = setup_distributed()
@@ -368,7 +369,8 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
                              optimizer_state_tensors(opt, model))
     result.meta["train_seconds"] = round(time.time() - t0, 2)
     if out and dd.main:
-        ckpt.save(out, model, result.meta, optimizer_state=result.optimizer_state)
+        ckpt.save(out, model, result.meta, optimizer_state=result.optimizer_state if save_optimizer else None,
+                  dtype=weights_dtype)
         if snap_dir and step in snapshots_at:
             ckpt.save(snap_dir / f"step-{step:06d}", model, meta(step, final=True))
     emit({"type": "done", "step": step, "out": str(out) if out else None})
@@ -392,6 +394,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--grad-clip", type=float, default=d.grad_clip)
     p.add_argument("--eval-interval", type=int, default=d.eval_interval)
+    p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="validation batches per evaluation")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default=d.device, choices=["auto", "cpu", "cuda"])
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -400,6 +403,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default="")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--resume", default=None, help="checkpoint folder to continue from")
+    p.add_argument("--weights-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                   help="dtype of the saved weights (float16 halves the file; the app computes in float32)")
+    p.add_argument("--no-optimizer", action="store_true", help="do not save AdamW state (the checkpoint cannot be resumed)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -419,7 +425,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         corpus=a.corpus, preset=a.preset, tokenizer=a.tokenizer, vocab_size=a.vocab_size,
         max_steps=a.max_steps, time_budget=a.time_budget, batch_size=a.batch_size, seq_len=a.seq_len,
         max_lr=a.max_lr, min_lr_ratio=a.min_lr_ratio, warmup_steps=a.warmup_steps,
-        weight_decay=a.weight_decay, grad_clip=a.grad_clip, eval_interval=a.eval_interval, seed=a.seed,
+        weight_decay=a.weight_decay, grad_clip=a.grad_clip, eval_interval=a.eval_interval, eval_batches=a.eval_batches, seed=a.seed,
         device=a.device, overrides=dict(_parse_override(s) for s in a.set),
         snapshot_fractions=tuple(float(x) for x in a.snapshots.split(",") if x.strip()), name=a.name)
 
@@ -431,7 +437,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m model.train") -> 
     tc = config_from_args(a)
     cmd = prog + " " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
     try:
-        res = train(tc, out=a.out, resume=a.resume, progress=not a.no_progress, command=cmd)
+        res = train(tc, out=a.out, resume=a.resume, progress=not a.no_progress, command=cmd,
+                    weights_dtype=getattr(torch, a.weights_dtype), save_optimizer=not a.no_optimizer)
     except (ValueError, corpus_mod.CorpusError, ckpt.CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

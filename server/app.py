@@ -1,0 +1,47 @@
+"""The FastAPI application: model loaded once in the lifespan, one router per area."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from . import __version__, errors
+from .config import STATIC_DIR, Settings
+from .routers import forward, health, pages, tokenize
+from .service import ModelService
+
+log = logging.getLogger("gptscope")
+
+API_PREFIX = "/api/v1"
+
+
+def create_app(settings: Settings | None = None, service: ModelService | None = None) -> FastAPI:
+    """Build the app. Tests may pass a ready `service` so the model is loaded once per session."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if getattr(app.state, "service", None) is None:
+            app.state.service = ModelService(settings.checkpoint, settings.device)
+            log.info("loaded %s from %s", app.state.service.name, settings.checkpoint)
+        yield
+
+    app = FastAPI(
+        title="gptscope",
+        version=__version__,
+        summary="See inside a small GPT trained on your own machine.",
+        description="Every number the gptscope pages show comes from these endpoints. "
+                    "Errors are JSON: `{\"detail\": ...}` naming the field and the limit.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.service = service
+    errors.install(app)
+    for r in (health.router, tokenize.router, forward.router):
+        app.include_router(r, prefix=API_PREFIX)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")
+    return app

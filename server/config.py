@@ -1,0 +1,26 @@
+"""Settings, read from the environment (GPTSCOPE_*) or given by the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILTIN_CHECKPOINT = REPO_ROOT / "model" / "builtin"
+TEMPLATES_DIR = REPO_ROOT / "templates"
+STATIC_DIR = REPO_ROOT / "static"
+
+# Limits that bad or huge input runs into; each refusal names the limit.
+MAX_TEXT_CHARS = 100_000  # tokenizer text
+MAX_NEW_TOKENS = 256  # generation
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPTSCOPE_")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    checkpoint: Path = BUILTIN_CHECKPOINT
+    data_dir: Path = Path.home() / ".gptscope"
+    device: str = "cpu"  # inference device; the explainer's models are small, the CPU is plenty

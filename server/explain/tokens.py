@@ -1,0 +1,111 @@
+"""Tokens of a text: ids, exact bytes, character spans, pre-tokens."""
+
+from __future__ import annotations
+
+import regex
+import tiktoken
+
+from model.tokenizers import PUBLIC_ENCODINGS, get_public_encoding
+
+from ..errors import InputError
+from ..schemas.common import TokenPiece
+from ..schemas.tokenize import PreToken, TokenCounts, TokenizeResponse
+from ..service import ModelService
+
+
+def encoding_names() -> list[str]:
+    return [*PUBLIC_ENCODINGS, "model"]
+
+
+def resolve_encoding(service: ModelService, name: str, field: str = "encoding") -> tiktoken.Encoding:
+    if name == "model":
+        return service.encoding
+    if name in PUBLIC_ENCODINGS:
+        return get_public_encoding(name)
+    raise InputError(field, f"unknown encoding {name!r}; valid encodings: {', '.join(encoding_names())}")
+
+
+def check_text(text: str, field: str = "text") -> None:
+    """Lone surrogates (possible in JSON's \\ud800 escapes) are not text: refuse them clearly."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(field, f"contains an unpaired surrogate at character {e.start}; send valid Unicode") from None
+
+
+def _byte_to_char(text: str) -> list[int]:
+    """For every byte offset of text's UTF-8 (and one past the end), the index of its character."""
+    out: list[int] = []
+    for i, ch in enumerate(text):
+        out.extend([i] * len(ch.encode("utf-8")))
+    out.append(len(text))
+    return out
+
+
+def token_pieces(enc: tiktoken.Encoding, ids: list[int], text: str | None = None) -> list[TokenPiece]:
+    """Pieces for ids; spans refer to `text` (the decoded ids when text is None)."""
+    raw = [enc.decode_single_token_bytes(i) for i in ids]
+    full = b"".join(raw)
+    if text is None or text.encode("utf-8") != full:
+        text = full.decode("utf-8", errors="replace")
+        b2c = _byte_to_char(text) if text.encode("utf-8") == full else None
+    else:
+        b2c = _byte_to_char(text)
+    specials = enc.special_tokens_set
+    pieces, pos = [], 0
+    for k, (tid, b) in enumerate(zip(ids, raw)):
+        try:
+            piece, ok = b.decode("utf-8"), True
+        except UnicodeDecodeError:
+            piece, ok = b.decode("utf-8", errors="replace"), False
+        if b2c is not None:
+            start = b2c[pos]
+            end_b = pos + len(b)
+            end = b2c[end_b] if end_b == len(full) or b2c[end_b] != b2c[end_b - 1] else b2c[end_b] + 1
+        else:
+            start = end = 0
+        pieces.append(TokenPiece(index=k, id=tid, text=piece, bytes_hex=b.hex(), valid_utf8=ok,
+                                 start=start, end=end, special=piece in specials))
+        pos += len(b)
+    return pieces
+
+
+def pretokens(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[PreToken]:
+    """The regex split of the encoding (special tokens, when allowed, are their own pieces)."""
+    pat = regex.compile(enc._pat_str)
+    out: list[PreToken] = []
+    segments = [(0, text)]
+    if allow_special and enc.special_tokens_set:
+        sp = regex.compile("|".join(regex.escape(s) for s in sorted(enc.special_tokens_set, key=len, reverse=True)))
+        segments, last = [], 0
+        for m in sp.finditer(text):
+            segments.append((last, text[last:m.start()]))
+            out_special = PreToken(text=m.group(), start=m.start(), end=m.end())
+            segments.append((m.start(), out_special))
+            last = m.end()
+        segments.append((last, text[last:]))
+    for offset, seg in segments:
+        if isinstance(seg, PreToken):
+            out.append(seg)
+            continue
+        for m in pat.finditer(seg):
+            out.append(PreToken(text=m.group(), start=offset + m.start(), end=offset + m.end()))
+    return out
+
+
+def encode(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[int]:
+    return enc.encode(text, allowed_special="all" if allow_special else set(), disallowed_special=())
+
+
+def tokenize(service: ModelService, text: str, encoding: str, allow_special: bool = False) -> TokenizeResponse:
+    check_text(text)
+    enc = resolve_encoding(service, encoding)
+    ids = encode(enc, text, allow_special)
+    n_bytes = len(text.encode("utf-8"))
+    return TokenizeResponse(
+        encoding=encoding,
+        tokens=token_pieces(enc, ids, text),
+        pretokens=pretokens(enc, text, allow_special),
+        counts=TokenCounts(characters=len(text), bytes=n_bytes, tokens=len(ids),
+                           characters_per_token=round(len(text) / len(ids), 4) if ids else None),
+    )

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from ..deps import Service
+from ..explain import forward as fwd
+from ..schemas.common import ERROR_RESPONSES
+from ..schemas.forward import MAX_PROMPT_CHARS, ForwardRequest, ForwardResponse
+
+router = APIRouter(tags=["forward"])
+
+
+@router.post("/forward", response_model=ForwardResponse, responses=ERROR_RESPONSES,
+             summary="Run the model on a prompt: tokens, attention [layer][head][query][key], next-token probabilities")
+def forward(req: ForwardRequest, service: Service) -> ForwardResponse:
+    return fwd.forward(service, req)
+
+
+@router.get("/forward", response_model=ForwardResponse, responses=ERROR_RESPONSES,
+            summary="The same trace for a prompt given in the URL (the main page's JSON twin)")
+def forward_get(service: Service,
+                text: Annotated[str, Query(min_length=1, max_length=MAX_PROMPT_CHARS)],
+                top_k: Annotated[int, Query(ge=1, le=100)] = 10) -> ForwardResponse:
+    return fwd.forward(service, ForwardRequest(text=text, top_k=top_k))

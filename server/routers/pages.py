@@ -1,0 +1,43 @@
+"""HTML pages. Each is a shell whose panels fetch the same /api/v1 JSON a tool would; the
+response carries a Link header to that JSON twin (rel="alternate")."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from ..config import TEMPLATES_DIR
+from ..deps import Service
+from ..explain.model_info import model_info
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+
+DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(request: Request, service: Service) -> Response:
+    prompt = request.query_params.get("text") or DEFAULT_PROMPT
+    info = model_info(service)
+    resp = templates.TemplateResponse(request, "index.html", {"info": info, "prompt": prompt})
+    resp.headers["Link"] = f'</api/v1/forward?{urlencode({"text": prompt})}>; rel="alternate"; type="application/json"'
+    return resp
+
+
+@lru_cache(maxsize=1)
+def _plotly_js() -> bytes:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs().encode("utf-8")
+
+
+@router.get("/vendor/plotly.min.js")
+def plotly_js() -> Response:
+    """Plotly.js from the installed `plotly` Python package: no CDN, works offline."""
+    return Response(_plotly_js(), media_type="text/javascript",
+                    headers={"Cache-Control": "public, max-age=86400"})

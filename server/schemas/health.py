@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class ModelInfo(BaseModel):
+    name: str
+    checkpoint: str = Field(description="folder the weights were loaded from")
+    tokenizer: str = Field(description="'bpe' (trained on the corpus) or a public encoding's name")
+    vocab_size: int
+    n_ctx: int
+    n_layer: int
+    n_head: int
+    d_model: int
+    d_mlp: int
+    norm: str
+    gelu: str
+    params: int = Field(description="trainable parameters (a tied matrix counted once)")
+    corpus: str
+    train_steps: int
+    final_val_loss: float | None
+    uniform_loss: float = Field(description="ln(vocab size): the loss of a uniform guess")
+    command: str = Field(description="the command that produced this checkpoint")
+
+
+class Health(BaseModel):
+    status: str = "ok"
+    version: str
+    model: str = Field(description="name of the loaded model")
+    device: str
+    info: ModelInfo

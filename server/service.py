@@ -1,0 +1,38 @@
+"""The loaded model: one per app, created in the lifespan, shared by every request.
+
+Forward passes that add hooks must not overlap (a hook would see another request's tensors), so
+every use of the model goes through `run()`, which holds a lock. The model is always in eval mode
+and only ever read here; training works on its own copy (see model.train).
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from model import checkpoint as ckpt
+from model.gpt import GPT
+
+
+class ModelService:
+    def __init__(self, path: Path, device: str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.checkpoint = ckpt.load(path, self.device)
+        self.model: GPT = self.checkpoint.model.eval()
+        self.encoding = self.checkpoint.encoding()
+        self.meta = self.checkpoint.meta
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("name", self.path.name))
+
+    @contextmanager
+    def run(self) -> Iterator[GPT]:
+        with self._lock, torch.inference_mode():
+            yield self.model

@@ -1,0 +1,117 @@
+"""The walking skeleton's API through an in-process client, paired with the HTML page."""
+
+from __future__ import annotations
+
+import math
+
+from server.schemas.forward import ForwardResponse
+from server.schemas.tokenize import TokenizeResponse
+
+
+def test_health_names_the_loaded_model(client, service):
+    r = client.get("/api/v1/health")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "ok"
+    assert body["model"] == service.name
+    assert body["info"]["vocab_size"] == service.model.cfg.vocab_size
+    assert body["info"]["params"] == service.model.num_params()
+
+
+def test_tokenize_gpt2_known_answer(client):
+    r = client.post("/api/v1/tokenize", json={"text": "Every effort moves you", "encoding": "gpt2"})
+    assert r.status_code == 200
+    body = TokenizeResponse.model_validate(r.json())
+    assert [t.id for t in body.tokens] == [6109, 3626, 6100, 345]
+    assert [t.text for t in body.tokens] == ["Every", " effort", " moves", " you"]
+    assert [(t.start, t.end) for t in body.tokens] == [(0, 5), (5, 12), (12, 18), (18, 22)]
+    assert body.counts.tokens == 4 and body.counts.characters == 22
+
+
+def test_tokenize_spans_cover_text_for_the_model_encoding(client):
+    text = "O Romeo, Romeo! wherefore art thou Romeo?\n"
+    r = client.post("/api/v1/tokenize", json={"text": text, "encoding": "model"})
+    assert r.status_code == 200
+    toks = r.json()["tokens"]
+    assert "".join(t["text"] for t in toks) == text
+    assert all(text[t["start"]:t["end"]] == t["text"] for t in toks)
+
+
+def test_forward_returns_tokens_attention_and_next_token(client, service):
+    r = client.post("/api/v1/forward", json={"text": "ROMEO:\nBut soft, what light"})
+    assert r.status_code == 200
+    body = ForwardResponse.model_validate(r.json())
+    cfg = service.model.cfg
+    T = len(body.tokens)
+    pat = body.attention.pattern
+    assert len(pat) == cfg.n_layer and len(pat[0]) == cfg.n_head
+    assert len(pat[0][0]) == T and len(pat[0][0][0]) == T
+    for layer in pat:
+        for head in layer:
+            for q, row in enumerate(head):
+                assert math.isclose(sum(row), 1.0, abs_tol=1e-3)
+                assert all(w == 0.0 for w in row[q + 1:])
+    probs = [c.prob for c in body.next_token]
+    assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1.0001
+
+
+def test_forward_can_select_a_layer_and_head(client):
+    r = client.post("/api/v1/forward", json={"text": "to be or not", "layers": [1], "heads": [2], "include": ["attention"]})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["attention"]["layers"] == [1] and body["attention"]["heads"] == [2]
+    assert len(body["attention"]["pattern"]) == 1 and len(body["attention"]["pattern"][0]) == 1
+    assert body["next_token"] is None
+
+
+def test_forward_empty_text_is_422_naming_the_field(client):
+    r = client.post("/api/v1/forward", json={"text": ""})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "text"]
+
+
+def test_forward_prompt_longer_than_context_is_422_naming_the_limit(client, service):
+    n_ctx = service.model.cfg.n_ctx
+    r = client.post("/api/v1/forward", json={"text": "word " * (n_ctx + 10)})
+    assert r.status_code == 422
+    assert f"n_ctx={n_ctx}" in r.json()["detail"][0]["msg"]
+    r = client.post("/api/v1/forward", json={"text": "word " * (n_ctx + 10), "truncate": True, "include": ["next_token"]})
+    assert r.status_code == 200
+    assert len(r.json()["tokens"]) == n_ctx and r.json()["truncated"] > 0
+
+
+def test_bad_layer_and_encoding_are_422(client, service):
+    r = client.post("/api/v1/forward", json={"text": "hi", "layers": [service.model.cfg.n_layer]})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "layers"]
+    r = client.post("/api/v1/tokenize", json={"text": "hi", "encoding": "nope"})
+    assert r.status_code == 422 and "gpt2" in r.json()["detail"][0]["msg"]
+
+
+def test_lone_surrogate_is_422_not_500(client):
+    r = client.post("/api/v1/tokenize", content=b'{"text": "a\\ud800b", "encoding": "gpt2"}',
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "text"]
+    assert "unicode" in r.json()["detail"][0]["msg"].lower()
+
+
+def test_page_and_its_json_twin(client):
+    r = client.get("/", params={"text": "Good morrow"})
+    assert r.status_code == 200 and "text/html" in r.headers["content-type"]
+    assert "Good morrow" in r.text
+    link = r.headers["link"]
+    assert 'rel="alternate"' in link and "/api/v1/forward?text=Good+morrow" in link
+    twin = client.get(link[link.index("<") + 1:link.index(">")])
+    assert twin.status_code == 200 and twin.json()["tokens"][0]["text"] == "Good"
+
+
+def test_plotly_is_served_locally(client):
+    r = client.get("/vendor/plotly.min.js")
+    assert r.status_code == 200 and len(r.content) > 1_000_000
+    assert b"plotly" in r.content[:2000].lower()
+
+
+def test_openapi_docs(client):
+    assert client.get("/docs").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/api/v1/health", "/api/v1/tokenize", "/api/v1/forward"} <= set(paths)
