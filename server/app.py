@@ -10,7 +10,7 @@ from fastapi.staticfiles import StaticFiles
 
 from . import __version__, errors
 from .config import STATIC_DIR, Settings
-from .routers import forward, health, pages, tokenize
+from .routers import embeddings, forward, health, intervene, pages, sampling, tokenize
 from .service import ModelService
 
 log = logging.getLogger("gptscope")
@@ -40,7 +40,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
     app.state.settings = settings
     app.state.service = service
     errors.install(app)
-    for r in (health.router, tokenize.router, forward.router):
+    for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")

@@ -1,19 +1,32 @@
-"""The forward trace of a prompt: tokens, attention patterns, next-token candidates."""
+"""The forward trace of a prompt: one captured forward pass, turned into the requested stages."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 
 from ..errors import InputError
-from ..schemas.forward import AttentionBlock, ForwardRequest, ForwardResponse, NextToken
+from ..schemas.forward import (AttentionBlock, Contribution, Decomposition, EmbeddingsBlock, ForwardRequest,
+                               ForwardResponse, HeadDetail, Histogram, LayerNormDetail, LensCandidate,
+                               LogitLensBlock, MLPBlock, MLPLayer, Neuron, NextToken, PositionLoss, PromptLoss,
+                               ResidualBlock)
 from ..service import ModelService
 from .tokens import check_text, token_pieces
 
+LENS_K = 3
+HIST_BINS = 40
+
 
 def rounded(t: torch.Tensor, digits: int = 5) -> list:
-    """A tensor as nested lists of floats rounded for compact JSON (NaN/inf never appear)."""
+    """A tensor as (nested) lists of floats rounded for compact JSON (NaN/inf never appear)."""
     t = torch.nan_to_num(t.detach().float(), nan=0.0, posinf=0.0, neginf=0.0)
     return torch.round(t, decimals=digits).tolist()
+
+
+def token_text(service: ModelService, tid: int) -> str:
+    return service.encoding.decode_single_token_bytes(int(tid)).decode("utf-8", errors="replace")
 
 
 def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "text") -> tuple[list[int], int]:
@@ -32,43 +45,229 @@ def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "t
     return ids, 0
 
 
+def check_index(value: int, n: int, field: str) -> int:
+    if not 0 <= value < n:
+        raise InputError(field, f"{value} is out of range; valid values are 0..{n - 1}")
+    return value
+
+
 def _indices(requested: list[int] | None, n: int, field: str) -> list[int]:
     if requested is None:
         return list(range(n))
-    bad = [i for i in requested if not 0 <= i < n]
-    if bad:
-        raise InputError(field, f"index {bad[0]} is out of range; valid indices are 0..{n - 1}")
+    for i in requested:
+        check_index(i, n, field)
     return sorted(set(requested))
 
 
 def next_tokens(service: ModelService, logits: torch.Tensor, k: int) -> list[NextToken]:
     """Top-k candidates from one position's logits (V,)."""
     probs = torch.softmax(logits.float(), -1)
-    k = min(k, probs.numel())
-    top = torch.topk(probs, k)
-    enc = service.encoding
-    return [NextToken(id=int(i), text=enc.decode_single_token_bytes(int(i)).decode("utf-8", errors="replace"),
-                      prob=round(float(p), 6), logit=round(float(logits[int(i)]), 4))
-            for p, i in zip(top.values, top.indices)]
+    top = torch.topk(probs, min(k, probs.numel()))
+    return [NextToken(id=int(i), text=token_text(service, int(i)), prob=round(float(p), 6),
+                      logit=round(float(logits[int(i)]), 4)) for p, i in zip(top.values, top.indices)]
+
+
+def _needed_hooks(parts: set[str], cfg, layers: list[int], layer: int) -> set[str]:
+    names: set[str] = set()
+    L = range(cfg.n_layer)
+    if "attention" in parts:
+        names |= {f"blocks.{l}.attn.hook_pattern" for l in layers}
+    if "embeddings" in parts:
+        names |= {"hook_embed", "hook_pos_embed"}
+    if "layernorm" in parts:
+        names |= {f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_resid_mid",
+                  f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.ln1.hook_normalized"}
+    if "head_detail" in parts:
+        names |= {f"blocks.{layer}.attn.{h}" for h in ("hook_q", "hook_k", "hook_v", "hook_attn_scores",
+                                                       "hook_pattern", "hook_z", "hook_result")}
+        names |= {f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_mid"}
+    if "mlp" in parts:
+        names |= {f"blocks.{l}.mlp.hook_pre" for l in L} | {f"blocks.{layer}.mlp.hook_post"}
+    if parts & {"residual", "logit_lens"}:
+        names |= {"blocks.0.hook_resid_pre"} | {f"blocks.{l}.hook_resid_post" for l in L}
+    if "decomposition" in parts:
+        names |= {"hook_embed", "hook_pos_embed", "ln_final.hook_scale"}
+        names |= {f"blocks.{l}.attn.hook_result" for l in L} | {f"blocks.{l}.hook_mlp_out" for l in L}
+        names |= {f"blocks.{cfg.n_layer - 1}.hook_resid_post"}
+    return names
 
 
 def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
-    cfg = service.model.cfg
+    model = service.model
+    cfg = model.cfg
+    parts = set(req.include)
     layers = _indices(req.layers, cfg.n_layer, "layers")
     heads = _indices(req.heads, cfg.n_head, "heads")
+    layer = check_index(req.layer, cfg.n_layer, "layer")
+    head = check_index(req.head, cfg.n_head, "head")
+    if req.target is not None:
+        check_index(req.target, cfg.vocab_size, "target")
     ids, dropped = prompt_ids(service, req.text, req.truncate)
-    want_attn = "attention" in req.include
-    names = {f"blocks.{l}.attn.hook_pattern" for l in layers} if want_attn else set()
-    with service.run() as model, model.capture(names) as cache:
-        logits, _ = model(torch.tensor([ids], device=service.device))
-    attention = None
-    if want_attn:
-        pats = [cache[f"blocks.{l}.attn.hook_pattern"][0, heads] for l in layers]  # (h, T, T) each
-        attention = AttentionBlock(layers=layers, heads=heads, pattern=[rounded(p) for p in pats])
-    return ForwardResponse(
-        model=service.name,
-        tokens=token_pieces(service.encoding, ids),
-        truncated=dropped,
-        attention=attention,
-        next_token=next_tokens(service, logits[0, -1], req.top_k) if "next_token" in req.include else None,
-    )
+    T = len(ids)
+    pos = T - 1 if req.position is None else check_index(req.position, T, "position")
+
+    with service.run() as m, m.capture(_needed_hooks(parts, cfg, layers, layer)) as cache:
+        logits, _ = m(torch.tensor([ids], device=service.device))
+        logits = logits[0]  # (T, V)
+        out = ForwardResponse(model=service.name, tokens=token_pieces(service.encoding, ids), truncated=dropped,
+                              n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model, position=pos)
+        c = {k: v[0] for k, v in cache.items()}  # drop the batch dimension
+        if "attention" in parts:
+            out.attention = AttentionBlock(layers=layers, heads=heads,
+                                           pattern=[rounded(c[f"blocks.{l}.attn.hook_pattern"][heads]) for l in layers])
+        if "embeddings" in parts:
+            tok, p = c["hook_embed"], cache["hook_pos_embed"][0]
+            out.embeddings = EmbeddingsBlock(token=rounded(tok, 4), position=rounded(p, 4), sum=rounded(tok + p, 4),
+                                             token_norms=rounded(tok.norm(dim=-1), 4),
+                                             position_norms=rounded(p.norm(dim=-1), 4))
+        if "layernorm" in parts:
+            out.layernorm = _layernorm(m, c, layer, pos)
+        if "head_detail" in parts:
+            out.head_detail = _head_detail(m, c, layer, head, pos)
+        if "mlp" in parts:
+            out.mlp = _mlp(m, c, layer, pos)
+        if "residual" in parts or "logit_lens" in parts:
+            streams = [c["blocks.0.hook_resid_pre"]] + [c[f"blocks.{l}.hook_resid_post"] for l in range(cfg.n_layer)]
+            stages = ["embed"] + [f"block {l}" for l in range(cfg.n_layer)]
+            if "residual" in parts:
+                out.residual = ResidualBlock(stages=stages, norms=rounded(torch.stack([s.norm(dim=-1) for s in streams]), 4))
+            if "logit_lens" in parts:
+                out.logit_lens = _logit_lens(service, m, streams, stages, ids)
+        if "next_token" in parts:
+            out.next_token = next_tokens(service, logits[pos], req.top_k)
+        if "prompt_loss" in parts:
+            out.prompt_loss = _prompt_loss(service, logits, ids)
+        if "decomposition" in parts:
+            out.decomposition = _decompose(service, m, c, logits, pos, req.target)
+    return out
+
+
+def _layernorm(m, c, layer: int, pos: int) -> LayerNormDetail:
+    block = m.blocks[layer]
+    pre_norm = m.cfg.norm == "pre"
+    # pre-norm: ln1 reads the stream entering the block; post-norm: it reads stream + attention
+    x = c[f"blocks.{layer}.hook_resid_pre"][pos] if pre_norm else \
+        (c[f"blocks.{layer}.hook_resid_pre"] + c[f"blocks.{layer}.hook_attn_out"])[pos]
+    ln = block.ln1
+    mean = x.mean()
+    var = x.var(unbiased=False)
+    std = torch.sqrt(var + ln.eps)
+    normed = (x - mean) / std
+    return LayerNormDetail(
+        layer=layer, which="ln1", position=pos, input=rounded(x), mean=round(float(mean), 6),
+        variance=round(float(var), 6), eps=ln.eps, std=round(float(std), 6), normalized=rounded(normed),
+        gain=rounded(ln.weight), shift=rounded(ln.bias) if ln.bias is not None else None,
+        output=rounded(c[f"blocks.{layer}.ln1.hook_normalized"][pos]))
+
+
+def _head_detail(m, c, layer: int, head: int, pos: int) -> HeadDetail:
+    a = f"blocks.{layer}.attn."
+    scores = c[a + "hook_attn_scores"][head]  # (T, T)
+    T = scores.size(0)
+    allowed = torch.ones(T, T, dtype=torch.bool).tril() if m.cfg.causal else torch.ones(T, T, dtype=torch.bool)
+    masked = [[round(float(scores[i, j]), 5) if allowed[i, j] else None for j in range(T)] for i in range(T)]
+    return HeadDetail(
+        layer=layer, head=head, d_head=m.cfg.d_head, scale=1 / math.sqrt(m.cfg.d_head),
+        q=rounded(c[a + "hook_q"][:, head]), k=rounded(c[a + "hook_k"][:, head]), v=rounded(c[a + "hook_v"][:, head]),
+        scores=rounded(scores), masked_scores=masked, pattern=rounded(c[a + "hook_pattern"][head]),
+        z=rounded(c[a + "hook_z"][:, head]), result=rounded(c[a + "hook_result"][:, head], 4), position=pos,
+        resid_pre=rounded(c[f"blocks.{layer}.hook_resid_pre"][pos]),
+        attn_out=rounded(c[f"blocks.{layer}.hook_attn_out"][pos]),
+        resid_mid=rounded(c[f"blocks.{layer}.hook_resid_mid"][pos]))
+
+
+def gelu_curve(kind: str, lo: float = -4.0, hi: float = 4.0, n: int = 161) -> tuple[list[float], list[float]]:
+    x = torch.linspace(lo, hi, n)
+    y = F.gelu(x, approximate="tanh" if kind == "tanh" else "none")
+    return rounded(x, 4), rounded(y, 5)
+
+
+def _mlp(m, c, layer: int, pos: int) -> MLPBlock:
+    pres = [c[f"blocks.{l}.mlp.hook_pre"] for l in range(m.cfg.n_layer)]
+    lo = min(float(p.min()) for p in pres)
+    hi = max(float(p.max()) for p in pres)
+    edges = torch.linspace(min(lo, -4.0), max(hi, 4.0), HIST_BINS + 1)
+    layers = []
+    for l, p in enumerate(pres):
+        counts = torch.histc(p.flatten(), bins=HIST_BINS, min=float(edges[0]), max=float(edges[-1]))
+        layers.append(MLPLayer(layer=l, histogram=Histogram(edges=rounded(edges, 4), counts=[int(x) for x in counts]),
+                               fraction_negative=round(float((p < 0).float().mean()), 5),
+                               mean=round(float(p.mean()), 5), std=round(float(p.std()), 5)))
+    post = c[f"blocks.{layer}.mlp.hook_post"][pos]
+    pre = pres[layer][pos]
+    top = torch.topk(post, min(10, post.numel()))
+    cx, cy = gelu_curve(m.cfg.gelu)
+    return MLPBlock(gelu=m.cfg.gelu, curve_x=cx, curve_y=cy, layers=layers, layer=layer, position=pos,
+                    top_neurons=[Neuron(index=int(i), pre=round(float(pre[i]), 5), post=round(float(v), 5))
+                                 for v, i in zip(top.values, top.indices)], d_mlp=m.cfg.d_mlp)
+
+
+def _logit_lens(service, m, streams, stages, ids) -> LogitLensBlock:
+    T = len(ids)
+    top_all, actual = [], []
+    for s in streams:
+        probs = torch.softmax(m.lm_head(m.ln_final(s)).float(), -1)  # (T, V)
+        top = torch.topk(probs, LENS_K, dim=-1)
+        top_all.append([[LensCandidate(id=int(i), text=token_text(service, int(i)), prob=round(float(p), 5))
+                         for p, i in zip(top.values[t], top.indices[t])] for t in range(T)])
+        nxt = torch.tensor(ids[1:] + [0])
+        pa = probs[torch.arange(T), nxt]
+        actual.append([round(float(pa[t]), 5) if t < T - 1 else None for t in range(T)])
+    return LogitLensBlock(stages=stages, positions=list(range(T)), top=top_all, actual_next_prob=actual)
+
+
+def _prompt_loss(service, logits: torch.Tensor, ids: list[int]) -> PromptLoss:
+    V = logits.size(-1)
+    if len(ids) < 2:
+        return PromptLoss(positions=[], mean_loss=None, perplexity=None, uniform_loss=round(math.log(V), 5))
+    logp = torch.log_softmax(logits[:-1].float(), -1)
+    nxt = torch.tensor(ids[1:])
+    lp = logp[torch.arange(len(ids) - 1), nxt]
+    rows = [PositionLoss(position=t, next_id=int(nxt[t]), next_text=token_text(service, int(nxt[t])),
+                         prob=round(float(lp[t].exp()), 6), loss=round(float(-lp[t]), 5)) for t in range(len(lp))]
+    mean = float(-lp.mean())
+    return PromptLoss(positions=rows, mean_loss=round(mean, 5), perplexity=round(math.exp(mean), 4),
+                      uniform_loss=round(math.log(V), 5))
+
+
+def _decompose(service, m, c, logits, pos: int, target: int | None) -> Decomposition:
+    """Split one logit into what each component wrote into the residual stream.
+
+    For a pre-norm model the final residual is embed + sum over layers of (heads + attention bias
+    + MLP). Holding the final LayerNorm's scale at its real value makes the map from stream to
+    logit linear: logit = sum_c ((c - mean c) / scale) . (g * w_U) + b . w_U.
+    """
+    cfg = m.cfg
+    tid = int(torch.argmax(logits[pos])) if target is None else target
+    logit = float(logits[pos, tid])
+    if cfg.norm != "pre":
+        return Decomposition(position=pos, target_id=tid, target_text=token_text(service, tid), logit=round(logit, 5),
+                             contributions=[], total=0.0, residual_error=round(logit, 5), exact=False,
+                             note="post-norm (GPT-1 style) models normalise inside every block, so the stream "
+                                  "does not split into independent parts; no decomposition is given")
+    ln = m.ln_final
+    w_u = m.lm_head.weight[tid]  # (d,)
+    scale = c["ln_final.hook_scale"][pos, 0]
+    direction = ln.weight * w_u / scale
+
+    def contrib(vec: torch.Tensor) -> float:
+        return float(((vec - vec.mean()) * direction).sum())
+
+    rows = [Contribution(name="embed", kind="embed", value=contrib(c["hook_embed"][pos] + c["hook_pos_embed"][pos]))]
+    for l in range(cfg.n_layer):
+        res = c[f"blocks.{l}.attn.hook_result"][pos]  # (nh, d)
+        for h in range(cfg.n_head):
+            rows.append(Contribution(name=f"L{l}H{h}", kind="head", layer=l, head=h, value=contrib(res[h])))
+        if m.blocks[l].attn.c_proj.bias is not None:
+            rows.append(Contribution(name=f"L{l} attn bias", kind="attn_bias", layer=l,
+                                     value=contrib(m.blocks[l].attn.c_proj.bias)))
+        rows.append(Contribution(name=f"MLP{l}", kind="mlp", layer=l, value=contrib(c[f"blocks.{l}.hook_mlp_out"][pos])))
+    if ln.bias is not None:
+        rows.append(Contribution(name="final LayerNorm shift", kind="bias", value=float((ln.bias * w_u).sum())))
+    total = sum(r.value for r in rows)
+    for r in rows:
+        r.value = round(r.value, 5)
+    return Decomposition(position=pos, target_id=tid, target_text=token_text(service, tid), logit=round(logit, 5),
+                         contributions=rows, total=round(total, 5), residual_error=round(logit - total, 6), exact=True,
+                         note="the final LayerNorm's scale is held at its value for this prompt, which makes the "
+                              "map from residual stream to logit linear, so the parts add up exactly")

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 from ..deps import Service
 from ..explain import forward as fwd
 from ..schemas.common import ERROR_RESPONSES
-from ..schemas.forward import MAX_PROMPT_CHARS, ForwardRequest, ForwardResponse
+from ..schemas.forward import MAX_PROMPT_CHARS, ForwardRequest, ForwardResponse, LogitLensBlock
 
 router = APIRouter(tags=["forward"])
 
@@ -24,3 +24,9 @@ def forward_get(service: Service,
                 text: Annotated[str, Query(min_length=1, max_length=MAX_PROMPT_CHARS)],
                 top_k: Annotated[int, Query(ge=1, le=100)] = 10) -> ForwardResponse:
     return fwd.forward(service, ForwardRequest(text=text, top_k=top_k))
+
+
+@router.post("/logit-lens", response_model=LogitLensBlock, responses=ERROR_RESPONSES,
+             summary="What each layer would predict: the final LayerNorm and unembedding applied after every block")
+def logit_lens(req: ForwardRequest, service: Service) -> LogitLensBlock:
+    return fwd.forward(service, req.model_copy(update={"include": ["logit_lens"]})).logit_lens

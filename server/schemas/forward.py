@@ -1,3 +1,6 @@
+"""The forward trace of a prompt, stage by stage. Each stage is optional: a tool asks only for
+what it shows (`include`), and a selected layer / head / position narrows the detailed parts."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -8,7 +11,11 @@ from .common import TokenPiece
 
 MAX_PROMPT_CHARS = 20_000
 
-ForwardPart = Literal["attention", "next_token"]
+ForwardPart = Literal["embeddings", "attention", "layernorm", "head_detail", "mlp", "residual",
+                      "logit_lens", "next_token", "prompt_loss", "decomposition"]
+ALL_PARTS: tuple[str, ...] = ForwardPart.__args__  # type: ignore[attr-defined]
+
+Matrix = list[list[float]]
 
 
 class ForwardRequest(BaseModel):
@@ -16,9 +23,13 @@ class ForwardRequest(BaseModel):
                       description="the prompt; its tokens must fit the model's context window",
                       examples=["ROMEO:\nBut soft, what light"])
     include: list[ForwardPart] = Field(default_factory=lambda: ["attention", "next_token"],
-                                       description="which parts of the trace to return")
-    layers: list[int] | None = Field(None, description="only these layers' attention (default all)")
-    heads: list[int] | None = Field(None, description="only these heads' attention (default all)")
+                                       description="which stages of the trace to return")
+    layers: list[int] | None = Field(None, description="attention: only these layers (default all)")
+    heads: list[int] | None = Field(None, description="attention: only these heads (default all)")
+    layer: int = Field(0, ge=0, description="the layer shown in detail (layernorm, head_detail, mlp neurons)")
+    head: int = Field(0, ge=0, description="the head shown in detail (head_detail)")
+    position: int | None = Field(None, ge=0, description="the selected token position (default: the last)")
+    target: int | None = Field(None, ge=0, description="decomposition: the token id whose logit is split up (default: the top prediction)")
     top_k: int = Field(10, ge=1, le=100, description="how many next-token candidates to return")
     truncate: bool = Field(False, description="keep the last n_ctx tokens of a longer prompt instead of refusing it")
 
@@ -33,13 +44,150 @@ class NextToken(BaseModel):
 class AttentionBlock(BaseModel):
     layers: list[int] = Field(description="layer index of each entry of `pattern`")
     heads: list[int] = Field(description="head index of each entry of `pattern[l]`")
-    pattern: list[list[list[list[float]]]] = Field(
+    pattern: list[list[Matrix]] = Field(
         description="[layer][head][query][key]: softmax weights; each row sums to 1; zero above the diagonal")
+
+
+class EmbeddingsBlock(BaseModel):
+    token: Matrix = Field(description="(T, d) rows of W_E for the prompt's token ids")
+    position: Matrix = Field(description="(T, d) rows of W_P for positions 0..T-1")
+    sum: Matrix = Field(description="(T, d) token + position: the residual stream entering block 0")
+    token_norms: list[float]
+    position_norms: list[float]
+
+
+class LayerNormDetail(BaseModel):
+    layer: int
+    which: str = Field(description="ln1 (before attention in a pre-norm model; after the add in post-norm)")
+    position: int
+    input: list[float] = Field(description="(d,) the vector entering the LayerNorm")
+    mean: float
+    variance: float
+    eps: float
+    std: float = Field(description="sqrt(variance + eps)")
+    normalized: list[float] = Field(description="(input - mean) / std, before gain and shift")
+    gain: list[float]
+    shift: list[float] | None
+    output: list[float] = Field(description="normalized * gain + shift")
+
+
+class HeadDetail(BaseModel):
+    layer: int
+    head: int
+    d_head: int
+    scale: float = Field(description="1 / sqrt(d_head): scores are divided by sqrt(d_head)")
+    q: Matrix = Field(description="(T, d_head) queries of this head")
+    k: Matrix = Field(description="(T, d_head) keys")
+    v: Matrix = Field(description="(T, d_head) values")
+    scores: Matrix = Field(description="(T, T) Q K^T / sqrt(d_head), before the mask")
+    masked_scores: list[list[float | None]] = Field(description="(T, T) after the causal mask; null stands for -inf")
+    pattern: Matrix = Field(description="(T, T) softmax of the masked scores")
+    z: Matrix = Field(description="(T, d_head) pattern @ V: the weighted sum of values")
+    result: Matrix = Field(description="(T, d) this head's output in the residual space: z @ W_O[head]")
+    position: int
+    resid_pre: list[float] = Field(description="(d,) stream entering the block at the selected position")
+    attn_out: list[float] = Field(description="(d,) all heads' outputs + bias at that position")
+    resid_mid: list[float] = Field(description="(d,) stream after the attention residual add")
+
+
+class Histogram(BaseModel):
+    edges: list[float]
+    counts: list[int]
+
+
+class Neuron(BaseModel):
+    index: int
+    pre: float
+    post: float
+
+
+class MLPLayer(BaseModel):
+    layer: int
+    histogram: Histogram = Field(description="pre-activations of every neuron at every position")
+    fraction_negative: float
+    mean: float
+    std: float
+
+
+class MLPBlock(BaseModel):
+    gelu: str = Field(description="'exact' x*Phi(x) or 'tanh' approximation, as the model uses")
+    curve_x: list[float]
+    curve_y: list[float] = Field(description="the model's GELU at curve_x (drawn under the histograms)")
+    layers: list[MLPLayer]
+    layer: int
+    position: int
+    top_neurons: list[Neuron] = Field(description="the neurons with the largest post-GELU value at the selected layer and position")
+    d_mlp: int
+
+
+class ResidualBlock(BaseModel):
+    stages: list[str] = Field(description="'embed' then 'block i' for the stream after each block")
+    norms: Matrix = Field(description="[stage][position] L2 norm of the residual stream")
+
+
+class LensCandidate(BaseModel):
+    id: int
+    text: str
+    prob: float
+
+
+class LogitLensBlock(BaseModel):
+    stages: list[str]
+    positions: list[int]
+    top: list[list[list[LensCandidate]]] = Field(description="[stage][position][k] tokens the final LayerNorm + unembedding would predict from the stream at that stage")
+    actual_next_prob: list[list[float | None]] = Field(description="[stage][position] probability of the token that really follows (null at the last position)")
+
+
+class PositionLoss(BaseModel):
+    position: int
+    next_id: int
+    next_text: str
+    prob: float = Field(description="probability the model gave the token that really came next")
+    loss: float = Field(description="-ln(prob), nats")
+
+
+class PromptLoss(BaseModel):
+    positions: list[PositionLoss]
+    mean_loss: float | None
+    perplexity: float | None = Field(description="exp(mean loss)")
+    uniform_loss: float = Field(description="ln(vocab size): a uniform guess's loss")
+
+
+class Contribution(BaseModel):
+    name: str = Field(description="embed, L{l}H{h} (a head), L{l} attn bias, MLP{l}, or final bias")
+    kind: Literal["embed", "head", "attn_bias", "mlp", "bias"]
+    layer: int | None = None
+    head: int | None = None
+    value: float
+
+
+class Decomposition(BaseModel):
+    position: int
+    target_id: int
+    target_text: str
+    logit: float = Field(description="the model's logit for the target token")
+    contributions: list[Contribution]
+    total: float = Field(description="sum of the contributions")
+    residual_error: float = Field(description="logit - total")
+    exact: bool = Field(description="true for pre-norm models (final LayerNorm scale held at its real value)")
+    note: str
 
 
 class ForwardResponse(BaseModel):
     model: str
     tokens: list[TokenPiece]
     truncated: int = Field(0, description="tokens dropped from the front when truncate was asked for")
+    n_layer: int
+    n_head: int
+    d_model: int
+    position: int = Field(description="the selected position")
+    embeddings: EmbeddingsBlock | None = None
     attention: AttentionBlock | None = None
-    next_token: list[NextToken] | None = Field(None, description="top-k next tokens after the last position")
+    layernorm: LayerNormDetail | None = None
+    head_detail: HeadDetail | None = None
+    mlp: MLPBlock | None = None
+    residual: ResidualBlock | None = None
+    logit_lens: LogitLensBlock | None = None
+    next_token: list[NextToken] | None = Field(None, description="top-k next tokens after the selected position")
+    prompt_loss: PromptLoss | None = None
+    decomposition: Decomposition | None = None

@@ -1,0 +1,84 @@
+"""The geometry of the embedding tables: PCA of W_E, nearest neighbours, position similarity."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import InputError
+from ..schemas.embeddings import (Neighbour, NeighboursResponse, PositionsResponse, ProjectedToken,
+                                  ProjectionResponse)
+from ..service import ModelService
+from .forward import rounded, token_text
+
+
+@lru_cache(maxsize=4)
+def _pca(service: ModelService) -> tuple[torch.Tensor, list[float]]:
+    w = service.model.wte.weight.detach().float()
+    w = w - w.mean(0, keepdim=True)
+    _, s, v = torch.linalg.svd(w, full_matrices=False)
+    coords = w @ v[:2].T  # (V, 2)
+    var = (s ** 2) / (s ** 2).sum()
+    return coords, [round(float(x), 5) for x in var[:2]]
+
+
+def projection(service: ModelService, limit: int) -> ProjectionResponse:
+    coords, var = _pca(service)
+    n = min(limit, coords.size(0))
+    return ProjectionResponse(explained_variance_ratio=var, tokens=[
+        ProjectedToken(id=i, text=token_text(service, i), x=round(float(coords[i, 0]), 4), y=round(float(coords[i, 1]), 4))
+        for i in range(n)])
+
+
+def resolve_token(service: ModelService, token: str | None, token_id: int | None) -> int:
+    V = service.model.cfg.vocab_size
+    if token_id is not None:
+        if not 0 <= token_id < V:
+            raise InputError("id", f"{token_id} is outside the vocabulary 0..{V - 1}")
+        return token_id
+    if not token:
+        raise InputError("token", "give a token's text (token=...) or its id (id=...)")
+    ids = service.encoding.encode_ordinary(token)
+    if len(ids) != 1:
+        raise InputError("token", f"{token!r} is {len(ids)} tokens in this vocabulary, not one; try a shorter piece "
+                                  f"(pieces: {[token_text(service, i) for i in ids][:8]})")
+    return ids[0]
+
+
+def neighbours(service: ModelService, token: str | None, token_id: int | None, k: int) -> NeighboursResponse:
+    tid = resolve_token(service, token, token_id)
+    w = F.normalize(service.model.wte.weight.detach().float(), dim=-1)
+    sims = w @ w[tid]
+    sims[tid] = -2.0  # not its own neighbour
+    top = torch.topk(sims, min(k, sims.numel() - 1))
+    coords, _ = _pca(service)
+    return NeighboursResponse(
+        id=tid, text=token_text(service, tid),
+        token=ProjectedToken(id=tid, text=token_text(service, tid), x=round(float(coords[tid, 0]), 4), y=round(float(coords[tid, 1]), 4)),
+        neighbours=[Neighbour(id=int(i), text=token_text(service, int(i)), cosine=round(float(s), 5))
+                    for s, i in zip(top.values, top.indices)])
+
+
+def sinusoidal(n_pos: int, d: int) -> torch.Tensor:
+    """The original Transformer's encoding: sin on even, cos on odd features, wavelengths 2pi..10000*2pi."""
+    pos = torch.arange(n_pos, dtype=torch.float32)[:, None]
+    i = torch.arange(0, d, 2, dtype=torch.float32)
+    angle = pos / torch.pow(10000.0, i / d)
+    pe = torch.zeros(n_pos, d)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d // 2])
+    return pe
+
+
+def positions(service: ModelService, limit: int) -> PositionsResponse:
+    wp = service.model.wpe.weight.detach().float()
+    n = min(limit, wp.size(0))
+    step = max(1, math.ceil(wp.size(0) / n))
+    idx = list(range(0, wp.size(0), step))
+    learned = F.normalize(wp[idx], dim=-1)
+    sin = F.normalize(sinusoidal(wp.size(0), wp.size(1))[idx], dim=-1)
+    return PositionsResponse(positions=idx, learned_similarity=rounded(learned @ learned.T, 3),
+                             sinusoidal_similarity=rounded(sin @ sin.T, 3))

@@ -1,0 +1,83 @@
+"""Next-token filtering (temperature, top-k, top-p) and one step of KV-cached generation."""
+
+from __future__ import annotations
+
+import torch
+
+from model.gpt import KVCache
+from model.sampling import filter_logits, sample_next
+
+from ..errors import InputError
+from ..schemas.forward import NextToken
+from ..schemas.sampling import (CacheSize, FilteredToken, GenerateStepRequest, GenerateStepResponse,
+                                NextTokenRequest, NextTokenResponse, SamplingSettings)
+from ..service import ModelService
+from .forward import prompt_ids, token_text
+from .tokens import token_pieces
+
+
+def _check_top_k(service: ModelService, s: SamplingSettings) -> None:
+    V = service.model.cfg.vocab_size
+    if s.top_k is not None and s.top_k > V:
+        raise InputError("top_k", f"{s.top_k} is above the vocabulary size {V}; valid values are 1..{V}")
+
+
+def _entropy(p: torch.Tensor) -> float:
+    p = p[p > 0]
+    return round(float(-(p * p.log()).sum()), 5)
+
+
+def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenResponse:
+    _check_top_k(service, req)
+    ids, _ = prompt_ids(service, req.text, req.truncate)
+    with service.run() as m:
+        logits, _ = m(torch.tensor([ids], device=service.device))
+    last = logits[0, -1].float()
+    f = filter_logits(last, req.temperature, req.top_k, req.top_p)
+    order = torch.argsort(f.probs_raw, descending=True, stable=True)[:req.show]
+    cands = [FilteredToken(id=int(i), text=token_text(service, int(i)), logit=round(float(last[i]), 4),
+                           p_raw=round(float(f.probs_raw[i]), 6), p_temperature=round(float(f.probs_temperature[i]), 6),
+                           in_top_k=bool(f.kept_top_k[i]), kept=bool(f.kept[i]), p_final=round(float(f.probs_final[i]), 6))
+             for i in order]
+    return NextTokenResponse(
+        tokens=token_pieces(service.encoding, ids), settings=SamplingSettings(**req.model_dump(include={"temperature", "top_k", "top_p"})),
+        candidates=cands, n_kept=int(f.kept.sum()), kept_mass=round(float(f.probs_temperature[f.kept].sum()), 6),
+        entropy_raw=_entropy(f.probs_raw), entropy_temperature=_entropy(f.probs_temperature),
+        entropy_final=_entropy(f.probs_final), vocab_size=last.numel())
+
+
+def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateStepResponse:
+    """Prefill every id but the last into a KV cache, then decode the last one with the cache and
+    sample the next token from the stream (seed, step), exactly as GPT.generate does."""
+    _check_top_k(service, req)
+    cfg = service.model.cfg
+    bad = [i for i in req.ids if not 0 <= i < cfg.vocab_size]
+    if bad:
+        raise InputError("ids", f"token id {bad[0]} is outside the vocabulary 0..{cfg.vocab_size - 1}")
+    if len(req.ids) > cfg.n_ctx:
+        raise InputError("ids", f"{len(req.ids)} ids exceed the model's context window n_ctx={cfg.n_ctx}")
+    ids = torch.tensor([req.ids], device=service.device)
+    last = f"blocks.{{}}.attn.hook_pattern"
+    with service.run() as m:
+        cache = KVCache(cfg, 1, service.device)
+        if ids.size(1) > 1:
+            m(ids[:, :-1], kv_cache=cache)
+        with m.capture(lambda n: n.endswith("attn.hook_pattern")) as cap:
+            logits, _ = m(ids[:, -1:], kv_cache=cache)
+    s = sample_next(logits[0, -1], req.temperature, req.top_k, req.top_p, req.seed, req.step)
+    fin = s.filtered.probs_final
+    top = torch.topk(fin, min(req.top, int(s.filtered.kept.sum())))
+    new_ids = [*req.ids, s.token]
+    piece = token_pieces(service.encoding, [s.token])[0]
+    piece.index = len(req.ids)
+    numbers = cache.numel_used()
+    return GenerateStepResponse(
+        token=piece, prob=round(s.prob, 6), ids=new_ids, step=req.step, seed=req.seed,
+        candidates=[NextToken(id=int(i), text=token_text(service, int(i)), prob=round(float(p), 6),
+                              logit=round(float(logits[0, -1, int(i)]), 4)) for p, i in zip(top.values, top.indices)],
+        prefill_tokens=len(req.ids) - 1,
+        attention=[[[round(float(w), 5) for w in cap[last.format(l)][0, h, 0]] for h in range(cfg.n_head)]
+                   for l in range(cfg.n_layer)],
+        cache=CacheSize(layers=cfg.n_layer, positions=cache.length, d_model=cfg.d_model, numbers=numbers,
+                        bytes_float32=numbers * 4),
+        text=service.encoding.decode(new_ids))

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from ..deps import Service
+from ..explain import intervene as iv
+from ..schemas.common import ERROR_RESPONSES
+from ..schemas.intervene import InterveneRequest, InterveneResponse
+
+router = APIRouter(tags=["interventions"])
+
+
+@router.post("/intervene", response_model=InterveneResponse, responses=ERROR_RESPONSES,
+             summary="Zero heads or MLPs, or edit prompt tokens, and compare with the unaltered run")
+def intervene(req: InterveneRequest, service: Service) -> InterveneResponse:
+    return iv.intervene(service, req)

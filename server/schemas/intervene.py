@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from .common import TokenPiece
+from .forward import MAX_PROMPT_CHARS, NextToken
+
+
+class HeadRef(BaseModel):
+    layer: int = Field(ge=0)
+    head: int = Field(ge=0)
+
+
+class TokenEdit(BaseModel):
+    position: int = Field(ge=0)
+    id: int = Field(ge=0, description="the token id to put at that position")
+
+
+class InterveneRequest(BaseModel):
+    text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    ablate_heads: list[HeadRef] = Field(default_factory=list, description="heads whose output is set to zero")
+    ablate_mlps: list[int] = Field(default_factory=list, description="layers whose MLP output is set to zero")
+    edits: list[TokenEdit] = Field(default_factory=list, description="replace prompt tokens before running")
+    top_k: int = Field(10, ge=1, le=50)
+
+
+class Compared(BaseModel):
+    id: int
+    text: str
+    clean: float = Field(description="probability in the unaltered run")
+    altered: float = Field(description="probability with the interventions")
+
+
+class RunSummary(BaseModel):
+    tokens: list[TokenPiece]
+    loss: float | None = Field(description="mean next-token loss over the prompt (nats); null for a one-token prompt")
+    top: list[NextToken] = Field(description="the most likely next tokens of this run")
+
+
+class InterveneResponse(BaseModel):
+    clean: RunSummary
+    altered: RunSummary
+    kl_divergence: float = Field(description="KL(clean || altered) of the next-token distributions, nats")
+    compared: list[Compared] = Field(description="the union of both runs' top tokens with both probabilities")
