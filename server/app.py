@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
+import torch
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from . import __version__, errors
 from .config import STATIC_DIR, Settings
-from .routers import embeddings, forward, health, intervene, pages, sampling, tokenize
+from .routers import embeddings, forward, health, intervene, pages, sampling, tokenize, tokenizer_page
 from .service import ModelService
 
 log = logging.getLogger("gptscope")
@@ -24,6 +25,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        torch.set_num_threads(max(1, settings.torch_threads))
         if getattr(app.state, "service", None) is None:
             app.state.service = ModelService(settings.checkpoint, settings.device)
             log.info("loaded %s from %s", app.state.service.name, settings.checkpoint)
@@ -43,5 +45,6 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
     for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)
+    app.include_router(tokenizer_page.router)
     app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")
     return app

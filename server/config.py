@@ -14,6 +14,9 @@ STATIC_DIR = REPO_ROOT / "static"
 # Limits that bad or huge input runs into; each refusal names the limit.
 MAX_TEXT_CHARS = 100_000  # tokenizer text
 MAX_NEW_TOKENS = 256  # generation
+MAX_MERGES_TEXT_CHARS = 5_000  # BPE merge replay: its output grows with the square of a pre-token's length
+MAX_MERGES_PRETOKEN_BYTES = 256  # ... so each pre-token it replays is capped too
+MAX_MERGES_PAGE = 1_000  # merges per page of the model tokenizer's merge list
 
 
 class Settings(BaseSettings):
@@ -24,3 +27,7 @@ class Settings(BaseSettings):
     checkpoint: Path = BUILTIN_CHECKPOINT
     data_dir: Path = Path.home() / ".gptscope"
     device: str = "cpu"  # inference device; the explainer's models are small, the CPU is plenty
+    # Threads torch uses per forward pass. The explainer's matrices are small: one thread answers a
+    # request fastest and leaves the other cores to concurrent requests and to a training run
+    # (two threads fighting over two busy cores made a 64-token forward pass 40x slower here).
+    torch_threads: int = 1

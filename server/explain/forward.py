@@ -114,7 +114,7 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
         c = {k: v[0] for k, v in cache.items()}  # drop the batch dimension
         if "attention" in parts:
             out.attention = AttentionBlock(layers=layers, heads=heads,
-                                           pattern=[rounded(c[f"blocks.{l}.attn.hook_pattern"][heads]) for l in layers])
+                                           pattern=[rounded(c[f"blocks.{l}.attn.hook_pattern"][heads], 4) for l in layers])
         if "embeddings" in parts:
             tok, p = c["hook_embed"], cache["hook_pos_embed"][0]
             out.embeddings = EmbeddingsBlock(token=rounded(tok, 4), position=rounded(p, 4), sum=rounded(tok + p, 4),

@@ -1,0 +1,103 @@
+"""Benchmark: latency of the explainer's API through real HTTP on loopback.
+
+Starts `gptscope serve` (the built-in model unless --checkpoint) on a free 127.0.0.1 port, then
+times, one request at a time:
+  - POST /api/v1/forward for a 64-token prompt (the main page's request: attention + next token)
+  - POST /api/v1/forward with every stage included (the heaviest trace)
+  - POST /api/v1/generate/step with 64 ids (prefill 63 into the KV cache, decode one)
+  - POST /api/v1/next-token (temperature / top-k / top-p)
+Prints p50 / p95 / p99 in milliseconds as JSON. Targets on 2 CPU cores: forward p95 < 50 ms,
+generation step p95 < 20 ms.
+
+    python benchmarks/api_latency.py [--n 200] [--checkpoint DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def main() -> None:
+    from model import checkpoint as ckpt
+    from model.tokenizers import encoding_from_spec
+    from server.config import BUILTIN_CHECKPOINT
+    from server.schemas.forward import ALL_PARTS
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT))
+    a = p.parse_args()
+
+    meta = ckpt.read_meta(a.checkpoint)
+    enc = encoding_from_spec(meta["tokenizer"])
+    words = ("But soft what light through yonder window breaks It is the east and Juliet is the sun "
+             "Arise fair sun and kill the envious moon who is already sick and pale with grief ").split()
+    prompt, i = "", 0
+    while len(enc.encode_ordinary(prompt)) < 64:
+        prompt += ("" if not prompt else " ") + words[i % len(words)]
+        i += 1
+    ids = enc.encode_ordinary(prompt)
+    while len(ids) > 64:
+        prompt = prompt[:-1]
+        ids = enc.encode_ordinary(prompt)
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--checkpoint", a.checkpoint, "--port", str(port)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=base, timeout=30) as c:
+            for _ in range(200):
+                try:
+                    if c.get("/api/v1/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            cases = {
+                "forward_64_tokens": ("/api/v1/forward", {"text": prompt}),
+                "forward_64_tokens_all_stages": ("/api/v1/forward", {"text": prompt, "include": list(ALL_PARTS)}),
+                "generate_step_64_ids": ("/api/v1/generate/step", {"ids": ids, "step": 0, "seed": 1, "temperature": 0.8, "top_k": 40}),
+                "next_token_filters": ("/api/v1/next-token", {"text": prompt, "temperature": 0.8, "top_k": 50, "top_p": 0.9}),
+            }
+            out = {"prompt_tokens": len(ids), "n": a.n, "checkpoint": a.checkpoint}
+            for name, (path, body) in cases.items():
+                for _ in range(10):  # warm up
+                    c.post(path, json=body).raise_for_status()
+                times = []
+                for _ in range(a.n):
+                    t = time.perf_counter()
+                    r = c.post(path, json=body)
+                    times.append((time.perf_counter() - t) * 1000)
+                    r.raise_for_status()
+                out[name] = {"p50_ms": round(pct(times, 50), 2), "p95_ms": round(pct(times, 95), 2),
+                             "p99_ms": round(pct(times, 99), 2), "bytes": len(r.content)}
+        print(json.dumps(out, indent=1))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
