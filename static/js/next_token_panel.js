@@ -3,7 +3,7 @@ import { visible } from "./api.js";
 
 export function renderNextToken(el, candidates) {
   const rev = [...candidates].reverse(); // most likely at the top
-  const labels = rev.map((c) => `“${visible(c.text)}” (${c.id})`);
+  const labels = rev.map((c) => `“${visible(c.text)}”  id ${c.id}`);
   const data = [{
     type: "bar",
     orientation: "h",
@@ -13,10 +13,10 @@ export function renderNextToken(el, candidates) {
     textposition: "outside",
     marker: { color: "#3b528b" },
     customdata: rev.map((c) => c.logit),
-    hovertemplate: "%{y}<br>probability %{x:.4f}<br>logit %{customdata:.3f}<extra></extra>",
+    hovertemplate: "%{y}<br>probability %{x:.2%}<br>logit (score before softmax) %{customdata:.3f}<extra></extra>",
   }];
   const layout = {
-    xaxis: { title: { text: "probability" }, range: [0, Math.min(1, Math.max(...candidates.map((c) => c.prob)) * 1.25)] },
+    xaxis: { title: { text: "probability" }, tickformat: ".0%", range: [0, Math.min(1, Math.max(...candidates.map((c) => c.prob)) * 1.25)] },
     yaxis: { automargin: true, tickfont: { family: "ui-monospace, Menlo, monospace" } },
     margin: { l: 10, r: 30, t: 10, b: 40 },
     height: 60 + 28 * candidates.length,

@@ -1,0 +1,124 @@
+"""Real-browser fixtures: the real app served by uvicorn on a free local port, and headless Chromium.
+
+Fixtures (other browser test modules rely on these names):
+  live_url  session   base URL of the running app, e.g. "http://127.0.0.1:54321"
+  browser   session   Playwright Chromium (Debian's /usr/bin/chromium; no download needed)
+  page      function  a fresh context + page (1280x900); `page.console_errors` lists console
+                      errors and uncaught page errors, `page.requests` every URL it requested
+  screenshot          function `screenshot(page, name)` -> path of test-artifacts/<name>.png
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.config import BUILTIN_CHECKPOINT, REPO_ROOT, Settings
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+STARTUP_TIMEOUT_S = 60
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.browser)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def live_url():
+    import uvicorn
+
+    from server.app import create_app
+
+    app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT))
+    port = _free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="gptscope-live-server", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    last_error: Exception | None = None
+    while True:
+        if not thread.is_alive():
+            pytest.fail("the live gptscope server exited during start-up (see the log above)")
+        try:
+            if httpx.get(f"{url}/api/v1/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError as exc:
+            last_error = exc
+        if time.monotonic() > deadline:
+            server.should_exit = True
+            pytest.fail(f"the live gptscope server did not answer /api/v1/health within "
+                        f"{STARTUP_TIMEOUT_S} s (last error: {last_error!r})")
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM.exists():
+        msg = (f"{CHROMIUM} not found: browser tests need Debian's chromium "
+               "(apt-get install chromium)")
+        if os.environ.get("CI"):
+            pytest.fail(msg + "; CI is expected to install it")
+        pytest.skip(msg)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    pg = context.new_page()
+    pg.console_errors = []
+    pg.requests = []
+    pg.on("console", lambda msg: pg.console_errors.append(f"console.{msg.type}: {msg.text} @ {msg.location}")
+          if msg.type == "error" else None)
+    pg.on("pageerror", lambda err: pg.console_errors.append(f"pageerror: {err}"))
+    pg.on("request", lambda req: pg.requests.append(req.url))
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+def save_screenshot(pg, name: str, full_page: bool = True) -> Path:
+    """Save a PNG of the page to test-artifacts/<name>.png (repo root) and return its path."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    pg.screenshot(path=str(path), full_page=full_page)
+    return path
+
+
+@pytest.fixture
+def screenshot():
+    return save_screenshot
