@@ -1,0 +1,221 @@
+"""BPE made visible: the encodings, a step-by-step replay of the merges, one text under every
+encoding, single tokens, and the built-in tokenizer's own training record.
+
+The replay is tiktoken's algorithm written out in Python: start from the pre-token's single bytes,
+then repeatedly merge the adjacent pair whose concatenation has the lowest rank (the leftmost such
+pair on a tie) until no adjacent pair is a token. tests/test_tokenize.py checks that the final
+pieces equal tiktoken's own encode for many texts.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import tiktoken
+
+from model.bpe import BPEMerges
+
+from ..config import MAX_MERGES_PRETOKEN_BYTES
+from ..errors import InputError
+from ..schemas.tokenize import (CompareResponse, EncodingComparison, EncodingInfo, EncodingsResponse,
+                                MergesCounts, MergesResponse, MergeStep, ModelMerge, ModelMergesResponse,
+                                PreTokenMerges, SpecialToken, TokenBytes, TokenCounts, TokenInfo)
+from ..service import ModelService
+from . import tokens as tok
+
+TITLES = {
+    "gpt2": "GPT-2 (2019), reused by GPT-3: 256 bytes + 50,000 merges + <|endoftext|>",
+    "cl100k_base": "GPT-3.5 and GPT-4: about twice GPT-2's vocabulary",
+    "o200k_base": "GPT-4o and later OpenAI models: about four times GPT-2's vocabulary",
+}
+
+
+class NoTrainedTokenizer(LookupError):
+    """The loaded model uses a public encoding, so there is no training record to show."""
+
+
+def title(service: ModelService, name: str) -> str:
+    if name == "model":
+        corpus = service.meta.get("corpus", {}).get("name", "its corpus")
+        return f"this app's model ({service.name}): BPE trained here on {corpus}"
+    return TITLES.get(name, name)
+
+
+def ranks(enc: tiktoken.Encoding) -> dict[bytes, int]:
+    """Bytes -> rank of every mergeable token (tiktoken's ranks are also the token ids)."""
+    return enc._mergeable_ranks
+
+
+def _text(b: bytes) -> tuple[str, bool]:
+    try:
+        return b.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return b.decode("utf-8", errors="replace"), False
+
+
+def token_bytes(enc: tiktoken.Encoding, token_id: int) -> TokenBytes:
+    b = enc.decode_single_token_bytes(token_id)
+    text, ok = _text(b)
+    return TokenBytes(id=token_id, text=text, bytes_hex=b.hex(), valid_utf8=ok,
+                      special=token_id in enc._special_tokens.values())
+
+
+# --- the replay ---------------------------------------------------------------------------------
+
+def replay(rank_of: dict[bytes, int], data: bytes) -> list[tuple[int, int, bytes, bytes, list[bytes]]]:
+    """BPE on one pre-token's bytes: [(rank, position, left, right, pieces after), ...]."""
+    parts = [data[i:i + 1] for i in range(len(data))]
+    steps = []
+    while len(parts) > 1:
+        best_rank, best_i = None, -1
+        for i in range(len(parts) - 1):
+            r = rank_of.get(parts[i] + parts[i + 1])
+            if r is not None and (best_rank is None or r < best_rank):
+                best_rank, best_i = r, i
+        if best_rank is None:
+            break
+        left, right = parts[best_i], parts[best_i + 1]
+        parts[best_i:best_i + 2] = [left + right]
+        steps.append((best_rank, best_i, left, right, list(parts)))
+    return steps
+
+
+def merges(service: ModelService, text: str, encoding: str, allow_special: bool = False) -> MergesResponse:
+    tok.check_text(text)
+    enc = tok.resolve_encoding(service, encoding)
+    rank_of = ranks(enc)
+    specials = enc._special_tokens
+    pre = tok.pretokens(enc, text, allow_special)
+    for i, p in enumerate(pre):
+        n = len(p.text.encode("utf-8"))
+        if n > MAX_MERGES_PRETOKEN_BYTES:
+            raise InputError("text", f"pre-token {i} ({p.text[:24]!r}…) is {n:,} bytes; the merge replay takes pre-tokens of at "
+                                     f"most {MAX_MERGES_PRETOKEN_BYTES} bytes (MAX_MERGES_PRETOKEN_BYTES); /tokenize has no such limit")
+    seen: set[int] = set()
+    cache: dict[bytes, list] = {}
+    out: list[PreTokenMerges] = []
+    n_bytes = n_steps = n_tokens = 0
+    for i, p in enumerate(pre):
+        data = p.text.encode("utf-8")
+        n_bytes += len(data)
+        if allow_special and p.text in specials:
+            ids = [specials[p.text]]
+            pieces = tok.token_pieces(enc, ids, p.text)
+            byte_strs, byte_ids, steps = [], [], []
+        else:
+            if data not in cache:
+                cache[data] = replay(rank_of, data)
+            raw = cache[data]
+            byte_ids = [rank_of[data[k:k + 1]] for k in range(len(data))]
+            byte_strs = [_text(data[k:k + 1])[0] for k in range(len(data))]
+            steps = []
+            for s, (rank, pos, left, right, after) in enumerate(raw, start=1):
+                after_ids = [rank_of[a] for a in after]
+                steps.append(MergeStep(step=s, rank=rank, position=pos, left=rank_of[left], right=rank_of[right],
+                                       merged=rank, pieces=[_text(a)[0] for a in after], piece_ids=after_ids))
+                seen.update(after_ids)
+            final = raw[-1][4] if raw else [data[k:k + 1] for k in range(len(data))]
+            ids = [rank_of[f] for f in final]
+            pieces = tok.token_pieces(enc, ids, p.text)
+            seen.update(byte_ids)
+        for t in pieces:  # spans and positions relative to the whole text
+            t.start += p.start
+            t.end += p.start
+            t.index += n_tokens
+        seen.update(ids)
+        n_steps += len(steps)
+        n_tokens += len(ids)
+        out.append(PreTokenMerges(index=i, text=p.text, start=p.start, end=p.end, special=bool(allow_special and p.text in specials),
+                                  bytes=byte_strs, byte_ids=byte_ids, steps=steps, tokens=pieces))
+    return MergesResponse(encoding=encoding, pretokens=out, vocab=[token_bytes(enc, t) for t in sorted(seen)],
+                          counts=MergesCounts(pretokens=len(out), bytes=n_bytes, merges=n_steps, tokens=n_tokens))
+
+
+# --- the encodings, one token -----------------------------------------------------------------
+
+def encoding_info(service: ModelService, name: str) -> EncodingInfo:
+    enc = tok.resolve_encoding(service, name)
+    n_merge = len(ranks(enc))
+    return EncodingInfo(name=name, title=title(service, name), vocab_size=enc.n_vocab, mergeable_tokens=n_merge,
+                        merges=n_merge - 256,
+                        special_tokens=[SpecialToken(text=t, id=i) for t, i in sorted(enc._special_tokens.items(), key=lambda x: x[1])],
+                        pattern=enc._pat_str)
+
+
+def encodings(service: ModelService) -> EncodingsResponse:
+    return EncodingsResponse(encodings=[encoding_info(service, n) for n in tok.encoding_names()])
+
+
+def token_info(service: ModelService, encoding: str, token_id: int) -> TokenInfo:
+    enc = tok.resolve_encoding(service, encoding)
+    if not 0 <= token_id < enc.n_vocab:
+        raise InputError("id", f"{token_id} is out of range for {encoding}: ids run from 0 to {enc.n_vocab - 1}")
+    try:
+        base = token_bytes(enc, token_id)
+    except KeyError:
+        raise InputError("id", f"{token_id} is not assigned in {encoding}: no token has this id") from None
+    b = bytes.fromhex(base.bytes_hex)
+    merged_from = None
+    if not base.special and len(b) > 1:
+        steps = replay(ranks(enc), b)
+        if steps and steps[-1][4] == [b]:
+            rank_of = ranks(enc)
+            merged_from = [rank_of[steps[-1][2]], rank_of[steps[-1][3]]]
+    return TokenInfo(**base.model_dump(), encoding=encoding, byte_values=list(b), merged_from=merged_from)
+
+
+# --- one text, every encoding ------------------------------------------------------------------
+
+def compare(service: ModelService, text: str, d_model: int, allow_special: bool = False,
+            include_tokens: bool = True) -> CompareResponse:
+    tok.check_text(text)
+    n_chars, n_bytes = len(text), len(text.encode("utf-8"))
+    rows = []
+    for name in tok.encoding_names():
+        enc = tok.resolve_encoding(service, name)
+        ids = tok.encode(enc, text, allow_special)
+        rows.append((name, enc, ids))
+    fewest = min(len(ids) for _, _, ids in rows)
+    out = []
+    for name, enc, ids in rows:
+        n = len(ids)
+        out.append(EncodingComparison(
+            encoding=name, title=title(service, name), vocab_size=enc.n_vocab,
+            counts=TokenCounts(characters=n_chars, bytes=n_bytes, tokens=n,
+                               characters_per_token=round(n_chars / n, 4) if n else None),
+            bytes_per_token=round(n_bytes / n, 4) if n else None,
+            tokens_vs_fewest=round(n / fewest, 4) if fewest else None,
+            embedding_params=enc.n_vocab * d_model, attention_scores=n * n,
+            tokens=tok.token_pieces(enc, ids, text) if include_tokens else None))
+    return CompareResponse(characters=n_chars, bytes=n_bytes, d_model=d_model, encodings=out)
+
+
+# --- the built-in tokenizer's training record -------------------------------------------------
+
+@lru_cache(maxsize=4)
+def _trained(service: ModelService) -> BPEMerges:
+    spec = service.meta.get("tokenizer", {})
+    if spec.get("kind") != "bpe":
+        raise NoTrainedTokenizer(f"the loaded model uses the public encoding {spec.get('name')!r}; "
+                                 "only a tokenizer trained here has a merge record")
+    return BPEMerges.from_dict(spec)
+
+
+def model_merges(service: ModelService, offset: int, limit: int) -> ModelMergesResponse:
+    bpe = _trained(service)
+    table = bpe.token_bytes()
+    specials = bpe.special_tokens
+
+    def entry(i: int) -> TokenBytes:
+        text, ok = _text(table[i])
+        return TokenBytes(id=i, text=text, bytes_hex=table[i].hex(), valid_utf8=ok)
+
+    page = []
+    for rank in range(offset, min(offset + limit, len(bpe.merges))):
+        a, b, count = bpe.merges[rank]
+        page.append(ModelMerge(rank=rank, id=256 + rank, left=entry(a), right=entry(b), token=entry(256 + rank), count=count))
+    return ModelMergesResponse(
+        corpus=str(service.meta.get("corpus", {}).get("name", "?")), pattern=bpe.pattern, total=len(bpe.merges),
+        vocab_size=bpe.n_vocab, special_tokens=[SpecialToken(text=t, id=i) for t, i in specials.items()],
+        offset=offset, limit=limit, merges=page)
+
