@@ -8,7 +8,13 @@ own batches and DDP averages the gradients (nccl on GPUs, gloo on CPU); rank 0 l
 
 Reproducibility: the batch of update `s` on rank `r` is drawn from a generator seeded with
 (seed, s, r), and the schedule is a pure function of the step, so a run resumed from a checkpoint
-takes exactly the same steps as one that never stopped.
+takes exactly the same steps as one that never stopped. (Snapshots carry the AdamW state too, so a
+run can be resumed from one; --max-steps is the total, and the cosine is planned from it. Resuming
+with --time-budget trains for that much longer and plans a new schedule.)
+
+GPTSCOPE_RANK_DIGESTS=1 (a testing aid) makes every rank write rank-<r>.weights.sha256 to the
+out folder: the sha256 of its weights serialised as the checkpoint's weights file, so DDP
+replicas can be compared (rank 0's equals checkpoint.json's weights_sha256).
 
 Weight decay (decoupled, AdamW) applies to the weight matrices of attention and MLP only; not to
 biases, LayerNorm gains/shifts, or the embedding tables (with tying, W_E is also the unembedding).
@@ -17,6 +23,7 @@ biases, LayerNorm gains/shifts, or the embedding tables (with tying, W_E is also
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -257,7 +264,6 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
         start_step = int(prev.meta["step"])
         history = prev.meta.get("history", [])
         evals = prev.meta.get("evals", [])
-        total_steps = int(prev.meta["schedule"]["total_steps"]) if tc.max_steps is None else tc.max_steps
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
                 else torch.autocast("cpu", enabled=False))
     min_lr = tc.max_lr * tc.min_lr_ratio
@@ -322,7 +328,8 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
         if should_stop and should_stop():
             raise Cancelled(f"cancelled at step {step}")
         if snap_dir and dd.main and step in snapshots_at:
-            ckpt.save(snap_dir / f"step-{step:06d}", model, meta(step, final=False))
+            ckpt.save(snap_dir / f"step-{step:06d}", model, meta(step, final=False),
+                      optimizer_state=optimizer_state_tensors(opt, model) if save_optimizer else None)
             emit({"type": "snapshot", "step": step})
 
         lr = warmup_cosine(step, tc.max_lr, tc.warmup_steps, total_steps or 10**9, min_lr)
@@ -368,6 +375,12 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
     result = ckpt.Checkpoint(model, meta(step, final=True), Path(out) if out else None,
                              optimizer_state_tensors(opt, model))
     result.meta["train_seconds"] = round(time.time() - t0, 2)
+    if out and os.environ.get("GPTSCOPE_RANK_DIGESTS"):
+        from safetensors.torch import save as st_save
+
+        blob = st_save(ckpt.weights_dict(model, weights_dtype), metadata={"format": ckpt.FORMAT})
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"rank-{dd.rank}.weights.sha256").write_text(hashlib.sha256(blob).hexdigest() + "\n")
     if out and dd.main:
         ckpt.save(out, model, result.meta, optimizer_state=result.optimizer_state if save_optimizer else None,
                   dtype=weights_dtype)
