@@ -11,8 +11,9 @@ from fastapi.staticfiles import StaticFiles
 
 from . import __version__, errors
 from .config import STATIC_DIR, Settings
-from .routers import embeddings, forward, health, intervene, pages, sampling, tokenize, tokenizer_page
+from .routers import docs, embeddings, forward, health, intervene, pages, sampling, tokenize, tokenizer_page, training
 from .service import ModelService
+from .training import TrainingManager
 
 log = logging.getLogger("gptscope")
 
@@ -30,6 +31,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
             app.state.service = ModelService(settings.checkpoint, settings.device)
             log.info("loaded %s from %s", app.state.service.name, settings.checkpoint)
         yield
+        app.state.training.shutdown()  # cancel a run still going; its snapshots stay loadable
 
     app = FastAPI(
         title="gptscope",
@@ -38,13 +40,19 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         description="Every number the gptscope pages show comes from these endpoints. "
                     "Errors are JSON: `{\"detail\": ...}` naming the field and the limit.",
         lifespan=lifespan,
+        docs_url=None,  # served by routers.docs from local files: FastAPI's default loads Swagger UI from a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.service = service
+    app.state.training = TrainingManager(settings.data_dir)
     errors.install(app)
-    for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router):
+    for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router,
+              training.router):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)
     app.include_router(tokenizer_page.router)
+    app.include_router(docs.router)
+    docs.mount_assets(app)
     app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")
     return app

@@ -15,9 +15,9 @@ log = logging.getLogger("gptscope")
 class InputError(ValueError):
     """Bad input that passed the schema but not the model's limits; becomes a 422 naming the field."""
 
-    def __init__(self, field: str, message: str, status: int = 422) -> None:
+    def __init__(self, field: str, message: str, status: int = 422, where: str = "body") -> None:
         super().__init__(f"{field}: {message}")
-        self.field, self.message, self.status = field, message, status
+        self.field, self.message, self.status, self.where = field, message, status, where
 
 
 def _safe(value):
@@ -42,7 +42,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(InputError)
     async def _input_error(_request: Request, exc: InputError) -> JSONResponse:
         return JSONResponse(status_code=exc.status, content={"detail": [
-            {"loc": ["body", *exc.field.split(".")], "msg": exc.message, "type": "value_error"}]})
+            {"loc": [exc.where, *exc.field.split(".")], "msg": exc.message, "type": "value_error"}]})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

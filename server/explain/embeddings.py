@@ -37,14 +37,14 @@ def resolve_token(service: ModelService, token: str | None, token_id: int | None
     V = service.model.cfg.vocab_size
     if token_id is not None:
         if not 0 <= token_id < V:
-            raise InputError("id", f"{token_id} is outside the vocabulary 0..{V - 1}")
+            raise InputError("id", f"{token_id} is outside the vocabulary 0..{V - 1}", where="query")
         return token_id
     if not token:
-        raise InputError("token", "give a token's text (token=...) or its id (id=...)")
+        raise InputError("token", "give a token's text (token=...) or its id (id=...)", where="query")
     ids = service.encoding.encode_ordinary(token)
     if len(ids) != 1:
         raise InputError("token", f"{token!r} is {len(ids)} tokens in this vocabulary, not one; try a shorter piece "
-                                  f"(pieces: {[token_text(service, i) for i in ids][:8]})")
+                                  f"(pieces: {[token_text(service, i) for i in ids][:8]})", where="query")
     return ids[0]
 
 

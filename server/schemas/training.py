@@ -1,0 +1,118 @@
+"""Training runs started from the app, corpora uploaded to it, and the checkpoints it can serve."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+CHECKPOINT_PATTERN = r"^(builtin|[0-9a-f]{12}(/step-[0-9]{6})?)$"
+MAX_TIME_BUDGET_S = 3600
+MAX_STEPS = 100_000
+
+
+class ModelOverrides(BaseModel):
+    """Architecture changes on top of the preset (the experiments use these)."""
+
+    n_layer: int | None = Field(None, ge=1, le=12)
+    n_head: int | None = Field(None, ge=1, le=16)
+    d_model: int | None = Field(None, ge=16, le=768)
+    n_ctx: int | None = Field(None, ge=8, le=1024)
+    norm: Literal["pre", "post"] | None = None
+    gelu: Literal["exact", "tanh"] | None = None
+    tie_weights: bool | None = None
+    causal: bool | None = None
+    dropout: float | None = Field(None, ge=0, lt=1)
+
+
+class TrainingRequest(BaseModel):
+    corpus: str = Field("shakespeare", pattern=NAME_PATTERN,
+                        description="'shakespeare' (built in) or the name of a corpus uploaded to /api/v1/corpora")
+    preset: Literal["tiny", "cpu"] = Field("tiny", description="architecture preset (tiny trains in seconds, cpu is the built-in model's)")
+    max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description=f"number of updates (1..{MAX_STEPS:,}); or give time_budget")
+    time_budget: float | None = Field(None, gt=0, le=MAX_TIME_BUDGET_S, allow_inf_nan=False,
+                                      description=f"seconds of training, at most {MAX_TIME_BUDGET_S}")
+    seed: int = Field(1337, ge=0, le=2**31 - 1)
+    vocab_size: int = Field(1024, ge=260, le=8192, description="size of the BPE vocabulary trained on the corpus")
+    batch_size: int = Field(16, ge=1, le=256)
+    seq_len: int = Field(0, ge=0, le=1024, description="0 = the model's context length")
+    max_lr: float = Field(3e-3, gt=0, le=1, allow_inf_nan=False)
+    warmup_steps: int = Field(30, ge=0, le=MAX_STEPS)
+    snapshots: list[float] = Field(default_factory=lambda: [0.0, 0.01, 0.1, 0.5, 1.0], max_length=12,
+                                   description="fractions of the run at which to save a snapshot for replay")
+    overrides: ModelOverrides = Field(default_factory=ModelOverrides)
+    name: str | None = Field(None, pattern=NAME_PATTERN, description="a name for the checkpoint")
+
+
+class TrainingStep(BaseModel):
+    step: int
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens_per_s: float
+    elapsed_s: float
+    val_loss: float | None = None
+
+
+class EvalPoint(BaseModel):
+    step: int
+    val_loss: float
+    train_loss: float
+
+
+class TrainingStatus(BaseModel):
+    id: str
+    status: Literal["starting", "running", "done", "cancelled", "failed"]
+    request: TrainingRequest
+    step: int
+    total_steps: int | None
+    elapsed_s: float
+    eta_s: float | None
+    tokens_per_s: float | None
+    uniform_loss: float | None = Field(description="ln(vocab size): the loss of a uniform guess")
+    history: list[TrainingStep] = Field(description="per-step records after `since`")
+    evals: list[EvalPoint]
+    snapshots: list[int] = Field(description="steps with a saved snapshot (replayable)")
+    checkpoint: str | None = Field(description="name of the finished checkpoint, servable through /api/v1/model")
+    error: str | None = None
+
+
+class CorpusInfo(BaseModel):
+    name: str
+    chars: int
+    bytes: int
+    builtin: bool
+
+
+class CheckpointInfo(BaseModel):
+    name: str = Field(description="use with POST /api/v1/model")
+    step: int
+    final: bool
+    val_loss: float | None
+    corpus: str
+    params: int
+    loaded: bool
+
+
+class SwitchModelRequest(BaseModel):
+    checkpoint: str = Field(pattern=CHECKPOINT_PATTERN,
+                            description="a name from GET /api/v1/checkpoints: 'builtin', a run's id, or RUN_ID/step-NNNNNN for a snapshot")
+
+
+class ReplayFrame(BaseModel):
+    """What a snapshot of a run makes of a fixed prompt: one frame of "watch it learn"."""
+
+    run: str
+    step: int
+    steps: list[int] = Field(description="every snapshot step of the run (for the slider)")
+    val_loss: float | None
+    forward: "ForwardResponse" = Field(description="tokens, attention of every layer and head, next-token candidates")
+    sample: str = Field(description="text generated from the prompt by this snapshot (seeded, temperature 0.8)")
+    projection: "ProjectionResponse" = Field(description="2D PCA of this snapshot's token embeddings (first `tokens` ids)")
+
+
+from .embeddings import ProjectionResponse  # noqa: E402
+from .forward import ForwardResponse  # noqa: E402
+
+ReplayFrame.model_rebuild()

@@ -1,0 +1,138 @@
+"""Training from the app: runs, 409 while busy, cancel, snapshots, replay, uploads, switching models."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from model import corpus as corpus_mod
+from server.app import create_app
+from server.config import BUILTIN_CHECKPOINT, Settings
+
+FAST = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": "small"}
+TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+        "All that glitters is not gold. Fortune favours the bold. ") * 60
+
+
+@pytest.fixture(scope="module")
+def tclient(tmp_path_factory, service):
+    app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("data")), service=service)
+    with TestClient(app) as c:
+        r = c.post("/api/v1/corpora", files={"file": ("small.txt", TEXT.encode())}, data={"name": "small"})
+        assert r.status_code == 201
+        yield c
+        c.post("/api/v1/model", json={"checkpoint": "builtin"})
+
+
+def wait(c, run_id, timeout=120):
+    t = time.time()
+    while time.time() - t < timeout:
+        body = c.get(f"/api/v1/training/{run_id}").json()
+        if body["status"] not in ("starting", "running"):
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} did not finish")
+
+
+def test_a_run_trains_snapshots_and_can_be_served(tclient):
+    r = tclient.post("/api/v1/training", json={**FAST, "max_steps": 60, "snapshots": [0, 0.5, 1]})
+    assert r.status_code == 202
+    run_id = r.json()["id"]
+    busy = tclient.post("/api/v1/training", json={**FAST, "max_steps": 5})
+    if busy.status_code == 409:  # the first run may already be done on a fast machine
+        assert busy.json()["running_id"] == run_id
+    body = wait(tclient, run_id)
+    assert body["status"] == "done", body["error"]
+    assert body["step"] == 60 and body["total_steps"] == 60
+    assert body["snapshots"] == [0, 30, 60]
+    assert body["uniform_loss"] == pytest.approx(math.log(300), abs=1e-3)
+    assert body["evals"][-1]["val_loss"] < body["uniform_loss"] - 1.0
+    assert [h["step"] for h in body["history"]] == list(range(1, 61))
+    later = tclient.get(f"/api/v1/training/{run_id}", params={"since": 55}).json()
+    assert [h["step"] for h in later["history"]] == [56, 57, 58, 59, 60]
+
+    names = [c["name"] for c in tclient.get("/api/v1/checkpoints").json()]
+    assert {"builtin", run_id, f"{run_id}/step-000030"} <= set(names)
+
+    frames = [tclient.get(f"/api/v1/training/{run_id}/replay", params={"step": s}).json() for s in (0, 60)]
+    assert frames[0]["steps"] == [0, 30, 60]
+    assert frames[0]["forward"]["attention"]["pattern"] != frames[1]["forward"]["attention"]["pattern"]
+    assert frames[0]["forward"]["next_token"][0]["prob"] < frames[1]["forward"]["next_token"][0]["prob"]
+    assert len(frames[1]["projection"]["tokens"]) == 300
+    bad = tclient.get(f"/api/v1/training/{run_id}/replay", params={"step": 7})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "step"]
+
+    r = tclient.post("/api/v1/model", json={"checkpoint": run_id})
+    assert r.status_code == 200 and r.json()["info"]["vocab_size"] == 300
+    assert tclient.get("/api/v1/health").json()["model"] == r.json()["model"]
+    assert tclient.post("/api/v1/forward", json={"text": "The quick brown fox"}).status_code == 200
+    assert tclient.post("/api/v1/model", json={"checkpoint": "builtin"}).status_code == 200
+
+
+def test_cancel_keeps_the_last_snapshot_loadable(tclient):
+    r = tclient.post("/api/v1/training", json={**FAST, "max_steps": 50_000, "snapshots": [0, 0.5]})
+    run_id = r.json()["id"]
+    deadline = time.time() + 60
+    while tclient.get(f"/api/v1/training/{run_id}").json()["step"] < 3 and time.time() < deadline:
+        time.sleep(0.1)
+    body = tclient.delete(f"/api/v1/training/{run_id}").json()
+    assert body["status"] == "cancelled" and body["snapshots"] == [0]
+    assert body["checkpoint"] is None
+    names = [c["name"] for c in tclient.get("/api/v1/checkpoints").json()]
+    assert f"{run_id}/step-000000" in names and run_id not in names
+    assert tclient.post("/api/v1/model", json={"checkpoint": f"{run_id}/step-000000"}).status_code == 200
+    assert tclient.post("/api/v1/model", json={"checkpoint": "builtin"}).status_code == 200
+    # a new run may start once the old one is cancelled
+    r = tclient.post("/api/v1/training", json={**FAST, "max_steps": 3, "snapshots": []})
+    assert r.status_code == 202
+    assert wait(tclient, r.json()["id"])["status"] == "done"
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc/passwd", "..\\x", "a/b", ".hidden", ""])
+def test_path_like_names_are_refused(tclient, name):
+    r = tclient.post("/api/v1/training", json={**FAST, "corpus": name, "max_steps": 3})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "corpus"
+    r = tclient.post("/api/v1/model", json={"checkpoint": name})
+    assert r.status_code == 422
+    r = tclient.post("/api/v1/corpora", files={"file": ("x.txt", b"hello there")}, data={"name": name})
+    assert r.status_code == 422
+
+
+def test_unknown_corpus_and_checkpoint(tclient):
+    r = tclient.post("/api/v1/training", json={**FAST, "corpus": "nothere", "max_steps": 3})
+    assert r.status_code == 422 and "upload" in r.json()["detail"][0]["msg"]
+    assert tclient.post("/api/v1/model", json={"checkpoint": "0123456789ab"}).status_code == 404
+    assert tclient.get("/api/v1/training/0123456789ab").status_code == 404
+    assert tclient.delete("/api/v1/training/0123456789ab").status_code == 404
+
+
+def test_uploads_that_are_not_text_empty_or_too_big_write_nothing(tclient, monkeypatch, app):
+    folder = tclient.app.state.training.corpora_dir
+    before = sorted(p.name for p in folder.iterdir())
+    r = tclient.post("/api/v1/corpora", files={"file": ("b.bin", b"\xff\xfe\x00binary")}, data={"name": "binary"})
+    assert r.status_code == 422 and "UTF-8" in r.json()["detail"][0]["msg"]
+    r = tclient.post("/api/v1/corpora", files={"file": ("e.txt", b"")}, data={"name": "empty"})
+    assert r.status_code == 422 and "empty" in r.json()["detail"][0]["msg"]
+    monkeypatch.setattr(corpus_mod, "MAX_CORPUS_BYTES", 1000)
+    r = tclient.post("/api/v1/corpora", files={"file": ("big.txt", b"a" * 1001)}, data={"name": "big"})
+    assert r.status_code == 413 and "1,000" in r.json()["detail"][0]["msg"]
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+@pytest.mark.parametrize("payload, field", [
+    ({"max_steps": 0}, "max_steps"), ({"time_budget": -1}, "time_budget"), ({"time_budget": 1e9}, "time_budget"),
+    ({"max_steps": 5, "max_lr": 0}, "max_lr"), ({"max_steps": 5, "preset": "gpt2"}, "preset"),
+    ({"max_steps": 5, "vocab_size": 10}, "vocab_size"), ({"max_steps": 5, "overrides": {"n_layer": 99}}, "overrides"),
+])
+def test_bad_training_requests(tclient, payload, field):
+    r = tclient.post("/api/v1/training", json={**FAST, **payload})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"][1] == field
+
+
+def test_exactly_one_of_steps_or_time(tclient):
+    r = tclient.post("/api/v1/training", json={**FAST})
+    assert r.status_code == 422 and "max_steps" in r.json()["detail"][0]["msg"]
