@@ -340,6 +340,9 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
         with autocast:
             _, loss = ddp_model(x, y)
         loss.backward()
+        # gradient norm of each block before clipping (pre- vs post-norm show different profiles)
+        layer_gnorms = [float(torch.linalg.vector_norm(torch.stack(
+            [p.grad.detach().norm() for p in b.parameters() if p.grad is not None]))) for b in model.blocks]
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf"))
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -354,6 +357,7 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
         now = time.time()
         tok_s = tokens_since / max(1e-9, now - last_log)
         rec = {"step": step, "loss": round(loss_v, 5), "lr": lr, "grad_norm": round(float(gnorm), 5),
+               "layer_grad_norms": [round(g, 5) for g in layer_gnorms],
                "tokens_per_s": round(tok_s, 1), "elapsed_s": round(now - t0, 3)}
         history.append(rec)
         last_log, tokens_since = now, 0

@@ -7,12 +7,13 @@ corpora and checkpoints are referred to by validated names only, never by paths 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from model import checkpoint as ckpt
@@ -45,6 +46,7 @@ class Job:
     evals: list[dict] = field(default_factory=list)
     snapshots: list[int] = field(default_factory=list)
     error: str | None = None
+    cached: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -60,6 +62,38 @@ class TrainingManager:
         self.corpora_dir = self.data_dir / "corpora"
         self.jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
+        self._restore()
+
+    @staticmethod
+    def cache_key(req: TrainingRequest) -> str:
+        return req.model_dump_json(exclude={"name"})
+
+    def _restore(self) -> None:
+        """Runs left on disk by an earlier start of the app come back as finished or cancelled."""
+        if not self.runs_dir.is_dir():
+            return
+        for d in sorted(self.runs_dir.iterdir()):
+            if not (RUN_ID.fullmatch(d.name) and (d / "request.json").is_file()):
+                continue
+            try:
+                req = TrainingRequest.model_validate_json((d / "request.json").read_text(encoding="utf-8"))
+            except ValueError:
+                continue
+            job = Job(d.name, req, d, status="cancelled", started=(d / "request.json").stat().st_mtime)
+            snaps = d / "snapshots"
+            job.snapshots = sorted(int(p.name.split("-")[1]) for p in snaps.glob("step-*")
+                                   if (p / ckpt.META_NAME).is_file()) if snaps.is_dir() else []
+            try:
+                meta = ckpt.read_meta(d)
+            except ckpt.CheckpointError:
+                meta = None
+            if meta and meta.get("final"):
+                job.status, job.step = "done", int(meta["step"])
+                job.total_steps = int(meta["schedule"]["total_steps"])
+                job.history, job.evals = meta.get("history", []), meta.get("evals", [])
+                job.uniform_loss = meta.get("uniform_loss")
+            job.finished = job.started
+            self.jobs[d.name] = job
 
     # ---- names -> paths (validated before any filesystem call) --------------------------------
 
@@ -92,7 +126,11 @@ class TrainingManager:
 
     def start(self, req: TrainingRequest) -> Job:
         corpus = self.corpus_path(req.corpus)  # raises before anything is written
+        key = self.cache_key(req)
         with self._lock:
+            done = [j for j in self.jobs.values() if j.status == "done" and self.cache_key(j.request) == key]
+            if done and req.corpus == "shakespeare":  # an uploaded corpus may have been replaced since
+                return replace(done[-1], cached=True)
             busy = self.running()
             if busy:
                 raise Conflict(busy.id)
@@ -111,6 +149,8 @@ class TrainingManager:
             with self._lock:
                 del self.jobs[run_id]
             raise
+        job.out.mkdir(parents=True, exist_ok=True)
+        (job.out / "request.json").write_text(json.dumps(req.model_dump(), indent=1), encoding="utf-8")
         job.thread = threading.Thread(target=self._run, args=(job, tc), name=f"train-{run_id}", daemon=True)
         job.thread.start()
         return job
@@ -125,7 +165,7 @@ class TrainingManager:
             elif kind == "schedule":
                 job.total_steps = e["total_steps"]
             elif kind == "step":
-                rec = {k: e[k] for k in ("step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s")}
+                rec = {k: e[k] for k in ("step", "loss", "lr", "grad_norm", "layer_grad_norms", "tokens_per_s", "elapsed_s")}
                 if "val_loss" in e:
                     rec["val_loss"] = e["val_loss"]
                     job.evals.append({"step": e["step"], "val_loss": e["val_loss"], "train_loss": e["loss"]})

@@ -136,3 +136,27 @@ def test_bad_training_requests(tclient, payload, field):
 def test_exactly_one_of_steps_or_time(tclient):
     r = tclient.post("/api/v1/training", json={**FAST})
     assert r.status_code == 422 and "max_steps" in r.json()["detail"][0]["msg"]
+
+
+def test_identical_shakespeare_requests_are_cached_and_runs_survive_a_restart(tclient, service):
+    req = {"preset": "tiny", "vocab_size": 300, "batch_size": 4, "max_steps": 4, "snapshots": [], "seed": 3}
+    first = tclient.post("/api/v1/training", json=req)
+    assert first.status_code == 202
+    run_id = first.json()["id"]
+    assert wait(tclient, run_id)["status"] == "done"
+    again = tclient.post("/api/v1/training", json=req)
+    assert again.status_code == 200 and again.json()["id"] == run_id and again.json()["cached"] is True
+    assert tclient.get(f"/api/v1/training/{run_id}").json()["cached"] is False
+    # a new app on the same data folder knows the finished run
+    data_dir = tclient.app.state.training.data_dir
+    with TestClient(create_app(Settings(data_dir=data_dir), service=service)) as c2:
+        body = c2.get(f"/api/v1/training/{run_id}").json()
+        assert body["status"] == "done" and body["step"] == 4 and len(body["history"]) == 4
+
+
+def test_experiments_are_listed_with_valid_requests(tclient):
+    exps = tclient.get("/api/v1/experiments").json()
+    names = {e["name"] for e in exps}
+    assert {"causal-mask", "norm-warmup", "weight-tying"} <= names
+    causal = next(e for e in exps if e["name"] == "causal-mask")
+    assert [v["request"]["overrides"]["causal"] for v in causal["variants"]] == [None, False]

@@ -29,7 +29,7 @@ def status(job: Job, since: int = 0) -> TrainingStatus:
         uniform_loss=job.uniform_loss,
         history=[TrainingStep(**{**h, "loss": finite(h["loss"]) or 0.0}) for h in hist],
         evals=[EvalPoint(**e) for e in job.evals], snapshots=sorted(set(job.snapshots)),
-        checkpoint=job.id if job.status == "done" else None, error=job.error)
+        checkpoint=job.id if job.status == "done" else None, error=job.error, cached=job.cached)
 
 
 def corpora(manager: TrainingManager) -> list[CorpusInfo]:

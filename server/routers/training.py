@@ -16,7 +16,8 @@ from ..deps import Service
 from ..explain import training as ex
 from ..schemas.common import ERROR_RESPONSES, ErrorResponse
 from ..schemas.health import Health
-from ..schemas.training import (NAME_PATTERN, CheckpointInfo, CorpusInfo, ReplayFrame, SwitchModelRequest,
+from ..experiments import EXPERIMENTS
+from ..schemas.training import (NAME_PATTERN, CheckpointInfo, CorpusInfo, Experiment, ReplayFrame, SwitchModelRequest,
                                 TrainingRequest, TrainingStatus)
 from ..service import ModelService
 from ..training import RUN_ID, Conflict, TrainingManager
@@ -55,6 +56,8 @@ def start_training(req: TrainingRequest, request: Request):
         return JSONResponse(status_code=422, content={"detail": [{"loc": ["body", "corpus"], "msg": str(e), "type": "value_error"}]})
     except ValueError as e:
         return JSONResponse(status_code=422, content={"detail": [{"loc": ["body"], "msg": str(e), "type": "value_error"}]})
+    if job.cached:  # an identical request already finished: 200 with that run instead of 202
+        return JSONResponse(status_code=200, content=ex.status(job).model_dump(mode="json"))
     return ex.status(job)
 
 
@@ -83,6 +86,12 @@ def replay(run_id: str, request: Request, step: Annotated[int, Query(ge=0)],
            tokens: Annotated[int, Query(ge=10, le=5000, description="how many token ids to project")] = 300) -> ReplayFrame:
     _job_dir(request, run_id)
     return ex.replay(manager(request), run_id, step, text, tokens)
+
+
+@router.get("/experiments", response_model=list[Experiment],
+            summary="Short training experiments from the seeds: run each variant with POST /api/v1/training")
+def list_experiments() -> list[Experiment]:
+    return EXPERIMENTS
 
 
 @router.get("/corpora", response_model=list[CorpusInfo], summary="The built-in corpus and the uploaded ones")

@@ -49,7 +49,8 @@ class TrainingStep(BaseModel):
     step: int
     loss: float
     lr: float
-    grad_norm: float
+    grad_norm: float = Field(description="global gradient norm before clipping")
+    layer_grad_norms: list[float] = Field(default_factory=list, description="gradient norm of each block before clipping")
     tokens_per_s: float
     elapsed_s: float
     val_loss: float | None = None
@@ -76,6 +77,20 @@ class TrainingStatus(BaseModel):
     snapshots: list[int] = Field(description="steps with a saved snapshot (replayable)")
     checkpoint: str | None = Field(description="name of the finished checkpoint, servable through /api/v1/model")
     error: str | None = None
+    cached: bool = Field(False, description="an identical request had already finished: this is that run, not a new one")
+
+
+class ExperimentVariant(BaseModel):
+    label: str
+    request: TrainingRequest
+
+
+class Experiment(BaseModel):
+    name: str
+    title: str
+    question: str
+    what_to_look_for: str
+    variants: list[ExperimentVariant]
 
 
 class CorpusInfo(BaseModel):
