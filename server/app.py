@@ -9,9 +9,13 @@ import torch
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from model import corpus as corpus_mod
+
 from . import __version__, errors
 from .config import STATIC_DIR, Settings
-from .routers import docs, embeddings, forward, health, intervene, pages, sampling, tokenize, tokenizer_page, training
+from .routers import curves, docs, embeddings, forward, health, intervene, pages, sampling, tokenize, tokenizer_page, training
+from .routers import learn_page
+from .security import GuardMiddleware
 from .service import ModelService
 from .training import TrainingManager
 
@@ -43,15 +47,18 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         docs_url=None,  # served by routers.docs from local files: FastAPI's default loads Swagger UI from a CDN
         redoc_url=None,
     )
+    app.add_middleware(GuardMiddleware, allowed_hosts=settings.allowed_hosts(), json_limit=settings.json_body_limit,
+                       upload_limit=corpus_mod.MAX_CORPUS_BYTES + 64 * 1024, max_concurrent=settings.max_concurrent)
     app.state.settings = settings
     app.state.service = service
     app.state.training = TrainingManager(settings.data_dir)
     errors.install(app)
     for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router,
-              training.router):
+              training.router, curves.router):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)
     app.include_router(tokenizer_page.router)
+    app.include_router(learn_page.router)
     app.include_router(docs.router)
     docs.mount_assets(app)
     app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")

@@ -17,8 +17,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .app import create_app
 
     if a.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: serving on {a.host}: anyone who can reach this machine can use gptscope", file=sys.stderr)
-    settings = Settings(host=a.host, port=a.port, checkpoint=Path(a.checkpoint))
+        print(f"warning: serving on {a.host}: anyone who can reach this machine on port {a.port} can use gptscope, "
+              f"including starting training runs", file=sys.stderr)
+    settings = Settings(host=a.host, port=a.port, checkpoint=Path(a.checkpoint), allow_hosts=a.allow_host)
     from model import checkpoint as ckpt
 
     try:
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="checkpoint folder (default: the built-in model)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also answer to this Host name (repeatable); loopback names are always allowed")
 
     sub.add_parser("train", help="train a model (see gptscope train --help)", add_help=False)
 

@@ -31,3 +31,15 @@ class Settings(BaseSettings):
     # request fastest and leaves the other cores to concurrent requests and to a training run
     # (two threads fighting over two busy cores made a 64-token forward pass 40x slower here).
     torch_threads: int = 1
+    # Host names the server answers to besides loopback (127.0.0.1, localhost, ::1). Binding to
+    # 0.0.0.0 or :: without naming any accepts every Host header (the user chose to expose it).
+    allow_hosts: list[str] = []
+    json_body_limit: int = 2 * 1024 * 1024  # bytes of a JSON request body
+    max_concurrent: int = 16  # API requests worked on at once; more get 503
+
+    def allowed_hosts(self) -> list[str] | None:
+        loopback = ["127.0.0.1", "localhost", "::1"]
+        if self.host in ("0.0.0.0", "::") and not self.allow_hosts:
+            return None
+        extra = [] if self.host in ("0.0.0.0", "::") else [self.host]
+        return sorted({*loopback, *extra, *self.allow_hosts})

@@ -21,7 +21,7 @@ def service() -> ModelService:
 
 @pytest.fixture(scope="session")
 def app(service):
-    return create_app(Settings(checkpoint=BUILTIN_CHECKPOINT), service=service)
+    return create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, allow_hosts=["testserver"]), service=service)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,8 @@ TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nin
 
 @pytest.fixture(scope="module")
 def tclient(tmp_path_factory, service):
-    app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("data")), service=service)
+    app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("data"),
+                              allow_hosts=["testserver"]), service=service)
     with TestClient(app) as c:
         r = c.post("/api/v1/corpora", files={"file": ("small.txt", TEXT.encode())}, data={"name": "small"})
         assert r.status_code == 201
@@ -149,7 +150,7 @@ def test_identical_shakespeare_requests_are_cached_and_runs_survive_a_restart(tc
     assert tclient.get(f"/api/v1/training/{run_id}").json()["cached"] is False
     # a new app on the same data folder knows the finished run
     data_dir = tclient.app.state.training.data_dir
-    with TestClient(create_app(Settings(data_dir=data_dir), service=service)) as c2:
+    with TestClient(create_app(Settings(data_dir=data_dir, allow_hosts=["testserver"]), service=service)) as c2:
         body = c2.get(f"/api/v1/training/{run_id}").json()
         assert body["status"] == "done" and body["step"] == 4 and len(body["history"]) == 4
 
