@@ -24,9 +24,9 @@ from ..service import ModelService
 from . import tokens as tok
 
 TITLES = {
-    "gpt2": "GPT-2 (2019), reused by GPT-3: 256 bytes + 50,000 merges + <|endoftext|>",
-    "cl100k_base": "GPT-3.5 and GPT-4: about twice GPT-2's vocabulary",
-    "o200k_base": "GPT-4o and later OpenAI models: about four times GPT-2's vocabulary",
+    "gpt2": "GPT-2 (2019), reused by GPT-3",
+    "cl100k_base": "GPT-3.5 and GPT-4",
+    "o200k_base": "GPT-4o and later OpenAI models",
 }
 
 
@@ -37,7 +37,7 @@ class NoTrainedTokenizer(LookupError):
 def title(service: ModelService, name: str) -> str:
     if name == "model":
         corpus = service.meta.get("corpus", {}).get("name", "its corpus")
-        return f"this app's model ({service.name}): BPE trained here on {corpus}"
+        return f"this app's model, trained here on {corpus}"
     return TITLES.get(name, name)
 
 

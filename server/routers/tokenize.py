@@ -17,6 +17,14 @@ from ..schemas.tokenize import (CompareRequest, CompareResponse, EncodingsRespon
 router = APIRouter(tags=["tokenize"])
 
 
+def _in(where: str, fn, *args):
+    """Run fn; an InputError names the query or path parameter (not a body field)."""
+    try:
+        return fn(*args)
+    except InputError as e:
+        raise RequestValidationError([{"loc": (where, e.field), "msg": e.message, "type": "value_error"}]) from None
+
+
 @router.post("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES,
              summary="Split a text into tokens: ids, exact bytes, character spans, pre-tokens")
 def tokenize(req: TokenizeRequest, service: Service) -> TokenizeResponse:
@@ -29,7 +37,7 @@ def tokenize_get(service: Service,
                  text: Annotated[str, Query(max_length=MAX_TEXT_CHARS)] = "",
                  encoding: Annotated[str, Query(description="gpt2, cl100k_base, o200k_base or model")] = "gpt2",
                  allow_special: bool = False) -> TokenizeResponse:
-    return tokens.tokenize(service, text, encoding, allow_special)
+    return _in("query", tokens.tokenize, service, text, encoding, allow_special)
 
 
 @router.get("/encodings", response_model=EncodingsResponse, responses=ERROR_RESPONSES,
@@ -55,10 +63,7 @@ def compare(req: CompareRequest, service: Service) -> CompareResponse:
 def token(service: Service,
           encoding: Annotated[str, Path(description="gpt2, cl100k_base, o200k_base or model")],
           id: Annotated[int, Path(description="the token id; out of range (or unassigned) is a 422")]) -> TokenInfo:  # noqa: A002
-    try:
-        return bpe.token_info(service, encoding, id)
-    except InputError as e:  # name the path parameter, not a body field
-        raise RequestValidationError([{"loc": ("path", e.field), "msg": e.message, "type": "value_error"}]) from None
+    return _in("path", bpe.token_info, service, encoding, id)
 
 
 @router.get("/tokenizer/model/merges", response_model=ModelMergesResponse, responses={

@@ -8,6 +8,7 @@ import { MergeStepper, TrainingReplay } from "./tokenizer_merges.js";
 const $ = (id) => document.getElementById(id);
 const MAX_URL_TEXT = 4000; // longer texts are not copied into the address bar
 const MAX_WORD_CHOICES = 300;
+const MAX_COMPARE_TOKENS_TEXT = 20000; // longer texts: the comparison shows counts only, no token lists
 
 const state = {
   encoding: $("encoding").value,
@@ -58,6 +59,12 @@ function drawTokens() {
 function drawCompare() {
   if (!state.compare) return;
   renderCompare($("compare-table").tBodies[0], $("compare-tokens"), state.compare, state.encoding, state.showIds);
+  if (state.compare.encodings.some((e) => e.tokens === null)) {
+    const note = document.createElement("p");
+    note.className = "muted";
+    note.textContent = `Token lists are left out for texts over ${fmt(MAX_COMPARE_TOKENS_TEXT)} characters; the counts above cover the whole text.`;
+    $("compare-tokens").replaceChildren(note);
+  }
 }
 
 // --- the merge stepper ---------------------------------------------------------------------------
@@ -88,7 +95,7 @@ async function loadMerges(signal) {
   const word = state.word;
   if (!word) { stepper.clear("Type some text first."); return; }
   const key = JSON.stringify([state.encoding, state.allowSpecial, word]);
-  if (key === state.mergesKey) return;
+  if (key === state.mergesKey) { document.body.dataset.mergesReady = "1"; return; }
   try {
     const resp = await apiPost("/tokenize/merges", { text: word, encoding: state.encoding, allow_special: state.allowSpecial }, signal);
     state.mergesKey = key;
@@ -119,7 +126,10 @@ async function refresh(signal) {
   try {
     const [tok, cmp] = await Promise.all([
       apiPost("/tokenize", { text, encoding: state.encoding, allow_special: state.allowSpecial }, signal),
-      apiPost("/tokenize/compare", { text, d_model: Number.isFinite(dModel) ? dModel : 0, allow_special: state.allowSpecial }, signal),
+      apiPost("/tokenize/compare", {
+        text, d_model: Number.isFinite(dModel) ? dModel : 0, allow_special: state.allowSpecial,
+        include_tokens: text.length <= MAX_COMPARE_TOKENS_TEXT,
+      }, signal),
     ]);
     showError(null);
     state.tok = tok;

@@ -7,7 +7,7 @@ const PLAY_MS = 550;
 
 function chip(entry, cls = "") {
   const s = document.createElement("span");
-  s.className = `chip ${cls}`.trim();
+  s.className = `tkchip ${cls}`.trim();
   s.textContent = tokenLabel(entry);
   s.title = `id ${entry.id} · bytes ${entry.bytes_hex.match(/../g).join(" ")}`;
   return s;
@@ -26,7 +26,7 @@ class Player {
   toggle(canStep, step) {
     if (this.timer) { this.stop(); return; }
     if (!canStep()) return;
-    this.playBtn.textContent = "⏸ Pause";
+    this.playBtn.textContent = "❚❚ Pause";
     this.timer = setInterval(() => { if (canStep()) step(); else this.stop(); }, PLAY_MS);
   }
 }
@@ -76,10 +76,13 @@ export class MergeStepper {
       frag.appendChild(li);
     });
     this.els.steps.replaceChildren(frag);
-    const toks = this.data.tokens.map((t) => `${tokenLabel(t)} (${t.id})`).join("  ");
-    this.els.final.textContent = this.data.special
-      ? `A special token: never split, no merges. Id ${this.data.tokens[0].id}.`
-      : `After the last merge: ${this.data.tokens.length} token(s): ${toks}`;
+    if (this.data.special) {
+      this.els.final.textContent = `A special token: never split, no merges. Id ${this.data.tokens[0].id}.`;
+    } else {
+      const parts = [`When no merge is left: ${fmt(this.data.tokens.length)} token${this.data.tokens.length === 1 ? "" : "s"} `];
+      for (const t of this.data.tokens) parts.push(chip(t, "new"), ` id ${t.id}  `);
+      this.els.final.replaceChildren(...parts);
+    }
     this.go(0);
   }
 
@@ -95,7 +98,7 @@ export class MergeStepper {
     ids.forEach((id, i) => {
       const entry = this.vocab.get(id);
       const box = document.createElement("span");
-      box.className = "piece" + (i === made ? " made" : "") + (i === next || i === next + 1 ? " next" : "");
+      box.className = "piece" + (i === made ? " made" : "") + (next >= 0 && (i === next || i === next + 1) ? " next" : "");
       box.dataset.id = id;
       const text = document.createElement("span");
       text.className = "piece-text";
@@ -121,8 +124,8 @@ export class MergeStepper {
     let status;
     if (d.special) status = "special token";
     else if (n === 0) status = "no merge applies: each byte stays a token";
-    else if (k === 0) status = `single bytes · ${n} merges to go · the outlined pair merges next`;
-    else if (k < n) status = `step ${k} of ${n} · rank ${fmt(d.steps[k - 1].rank)} just applied (green)`;
+    else if (k === 0) status = `single bytes · ${n} merges to go · dashed: the pair merged next`;
+    else if (k < n) status = `step ${k} of ${n} · green: just merged (rank ${fmt(d.steps[k - 1].rank)}) · dashed: merged next`;
     else status = `step ${n} of ${n} · done: no neighbouring pair is in the vocabulary`;
     this.els.status.textContent = status;
     this.els.back.disabled = k === 0;

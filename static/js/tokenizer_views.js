@@ -8,7 +8,7 @@ export const hexPairs = (hex) => (hex.match(/../g) || []).join(" ");
 // How a token (or any {id, text, bytes_hex, valid_utf8}) is written on the page.
 export function tokenLabel(t, showIds = false) {
   if (showIds) return String(t.id);
-  if (t.valid_utf8 === false) return `⟨${hexPairs(t.bytes_hex)}⟩`;
+  if (t.valid_utf8 === false) return hexPairs(t.bytes_hex);
   return visible(t.text);
 }
 
