@@ -43,7 +43,9 @@ def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | N
         probs_t = torch.zeros_like(probs_raw)
         probs_t[int(torch.argmax(logits))] = 1.0
     else:
-        probs_t = torch.softmax(logits / temperature, -1)
+        # shift first, in float64, so a tiny temperature sends the others to -inf instead of NaN
+        shifted = logits.double() - logits.double().max()
+        probs_t = torch.softmax(shifted / temperature, -1).float()
 
     kept_k = torch.ones(V, dtype=torch.bool, device=logits.device)
     if top_k is not None:

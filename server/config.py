@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     # 0.0.0.0 or :: without naming any accepts every Host header (the user chose to expose it).
     allow_hosts: list[str] = []
     json_body_limit: int = 2 * 1024 * 1024  # bytes of a JSON request body
-    max_concurrent: int = 16  # API requests worked on at once; more get 503
+    max_concurrent: int = 32  # API requests worked on at once; more get 503 at once instead of queueing
 
     def allowed_hosts(self) -> list[str] | None:
         loopback = ["127.0.0.1", "localhost", "::1"]
