@@ -6,6 +6,7 @@ import math
 import time
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from model import corpus as corpus_mod
@@ -161,3 +162,23 @@ def test_experiments_are_listed_with_valid_requests(tclient):
     assert {"causal-mask", "norm-warmup", "weight-tying"} <= names
     causal = next(e for e in exps if e["name"] == "causal-mask")
     assert [v["request"]["overrides"]["causal"] for v in causal["variants"]] == [None, False]
+
+
+def test_the_served_model_is_untouched_while_a_run_trains(tclient, service):
+    before = tclient.post("/api/v1/forward", json={"text": "To be, or not to be", "include": ["next_token"]}).json()
+    weights = {k: v.clone() for k, v in service.model.state_dict().items()}
+    r = tclient.post("/api/v1/training", json={**FAST, "max_steps": 50_000, "snapshots": [], "seed": 11})
+    run_id = r.json()["id"]
+    try:
+        seen = 0
+        deadline = time.time() + 30
+        while seen < 20 and time.time() < deadline:
+            now = tclient.post("/api/v1/forward", json={"text": "To be, or not to be", "include": ["next_token"]}).json()
+            assert now["next_token"] == before["next_token"]
+            assert not service.model.training
+            if tclient.get(f"/api/v1/training/{run_id}").json()["step"] > 0:
+                seen += 1
+        assert seen == 20, "the run never got going"
+    finally:
+        assert tclient.delete(f"/api/v1/training/{run_id}").json()["status"] == "cancelled"
+    assert all(torch.equal(v, service.model.state_dict()[k]) for k, v in weights.items())
