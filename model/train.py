@@ -69,6 +69,7 @@ class TrainConfig:
     eval_batches: int = 2
     seed: int = 1337
     device: str = "auto"  # auto = cuda when present, else cpu
+    precision: str = "auto"  # auto = bf16 autocast on cuda, float32 on cpu; or "bf16" / "fp32" anywhere
     val_fraction: float = corpus_mod.VAL_FRACTION
     snapshot_fractions: tuple[float, ...] = ()  # also save snapshots at these fractions of the run
     overrides: dict = field(default_factory=dict)  # model config fields that replace the preset's
@@ -87,6 +88,8 @@ class TrainConfig:
             raise ValueError(f"tokenizer must be 'bpe' or one of {list(PUBLIC_ENCODINGS)}")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ValueError("precision must be auto, bf16 or fp32")
 
 
 @dataclass
@@ -264,8 +267,8 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
         start_step = int(prev.meta["step"])
         history = prev.meta.get("history", [])
         evals = prev.meta.get("evals", [])
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                else torch.autocast("cpu", enabled=False))
+    use_bf16 = tc.precision == "bf16" or (tc.precision == "auto" and device.type == "cuda")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
     min_lr = tc.max_lr * tc.min_lr_ratio
     ln_v = math.log(cfg.vocab_size)
 
@@ -414,6 +417,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="validation batches per evaluation")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default=d.device, choices=["auto", "cpu", "cuda"])
+    p.add_argument("--precision", default=d.precision, choices=["auto", "bf16", "fp32"],
+                   help="auto: bf16 autocast on cuda, float32 on cpu")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set n_layer=6 --set norm=post")
     p.add_argument("--snapshots", default="", help="comma-separated fractions of the run to snapshot, e.g. 0,0.1,0.5")
@@ -443,7 +448,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         max_steps=a.max_steps, time_budget=a.time_budget, batch_size=a.batch_size, seq_len=a.seq_len,
         max_lr=a.max_lr, min_lr_ratio=a.min_lr_ratio, warmup_steps=a.warmup_steps,
         weight_decay=a.weight_decay, grad_clip=a.grad_clip, eval_interval=a.eval_interval, eval_batches=a.eval_batches, seed=a.seed,
-        device=a.device, overrides=dict(_parse_override(s) for s in a.set),
+        device=a.device, precision=a.precision, overrides=dict(_parse_override(s) for s in a.set),
         snapshot_fractions=tuple(float(x) for x in a.snapshots.split(",") if x.strip()), name=a.name)
 
 
