@@ -1,64 +1,305 @@
-// The forward-pass page: fetch /api/v1/forward for the prompt, hand each panel its part.
-import { apiPost, debounced, showError } from "./api.js";
+// The forward-pass page: one POST /api/v1/forward per prompt or selection change (debounced; a
+// newer request aborts the stale one), asking only for the parts that change; each stage panel
+// draws its part. The URL carries the prompt and every setting, so a view can be shared.
+import { apiPost, showError } from "./api.js";
+import { loadEndpoints } from "./endpoints.js";
 import { renderTokens } from "./tokens_panel.js";
-import { renderAttention } from "./attention_panel.js";
-import { renderNextToken } from "./next_token_panel.js";
+import { $, drawNearby, tokenLabels } from "./viz.js";
+import { renderEmbeddings } from "./panel_embeddings.js";
+import { initEmbeddingSpace, loadEmbeddingSpace, setPromptTokens } from "./panel_embedding_space.js";
+import { initBlock, renderBlock } from "./panel_block.js";
+import { initAttentionOverview, renderAttentionOverview, setAttentionSelection } from "./panel_attention_overview.js";
+import { initMlp, renderMlp } from "./panel_mlp.js";
+import { initResidual, renderResidual, setResidualPosition } from "./panel_residual.js";
+import { initSampling, renderNext, samplingSettings, setSamplingText } from "./panel_sampling.js";
+import { initGenerate, setGeneratePrompt } from "./panel_generate.js";
+import { initIntervene, setInterveneTrace } from "./panel_intervene.js";
+import { initDecomposition, renderDecomposition } from "./panel_decomposition.js";
 
-const $ = (id) => document.getElementById(id);
-const state = { trace: null, layer: 0, head: 0 };
+const ALL_PARTS = ["embeddings", "attention", "layernorm", "head_detail", "mlp", "residual", "logit_lens",
+  "next_token", "prompt_loss", "decomposition"];
+// What a selection change makes stale (everything else stays as it is).
+const DEPENDS = {
+  layer: ["layernorm", "head_detail", "mlp"],
+  head: ["head_detail"],
+  position: ["layernorm", "head_detail", "mlp", "next_token", "decomposition"],
+  target: ["decomposition"],
+};
+
+const state = {
+  layer: 0, head: 0, position: null, target: null, feature: 0,
+  temperature: 1, top_k: null, top_p: null, seed: 0,
+  heads: [], mlps: [], edits: [],
+};
+let trace = null;        // the merged trace of the prompt on show
+let shownText = null;    // the prompt that trace belongs to
+let labels = [];
+let spaceLoaded = false;
+const endpointsReady = loadEndpoints();
+
+// --- URL ------------------------------------------------------------------------------------
+
+function int(v, dflt = null) {
+  const n = parseInt(v, 10);
+  return Number.isFinite(n) && n >= 0 ? n : dflt;
+}
+
+function num(v, dflt = null) {
+  const n = parseFloat(v);
+  return Number.isFinite(n) ? n : dflt;
+}
 
 function readUrl() {
   const q = new URLSearchParams(location.search);
   if (q.has("text")) $("prompt").value = q.get("text");
-  state.layer = parseInt(q.get("layer") || "0", 10) || 0;
-  state.head = parseInt(q.get("head") || "0", 10) || 0;
+  state.layer = int(q.get("layer"), 0);
+  state.head = int(q.get("head"), 0);
+  state.position = int(q.get("position"));
+  state.target = int(q.get("target"));
+  state.feature = int(q.get("feature"), 0);
+  const t = num(q.get("temperature"), 1);
+  state.temperature = t > 0 && t <= 100 ? t : 1;
+  state.top_k = int(q.get("top_k")) || null;
+  const p = num(q.get("top_p"));
+  state.top_p = p !== null && p > 0 && p < 1 ? p : null;
+  state.seed = int(q.get("seed"), 0);
+  for (const item of (q.get("ablate") || "").split(",").filter(Boolean)) {
+    const m = /^L(\d+)H(\d+)$/.exec(item);
+    const mm = /^MLP(\d+)$/.exec(item);
+    if (m) state.heads.push([+m[1], +m[2]]);
+    else if (mm) state.mlps.push(+mm[1]);
+  }
+  for (const item of (q.get("edit") || "").split(",").filter(Boolean)) {
+    const m = /^(\d+):(\d+)$/.exec(item);
+    if (m) state.edits.push([+m[1], +m[2], null]);
+  }
 }
 
+// Only settings that differ from the defaults are written, so a plain view stays a short URL.
 function writeUrl() {
   const q = new URLSearchParams({ text: $("prompt").value, layer: state.layer, head: state.head });
+  if (state.position !== null) q.set("position", state.position);
+  if (state.target !== null) q.set("target", state.target);
+  if (state.feature) q.set("feature", state.feature);
+  if (state.temperature !== 1) q.set("temperature", state.temperature);
+  if (state.top_k !== null) q.set("top_k", state.top_k);
+  if (state.top_p !== null) q.set("top_p", state.top_p);
+  if (state.seed) q.set("seed", state.seed);
+  const ablate = [...state.heads.map(([l, h]) => `L${l}H${h}`), ...state.mlps.map((l) => `MLP${l}`)];
+  if (ablate.length) q.set("ablate", ablate.join(","));
+  if (state.edits.length) q.set("edit", state.edits.map(([p, id]) => `${p}:${id}`).join(","));
   history.replaceState(null, "", `?${q}`);
 }
 
-function fillSelect(sel, n, value) {
-  if (sel.options.length !== n) {
-    sel.replaceChildren(...Array.from({ length: n }, (_, i) => new Option(String(i), String(i))));
-  }
-  sel.value = String(Math.min(value, n - 1));
+// --- the one /forward request ---------------------------------------------------------------
+
+let pending = new Set();
+let inflight = null;
+let timer = null;
+
+function requestForward(parts, ms = 250) {
+  parts.forEach((p) => pending.add(p));
+  clearTimeout(timer);
+  timer = setTimeout(runForward, ms);
 }
 
-function drawAttention() {
-  if (!state.trace) return;
-  renderAttention($("attention-plot"), state.trace, state.layer, state.head);
-}
-
-async function run(signal) {
+async function runForward() {
   const text = $("prompt").value;
   if (!text) return;
+  if (inflight) {                       // a newer request replaces it; keep what it was asked for
+    inflight.controller.abort();
+    inflight.parts.forEach((p) => pending.add(p));
+  }
+  const parts = text !== shownText ? ALL_PARTS : ALL_PARTS.filter((p) => pending.has(p));
+  pending = new Set();
+  if (!parts.length) return;
+  const controller = new AbortController();
+  const mine = { controller, parts };
+  inflight = mine;
+  const body = { text, include: parts, layer: state.layer, head: state.head, top_k: 10 };
+  if (state.position !== null) body.position = state.position;
+  if (state.target !== null) body.target = state.target;
   try {
-    const trace = await apiPost("/forward", { text, include: ["attention", "next_token"], top_k: 10 }, signal);
+    const res = await apiPost("/forward", body, controller.signal);
+    if (inflight === mine) inflight = null;
     showError(null);
-    state.trace = trace;
-    const nLayers = trace.attention.layers.length;
-    const nHeads = trace.attention.heads.length;
-    state.layer = Math.min(state.layer, nLayers - 1);
-    state.head = Math.min(state.head, nHeads - 1);
-    fillSelect($("layer"), nLayers, state.layer);
-    fillSelect($("head"), nHeads, state.head);
-    renderTokens($("tokens"), $("token-count"), trace.tokens);
-    drawAttention();
-    renderNextToken($("next-plot"), trace.next_token);
-    writeUrl();
-    document.body.dataset.ready = "1";
+    apply(res, parts, text);
   } catch (err) {
-    if (err.name !== "AbortError") showError(err);
+    if (err.name === "AbortError") return;
+    if (inflight === mine) inflight = null;
+    showError(err);
   }
 }
 
-const runSoon = debounced(run, 250);
+function fillSelect(sel, options, value) {
+  const same = sel.options.length === options.length && options.every(([v, t], i) => sel.options[i].value === v && sel.options[i].text === t);
+  if (!same) sel.replaceChildren(...options.map(([v, t]) => new Option(t, v)));
+  sel.value = String(value);
+}
+
+function selectedPosition() {
+  return trace ? trace.position : 0;
+}
+
+function apply(res, parts, text) {
+  const promptChanged = text !== shownText;
+  if (promptChanged || !trace) trace = res;
+  else {
+    for (const p of parts) trace[p] = res[p];
+    trace.position = res.position;
+  }
+  shownText = text;
+  labels = tokenLabels(trace.tokens);
+  const T = trace.tokens.length;
+  state.layer = Math.min(state.layer, trace.n_layer - 1);
+  state.head = Math.min(state.head, trace.n_head - 1);
+  const range = (n) => Array.from({ length: n }, (_, i) => [String(i), String(i)]);
+  fillSelect($("layer"), range(trace.n_layer), state.layer);
+  fillSelect($("head"), range(trace.n_head), state.head);
+  fillSelect($("position"), labels.map((t, i) => [String(i), `${i}: ${t}${i === T - 1 ? " (last)" : ""}`]), trace.position);
+  const sel = { layer: state.layer, head: state.head, position: trace.position };
+
+  if (promptChanged) {
+    renderTokens($("tokens"), $("token-count"), trace.tokens);
+    renderEmbeddings(trace);
+    renderAttentionOverview(trace, sel);
+    renderResidual(trace, trace.position);
+  } else {
+    setAttentionSelection(sel);
+  }
+  markPosition();
+  renderBlock(trace, parts);
+  if (parts.includes("mlp")) renderMlp(trace, labels);
+  if (parts.includes("next_token") || parts.includes("prompt_loss")) renderNext(trace);
+  if (parts.includes("decomposition")) renderDecomposition(trace, trace.next_token, state.target, labels);
+  writeUrl();
+  document.body.dataset.ready = "1";
+  document.body.dataset.parts = parts.join(",");
+
+  if (promptChanged) {
+    endpointsReady.then(() => {
+      setSamplingText(text);
+      setGeneratePrompt(trace.tokens);
+      setInterveneTrace(trace, text);
+      if (!spaceLoaded) { spaceLoaded = true; loadEmbeddingSpace().then(() => setPromptTokens(trace.tokens)); }
+      else setPromptTokens(trace.tokens);
+    });
+  }
+}
+
+// --- selection --------------------------------------------------------------------------------
+
+function markPosition() {
+  const p = selectedPosition();
+  document.querySelectorAll("#tokens .tok").forEach((s) => s.classList.toggle("sel", +s.dataset.index === p));
+}
+
+function selectHead(layer, head) {
+  const layerChanged = layer !== state.layer;
+  state.layer = layer;
+  state.head = head;
+  $("layer").value = String(layer);
+  $("head").value = String(head);
+  if (trace) setAttentionSelection({ layer, head, position: selectedPosition() });
+  writeUrl();
+  requestForward(layerChanged ? [...DEPENDS.layer, ...DEPENDS.head] : DEPENDS.head, 120);
+}
+
+function selectPosition(p) {
+  if (!trace) return;
+  const T = trace.tokens.length;
+  p = Math.max(0, Math.min(T - 1, p));
+  state.position = p === T - 1 ? null : p;
+  trace.position = p;               // drawn at once from what is already here; the rest follows
+  $("position").value = String(p);
+  markPosition();
+  setAttentionSelection({ layer: state.layer, head: state.head, position: p });
+  setResidualPosition(p);
+  writeUrl();
+  requestForward(DEPENDS.position, 120);
+}
+
+// --- keyboard: j / k between stages, digits jump, h / l move the position ------------------------
+
+const stages = () => [...document.querySelectorAll("section.stage")];
+
+function currentStage() {
+  const list = stages();
+  const active = document.activeElement && document.activeElement.closest ? document.activeElement.closest("section.stage") : null;
+  if (active) {
+    const r = active.getBoundingClientRect();
+    if (r.bottom > 0 && r.top < innerHeight) return list.indexOf(active);
+  }
+  const barH = $("selection-bar").getBoundingClientRect().bottom;
+  let idx = -1;
+  list.forEach((s, i) => { if (s.getBoundingClientRect().top <= barH + 12) idx = i; });
+  return idx;
+}
+
+function goToStage(i) {
+  const list = stages();
+  i = Math.max(0, Math.min(list.length - 1, i));
+  const s = list[i];
+  s.scrollIntoView({ block: "start", behavior: "auto" });
+  s.focus({ preventScroll: true });
+  drawNearby();
+  markNav(i);
+}
+
+function markNav(i) {
+  document.querySelectorAll("#stage-nav a").forEach((a, j) => {
+    if (j === i) a.setAttribute("aria-current", "step"); else a.removeAttribute("aria-current");
+  });
+  document.body.dataset.stage = String(i + 1);
+}
+
+function onKey(e) {
+  if (e.ctrlKey || e.metaKey || e.altKey) return;
+  const t = e.target;
+  if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
+  const k = e.key;
+  if (k === "j" || k === "J") { goToStage(currentStage() + 1); e.preventDefault(); }
+  else if (k === "k" || k === "K") { goToStage(Math.max(0, currentStage() - 1)); e.preventDefault(); }
+  else if (/^[0-9]$/.test(k)) { goToStage(k === "0" ? 9 : +k - 1); e.preventDefault(); }
+  else if (k === "h") { selectPosition(selectedPosition() - 1); e.preventDefault(); }
+  else if (k === "l") { selectPosition(selectedPosition() + 1); e.preventDefault(); }
+}
+
+// --- wiring -----------------------------------------------------------------------------------
 
 readUrl();
-$("prompt-form").addEventListener("submit", (e) => { e.preventDefault(); runSoon(); });
-$("prompt").addEventListener("input", () => runSoon());
-$("layer").addEventListener("change", (e) => { state.layer = +e.target.value; drawAttention(); writeUrl(); });
-$("head").addEventListener("change", (e) => { state.head = +e.target.value; drawAttention(); writeUrl(); });
-runSoon();
+initEmbeddingSpace();
+initBlock({ feature: state.feature, onFeatureChange: (f) => { state.feature = f; writeUrl(); } });
+initAttentionOverview({ onSelectHead: (l, h) => { selectHead(l, h); $("attention-plot").scrollIntoView({ block: "center" }); },
+  onSelectPosition: selectPosition });
+initMlp();
+initResidual();
+initSampling({ temperature: state.temperature, top_k: state.top_k, top_p: state.top_p }, {
+  onChange: (s) => { Object.assign(state, s); writeUrl(); },
+});
+initGenerate({ seed: state.seed, settings: samplingSettings, onSeedChange: (s) => { state.seed = s; writeUrl(); } });
+initIntervene({ heads: state.heads, mlps: state.mlps, edits: state.edits }, {
+  onConfigChange: (c) => { state.heads = c.heads; state.mlps = c.mlps; state.edits = c.edits; writeUrl(); },
+});
+initDecomposition({ onTargetChange: (t) => { state.target = t; writeUrl(); requestForward(DEPENDS.target, 0); } });
+
+$("prompt-form").addEventListener("submit", (e) => { e.preventDefault(); requestForward(ALL_PARTS); });
+$("prompt").addEventListener("input", () => {
+  state.position = null;   // a new prompt: follow its last token again
+  state.target = null;
+  requestForward(ALL_PARTS);
+});
+$("layer").addEventListener("change", (e) => selectHead(+e.target.value, state.head));
+$("head").addEventListener("change", (e) => selectHead(state.layer, +e.target.value));
+$("position").addEventListener("change", (e) => selectPosition(+e.target.value));
+$("tokens").addEventListener("click", (e) => {
+  const span = e.target.closest(".tok");
+  if (span) selectPosition(+span.dataset.index);
+});
+document.addEventListener("keydown", onKey);
+let navFrame = 0;
+addEventListener("scroll", () => {
+  cancelAnimationFrame(navFrame);
+  navFrame = requestAnimationFrame(() => markNav(currentStage()));
+}, { passive: true });
+requestForward(ALL_PARTS, 0);

@@ -1,0 +1,78 @@
+// Stage 10: the self-check. One logit split into what each part wrote into the residual stream
+// (embeddings, every head, every MLP, biases); their sum next to the model's own logit.
+// Data: the `decomposition` part of POST /api/v1/forward.
+import { visible } from "./api.js";
+import { $, MONO, OKABE, addDownloads, draw, el, fmt, later } from "./viz.js";
+
+let part = null;
+let onTarget = null;
+
+const KIND_COLOR = { embed: OKABE.black, head: OKABE.blue, attn_bias: OKABE.grey, mlp: OKABE.orange, bias: OKABE.grey };
+const KIND_NAME = { embed: "embeddings", head: "attention head", attn_bias: "attention bias", mlp: "MLP", bias: "bias" };
+
+export function initDecomposition({ onTargetChange } = {}) {
+  onTarget = onTargetChange || null;
+  $("dc-target").addEventListener("change", (e) => {
+    if (onTarget) onTarget(e.target.value === "" ? null : +e.target.value);
+  });
+  addDownloads($("dc-plot"), "decomposition", () => part);
+}
+
+// candidates: the next_token list at the same position; target: the requested id or null
+export function renderDecomposition(trace, candidates, target, labels) {
+  if (!trace.decomposition) return;
+  part = trace.decomposition;
+  const d = part;
+  const sel = $("dc-target");
+  const opts = [new Option("the top prediction", "")];
+  const seen = new Set();
+  for (const c of candidates || []) {
+    seen.add(c.id);
+    opts.push(new Option(`“${visible(c.text)}” (id ${c.id})`, String(c.id)));
+  }
+  if (!seen.has(d.target_id)) opts.push(new Option(`“${visible(d.target_text)}” (id ${d.target_id})`, String(d.target_id)));
+  sel.replaceChildren(...opts);
+  sel.value = target === null || target === undefined ? "" : String(target);
+
+  const where = `position ${d.position} “${labels[d.position] ?? ""}”`;
+  if (!d.exact || !d.contributions.length) {
+    $("dc-stats").textContent = d.note;
+    Plotly.purge($("dc-plot"));
+    return;
+  }
+  $("dc-stats").replaceChildren(
+    el("span", {}, `Logit of “${visible(d.target_text)}” (id ${d.target_id}) at ${where}: `),
+    el("span", { class: "pill", id: "dc-total", "data-value": d.total }, `sum of the parts `, el("b", { text: fmt(d.total, 4) })),
+    el("span", { class: "pill", id: "dc-logit", "data-value": d.logit }, `model's logit `, el("b", { text: fmt(d.logit, 4) })),
+    el("span", { class: "pill", id: "dc-error", "data-value": d.residual_error }, `difference `, el("b", { text: fmt(d.residual_error, 6) })),
+    el("br"), el("span", { class: "muted", text: d.note }),
+  );
+  later("decomposition", $("dc-plot"), () => drawBars(d));
+}
+
+function drawBars(d) {
+  const c = d.contributions;
+  const x = c.map((_, i) => i);
+  const data = [{
+    type: "bar", x, y: c.map((r) => r.value), name: "contribution",
+    marker: { color: c.map((r) => KIND_COLOR[r.kind] || OKABE.grey) },
+    customdata: c.map((r) => [r.name, KIND_NAME[r.kind] || r.kind]),
+    hovertemplate: "%{customdata[0]} (%{customdata[1]})<br>adds %{y:.4f} to the logit<extra></extra>",
+  }, {
+    type: "bar", x: [c.length + 0.5], y: [d.total], name: "sum of the parts", width: [0.8],
+    marker: { color: OKABE.green }, hovertemplate: "sum of the parts %{y:.5f}<extra></extra>",
+  }, {
+    type: "bar", x: [c.length + 1.5], y: [d.logit], name: "the model's logit", width: [0.8],
+    marker: { color: OKABE.purple }, hovertemplate: "the model's logit %{y:.5f}<extra></extra>",
+  }];
+  draw($("dc-plot"), data, {
+    height: 420, showlegend: false, bargap: 0.2,
+    title: { text: `what each part adds to the logit of “${visible(d.target_text)}”`, x: 0, xanchor: "left", font: { size: 13 } },
+    xaxis: { tickmode: "array", tickvals: [...x, c.length + 0.5, c.length + 1.5], ticktext: [...c.map((r) => r.name), "<b>sum</b>", "<b>logit</b>"],
+      tickangle: -60, tickfont: { family: MONO, size: 11 }, automargin: true },
+    yaxis: { title: { text: "contribution to the logit" }, zeroline: true, zerolinecolor: "#888" },
+    shapes: [{ type: "line", xref: "x", yref: "paper", x0: c.length - 0.25, x1: c.length - 0.25, y0: 0, y1: 1, line: { color: "#bbb", dash: "dot" } }],
+    margin: { l: 60, r: 10, t: 40, b: 110 },
+  }, "decomposition");
+  $("decomposition-panel").dataset.target = String(d.target_id);
+}

@@ -1,0 +1,132 @@
+// Stage 2: the token-embedding matrix as a 2-D PCA scatter, nearest neighbours by cosine, and the
+// learned vs sinusoidal position-similarity matrices. Data: GET /api/v1/embeddings/{projection,neighbours,positions}.
+import { apiGet, visible } from "./api.js";
+import { missingNote, offers } from "./endpoints.js";
+import { $, OKABE, addDownloads, draw, el, fmt, later, setNote, squareHeatmap } from "./viz.js";
+
+let projection = null;
+let positions = null;
+let neighbours = null;
+let promptIds = [];
+let nbController = null;
+let nbTimer = null;
+let onPickToken = null;
+
+export function initEmbeddingSpace({ onPick } = {}) {
+  onPickToken = onPick || null;
+  $("nb-search").addEventListener("input", () => {
+    clearTimeout(nbTimer);
+    nbTimer = setTimeout(() => searchNeighbours($("nb-search").value), 250);
+  });
+  addDownloads($("proj-plot"), "embedding-pca", () => projection);
+  addDownloads($("pos-learned-plot"), "position-similarity-learned", () => positions);
+  addDownloads($("pos-sin-plot"), "position-similarity-sinusoidal", () => positions);
+}
+
+export async function loadEmbeddingSpace() {
+  const panel = $("embedding-space-panel");
+  const notes = [];
+  panel.dataset.state = "loading";
+  try {
+    if (offers("get", "/embeddings/projection")) {
+      if (!projection) projection = await apiGet("/embeddings/projection");
+      later("projection", $("proj-plot"), drawProjection);
+    } else notes.push(missingNote("GET", "/embeddings/projection"));
+    if (offers("get", "/embeddings/positions")) {
+      if (!positions) positions = await apiGet("/embeddings/positions");
+      later("pos-learned", $("pos-learned-plot"), () => drawPositions("learned"));
+      later("pos-sin", $("pos-sin-plot"), () => drawPositions("sin"));
+    } else notes.push(missingNote("GET", "/embeddings/positions"));
+    if (!offers("get", "/embeddings/neighbours")) {
+      notes.push(missingNote("GET", "/embeddings/neighbours"));
+      $("nb-search").disabled = true;
+    }
+    setNote($("space-note"), notes.join(" "));
+    panel.dataset.state = "ready";
+  } catch (err) {
+    setNote($("space-note"), `Could not load the embedding space: ${err.message}`, "error");
+    panel.dataset.state = "error";
+  }
+}
+
+// The prompt's token ids: marked on the scatter.
+export function setPromptTokens(tokens) {
+  promptIds = tokens.map((t) => t.id);
+  if (projection) later("projection", $("proj-plot"), drawProjection);
+}
+
+function drawProjection() {
+  const toks = projection.tokens;
+  const byId = new Map(toks.map((t) => [t.id, t]));
+  const evr = projection.explained_variance_ratio || [];
+  const mark = (ids, name, color, size, withText) => {
+    const pts = [...new Set(ids)].map((i) => byId.get(i)).filter(Boolean);
+    return {
+      type: "scatter", mode: withText ? "markers+text" : "markers", name,
+      x: pts.map((t) => t.x), y: pts.map((t) => t.y), text: pts.map((t) => visible(t.text)),
+      customdata: pts.map((t) => t.id), textposition: "top center", textfont: { size: 12, color },
+      marker: { size, color, line: { width: 1, color: "#fff" } },
+      hovertemplate: "“%{text}” id %{customdata}<br>PC1 %{x:.3f}, PC2 %{y:.3f}<extra>" + name + "</extra>",
+    };
+  };
+  const data = [{
+    type: "scatter", mode: "markers", name: "vocabulary",
+    x: toks.map((t) => t.x), y: toks.map((t) => t.y), text: toks.map((t) => visible(t.text)),
+    customdata: toks.map((t) => t.id),
+    marker: { size: 5, color: "#9aa3b5", opacity: 0.55 },
+    hovertemplate: "“%{text}” id %{customdata}<br>PC1 %{x:.3f}, PC2 %{y:.3f}<extra></extra>",
+  }, mark(promptIds, "your prompt", OKABE.vermillion, 9, true)];
+  if (neighbours) {
+    data.push(mark(neighbours.neighbours.map((n) => n.id), "neighbours", OKABE.blue, 9, true));
+    data.push(mark([neighbours.id], "searched", OKABE.black, 12, true));
+  }
+  const pc = (i) => (evr[i] !== undefined ? ` (${(100 * evr[i]).toFixed(1)}% of the variance)` : "");
+  draw($("proj-plot"), data, {
+    height: 520, showlegend: true, legend: { orientation: "h", y: -0.12 },
+    xaxis: { title: { text: `PC1${pc(0)}` }, zeroline: false },
+    yaxis: { title: { text: `PC2${pc(1)}` }, zeroline: false },
+    margin: { l: 60, r: 10, t: 20, b: 70 },
+  }, "embedding-pca");
+  const gd = $("proj-plot");
+  if (!gd.dataset.clickBound) {
+    gd.dataset.clickBound = "1";
+    gd.on("plotly_click", (ev) => {
+      const p = ev.points && ev.points[0];
+      if (p && p.customdata !== undefined) {
+        const t = byId.get(p.customdata);
+        if (t) { $("nb-search").value = t.text; searchNeighbours(t.text); }
+      }
+    });
+  }
+}
+
+function drawPositions(which) {
+  const labels = positions.positions.map(String);
+  const opts = { signed: true, limit: 1, colorTitle: "cosine", hoverName: "cosine", maxSide: 460, cell: 3, tickangle: 0, xTitle: "position", yTitle: "position", plain: true };
+  if (which === "learned") squareHeatmap($("pos-learned-plot"), positions.learned_similarity, labels, { ...opts, name: "position-similarity-learned" });
+  else squareHeatmap($("pos-sin-plot"), positions.sinusoidal_similarity, labels, { ...opts, name: "position-similarity-sinusoidal" });
+}
+
+export async function searchNeighbours(query) {
+  const status = $("nb-status");
+  const list = $("nb-list");
+  if (nbController) nbController.abort();
+  if (!query) { neighbours = null; list.replaceChildren(); status.textContent = ""; if (projection) drawProjection(); return; }
+  nbController = new AbortController();
+  try {
+    const res = await apiGet(`/embeddings/neighbours?token=${encodeURIComponent(query)}`, nbController.signal);
+    neighbours = res;
+    status.textContent = `“${visible(res.text)}” (id ${res.id}); closest rows of W_E by cosine:`;
+    list.replaceChildren(...res.neighbours.map((n) => el("li", {},
+      el("button", { type: "button", class: "chip", "data-id": n.id, title: `id ${n.id}`,
+        onclick: () => { if (onPickToken) onPickToken(n); $("nb-search").value = n.text; searchNeighbours(n.text); } },
+        el("span", { class: "mono", text: `“${visible(n.text)}”` }), ` ${fmt(n.cosine, 3)}`))));
+    $("embedding-space-panel").dataset.neighbours = String(res.id);
+    if (projection) drawProjection();
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    neighbours = null;
+    list.replaceChildren();
+    status.textContent = err.message;
+  }
+}

@@ -1,0 +1,134 @@
+// Stage 8: the generation stepper. Each "next token" is one POST /api/v1/generate/step with the ids
+// so far, the step counter and the seed; the page keeps the responses so "step back" can pop one.
+import { apiPost, visible } from "./api.js";
+import { missingNote, offers } from "./endpoints.js";
+import { $, SEQ, addDownloads, draw, el, fmt, pct, setNote, tokenAxis } from "./viz.js";
+
+let prompt = [];        // the prompt's tokens [{id, text}]
+let steps = [];         // GenerateStepResponse of each step so far
+let seed = 0;
+let getSettings = () => ({ temperature: 1, top_k: null, top_p: null });
+let onSeed = null;
+let busy = false;
+
+export function initGenerate({ seed: s = 0, settings, onSeedChange } = {}) {
+  seed = s;
+  if (settings) getSettings = settings;
+  onSeed = onSeedChange || null;
+  $("seed").value = String(seed);
+  $("seed").addEventListener("change", () => {
+    const v = Math.max(0, Math.min(2147483647, Math.round(+$("seed").value || 0)));
+    $("seed").value = String(v);
+    seed = v;
+    if (onSeed) onSeed(seed);
+  });
+  $("gen-next").addEventListener("click", step);
+  $("gen-back").addEventListener("click", back);
+  $("gen-reset").addEventListener("click", reset);
+  addDownloads($("gen-attn-plot"), "generation-step", () => (steps.length ? steps[steps.length - 1] : null));
+  render();
+}
+
+export function setGeneratePrompt(tokens) {
+  prompt = tokens.map((t) => ({ id: t.id, text: t.text }));
+  steps = [];
+  render();
+}
+
+function ids() {
+  return steps.length ? steps[steps.length - 1].ids : prompt.map((t) => t.id);
+}
+
+async function step() {
+  if (busy || !prompt.length) return;
+  if (!offers("post", "/generate/step")) { setNote($("gen-note"), missingNote("POST", "/generate/step")); return; }
+  busy = true;
+  const panel = $("generate-panel");
+  panel.dataset.state = "loading";
+  $("gen-next").disabled = true;
+  try {
+    const res = await apiPost("/generate/step", { ids: ids(), step: steps.length, seed, ...getSettings(), top: 10 });
+    steps.push(res);
+    setNote($("gen-note"), "");
+    panel.dataset.state = "ready";
+  } catch (err) {
+    setNote($("gen-note"), `Could not generate: ${err.message}`, "error");
+    panel.dataset.state = "error";
+  } finally {
+    busy = false;
+    render();
+  }
+}
+
+function back() {
+  if (busy || !steps.length) return;
+  steps.pop();
+  render();
+}
+
+function reset() {
+  if (busy) return;
+  steps = [];
+  render();
+}
+
+function render() {
+  const panel = $("generate-panel");
+  $("gen-step").textContent = String(steps.length);
+  $("gen-back").disabled = !steps.length;
+  $("gen-reset").disabled = !steps.length;
+  $("gen-next").disabled = busy || !prompt.length;
+  $("gen-ids").textContent = `[${ids().join(", ")}]`;
+  panel.dataset.steps = String(steps.length);
+  panel.dataset.ids = JSON.stringify(ids());
+
+  const text = $("gen-text");
+  const spans = prompt.map((t) => el("span", { class: "tok prompt-tok", text: visible(t.text), title: `prompt · id ${t.id}` }));
+  const gen = steps.map((s, i) => el("span", { class: "tok gen-tok", "data-id": s.token.id, text: visible(s.token.text),
+    title: `step ${i} · id ${s.token.id} · probability ${pct(s.prob, 2)}` }));
+  text.replaceChildren(...spans, ...gen);
+
+  const last = steps[steps.length - 1];
+  $("gen-cache").innerHTML = last
+    ? `KV cache after step ${last.step}: ${last.cache.layers} layers × 2 (K and V) × ${last.cache.positions} positions × ` +
+      `d = ${last.cache.d_model} → <b>${last.cache.numbers.toLocaleString()}</b> numbers ` +
+      `(${last.cache.bytes_float32.toLocaleString()} bytes as float32). This step computed 1 new position; ` +
+      `the other ${last.prefill_tokens} came from the cache.`
+    : "Press “Next token” to sample the first token after the prompt.";
+
+  const head = el("tr", {}, ...["step", "token", "id", "probability", "top alternatives (after filtering)"].map((h) => el("th", { text: h })));
+  $("gen-steps").replaceChildren(el("thead", {}, head), el("tbody", {}, ...steps.map((s) => el("tr", {},
+    el("td", { class: "num", text: String(s.step) }),
+    el("td", { class: "mono", text: `“${visible(s.token.text)}”` }),
+    el("td", { class: "num", text: String(s.token.id) }),
+    el("td", { class: "num", text: pct(s.prob, 2) }),
+    el("td", { class: "mono small", text: s.candidates.slice(0, 5).map((c) => `“${visible(c.text)}” ${pct(c.prob)}`).join("  ") })))));
+  $("gen-steps").hidden = !steps.length;
+  drawAttention(last);
+}
+
+function drawAttention(last) {
+  const gd = $("gen-attn-plot");
+  if (!last) { Plotly.purge(gd); gd.hidden = true; return; }
+  gd.hidden = false;
+  const keyIds = last.ids.slice(0, -1);   // the query is the newest input id; it reads all of them
+  const allTexts = [...prompt.map((t) => t.text), ...steps.map((s) => s.token.text)];
+  const keys = keyIds.map((_, i) => visible(allTexts[i] ?? "?"));
+  const rows = [];
+  const names = [];
+  last.attention.forEach((layer, l) => layer.forEach((w, h) => { rows.push(w); names.push(`L${l} H${h}`); }));
+  const width = gd.clientWidth || 1000;
+  draw(gd, [{
+    type: "heatmap", z: rows, x: keys.map((_, i) => i), y: names.map((_, i) => i), colorscale: SEQ, zmin: 0, zmax: 1,
+    colorbar: { title: { text: "weight" }, thickness: 10 },
+    customdata: names.map((n) => keys.map((k) => [n, k])),
+    hovertemplate: "%{customdata[0]}<br>reads position %{x} “%{customdata[1]}”<br>weight %{z:.4f}<extra></extra>",
+  }], {
+    height: 120 + 18 * rows.length,
+    title: { text: `step ${last.step}: the query is “${keys[keys.length - 1] ?? ""}” (position ${keyIds.length - 1}); cache holds ${last.cache.positions} positions`,
+      x: 0, xanchor: "left", font: { size: 12 } },
+    xaxis: { ...tokenAxis(keys, width - 200), tickangle: -60, title: { text: "cached position" } },
+    yaxis: { tickmode: "array", tickvals: names.map((_, i) => i), ticktext: names, autorange: "reversed", tickfont: { size: 10 } },
+    margin: { l: 10, r: 10, t: 40, b: 10 },
+  }, "generation-step");
+}

@@ -1,0 +1,89 @@
+// Stage 5: the distribution of real MLP pre-activations per layer over the model's GELU curve,
+// and the neurons that fire most for the selected token. Data: the `mlp` part of POST /api/v1/forward.
+import { $, MONO, OKABE, addDownloads, draw, fmt, later, pct } from "./viz.js";
+
+let part = null;
+const G0 = -0.6;
+const G1 = 4.2;
+let labels = [];
+
+export function initMlp() {
+  addDownloads($("mlp-hist-plot"), "mlp-preactivations", () => part);
+  addDownloads($("mlp-top-plot"), "mlp-top-neurons", () => part);
+}
+
+export function renderMlp(trace, tokenLabelsList) {
+  if (!trace.mlp) return;
+  part = trace.mlp;
+  labels = tokenLabelsList;
+  const m = part;
+  const T = trace.tokens ? trace.tokens.length : labels.length;
+  $("mlp-shapes").innerHTML = `<b>d</b> = ${trace.d_model} → <b>d<sub>mlp</sub></b> = ${m.d_mlp} → <b>d</b> = ${trace.d_model} at each of the ` +
+    `<b>T</b> = ${T} positions; GELU variant: ${m.gelu === "tanh" ? "the tanh approximation" : "exact x·Φ(x)"}. ` +
+    `Each histogram counts T × d<sub>mlp</sub> = every neuron at every position.`;
+  later("mlp-hist", $("mlp-hist-plot"), drawHistograms);
+  later("mlp-top", $("mlp-top-plot"), drawTop);
+}
+
+function drawHistograms() {
+  const m = part;
+  const n = m.layers.length;
+  const gap = 0.04;
+  const w = (1 - gap * (n - 1)) / n;
+  const data = [];
+  const layout = { height: 330, showlegend: true, legend: { orientation: "h", y: -0.25 }, margin: { l: 50, r: 50, t: 60, b: 60 }, annotations: [] };
+  // the GELU curve's lowest point, picked from the curve the API sent
+  let minI = 0;
+  m.curve_y.forEach((v, i) => { if (v < m.curve_y[minI]) minI = i; });
+  m.layers.forEach((L, j) => {
+    const xa = `x${j + 1}`;
+    const ya = `y${2 * j + 1}`;
+    const yg = `y${2 * j + 2}`;
+    const dom = [j * (w + gap), j * (w + gap) + w];
+    layout[`xaxis${j + 1}`] = { domain: dom, anchor: ya, title: { text: "pre-activation" }, zeroline: true, zerolinecolor: "#bbb",
+      range: [L.histogram.edges[0], L.histogram.edges[L.histogram.edges.length - 1]] };
+    // both zero lines at the same height: the GELU axis runs from G0 (< 0, room for its dip) to G1
+    const top = Math.max(1, ...L.histogram.counts) * 1.05;
+    layout[`yaxis${2 * j + 1}`] = { anchor: xa, showgrid: false, title: j === 0 ? { text: "count" } : undefined, range: [top * G0 / G1, top] };
+    layout[`yaxis${2 * j + 2}`] = { anchor: xa, overlaying: ya, side: "right", showgrid: false, range: [G0, G1], dtick: 1,
+      title: j === n - 1 ? { text: "GELU(x)" } : undefined, zeroline: false, showticklabels: j === n - 1 };
+    const sel = L.layer === m.layer;
+    data.push({
+      type: "scatter", mode: "lines", line: { shape: "hv", color: sel ? OKABE.blue : OKABE.sky, width: 1 }, fill: "tozeroy",
+      fillcolor: sel ? "rgba(0,114,178,0.55)" : "rgba(86,180,233,0.45)",
+      x: L.histogram.edges, y: [...L.histogram.counts, L.histogram.counts[L.histogram.counts.length - 1]],
+      xaxis: xa, yaxis: ya, name: "pre-activations (this prompt)", showlegend: j === 0, legendgroup: "h",
+      hovertemplate: `layer ${L.layer}<br>bin from %{x:.3f}<br>count %{y}<extra></extra>`,
+    });
+    data.push({
+      type: "scatter", mode: "lines", x: m.curve_x, y: m.curve_y, xaxis: xa, yaxis: yg, name: "GELU", showlegend: j === 0, legendgroup: "g",
+      line: { color: OKABE.vermillion, width: 2 }, hovertemplate: "GELU(%{x:.2f}) = %{y:.4f}<extra></extra>",
+    });
+    layout.annotations.push({
+      xref: `${xa} domain`, yref: "paper", x: 0.5, y: 1.02, xanchor: "center", yanchor: "bottom", showarrow: false,
+      text: `${sel ? "<b>" : ""}layer ${L.layer}${sel ? " (selected)</b>" : ""}<br>${pct(L.fraction_negative)} below 0 · mean ${fmt(L.mean, 2)} · std ${fmt(L.std, 2)}`,
+      font: { size: 11 },
+    });
+  });
+  layout.annotations.push({ xref: "paper", yref: "paper", x: 1, y: -0.25, xanchor: "right", yanchor: "top", showarrow: false,
+    text: `lowest point of the curve: GELU(${fmt(m.curve_x[minI], 2)}) = ${fmt(m.curve_y[minI], 3)}`, font: { size: 11, color: "#555" } });
+  draw($("mlp-hist-plot"), data, layout, "mlp-preactivations");
+}
+
+function drawTop() {
+  const m = part;
+  const top = [...m.top_neurons].reverse();
+  draw($("mlp-top-plot"), [{
+    type: "bar", orientation: "h", name: "after GELU",
+    x: top.map((n) => n.post), y: top.map((n) => `neuron ${n.index}`),
+    marker: { color: OKABE.blue }, customdata: top.map((n) => n.pre),
+    hovertemplate: "%{y}<br>pre-activation %{customdata:.4f}<br>after GELU %{x:.4f}<extra></extra>",
+    text: top.map((n) => `pre ${fmt(n.pre, 2)} → ${fmt(n.post, 2)}`), textposition: "outside", cliponaxis: false,
+  }], {
+    height: 60 + 28 * top.length,
+    title: { text: `layer ${m.layer}, position ${m.position} “${labels[m.position] ?? ""}”: top ${top.length} of ${m.d_mlp} neurons`, x: 0, xanchor: "left", font: { size: 12 } },
+    xaxis: { title: { text: "value after GELU" }, rangemode: "tozero" },
+    yaxis: { automargin: true, tickfont: { family: MONO } },
+    margin: { l: 10, r: 120, t: 36, b: 40 },
+  }, "mlp-top-neurons");
+}

@@ -1,0 +1,290 @@
+// Shared drawing helpers for the stage panels: token axes, heatmaps, colour scales, downloads.
+// Nothing here computes a model number: it only formats, selects and lays out what the API sent.
+import { visible } from "./api.js";
+
+export const MONO = "ui-monospace, Menlo, Consolas, monospace";
+// Colour-blind-safe: Viridis for 0..1 / non-negative data, Cividis for signed data (centred on 0).
+export const SEQ = "Viridis";
+export const SIGNED = "Cividis";
+// Okabe–Ito colours for categorical series (safe for the common colour-vision deficiencies).
+export const OKABE = { blue: "#0072B2", orange: "#E69F00", green: "#009E73", sky: "#56B4E9",
+  vermillion: "#D55E00", purple: "#CC79A7", yellow: "#F0E442", grey: "#999999", black: "#222222" };
+
+export const $ = (id) => document.getElementById(id);
+
+export function tokenLabels(tokens) {
+  return tokens.map((t) => visible(t.text));
+}
+
+export function fmt(x, digits = 4) {
+  if (x === null || x === undefined) return "—";
+  if (!Number.isFinite(x)) return String(x);
+  const a = Math.abs(x);
+  if (a !== 0 && (a < 1e-3 || a >= 1e5)) return x.toExponential(2);
+  return x.toFixed(digits);
+}
+
+export function pct(p, digits = 1) {
+  return p === null || p === undefined ? "—" : `${(100 * p).toFixed(digits)}%`;
+}
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c);
+  return node;
+}
+
+// A token axis: one label per row/column while they fit (>= 11 px each), else every k-th;
+// the hover always names every token.
+export function tokenAxis(labels, px, extra = {}) {
+  const n = labels.length;
+  const size = n > 40 ? 9 : n > 20 ? 10 : 12;
+  const step = Math.max(1, Math.ceil(n / Math.max(1, Math.floor(px / (size + 2)))));
+  const vals = labels.map((_, i) => i).filter((i) => i % step === 0);
+  return {
+    tickmode: "array", tickvals: vals, ticktext: vals.map((i) => labels[i]),
+    tickfont: { family: MONO, size }, showgrid: false, zeroline: false, automargin: true, ...extra,
+  };
+}
+
+// Robust symmetric limit for signed data: the 99th percentile of |z| (so one outlier does not
+// wash out the rest); the colour bar says it clips, hover gives the exact value.
+export function signedLimit(rows) {
+  const a = [];
+  for (const r of rows) for (const v of r) if (v !== null && v !== undefined) a.push(Math.abs(v));
+  if (!a.length) return 1;
+  a.sort((x, y) => x - y);
+  return a[Math.min(a.length - 1, Math.floor(a.length * 0.99))] || a[a.length - 1] || 1;
+}
+
+export function plotConfig(name) {
+  return {
+    displaylogo: false, responsive: true,
+    modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
+    toImageButtonOptions: { filename: name },
+  };
+}
+
+export function baseLayout(extra = {}) {
+  return {
+    font: { family: "system-ui, -apple-system, Segoe UI, sans-serif", size: 12, color: "#1d1d1f" },
+    paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+    margin: { l: 60, r: 20, t: 40, b: 40 },
+    hoverlabel: { font: { family: MONO, size: 12 } },
+    ...extra,
+  };
+}
+
+export function draw(gd, data, layout, name) {
+  Plotly.react(gd, data, baseLayout(layout), plotConfig(name));
+  gd.dataset.drawn = String((+gd.dataset.drawn || 0) + 1);
+}
+
+// --- drawing queue ---------------------------------------------------------------------------
+// Plots are drawn one per task, the one nearest the viewport first, yielding to the browser in
+// between, so a new prompt never freezes the page. Plots far below or above the viewport wait
+// until the reader scrolls near them. A task with the same key replaces a stale one.
+// body[data-drawn="1"] once nothing near the viewport is waiting.
+const tasks = new Map();
+let draining = false;
+const near = () => innerHeight * 1.5;
+
+export function later(key, node, fn) {
+  tasks.set(key, { node, fn });
+  document.body.dataset.drawn = "0";
+  if (!draining) { draining = true; setTimeout(drain, 0); }
+}
+
+function distance(node) {
+  const r = node.getBoundingClientRect();
+  if (r.bottom < 0) return -r.bottom;
+  if (r.top > innerHeight) return r.top - innerHeight;
+  return 0;
+}
+
+function drain() {
+  let best = null;
+  let bestD = Infinity;
+  for (const [k, t] of tasks) {
+    const d = distance(t.node);
+    if (d < bestD) { best = k; bestD = d; }
+  }
+  if (best === null || bestD > near()) {
+    draining = false;
+    document.body.dataset.drawn = "1";
+    document.body.dataset.deferred = String(tasks.size);
+    return;
+  }
+  const t = tasks.get(best);
+  tasks.delete(best);
+  try { t.fn(); } catch (err) { console.error(err); }
+  setTimeout(drain, 0);
+}
+
+// After a scroll: draw what came near. Called by the page's keyboard navigation right after it
+// scrolls, so body[data-drawn] turns "0" at once when something is waiting there.
+export function drawNearby() {
+  if (draining || !tasks.size) return;
+  for (const t of tasks.values()) {
+    if (distance(t.node) <= near()) {
+      document.body.dataset.drawn = "0";
+      draining = true;
+      setTimeout(drain, 0);
+      return;
+    }
+  }
+}
+addEventListener("scroll", drawNearby, { passive: true });
+addEventListener("resize", drawNearby);
+
+// --- downloads -------------------------------------------------------------------------------
+
+export function downloadBlob(blob, filename) {
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = filename;
+  document.body.appendChild(a);
+  a.click();
+  setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+}
+
+export function downloadJSON(obj, filename) {
+  downloadBlob(new Blob([JSON.stringify(obj, null, 1)], { type: "application/json" }), `${filename}.json`);
+}
+
+function downloadPlotly(gd, format, filename) {
+  const fl = gd._fullLayout || {};
+  return Plotly.downloadImage(gd, { format, filename, width: fl.width || 900, height: fl.height || 500, scale: format === "png" ? 2 : 1 });
+}
+
+// An SVG element (not Plotly) as SVG or PNG.
+export function downloadSvgElement(svg, format, filename) {
+  const clone = svg.cloneNode(true);
+  clone.setAttribute("xmlns", "http://www.w3.org/2000/svg");
+  const text = new XMLSerializer().serializeToString(clone);
+  if (format === "svg") {
+    downloadBlob(new Blob([text], { type: "image/svg+xml" }), `${filename}.svg`);
+    return;
+  }
+  const { width, height } = svg.getBoundingClientRect();
+  const img = new Image();
+  img.onload = () => {
+    const c = document.createElement("canvas");
+    c.width = Math.ceil(width * 2); c.height = Math.ceil(height * 2);
+    const ctx = c.getContext("2d");
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, c.width, c.height);
+    ctx.scale(2, 2); ctx.drawImage(img, 0, 0, width, height);
+    c.toBlob((b) => downloadBlob(b, `${filename}.png`), "image/png");
+  };
+  img.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(text)}`;
+}
+
+// A small PNG / SVG / JSON bar placed just above a figure. `getData` returns the exact API
+// (part of the) response the figure was drawn from; `svgEl` switches images to a plain SVG.
+export function addDownloads(figure, name, getData, { svgEl = null } = {}) {
+  if (figure.previousElementSibling && figure.previousElementSibling.classList.contains("dl-bar")) return;
+  const image = (format) => () => {
+    const svg = typeof svgEl === "function" ? svgEl() : svgEl;
+    if (svg) downloadSvgElement(svg, format, name);
+    else if (figure._fullLayout) downloadPlotly(figure, format, name);
+  };
+  const bar = el("div", { class: "dl-bar", role: "group", "aria-label": `download ${name}` },
+    el("span", { class: "dl-label", text: "download" }),
+    el("button", { type: "button", class: "dl", "data-format": "png", title: `${name} as a PNG image`, onclick: image("png"), text: "PNG" }),
+    el("button", { type: "button", class: "dl", "data-format": "svg", title: `${name} as an SVG image`, onclick: image("svg"), text: "SVG" }),
+    el("button", { type: "button", class: "dl", "data-format": "json", title: `the API data behind ${name} as JSON`,
+      onclick: () => { const d = getData(); if (d) downloadJSON(d, name); }, text: "JSON" }));
+  figure.before(bar);
+}
+
+// --- heatmaps ------------------------------------------------------------------------------
+
+// A (rows x cols) heatmap whose rows are tokens and whose columns are features.
+// opts: rowLabels, colTitle, rowTitle, signed, zmin/zmax, title, colorTitle, hoverName, height
+export function tokenFeatureHeatmap(gd, z, opts) {
+  const rows = opts.rowLabels;
+  const n = rows.length;
+  const lim = opts.signed ? signedLimit(z) : null;
+  const height = opts.height || Math.max(220, Math.min(1000, 90 + n * 15));
+  const data = [{
+    type: "heatmap", z,
+    x: z.length ? z[0].map((_, i) => i) : [], y: rows.map((_, i) => i),
+    colorscale: opts.signed ? SIGNED : SEQ,
+    zmin: opts.signed ? -lim : opts.zmin, zmax: opts.signed ? lim : opts.zmax, zmid: opts.signed ? 0 : undefined,
+    colorbar: { title: { text: opts.colorTitle || "value", side: "right" }, thickness: 12 },
+    customdata: (opts.rowHover || rows.map((r) => `“${r}”`)).map((r) => z[0].map(() => r)),
+    hovertemplate: `${opts.rowName || "token"} %{y} %{customdata}<br>${opts.colName || "feature"} %{x}<br>${opts.hoverName || "value"} %{z:.4f}<extra></extra>`,
+  }];
+  const ncols = z.length ? z[0].length : 0;
+  draw(gd, data, {
+    title: opts.title ? { text: opts.title, x: 0, xanchor: "left", font: { size: 13 } } : undefined,
+    height,
+    shapes: opts.row === undefined || opts.row === null ? [] : [rowBox(opts.row, ncols)],
+    margin: { l: 20, r: 10, t: opts.title ? 40 : 20, b: 40 },
+    xaxis: { title: { text: opts.colTitle || "feature (0..d−1)" }, showgrid: false, zeroline: false },
+    yaxis: { title: { text: opts.rowTitle || "" }, ...tokenAxis(rows, height - 60), autorange: "reversed" },
+  }, opts.name || gd.id);
+}
+
+// A (T x T) query-by-key map. `cells` may hold null (drawn as the masked "−∞").
+export function squareHeatmap(gd, z, labels, opts = {}) {
+  const n = labels.length;
+  const side = Math.max(180, Math.min(opts.maxSide || 560, n * (opts.cell || 14)));
+  const signed = !!opts.signed;
+  const lim = signed ? (opts.limit ?? signedLimit(z)) : null;
+  const hasNull = z.some((r) => r.some((v) => v === null));
+  const text = opts.plain ? null : z.map((r) => r.map((v) => (v === null ? "−∞ (masked)" : fmt(v, 4))));
+  const data = [{
+    type: "heatmap", z, x: labels.map((_, i) => i), y: labels.map((_, i) => i),
+    colorscale: signed ? SIGNED : SEQ,
+    zmin: signed ? -lim : (opts.zmin ?? 0), zmax: signed ? lim : (opts.zmax ?? 1), zmid: signed ? 0 : undefined,
+    colorbar: { title: { text: opts.colorTitle || "", side: "right" }, thickness: 10 },
+    text, hoverongaps: true,
+    customdata: opts.plain ? null : labels.map((q) => labels.map((k) => [q, k])),
+    hovertemplate: "query %{y} “%{customdata[0]}” · key %{x} “%{customdata[1]}”<br>" + (opts.hoverName || "value") + " %{text}<extra></extra>",
+  }];
+  if (opts.plain) {   // numbered rows and columns (positions): no per-cell labels needed
+    delete data[0].text;
+    delete data[0].customdata;
+    data[0].hovertemplate = `${opts.yTitle} %{y} · ${opts.xTitle} %{x}<br>${opts.hoverName || "value"} %{z:.4f}<extra></extra>`;
+  }
+  if (hasNull && n <= 24) {
+    // write −∞ into the masked cells while they are large enough to read
+    data.push({
+      type: "scatter", mode: "text", hoverinfo: "skip", showlegend: false,
+      x: [], y: [], text: [], textfont: { family: MONO, size: n > 14 ? 9 : 11, color: "#444" },
+    });
+    z.forEach((r, q) => r.forEach((v, k) => { if (v === null) { data[1].x.push(k); data[1].y.push(q); data[1].text.push("−∞"); } }));
+  }
+  draw(gd, data, {
+    title: opts.title ? { text: opts.title, x: 0, xanchor: "left", font: { size: 13 } } : undefined,
+    width: side + 160, height: side + 110,
+    margin: { l: 10, r: 10, t: opts.title ? 70 : 40, b: 10 },
+    plot_bgcolor: hasNull ? "#e9e9e9" : "#fff",
+    shapes: opts.row === undefined || opts.row === null ? [] : [rowBox(opts.row, n)],
+    xaxis: { ...tokenAxis(labels, side), side: "top", tickangle: opts.tickangle ?? -60, range: [-0.5, n - 0.5], constrain: "domain", title: { text: opts.xTitle || "" } },
+    yaxis: { ...tokenAxis(labels, side), range: [n - 0.5, -0.5], constrain: "domain", scaleanchor: "x", title: { text: opts.yTitle || "" } },
+  }, opts.name || gd.id);
+}
+
+// An outline around one row of a heatmap (the selected position).
+export function rowBox(row, ncols, color = "#D55E00", xref = "x", yref = "y") {
+  return { type: "rect", xref, yref, x0: -0.5, x1: ncols - 0.5, y0: row - 0.5, y1: row + 0.5,
+    line: { color, width: 2 }, fillcolor: "rgba(0,0,0,0)" };
+}
+
+// Show a panel-level note (e.g. an endpoint this server does not offer yet).
+export function setNote(node, message, kind = "note") {
+  if (!node) return;
+  node.textContent = message || "";
+  node.className = `note ${kind}`;
+  node.hidden = !message;
+}
