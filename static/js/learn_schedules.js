@@ -1,0 +1,110 @@
+// Learning-rate schedules panel: the Transformer's and GPT-1's schedules from
+// GET /api/v1/schedules/lr (editable, with kept copies overlaid), and the loaded model's own
+// schedule with the learning rates its trainer really set.
+import { $, C, apiGet, bindPanel, draw, formQuery, int, sci } from "./learn_common.js";
+
+const panel = $("schedule-panel");
+const form = $("schedule-form");
+const kept = [];  // traces of earlier settings, drawn dashed
+let current = [];
+
+function label(body) {
+  const p = body.params;
+  return body.kind === "transformer"
+    ? `Transformer d_model=${p.d_model}, warmup=${int(p.warmup)}`
+    : `GPT-1 max_lr=${sci(p.max_lr)}, warmup=${int(p.warmup)}, min_lr=${sci(p.min_lr)}`;
+}
+
+function curveTrace(body, color, dash = "solid", name = null) {
+  return {
+    x: body.step, y: body.lr, type: "scatter", mode: "lines", name: name || label(body),
+    line: { color, width: dash === "solid" ? 2.5 : 1.5, dash },
+    hovertemplate: "step %{x:,}<br>learning rate %{y:.4e}<extra>%{fullData.name}</extra>",
+  };
+}
+
+function peakTrace(bodies) {
+  return {
+    x: bodies.map((b) => b.peak.step), y: bodies.map((b) => b.peak.lr), type: "scatter", mode: "markers+text",
+    name: "peaks", showlegend: false, cliponaxis: false, marker: { size: 9, color: bodies.map((b) => (b.kind === "transformer" ? C.blue : C.orange)),
+      line: { color: "#fff", width: 1 } },
+    text: bodies.map((b) => `peak ${sci(b.peak.lr, 2)} at step ${int(b.peak.step)}`), textposition: "top right",
+    hovertemplate: "peak at step %{x:,}<br>learning rate %{y:.4e}<extra></extra>",
+  };
+}
+
+async function loadPublished(signal) {
+  const both = formQuery(form);
+  const tq = formQuery(form, "t");
+  const gq = formQuery(form, "g");
+  for (const [k, v] of both) { tq.set(k, v); gq.set(k, v); }
+  const [t, g] = await Promise.all([
+    apiGet(`/schedules/lr?kind=transformer&${tq}`, signal),
+    apiGet(`/schedules/lr?kind=gpt1&${gq}`, signal),
+  ]);
+  current = [t, g];
+  const data = [...kept, curveTrace(t, C.blue), curveTrace(g, C.orange), peakTrace([t, g])];
+  await draw("schedule-plot", data, {
+    xaxis: { title: { text: "update step" }, tickformat: ",d" },
+    yaxis: { title: { text: "learning rate" }, exponentformat: "e", rangemode: "tozero" },
+    legend: { orientation: "h", y: -0.25, x: 0 }, height: 380,
+  });
+  $("schedule-summary").textContent =
+    `Transformer: rises to ${sci(t.peak.lr, 2)} at step ${int(t.peak.step)} and has fallen to ` +
+    `${sci(t.end.lr, 2)} by step ${int(t.end.step)}, still above zero. ` +
+    `GPT-1: rises to ${sci(g.peak.lr, 2)} at step ${int(g.peak.step)} and reaches ${sci(g.end.lr, 2)} ` +
+    `at step ${int(g.end.step)}. Hover a curve for the exact rate at any step.`;
+}
+
+$("schedule-pin").addEventListener("click", () => {
+  const dashes = ["dash", "dot", "dashdot", "longdash"];
+  const dash = dashes[(kept.length / 2) % dashes.length];
+  for (const b of current) kept.push(curveTrace(b, b.kind === "transformer" ? C.sky : C.vermillion, dash, `kept: ${label(b)}`));
+  runPublished();
+});
+$("schedule-clear").addEventListener("click", () => { kept.length = 0; runPublished(); });
+
+const runPublished = bindPanel(panel, form, loadPublished);
+
+// --- the loaded model's own schedule ----------------------------------------------------------
+
+const mform = $("model-schedule-form");
+const mpanel = $("model-schedule-box");
+const fields = { max_lr: "m-max-lr", warmup: "m-warmup", min_lr: "m-min-lr", total_steps: "m-total" };
+let recorded = null;
+
+function fillFields(schedule, always = false) {
+  for (const [k, id] of Object.entries(fields)) if (always || $(id).value === "") $(id).value = schedule[k];
+}
+
+async function loadModel(signal) {
+  const body = await apiGet(`/schedules/lr?kind=model&${formQuery(mform)}`, signal);
+  recorded = body.checkpoint_schedule;
+  fillFields(recorded);
+  const data = [curveTrace(body, C.blue, "solid", "schedule (model.schedules.warmup_cosine)")];
+  if (body.history) {
+    data.push({
+      x: body.history.step, y: body.history.lr, type: "scatter", mode: "markers", name: "rate the trainer set",
+      marker: { color: C.orange, size: 6, symbol: "circle-open", line: { width: 1.5 } },
+      customdata: body.history.loss,
+      hovertemplate: "update at step %{x:,}<br>learning rate %{y:.4e}<br>training loss %{customdata:.4f} nats<extra></extra>",
+    });
+  }
+  await draw("model-schedule-plot", data, {
+    xaxis: { title: { text: "update step" }, tickformat: ",d" },
+    yaxis: { title: { text: "learning rate" }, exponentformat: "e", rangemode: "tozero" },
+  });
+  const r = recorded;
+  let text = `Recorded in checkpoint.json: warm up over ${int(r.warmup)} updates to ${sci(r.max_lr, 2)}, then a cosine ` +
+    `down to ${sci(r.min_lr, 2)} at step ${int(r.total_steps)}.`;
+  if (body.history && body.history_max_abs_diff !== null) {
+    text += ` Across all ${int(body.history.step.length)} recorded updates the rate the trainer set differs from the curve by at most ` +
+      `${body.history_max_abs_diff === 0 ? "0: they are identical" : sci(body.history_max_abs_diff, 2)}.`;
+  } else if (body.history) {
+    text += " The curve now shows your edited values; the dots still show the recorded run.";
+  }
+  $("model-schedule-summary").textContent = text;
+}
+
+const runModel = bindPanel(mpanel, mform, loadModel);
+$("model-schedule-reset").addEventListener("click", () => { if (recorded) { fillFields(recorded, true); runModel(); } });

@@ -1,0 +1,57 @@
+// Sizes panel: the parameter count of a preset or any config (GET /api/v1/params, which calls
+// model.gpt.count_params) and the table of known models (GET /api/v1/params/presets).
+import { showError } from "./api.js";
+import { $, SERIES, apiGet, bindPanel, draw, formQuery, int, pct } from "./learn_common.js";
+
+const panel = $("sizes-panel");
+const form = $("params-form");
+const preset = $("params-preset");
+const FIELDS = { n_layer: "params-layers", d_model: "params-d", n_head: "params-heads", vocab_size: "params-vocab", n_ctx: "params-ctx" };
+
+function row(label, value, note = "") {
+  return `<tr><th scope="row">${label}</th><td class="num">${value}</td><td class="cell-note">${note}</td></tr>`;
+}
+
+async function load(signal) {
+  const b = await apiGet(`/params?${formQuery(form)}`, signal);
+  const c = b.counts;
+  const cfg = b.config;
+  for (const [k, id] of Object.entries(FIELDS)) $(id).placeholder = int(cfg[k]);
+  $("params-table").querySelector("tbody").innerHTML = [
+    row("Every parameter", int(c.total), "what the model trains; a tied matrix counted once"),
+    row("Paper convention", int(c.seed_convention), "weight matrices and embedding tables only"),
+    row("Token embedding", int(c.token_embedding), `${int(cfg.vocab_size)} × ${int(cfg.d_model)}: ${pct(b.token_embedding_share)} of the paper count`),
+    row("Position embedding", int(c.position_embedding), `${int(cfg.n_ctx)} × ${int(cfg.d_model)}`),
+    row("One block's weights", int(c.per_block_seed_convention),
+      `attention ${int(c.attention_weights_per_block)} + MLP ${int(c.mlp_weights_per_block)}; 12d² = ${int(b.twelve_d_squared)}`),
+    row(`All ${int(cfg.n_layer)} blocks`, int(b.non_embedding), "the non-embedding parameters (N in the scaling law)"),
+    row("Biases and LayerNorm", int(c.biases_and_norms), "the difference between the first two rows"),
+  ].join("");
+  await draw("params-plot", b.parts.map((p, i) => ({
+    x: [p.count], y: ["parameters"], type: "bar", orientation: "h", name: p.label, marker: { color: SERIES[i % SERIES.length] },
+    customdata: [p.share], hovertemplate: `${p.label}<br>%{x:,} parameters<br>%{customdata:.2%} of all<extra></extra>`,
+  })), { barmode: "stack", height: 240, xaxis: { title: { text: "parameters" }, exponentformat: "SI" },
+    yaxis: { showticklabels: false }, legend: { orientation: "h", y: -0.45, x: 0 }, margin: { l: 10, r: 10, t: 10, b: 40 } });
+  $("params-summary").textContent =
+    `${preset.options[preset.selectedIndex].text}${[...Object.values(FIELDS)].some((id) => $(id).value !== "") ? " (edited)" : ""}: ` +
+    `${int(c.seed_convention)} by the paper's convention, ${int(c.total)} counting everything. ` +
+    `The token embedding table alone is ${pct(b.token_embedding_share)} of it, embeddings together ${pct(b.embedding_share)}; ` +
+    "that share shrinks as models get wider and deeper, because blocks grow with d² and the table only with d.";
+}
+
+preset.addEventListener("change", () => { for (const id of Object.values(FIELDS)) $(id).value = ""; });
+bindPanel(panel, form, load);
+
+async function loadPresets() {
+  const b = await apiGet("/params/presets");
+  $("presets-table").querySelector("tbody").innerHTML = b.presets.map((p) => `<tr>
+    <td>${p.label}</td><td class="num">${int(p.config.n_layer)}</td><td class="num">${int(p.config.d_model)}</td>
+    <td class="num">${int(p.config.vocab_size)}</td><td class="num">${int(p.seed_convention)}</td><td class="num">${int(p.total)}</td>
+    <td class="num">${pct(p.token_embedding_share)}</td></tr>`).join("");
+  const gpt3 = b.presets.find((p) => p.name === "gpt3");
+  if (gpt3) {
+    $("presets-note").textContent = `One GPT-3 block, at width d = ${int(gpt3.config.d_model)}, holds ${int(gpt3.per_block)} ` +
+      "weights on its own: 12d², two thirds of them in the MLP.";
+  }
+}
+loadPresets().catch(showError);

@@ -1,0 +1,140 @@
+"""The learning page (/learn) in a real headless Chromium: every panel draws what its /api/v1
+endpoint returns, an edited schedule parameter redraws the curve, the GELU markers sit where the
+API puts them, and a refused value names its field."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+PANELS = ["schedule-panel", "model-schedule-box", "gelu-panel", "loss-panel", "smoothing-panel", "softmax-panel",
+          "sizes-panel", "kv-panel", "scaling-panel", "optimizers-panel"]
+
+
+def api(page, live_url: str, path: str) -> dict:
+    resp = page.request.get(f"{live_url}/api/v1{path}")
+    assert resp.ok, resp.text()
+    return resp.json()
+
+
+def traces(page, el_id: str) -> list[dict]:
+    """The data of a Plotly plot as drawn: name, x, y of every trace."""
+    return page.evaluate(
+        """(id) => document.getElementById(id).data.map((t) => ({name: t.name, x: Array.from(t.x || []),
+             y: Array.from(t.y || []), mode: t.mode || null}))""", el_id)
+
+
+def trace(page, el_id: str, name_start: str) -> dict:
+    found = [t for t in traces(page, el_id) if (t["name"] or "").startswith(name_start)]
+    assert found, f"no trace named {name_start!r} in #{el_id}: {[t['name'] for t in traces(page, el_id)]}"
+    return found[0]
+
+
+def wait_ready(page, panel: str) -> None:
+    page.wait_for_selector(f'#{panel}[data-ready="1"]', state="attached")
+
+
+def open_learn(page, live_url: str) -> None:
+    page.goto(f"{live_url}/learn")
+    for panel in PANELS:
+        wait_ready(page, panel)
+
+
+def edit(page, panel: str, selector: str, value: str) -> None:
+    """Type a new value the way a reader does and wait until the panel has redrawn."""
+    page.evaluate("(id) => { delete document.getElementById(id).dataset.ready; }", panel)
+    page.fill(selector, value)
+    wait_ready(page, panel)
+
+
+def test_learn_page_draws_every_panel_from_the_api(page, live_url, screenshot):
+    open_learn(page, live_url)
+    assert page.locator('nav a[aria-current="page"]').inner_text() == "Learning"
+    assert not page.console_errors, page.console_errors
+    assert not [u for u in page.requests if not u.startswith(live_url)], "the page must work offline"
+
+    t = api(page, live_url, "/schedules/lr?kind=transformer")
+    g = api(page, live_url, "/schedules/lr?kind=gpt1")
+    drawn_t = trace(page, "schedule-plot", "Transformer")
+    drawn_g = trace(page, "schedule-plot", "GPT-1")
+    assert drawn_t["x"] == t["step"] and drawn_t["y"] == t["lr"]
+    assert drawn_g["x"] == g["step"] and drawn_g["y"] == g["lr"]
+    summary = page.inner_text("#schedule-summary")
+    assert "6.99e-4 at step 4,000" in summary and "1.40e-4 by step 100,000" in summary
+    assert "2.50e-4 at step 2,000" in summary
+
+    m = api(page, live_url, "/schedules/lr?kind=model")
+    assert trace(page, "model-schedule-plot", "rate the trainer set")["y"] == m["history"]["lr"]
+    assert "identical" in page.inner_text("#model-schedule-summary")
+
+    assert "1.386" in page.inner_text("#loss-summary")
+    assert "Sum of all the gradients: 0" in page.inner_text("#grad-summary")
+    assert "1.3769 nats" in page.inner_text("#smoothing-summary")
+    assert "116,414,976" in page.inner_text("#params-table") and "26.7%" in page.inner_text("#params-table")
+    assert "1,811,939,328" in page.inner_text("#presets-note")
+    sm = page.inner_text("#softmax-summary")
+    assert "d_k = 64" in sm and "variance 63.8" in sm
+    assert "4 times smaller" in page.inner_text("#kv-summary")
+    assert len([t for t in traces(page, "optimizers-plot") if t["mode"] == "lines+markers"]) == 4
+
+    path = screenshot(page, "learn")
+    assert path.exists() and path.stat().st_size > 50_000
+
+
+def test_editing_a_schedule_parameter_redraws_the_curve(page, live_url):
+    open_learn(page, live_url)
+    before = trace(page, "schedule-plot", "Transformer")
+    edit(page, "schedule-panel", "#t-warmup", "8000")
+    after = trace(page, "schedule-plot", "Transformer")
+    want = api(page, live_url, "/schedules/lr?kind=transformer&warmup=8000&total_steps=100000&d_model=512")
+    assert after["y"] == want["lr"] and after["y"] != before["y"]
+    assert max(after["y"]) == want["peak"]["lr"] and want["peak"]["step"] == 8000
+    assert "at step 8,000" in page.inner_text("#schedule-summary")
+
+    edit(page, "schedule-panel", "#g-max-lr", "0.0005")
+    gpt1 = trace(page, "schedule-plot", "GPT-1")
+    assert max(gpt1["y"]) == pytest.approx(5e-4)
+
+    # keep these curves, edit again: the kept ones stay, dashed, beside the new ones
+    page.click("#schedule-pin")
+    wait_ready(page, "schedule-panel")
+    edit(page, "schedule-panel", "#s-total", "50000")
+    names = [t["name"] for t in traces(page, "schedule-plot")]
+    assert sum(n.startswith("kept:") for n in names) == 2
+    assert trace(page, "schedule-plot", "Transformer")["x"][-1] == 50_000
+    assert trace(page, "schedule-plot", "kept: Transformer")["x"][-1] == 100_000
+
+    # the model's own schedule: an edited max_lr moves the curve, the recorded dots stay
+    m = api(page, live_url, "/schedules/lr?kind=model")
+    edit(page, "model-schedule-box", "#m-max-lr", str(m["checkpoint_schedule"]["max_lr"] / 2))
+    assert max(trace(page, "model-schedule-plot", "schedule")["y"]) == pytest.approx(m["checkpoint_schedule"]["max_lr"] / 2)
+    assert trace(page, "model-schedule-plot", "rate the trainer set")["y"] == m["history"]["lr"]
+    assert not page.console_errors, page.console_errors
+
+
+def test_gelu_markers_sit_where_the_api_says(page, live_url):
+    open_learn(page, live_url)
+    b = api(page, live_url, "/curves/gelu")
+    minimum = trace(page, "gelu-plot", "GELU minimum")
+    assert minimum["x"] == [b["minimum"]["x"]] and minimum["y"] == [b["minimum"]["y"]]
+    assert minimum["x"][0] == pytest.approx(-0.752, abs=1e-3) and minimum["y"][0] == pytest.approx(-0.170, abs=1e-3)
+    slope = trace(page, "gelu-grad-plot", "GELU slope at x = -1")
+    assert slope["x"] == [-1.0] and slope["y"][0] == pytest.approx(-0.083, abs=1e-3)
+    notes = page.evaluate("() => document.getElementById('gelu-plot').layout.annotations.map((a) => a.text)")
+    assert any("-0.170" in n and "-0.752" in n for n in notes)
+    assert "-0.0833" in page.inner_text("#gelu-summary")
+
+    edit(page, "gelu-panel", "#gelu-xmin", "-2")
+    assert trace(page, "gelu-plot", "GELU = x")["x"][0] == -2.0
+
+
+def test_a_refused_value_names_its_field_and_clears_when_fixed(page, live_url):
+    open_learn(page, live_url)
+    page.fill("#kv-kvheads", "5")
+    page.wait_for_selector("#kv-panel[data-error]", state="attached")
+    box = page.locator("#error")
+    assert box.is_visible() and "n_kv_head" in box.inner_text()
+    edit(page, "kv-panel", "#kv-kvheads", "16")
+    assert not box.is_visible()
+    assert "2 query heads sharing each" in page.inner_text("#kv-summary")
