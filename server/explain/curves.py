@@ -25,9 +25,7 @@ from ..service import ModelService
 
 def query_error(field: str, message: str) -> InputError:
     """An InputError about a query parameter (loc ["query", field] where errors.py supports it)."""
-    err = InputError(field, message)
-    err.where = "query"
-    return err
+    return InputError(field, message, where="query")
 
 
 def _finite(values: Sequence[float], field: str) -> list[float]:

@@ -13,6 +13,8 @@ from ..explain import curves
 from ..schemas import curves as S
 from ..schemas.common import ERROR_RESPONSES
 
+MAX_QK_NUMBERS = 2_000_000
+
 router = APIRouter(tags=["curves"])
 
 Points = Annotated[int, Query(ge=2, le=4000, description="how many points on the curve")]
@@ -74,14 +76,16 @@ def label_smoothing(epsilon: Annotated[float, Query(ge=0, le=1)] = 0.1,
 @router.get("/curves/softmax-scale", response_model=S.SoftmaxScaleResponse, responses=ERROR_RESPONSES,
             summary="Random q.k before and after dividing by sqrt(d_k); softmax temperature and shift invariance")
 def softmax_scale(
-    d_k: Annotated[int, Query(ge=1, le=4096, description="key/query width")] = 64,
-    samples: Annotated[int, Query(ge=100, le=100_000, description="random (q, k) pairs")] = 20_000,
+    d_k: Annotated[int, Query(ge=1, le=1024, description="key/query width")] = 64,
+    samples: Annotated[int, Query(ge=100, le=100_000, description=f"random (q, k) pairs; samples x d_k at most {MAX_QK_NUMBERS:,}")] = 20_000,
     seed: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
     n_keys: Annotated[int, Query(ge=2, le=64, description="keys in the example attention row")] = 8,
     logits: Annotated[str, Query(max_length=2000, description="2 to 64 comma-separated scores, each within +-100")] = DEFAULT_LOGITS,
     temperature: Annotated[float, Query(ge=0.05, le=20)] = 0.5,
     shift: Annotated[float, Query(ge=-1000, le=1000, description="added to every logit")] = 100.0,
 ) -> S.SoftmaxScaleResponse:
+    if samples * d_k > MAX_QK_NUMBERS:  # bounded work per request
+        raise curves.query_error("samples", f"samples x d_k is {samples * d_k:,}; the limit is {MAX_QK_NUMBERS:,}")
     return curves.softmax_scale(d_k, samples, seed, n_keys, logits, temperature, shift)
 
 
