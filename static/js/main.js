@@ -52,8 +52,9 @@ function num(v, dflt = null) {
 function readUrl() {
   const q = new URLSearchParams(location.search);
   if (q.has("text")) $("prompt").value = q.get("text");
-  state.layer = int(q.get("layer"), 0);
-  state.head = int(q.get("head"), 0);
+  const shape = $("prompt-panel").dataset;   // the loaded model's shape, as /api/v1/health reports it
+  state.layer = Math.min(int(q.get("layer"), 0), Math.max(0, (+shape.nLayer || 1) - 1));
+  state.head = Math.min(int(q.get("head"), 0), Math.max(0, (+shape.nHead || 1) - 1));
   state.position = int(q.get("position"));
   state.target = int(q.get("target"));
   state.feature = int(q.get("feature"), 0);
@@ -230,9 +231,10 @@ function currentStage() {
     const r = active.getBoundingClientRect();
     if (r.bottom > 0 && r.top < innerHeight) return list.indexOf(active);
   }
-  const barH = $("selection-bar").getBoundingClientRect().bottom;
+  if (scrollY < 4) return -1;          // at the very top the prompt is the current place
+  const barBottom = $("selection-bar").getBoundingClientRect().bottom;
   let idx = -1;
-  list.forEach((s, i) => { if (s.getBoundingClientRect().top <= barH + 12) idx = i; });
+  list.forEach((s, i) => { if (s.getBoundingClientRect().top <= barBottom + 12) idx = i; });
   return idx;
 }
 
@@ -240,10 +242,12 @@ function goToStage(i) {
   const list = stages();
   i = Math.max(0, Math.min(list.length - 1, i));
   const s = list[i];
-  s.scrollIntoView({ block: "start", behavior: "auto" });
+  // put the stage just under the sticky bar
+  const y = s.getBoundingClientRect().top + scrollY - $("selection-bar").offsetHeight - 8;
+  scrollTo({ top: Math.max(0, y), behavior: "instant" });
   s.focus({ preventScroll: true });
-  drawNearby();
   markNav(i);
+  drawNearby();
 }
 
 function markNav(i) {

@@ -1,6 +1,6 @@
 // Stage 2: the token-embedding matrix as a 2-D PCA scatter, nearest neighbours by cosine, and the
 // learned vs sinusoidal position-similarity matrices. Data: GET /api/v1/embeddings/{projection,neighbours,positions}.
-import { apiGet, visible } from "./api.js";
+import { apiGet, apiPost, visible } from "./api.js";
 import { missingNote, offers } from "./endpoints.js";
 import { $, OKABE, addDownloads, draw, el, fmt, later, setNote, squareHeatmap } from "./viz.js";
 
@@ -77,7 +77,7 @@ function drawProjection() {
     hovertemplate: "“%{text}” id %{customdata}<br>PC1 %{x:.3f}, PC2 %{y:.3f}<extra></extra>",
   }, mark(promptIds, "your prompt", OKABE.vermillion, 9, true)];
   if (neighbours) {
-    data.push(mark(neighbours.neighbours.map((n) => n.id), "neighbours", OKABE.blue, 9, true));
+    data.push(mark(neighbours.neighbours.map((n) => n.id), "neighbours", OKABE.blue, 9, false));
     data.push(mark([neighbours.id], "searched", OKABE.black, 12, true));
   }
   const pc = (i) => (evr[i] !== undefined ? ` (${(100 * evr[i]).toFixed(1)}% of the variance)` : "");
@@ -94,7 +94,7 @@ function drawProjection() {
       const p = ev.points && ev.points[0];
       if (p && p.customdata !== undefined) {
         const t = byId.get(p.customdata);
-        if (t) { $("nb-search").value = t.text; searchNeighbours(t.text); }
+        if (t) { $("nb-search").value = t.text; searchNeighbours(t.text, t.id); }
       }
     });
   }
@@ -107,20 +107,43 @@ function drawPositions(which) {
   else squareHeatmap($("pos-sin-plot"), positions.sinusoidal_similarity, labels, { ...opts, name: "position-similarity-sinusoidal" });
 }
 
-export async function searchNeighbours(query) {
+// Find the token first (POST /tokenize with the model's own tokenizer), so a word that is not a
+// single token gets a friendly choice instead of a refused request; then GET .../neighbours?id=.
+export async function searchNeighbours(query, byId = null) {
   const status = $("nb-status");
   const list = $("nb-list");
   if (nbController) nbController.abort();
-  if (!query) { neighbours = null; list.replaceChildren(); status.textContent = ""; if (projection) drawProjection(); return; }
+  if (!query && byId === null) { neighbours = null; list.replaceChildren(); status.textContent = ""; if (projection) drawProjection(); return; }
   nbController = new AbortController();
+  const signal = nbController.signal;
   try {
-    const res = await apiGet(`/embeddings/neighbours?token=${encodeURIComponent(query)}`, nbController.signal);
+    let id = byId;
+    let pieces = [];
+    if (id === null) {
+      const tok = await apiPost("/tokenize", { text: query, encoding: "model" }, signal);
+      pieces = tok.tokens;
+      if (tok.tokens.length === 1) id = tok.tokens[0].id;
+      else if (!query.startsWith(" ")) {     // most words are stored with their leading space
+        const spaced = await apiPost("/tokenize", { text: ` ${query}`, encoding: "model" }, signal);
+        if (spaced.tokens.length === 1) id = spaced.tokens[0].id;
+      }
+    }
+    if (id === null) {
+      neighbours = null;
+      status.textContent = `“${visible(query)}” is ${pieces.length} tokens in this vocabulary; pick one:`;
+      list.replaceChildren(...pieces.map((t) => el("li", {}, el("button", { type: "button", class: "chip", "data-id": t.id,
+        onclick: () => { $("nb-search").value = t.text; searchNeighbours(t.text, t.id); } },
+      el("span", { class: "mono", text: `“${visible(t.text)}”` }), ` id ${t.id}`))));
+      if (projection) drawProjection();
+      return;
+    }
+    const res = await apiGet(`/embeddings/neighbours?id=${id}`, signal);
     neighbours = res;
     status.textContent = `“${visible(res.text)}” (id ${res.id}); closest rows of W_E by cosine:`;
     list.replaceChildren(...res.neighbours.map((n) => el("li", {},
       el("button", { type: "button", class: "chip", "data-id": n.id, title: `id ${n.id}`,
-        onclick: () => { if (onPickToken) onPickToken(n); $("nb-search").value = n.text; searchNeighbours(n.text); } },
-        el("span", { class: "mono", text: `“${visible(n.text)}”` }), ` ${fmt(n.cosine, 3)}`))));
+        onclick: () => { if (onPickToken) onPickToken(n); $("nb-search").value = n.text; searchNeighbours(n.text, n.id); } },
+      el("span", { class: "mono", text: `“${visible(n.text)}”` }), ` ${fmt(n.cosine, 3)}`))));
     $("embedding-space-panel").dataset.neighbours = String(res.id);
     if (projection) drawProjection();
   } catch (err) {

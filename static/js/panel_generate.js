@@ -128,7 +128,7 @@ function drawAttention(last) {
     title: { text: `step ${last.step}: the query is “${keys[keys.length - 1] ?? ""}” (position ${keyIds.length - 1}); cache holds ${last.cache.positions} positions`,
       x: 0, xanchor: "left", font: { size: 12 } },
     xaxis: { ...tokenAxis(keys, width - 200), tickangle: -60, title: { text: "cached position" } },
-    yaxis: { tickmode: "array", tickvals: names.map((_, i) => i), ticktext: names, autorange: "reversed", tickfont: { size: 10 } },
+    yaxis: { tickmode: "array", tickvals: names.map((_, i) => i), ticktext: names, autorange: "reversed", tickfont: { size: 10 }, automargin: true },
     margin: { l: 10, r: 10, t: 40, b: 10 },
   }, "generation-step");
 }

@@ -99,7 +99,11 @@ async function tokenizeReplacement() {
   $("iv-add").disabled = true;
   if (!value) { status.textContent = ""; return; }
   try {
-    const res = await apiPost("/tokenize", { text: value, encoding: "model" });
+    let res = await apiPost("/tokenize", { text: value, encoding: "model" });
+    if (res.tokens.length !== 1 && !value.startsWith(" ")) {   // most words are stored with their leading space
+      const spaced = await apiPost("/tokenize", { text: ` ${value}`, encoding: "model" });
+      if (spaced.tokens.length === 1) res = spaced;
+    }
     if (res.tokens.length === 1) {
       const t = res.tokens[0];
       pendingId = { id: t.id, text: t.text };
@@ -107,7 +111,7 @@ async function tokenizeReplacement() {
       $("iv-add").disabled = false;
     } else {
       status.textContent = `that is ${res.tokens.length} tokens (${res.tokens.map((t) => `“${visible(t.text)}”`).join(" ")}); a swap needs exactly one. ` +
-        "Tip: most words carry their leading space.";
+        "Try a shorter piece.";
     }
   } catch (err) {
     status.textContent = err.message;
@@ -120,7 +124,9 @@ async function suggest() {
   const t = tokens[p];
   if (!t || !offers("get", "/embeddings/neighbours")) { box.replaceChildren(); return; }
   try {
-    const res = await apiGet(`/embeddings/neighbours?token=${encodeURIComponent(t.text)}`);
+    const res = await apiGet(`/embeddings/neighbours?id=${t.id}`);
+    if (+$("iv-pos").value !== p) return;     // the reader picked another position meanwhile
+    box.dataset.position = String(p);
     box.replaceChildren(el("span", { class: "muted", text: "or pick a neighbour: " }),
       ...res.neighbours.slice(0, 8).map((n) => el("button", { type: "button", class: "chip", "data-id": n.id,
         title: `id ${n.id}, cosine ${fmt(n.cosine, 3)}`, onclick: () => addEdit(p, n.id, n.text) },
@@ -176,6 +182,7 @@ function draw_() {
   const r = result;
   const none = !cfg.heads.length && !cfg.mlps.length && !cfg.edits.length;
   const lossTxt = (x) => (x === null || x === undefined ? "—" : `${fmt(x, 3)} nats`);
+  $("iv-stats").dataset.kl = String(r.kl_divergence);
   $("iv-stats").innerHTML = (none ? "Nothing switched off yet: both runs are the same. " : "") +
     `Prompt loss: clean <b>${lossTxt(r.clean.loss)}</b> · altered <b>${lossTxt(r.altered.loss)}</b> · ` +
     `KL(clean ‖ altered) of the next-token distributions: <b>${fmt(r.kl_divergence, 4)}</b> nats. ` +

@@ -46,7 +46,7 @@ export function el(tag, attrs = {}, ...children) {
 // the hover always names every token.
 export function tokenAxis(labels, px, extra = {}) {
   const n = labels.length;
-  const size = n > 40 ? 9 : n > 20 ? 10 : 12;
+  const size = Math.max(9, Math.min(12, Math.floor(px / Math.max(1, n)) - 2));
   const step = Math.max(1, Math.ceil(n / Math.max(1, Math.floor(px / (size + 2)))));
   const vals = labels.map((_, i) => i).filter((i) => i % step === 0);
   return {
@@ -196,7 +196,7 @@ export function addDownloads(figure, name, getData, { svgEl = null } = {}) {
     if (svg) downloadSvgElement(svg, format, name);
     else if (figure._fullLayout) downloadPlotly(figure, format, name);
   };
-  const bar = el("div", { class: "dl-bar", role: "group", "aria-label": `download ${name}` },
+  const bar = el("div", { class: "dl-bar", role: "group", "aria-label": `download ${name}`, "data-for": figure.id },
     el("span", { class: "dl-label", text: "download" }),
     el("button", { type: "button", class: "dl", "data-format": "png", title: `${name} as a PNG image`, onclick: image("png"), text: "PNG" }),
     el("button", { type: "button", class: "dl", "data-format": "svg", title: `${name} as an SVG image`, onclick: image("svg"), text: "SVG" }),
@@ -234,10 +234,12 @@ export function tokenFeatureHeatmap(gd, z, opts) {
   }, opts.name || gd.id);
 }
 
+const plainAxis = { tickmode: "auto", nticks: 9, showgrid: false, zeroline: false, automargin: true };
+
 // A (T x T) query-by-key map. `cells` may hold null (drawn as the masked "−∞").
 export function squareHeatmap(gd, z, labels, opts = {}) {
   const n = labels.length;
-  const side = Math.max(180, Math.min(opts.maxSide || 560, n * (opts.cell || 14)));
+  const side = Math.max(180, Math.min(opts.maxSide || 560, Math.max(n * (opts.cell || 14), opts.minSide || 0)));
   const signed = !!opts.signed;
   const lim = signed ? (opts.limit ?? signedLimit(z)) : null;
   const hasNull = z.some((r) => r.some((v) => v === null));
@@ -247,6 +249,7 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     colorscale: signed ? SIGNED : SEQ,
     zmin: signed ? -lim : (opts.zmin ?? 0), zmax: signed ? lim : (opts.zmax ?? 1), zmid: signed ? 0 : undefined,
     colorbar: { title: { text: opts.colorTitle || "", side: "right" }, thickness: 10 },
+    showscale: opts.colorbar !== false,
     text, hoverongaps: true,
     customdata: opts.plain ? null : labels.map((q) => labels.map((k) => [q, k])),
     hovertemplate: "query %{y} “%{customdata[0]}” · key %{x} “%{customdata[1]}”<br>" + (opts.hoverName || "value") + " %{text}<extra></extra>",
@@ -256,7 +259,7 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     delete data[0].customdata;
     data[0].hovertemplate = `${opts.yTitle} %{y} · ${opts.xTitle} %{x}<br>${opts.hoverName || "value"} %{z:.4f}<extra></extra>`;
   }
-  if (hasNull && n <= 24) {
+  if (hasNull && side / n >= 16) {
     // write −∞ into the masked cells while they are large enough to read
     data.push({
       type: "scatter", mode: "text", hoverinfo: "skip", showlegend: false,
@@ -266,12 +269,12 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
   }
   draw(gd, data, {
     title: opts.title ? { text: opts.title, x: 0, xanchor: "left", font: { size: 13 } } : undefined,
-    width: side + 160, height: side + 110,
+    width: side + (opts.colorbar === false ? 90 : 150), height: side + 110,
     margin: { l: 10, r: 10, t: opts.title ? 70 : 40, b: 10 },
     plot_bgcolor: hasNull ? "#e9e9e9" : "#fff",
     shapes: opts.row === undefined || opts.row === null ? [] : [rowBox(opts.row, n)],
-    xaxis: { ...tokenAxis(labels, side), side: "top", tickangle: opts.tickangle ?? -60, range: [-0.5, n - 0.5], constrain: "domain", title: { text: opts.xTitle || "" } },
-    yaxis: { ...tokenAxis(labels, side), range: [n - 0.5, -0.5], constrain: "domain", scaleanchor: "x", title: { text: opts.yTitle || "" } },
+    xaxis: { ...(opts.plain ? plainAxis : tokenAxis(labels, side)), side: "top", tickangle: opts.tickangle ?? -60, range: [-0.5, n - 0.5], constrain: "domain", title: { text: opts.xTitle || "" } },
+    yaxis: { ...(opts.plain ? plainAxis : tokenAxis(labels, side)), range: [n - 0.5, -0.5], constrain: "domain", scaleanchor: "x", title: { text: opts.yTitle || "" } },
   }, opts.name || gd.id);
 }
 

@@ -1,0 +1,437 @@
+"""The forward-pass page's ten stages in a real headless Chromium: keyboard walk, model view ->
+large head, sampling sliders, generation stepper replayed against the API, interventions,
+the decomposition self-check, downloads and the URL. Every number checked against the API."""
+
+from __future__ import annotations
+
+import json
+import math
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+PROMPT = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?"
+STAGES = ["tokens-panel", "embedding-space-panel", "block-panel", "attention-panel", "mlp-panel",
+          "residual-panel", "next-panel", "generate-panel", "intervene-panel", "decomposition-panel"]
+# the plots each stage draws (the lazy drawing queue draws them when the stage comes near)
+STAGE_PLOTS = {
+    "tokens-panel": ["emb-token-plot", "emb-pos-plot", "emb-sum-plot"],
+    "embedding-space-panel": ["proj-plot", "pos-learned-plot", "pos-sin-plot"],
+    "block-panel": ["ln-plot", "qkv-plot", "scores-plot", "masked-plot", "pattern-plot", "z-plot", "result-plot", "resid-add-plot"],
+    "attention-panel": ["model-view-plot", "query-bars-plot"],
+    "mlp-panel": ["mlp-hist-plot", "mlp-top-plot"],
+    "residual-panel": ["resid-norm-plot", "lens-plot"],
+    "next-panel": ["sampling-plot", "loss-plot"],
+    "intervene-panel": ["iv-plot"],
+    "decomposition-panel": ["dc-plot"],
+}
+
+
+def visible(text: str) -> str:
+    return text.replace(" ", "·").replace("\n", "↵").replace("\t", "→").replace("\r", "␍")
+
+
+def query_of(url: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(url).query, keep_blank_values=True).items()}
+
+
+def api(page, live_url: str, path: str, body: dict | None = None) -> dict:
+    resp = page.request.post(f"{live_url}/api/v1{path}", data=body) if body is not None else page.request.get(f"{live_url}/api/v1{path}")
+    assert resp.ok, resp.text()
+    return resp.json()
+
+
+def open_page(page, live_url: str, params: dict | None = None) -> None:
+    page.goto(f"{live_url}/?{urlencode(params or {'text': PROMPT})}")
+    page.wait_for_selector('body[data-ready="1"]', state="attached")
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+
+
+def drawn(page, plot_id: str, at_least: int = 1) -> None:
+    """Wait until the plot is drawn; plots far from the viewport wait for the reader, so scroll to it."""
+    page.locator(f"#{plot_id}").scroll_into_view_if_needed()
+    try:
+        page.wait_for_function("([id, n]) => +(document.getElementById(id).dataset.drawn || 0) >= n", arg=[plot_id, at_least])
+    except Exception as exc:
+        state = page.evaluate("(id) => ({drawn: document.getElementById(id).dataset.drawn, body: {...document.body.dataset},"
+                              " top: document.getElementById(id).getBoundingClientRect().top, h: innerHeight})", plot_id)
+        raise AssertionError(f"#{plot_id} was not drawn: {state}; console: {page.console_errors}") from exc
+
+
+def draws(page, plot_id: str) -> int:
+    return page.evaluate("(id) => +(document.getElementById(id).dataset.drawn || 0)", plot_id)
+
+
+def plot_data(page, plot_id: str) -> list[dict]:
+    return page.evaluate("(id) => document.getElementById(id).data.map(t => ({type: t.type, name: t.name, x: t.x, y: t.y, z: t.z}))", plot_id)
+
+
+def go_stage(page, n: int) -> None:
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("0" if n == 10 else str(n))
+    page.wait_for_function("(n) => document.body.dataset.stage === String(n)", arg=n)
+    for plot in STAGE_PLOTS.get(STAGES[n - 1], []):
+        drawn(page, plot)
+
+
+def test_keyboard_walks_the_ten_stages_and_every_plot_gets_drawn(page, live_url, screenshot):
+    open_page(page, live_url)
+    help_text = page.text_content("#key-help")
+    assert "j" in help_text and "k" in help_text and "next/previous stage" in help_text
+    for i, sid in enumerate(STAGES, start=1):
+        page.keyboard.press("j")
+        page.wait_for_function("(id) => document.activeElement && document.activeElement.id === id", arg=sid)
+        assert page.evaluate("document.body.dataset.stage") == str(i)
+        assert page.get_attribute(f'#stage-nav a[data-stage="{i}"]', "aria-current") == "step"
+        # the stage is on screen, just under the sticky bar
+        top = page.evaluate("(id) => document.getElementById(id).getBoundingClientRect().top", sid)
+        bar = page.evaluate("document.getElementById('selection-bar').getBoundingClientRect().bottom")
+        assert 0 <= top <= bar + 40 or page.evaluate("innerHeight + scrollY >= document.body.scrollHeight - 2")
+        for plot in STAGE_PLOTS.get(sid, []):
+            drawn(page, plot)
+    page.keyboard.press("j")  # past the last stage: stays there
+    assert page.evaluate("document.activeElement.id") == STAGES[-1]
+    page.keyboard.press("k")
+    page.wait_for_function("document.activeElement.id === 'intervene-panel'")
+    page.keyboard.press("3")
+    page.wait_for_function("document.activeElement.id === 'block-panel'")
+    # typing in the prompt never moves between stages
+    page.focus("#prompt")
+    page.keyboard.press("j")
+    assert page.evaluate("document.activeElement.id") == "prompt"
+    page.evaluate("document.activeElement.blur()")
+    page.wait_for_selector('body[data-drawn="1"]', state="attached")
+    screenshot(page, "forward-stages-all")
+    assert page.console_errors == []
+
+
+def test_stage_data_matches_the_api(page, live_url, screenshot):
+    open_page(page, live_url)
+    full = api(page, live_url, "/forward", {"text": PROMPT, "include": ["embeddings", "layernorm", "head_detail", "mlp", "residual",
+                                                                       "logit_lens", "prompt_loss"]})
+    T = len(full["tokens"])
+    labels = [visible(t["text"]) for t in full["tokens"]]
+    go_stage(page, 1)
+    emb = plot_data(page, "emb-sum-plot")[0]
+    assert emb["z"] == full["embeddings"]["sum"]
+    assert f"T</b> = {T} tokens" in page.inner_html("#emb-shapes")
+    go_stage(page, 3)
+    hd = full["head_detail"]
+    assert plot_data(page, "pattern-plot")[0]["z"] == hd["pattern"]
+    masked = plot_data(page, "masked-plot")[0]["z"]
+    assert masked == hd["masked_scores"] and masked[0][1] is None          # −∞ above the diagonal
+    assert [t["z"] for t in plot_data(page, "qkv-plot")] == [hd["q"], hd["k"], hd["v"]]
+    assert plot_data(page, "resid-add-plot")[0]["z"] == [hd["resid_pre"], hd["attn_out"], hd["resid_mid"]]
+    # LayerNorm: pick feature 5 and read the worked numbers
+    page.fill("#ln-feature", "5")
+    page.press("#ln-feature", "Enter")
+    page.wait_for_function("document.getElementById('step-ln').dataset.feature === '5'")
+    table = page.inner_text("#ln-table")
+    ln = full["layernorm"]
+    for v in (ln["input"][5], ln["normalized"][5], ln["gain"][5], ln["output"][5]):
+        assert f"{v:.5f}" in table
+    assert query_of(page.url)["feature"] == "5"
+    go_stage(page, 5)
+    hist = plot_data(page, "mlp-hist-plot")
+    assert hist[0]["x"] == full["mlp"]["layers"][0]["histogram"]["edges"]
+    assert hist[1]["x"] == full["mlp"]["curve_x"] and hist[1]["y"] == full["mlp"]["curve_y"]
+    top = plot_data(page, "mlp-top-plot")[0]
+    assert list(reversed(top["x"])) == [n["post"] for n in full["mlp"]["top_neurons"]]
+    go_stage(page, 6)
+    assert plot_data(page, "resid-norm-plot")[0]["z"] == full["residual"]["norms"]
+    assert plot_data(page, "lens-plot")[0]["z"] == full["logit_lens"]["actual_next_prob"]
+    go_stage(page, 7)
+    loss = plot_data(page, "loss-plot")
+    assert loss[0]["y"] == [p["prob"] for p in full["prompt_loss"]["positions"]]
+    stats = page.inner_text("#loss-stats")
+    assert f"{full['prompt_loss']['perplexity']:.2f}" in stats and f"{full['prompt_loss']['mean_loss']:.3f}" in stats
+    assert len(labels) == T
+    assert page.console_errors == []
+
+
+def test_model_view_click_opens_that_head(page, live_url, screenshot):
+    open_page(page, live_url)
+    go_stage(page, 4)
+    assert page.evaluate("document.getElementById('model-view-plot').dataset.grid") == "4x4"
+    layer, head = 2, 1
+    k = layer * 4 + head + 1
+    locate = """(k) => { const gd = document.getElementById('model-view-plot'); const fl = gd._fullLayout;
+                   const xa = fl['xaxis' + (k === 1 ? '' : k)], ya = fl['yaxis' + (k === 1 ? '' : k)];
+                   const r = gd.getBoundingClientRect();
+                   return { x: r.left + xa._offset + xa._length * 0.2, y: r.top + ya._offset + ya._length * 0.8 }; }"""
+    point = page.evaluate(locate, k)
+    page.mouse.wheel(0, point["y"] - 450)          # bring that small map to the middle of the screen
+    page.wait_for_function("(y) => Math.abs(scrollY - y) < 2 || innerHeight + scrollY >= document.body.scrollHeight - 2",
+                           arg=page.evaluate("scrollY") + point["y"] - 450)
+    point = page.evaluate(locate, k)
+    assert 0 < point["y"] < 900
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
+        page.mouse.click(point["x"], point["y"])
+    sent = resp.value.request.post_data_json
+    assert sent["layer"] == layer and sent["head"] == head
+    assert sorted(sent["include"]) == ["head_detail", "layernorm", "mlp"]   # only what the selection changes
+    assert page.input_value("#layer") == str(layer) and page.input_value("#head") == str(head)
+    page.wait_for_function("(t) => document.getElementById('attention-plot').layout.title.text.toLowerCase() === t", arg=f"layer {layer}, head {head}")
+    assert page.evaluate("document.getElementById('model-view-plot').dataset.selected") == f"{layer}.{head}"
+    q = query_of(page.url)
+    assert q["layer"] == str(layer) and q["head"] == str(head)
+    api_trace = api(page, live_url, "/forward", {"text": PROMPT, "include": ["attention", "head_detail"], "layer": layer, "head": head})
+    big = plot_data(page, "attention-plot")[0]["z"]
+    assert big == api_trace["attention"]["pattern"][layer][head]
+    page.wait_for_function("(v) => document.getElementById('block-panel').dataset.head === v", arg=f"{layer}.{head}.{len(api_trace['tokens']) - 1}")
+    # head view: one line per weight above the drawing threshold, the selected query's bars = its row
+    T = len(api_trace["tokens"])
+    row = api_trace["attention"]["pattern"][layer][head][T - 1]
+    drawn(page, "query-bars-plot")
+    page.wait_for_function("(t) => document.getElementById('query-bars-plot').layout.title.text.includes(t)", arg=f"layer {layer}, head {head}")
+    assert plot_data(page, "query-bars-plot")[0]["x"] == row[:T]
+    assert int(page.get_attribute("#head-view", "data-lines")) > T
+    # clicking a token in the head view selects that position everywhere
+    page.click("#head-view text.hv-tok[data-index='2']")
+    page.wait_for_function("document.getElementById('position').value === '2'")
+    assert query_of(page.url)["position"] == "2"
+    page.wait_for_function("document.querySelector('#tokens .tok.sel') && document.querySelector('#tokens .tok.sel').dataset.index === '2'")
+    screenshot(page, "forward-model-view-head")
+    assert page.console_errors == []
+
+
+def slider_x(page, sel: str, value: float) -> tuple[float, float]:
+    box = page.locator(sel).bounding_box()
+    lo, hi = (float(page.get_attribute(sel, a)) for a in ("min", "max"))
+    thumb = 8  # Chromium's range thumb is ~16 px wide: its centre travels between 8 px from each end
+    return box["x"] + thumb + (box["width"] - 2 * thumb) * (value - lo) / (hi - lo), box["y"] + box["height"] / 2
+
+
+def test_temperature_and_filters_reshape_the_distribution(page, live_url, screenshot):
+    open_page(page, live_url)
+    go_stage(page, 7)
+    page.wait_for_function("document.getElementById('sampling-plot').dataset.state === 'ready'")
+    before = plot_data(page, "sampling-plot")
+    base = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": 1, "show": 20})
+    assert before[1]["y"] == [c["p_temperature"] for c in base["candidates"]]
+    n_before = sum(u.endswith("/api/v1/next-token") for u in page.requests)
+
+    # drag the temperature thumb from 1.0 down towards 0.4 in many small moves
+    page.locator("#temperature").scroll_into_view_if_needed()
+    x0, y0 = slider_x(page, "#temperature", 1.0)
+    x1, _ = slider_x(page, "#temperature", 0.4)
+    page.mouse.move(x0, y0)
+    page.mouse.down()
+    page.mouse.move(x1, y0, steps=12)
+    page.mouse.up()
+    t = float(page.input_value("#temperature"))
+    assert 0.2 <= t <= 0.6
+    page.wait_for_function("(t) => { const s = document.getElementById('sampling-plot').dataset.settings;"
+                           " return s && JSON.parse(s).temperature === t && document.getElementById('sampling-plot').dataset.state === 'ready'; }", arg=t)
+    sent = sum(u.endswith("/api/v1/next-token") for u in page.requests) - n_before
+    assert 1 <= sent <= 6, f"{sent} requests for one drag: they should be debounced"
+    after = plot_data(page, "sampling-plot")
+    cooled = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": t, "show": 20})
+    assert after[1]["y"] == [c["p_temperature"] for c in cooled["candidates"]]
+    assert after[0]["y"] == before[0]["y"]                       # the raw softmax does not move
+    assert after[1]["y"][0] > before[1]["y"][0]                  # cooler: the favourite gains
+    assert query_of(page.url)["temperature"] == str(t)
+    assert page.text_content("#temperature-out") == f"{t:.2f}"
+
+    # top-k = 3 with the keyboard: only three survive, renormalised
+    page.focus("#top-k")
+    for _ in range(3):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => { const s = document.getElementById('sampling-plot').dataset.settings;"
+                           " return s && JSON.parse(s).top_k === 3 && document.getElementById('sampling-plot').dataset.state === 'ready'; }")
+    filt = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": t, "top_k": 3, "show": 20})
+    final = plot_data(page, "sampling-plot")[2]["y"]
+    assert final == [c["p_final"] for c in filt["candidates"]]
+    assert sum(1 for p in final if p > 0) == 3 == filt["n_kept"]
+    assert f"{filt['n_kept']:,}" in page.inner_text("#sampling-stats")
+    assert query_of(page.url)["top_k"] == "3"
+    screenshot(page, "forward-sampling")
+    assert page.console_errors == []
+
+
+def test_generation_stepper_equals_the_api_replayed_with_the_same_seed(page, live_url, screenshot):
+    open_page(page, live_url)
+    go_stage(page, 8)
+    page.fill("#seed", "7")
+    page.press("#seed", "Tab")
+    page.wait_for_function("new URLSearchParams(location.search).get('seed') === '7'")
+    prompt_ids = [t["id"] for t in api(page, live_url, "/forward", {"text": PROMPT, "include": []})["tokens"]]
+    assert json.loads(page.get_attribute("#generate-panel", "data-ids")) == prompt_ids
+    for i in range(1, 4):
+        page.click("#gen-next")
+        page.wait_for_function("(n) => document.getElementById('generate-panel').dataset.steps === String(n)", arg=i)
+        page.wait_for_function("!document.getElementById('gen-next').disabled")
+    ids = json.loads(page.get_attribute("#generate-panel", "data-ids"))
+
+    replay, cur = [], prompt_ids
+    for step in range(3):
+        r = api(page, live_url, "/generate/step", {"ids": cur, "step": step, "seed": 7, "temperature": 1.0, "top_k": None, "top_p": None, "top": 10})
+        replay.append(r)
+        cur = r["ids"]
+    assert ids == cur
+    shown = page.eval_on_selector_all("#gen-text .gen-tok", "els => els.map(e => +e.dataset.id)")
+    assert shown == [r["token"]["id"] for r in replay]
+    assert page.text_content("#gen-step") == "3"
+    rows = page.eval_on_selector_all("#gen-steps tbody tr", "rs => rs.map(r => Array.from(r.cells).map(c => c.textContent))")
+    assert [row[2] for row in rows] == [str(r["token"]["id"]) for r in replay]
+    assert [row[3] for row in rows] == [f"{100 * r['prob']:.2f}%" for r in replay]
+    cache = page.inner_text("#gen-cache")
+    assert f"{replay[-1]['cache']['numbers']:,}" in cache and f"{replay[-1]['cache']['positions']} positions" in cache
+    attn = plot_data(page, "gen-attn-plot")[0]["z"]
+    assert attn == [w for layer in replay[-1]["attention"] for w in layer]
+    screenshot(page, "forward-generation")
+
+    # step back pops the last token; stepping again draws the same token (same seed, same step)
+    page.click("#gen-back")
+    page.wait_for_function("document.getElementById('generate-panel').dataset.steps === '2'")
+    assert json.loads(page.get_attribute("#generate-panel", "data-ids")) == replay[1]["ids"]
+    page.click("#gen-next")
+    page.wait_for_function("document.getElementById('generate-panel').dataset.steps === '3'")
+    assert json.loads(page.get_attribute("#generate-panel", "data-ids")) == replay[2]["ids"]
+    page.click("#gen-reset")
+    page.wait_for_function("document.getElementById('generate-panel').dataset.steps === '0'")
+    assert json.loads(page.get_attribute("#generate-panel", "data-ids")) == prompt_ids
+    assert page.console_errors == []
+
+
+def test_zeroing_a_head_changes_the_distribution(page, live_url, screenshot):
+    open_page(page, live_url)
+    go_stage(page, 9)
+    page.wait_for_function("document.getElementById('intervene-panel').dataset.state === 'ready'")
+    clean = plot_data(page, "iv-plot")
+    assert clean[0]["x"] == clean[1]["x"]                 # nothing switched off: both runs agree
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/intervene")) as resp:
+        page.check('#iv-heads input[data-layer="0"][data-head="1"]')
+    assert resp.value.request.post_data_json["ablate_heads"] == [{"layer": 0, "head": 1}]
+    page.wait_for_function("() => { const r = document.getElementById('intervene-panel').dataset.request;"
+                           " return r && JSON.parse(r).ablate_heads.length === 1 && document.getElementById('intervene-panel').dataset.state === 'ready'; }")
+    expected = api(page, live_url, "/intervene", {"text": PROMPT, "ablate_heads": [{"layer": 0, "head": 1}], "top_k": 10})
+    bars = plot_data(page, "iv-plot")
+    compared = list(reversed(expected["compared"]))
+    assert bars[0]["x"] == [c["clean"] for c in compared]
+    assert bars[1]["x"] == [c["altered"] for c in compared]
+    assert bars[0]["x"] != bars[1]["x"] and expected["kl_divergence"] > 0
+    assert float(page.get_attribute("#iv-stats", "data-kl")) == expected["kl_divergence"]
+    assert f"{expected['altered']['loss']:.3f}" in page.inner_text("#iv-stats")
+    assert query_of(page.url)["ablate"] == "L0H1"
+    # an MLP too, then clear
+    page.check('#iv-mlps input[data-mlp="2"]')
+    page.wait_for_function("new URLSearchParams(location.search).get('ablate') === 'L0H1,MLP2'")
+    screenshot(page, "forward-interventions")
+    page.click("#iv-clear")
+    page.wait_for_function("!new URLSearchParams(location.search).has('ablate')")
+    assert page.console_errors == []
+
+
+def test_swapping_a_prompt_token(page, live_url):
+    open_page(page, live_url)
+    go_stage(page, 9)
+    page.select_option("#iv-pos", "2")
+    page.fill("#iv-text", "Juliet")
+    page.wait_for_function("!document.getElementById('iv-add').disabled || /tokens/.test(document.getElementById('iv-tok-status').textContent)")
+    status = page.text_content("#iv-tok-status")
+    if page.is_disabled("#iv-add"):       # not a single token in this vocabulary: use a neighbour chip instead
+        chip = "#iv-suggest[data-position='2'] button.chip"
+        page.wait_for_selector(chip)
+        new_id = int(page.get_attribute(chip, "data-id"))
+        page.click(chip)
+    else:
+        new_id = int(status.split("id ")[1].split(" ")[0])
+        page.click("#iv-add")
+    page.wait_for_function("(id) => { const r = document.getElementById('intervene-panel').dataset.request;"
+                           " return r && JSON.parse(r).edits.length === 1 && JSON.parse(r).edits[0].id === id"
+                           " && document.getElementById('intervene-panel').dataset.state === 'ready'; }", arg=new_id)
+    assert query_of(page.url)["edit"] == f"2:{new_id}"
+    expected = api(page, live_url, "/intervene", {"text": PROMPT, "edits": [{"position": 2, "id": new_id}], "top_k": 10})
+    assert plot_data(page, "iv-plot")[1]["x"] == [c["altered"] for c in reversed(expected["compared"])]
+    assert page.console_errors == []
+
+
+def test_decomposition_adds_up_to_the_logit_and_downloads_its_json(page, live_url, screenshot, tmp_path):
+    open_page(page, live_url)
+    go_stage(page, 10)
+    full = api(page, live_url, "/forward", {"text": PROMPT, "include": ["decomposition", "next_token"], "top_k": 10})
+    d = full["decomposition"]
+    total = float(page.get_attribute("#dc-total", "data-value"))
+    logit = float(page.get_attribute("#dc-logit", "data-value"))
+    assert total == d["total"] and logit == d["logit"]
+    assert math.isclose(total, logit, abs_tol=1e-3)
+    assert float(page.get_attribute("#dc-error", "data-value")) == d["residual_error"]
+    bars = plot_data(page, "dc-plot")
+    assert bars[0]["y"] == [c["value"] for c in d["contributions"]]
+    assert bars[1]["y"] == [d["total"]] and bars[2]["y"] == [d["logit"]]
+    kinds = {c["kind"] for c in d["contributions"]}
+    assert {"embed", "head", "mlp"} <= kinds
+
+    with page.expect_download() as dl:
+        page.click(".dl-bar[data-for='dc-plot'] button[data-format='json']")
+    path = tmp_path / "d.json"
+    dl.value.save_as(path)
+    assert json.loads(path.read_text()) == d
+    with page.expect_download() as dl:
+        page.click(".dl-bar[data-for='dc-plot'] button[data-format='svg']")
+    assert dl.value.suggested_filename == "decomposition.svg"
+    svg = tmp_path / "d.svg"
+    dl.value.save_as(svg)
+    assert svg.read_text().lstrip().startswith("<svg")
+
+    # another target: the second most likely token
+    second = full["next_token"][1]
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
+        page.select_option("#dc-target", str(second["id"]))
+    assert resp.value.request.post_data_json["include"] == ["decomposition"]
+    page.wait_for_function("(id) => document.getElementById('decomposition-panel').dataset.target === String(id)", arg=second["id"])
+    d2 = api(page, live_url, "/forward", {"text": PROMPT, "include": ["decomposition"], "target": second["id"]})["decomposition"]
+    page.wait_for_function("(v) => document.getElementById('dc-logit').dataset.value === String(v)", arg=d2["logit"])
+    assert math.isclose(float(page.get_attribute("#dc-total", "data-value")), d2["logit"], abs_tol=1e-3)
+    assert query_of(page.url)["target"] == str(second["id"])
+    screenshot(page, "forward-decomposition")
+    assert page.console_errors == []
+
+
+def test_a_shared_url_restores_every_setting(page, live_url, screenshot):
+    params = {"text": PROMPT, "layer": "1", "head": "2", "position": "3", "temperature": "0.7", "top_k": "5",
+              "top_p": "0.9", "seed": "4", "ablate": "L0H1,MLP2"}
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
+        open_page(page, live_url, params)
+    sent = resp.value.request.post_data_json
+    assert (sent["layer"], sent["head"], sent["position"]) == (1, 2, 3)
+    assert query_of(page.url) == params
+    assert page.input_value("#layer") == "1" and page.input_value("#head") == "2" and page.input_value("#position") == "3"
+    assert page.input_value("#temperature") == "0.7" and page.input_value("#top-k") == "5" and page.input_value("#top-p") == "0.9"
+    assert page.input_value("#seed") == "4"
+    page.wait_for_function("document.getElementById('block-panel').dataset.head === '1.2.3'")
+    go_stage(page, 9)
+    assert page.is_checked('#iv-heads input[data-layer="0"][data-head="1"]') and page.is_checked('#iv-mlps input[data-mlp="2"]')
+    go_stage(page, 7)
+    page.wait_for_function("document.getElementById('sampling-plot').dataset.state === 'ready'")
+    assert json.loads(page.get_attribute("#sampling-plot", "data-settings")) == {"temperature": 0.7, "top_k": 5, "top_p": 0.9}
+    # the h / l keys move the position; the URL follows
+    page.keyboard.press("l")
+    page.wait_for_function("new URLSearchParams(location.search).get('position') === '4'")
+    page.reload()
+    page.wait_for_selector('body[data-ready="1"]', state="attached")
+    assert page.input_value("#position") == "4"
+    assert page.console_errors == []
+
+
+def test_long_prompt_labels_every_token(page, live_url, screenshot):
+    full = ("ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
+            "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her "
+            "maid art far more fair than she. Be not her maid, since she is envious.")
+    toks = api(page, live_url, "/tokenize", {"text": full, "encoding": "model"})["tokens"]
+    assert len(toks) >= 64
+    text = full[:toks[63]["end"]]          # exactly the first 64 tokens
+    n = len(api(page, live_url, "/tokenize", {"text": text, "encoding": "model"})["tokens"])
+    assert n == 64
+    open_page(page, live_url, {"text": text})
+    go_stage(page, 1)
+    labels = page.evaluate("""() => Array.from(document.querySelectorAll('#emb-token-plot .yaxislayer-above .ytick text')).map(t => t.textContent)""")
+    assert len(labels) == n
+    size = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#emb-token-plot .ytick text')).fontSize)")
+    assert size >= 9
+    go_stage(page, 3)
+    screenshot(page, "forward-long-prompt")
+    assert page.console_errors == []
