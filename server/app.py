@@ -13,7 +13,7 @@ from model import corpus as corpus_mod
 
 from . import __version__, errors
 from .config import STATIC_DIR, Settings
-from .routers import curves, docs, embeddings, forward, health, intervene, pages, sampling, tokenize, tokenizer_page, training
+from .routers import curves, docs, embeddings, forward, health, intervene, pages, sampling, tokenize, tokenizer_page, train_page, training
 from .routers import learn_page
 from .security import GuardMiddleware
 from .service import ModelService
@@ -58,6 +58,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)
     app.include_router(tokenizer_page.router)
+    app.include_router(train_page.router)
     app.include_router(learn_page.router)
     app.include_router(docs.router)
     docs.mount_assets(app)

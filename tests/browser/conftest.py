@@ -42,12 +42,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def live_url():
+def live_url(tmp_path_factory):
     import uvicorn
 
     from server.app import create_app
 
-    app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT))
+    # runs, uploads and checkpoints go to a temporary folder, never ~/.gptscope
+    app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("gptscope-data")))
     port = _free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)

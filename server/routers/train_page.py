@@ -1,0 +1,21 @@
+"""The training page (/train): a shell whose panels start, watch and cancel runs through
+/api/v1/training, replay snapshots, switch the served checkpoint and run the seed experiments.
+Its JSON twin is GET /api/v1/checkpoints."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from ..deps import Service
+from ..explain.model_info import model_info
+from .pages import templates
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/train", response_class=HTMLResponse)
+def train_page(request: Request, service: Service) -> Response:
+    resp = templates.TemplateResponse(request, "train.html", {"info": model_info(service), "active": "train"})
+    resp.headers["Link"] = '</api/v1/checkpoints>; rel="alternate"; type="application/json"'
+    return resp

@@ -1,0 +1,189 @@
+// Panel 1 · Start a run: corpus (built in or uploaded), preset, length, seed, learning rate, warmup.
+// Defaults and limits are read from the API's own schema (/openapi.json, TrainingRequest).
+import { apiGet } from "./api.js";
+import { $, el } from "./viz.js";
+import * as runs from "./train_runs.js";
+
+const PAGE_DEFAULTS = { max_steps: 300, time_budget: 60, snapshots: [0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1] };
+let runningId = null;
+
+function say(node, text, kind = "") {
+  node.replaceChildren(...(Array.isArray(text) ? text : [text]));
+  node.className = `start-msg ${kind}`;
+}
+
+// The JSON schema of one TrainingRequest field: {default, minimum, maximum, description, enum}.
+function field(schema, name) {
+  const p = (schema.properties || {})[name] || {};
+  const alt = (p.anyOf || []).find((a) => a.type && a.type !== "null") || {};
+  return { ...alt, ...p };
+}
+
+function setNumber(input, f, fallback) {
+  const v = f.default ?? fallback;
+  if (v !== undefined && v !== null) input.value = v;
+  if (f.minimum !== undefined) input.min = f.minimum;
+  if (f.exclusiveMinimum !== undefined) input.min = f.exclusiveMinimum;
+  if (f.maximum !== undefined) input.max = f.maximum;
+  if (f.description) input.title = input.title ? `${input.title} (${f.description})` : f.description;
+}
+
+async function loadSchema() {
+  const resp = await fetch("/openapi.json");
+  const api = await resp.json();
+  return api.components.schemas.TrainingRequest;
+}
+
+function fillForm(schema) {
+  const preset = field(schema, "preset");
+  const words = { tiny: "tiny: trains in seconds", cpu: "cpu: the built-in model's size (slower)" };
+  $("preset").replaceChildren(...(preset.enum || ["tiny", "cpu"]).map((p) => el("option", { value: p, text: words[p] || p })));
+  $("preset").value = preset.default || "tiny";
+  $("preset-info").textContent = "The preset sets the model's size: its number of layers, heads and width.";
+  setNumber($("max-steps"), field(schema, "max_steps"), PAGE_DEFAULTS.max_steps);
+  setNumber($("time-budget"), field(schema, "time_budget"), PAGE_DEFAULTS.time_budget);
+  setNumber($("seed"), field(schema, "seed"));
+  setNumber($("max-lr"), field(schema, "max_lr"));
+  setNumber($("warmup"), field(schema, "warmup_steps"));
+  setNumber($("vocab-size"), field(schema, "vocab_size"));
+  setNumber($("batch-size"), field(schema, "batch_size"));
+  $("snapshots").value = PAGE_DEFAULTS.snapshots.join(", ");
+}
+
+export async function loadCorpora(select) {
+  const list = await apiGet("/corpora");
+  const keep = select || $("corpus").value;
+  $("corpus").replaceChildren(...list.map((c) => el("option", {
+    value: c.name, dataset: { chars: c.chars, builtin: c.builtin ? "1" : "0" },
+    text: c.builtin ? `${c.name} (built in)` : `${c.name} (uploaded)`,
+  })));
+  if (keep && list.some((c) => c.name === keep)) $("corpus").value = keep;
+  describeCorpus();
+}
+
+function describeCorpus() {
+  const o = $("corpus").selectedOptions[0];
+  if (!o) return;
+  const chars = runs.int(+o.dataset.chars);
+  $("corpus-info").textContent = o.dataset.builtin === "1"
+    ? `Shakespeare's plays, ${chars} characters. The last part is held out to measure validation loss.`
+    : `Your text, ${chars} characters. The last part is held out to measure validation loss.`;
+}
+
+async function upload() {
+  const msg = $("upload-msg");
+  const file = $("upload-file").files[0];
+  const name = $("upload-name").value.trim();
+  const show = (text, kind) => { msg.textContent = text; msg.className = `note ${kind}`; msg.hidden = false; };
+  if (!file) { show("Choose a .txt file first.", "bad"); return; }
+  if (!name) { show("Give the text a name (letters, digits, - _ .).", "bad"); return; }
+  const form = new FormData();
+  form.append("file", file);
+  form.append("name", name);
+  $("upload-btn").disabled = true;
+  try {
+    const resp = await fetch("/api/v1/corpora", { method: "POST", body: form });
+    const body = await resp.json().catch(() => ({ detail: resp.statusText }));
+    if (!resp.ok) {
+      show(`Not uploaded: ${runs.formatDetail(body.detail)}`, "bad");
+      return;
+    }
+    show(`Uploaded “${body.name}”: ${runs.int(body.chars)} characters. It is selected as the corpus.`, "ok");
+    await loadCorpora(body.name);
+  } finally {
+    $("upload-btn").disabled = false;
+  }
+}
+
+function readRequest() {
+  const num = (id) => Number($(id).value);
+  const req = {
+    corpus: $("corpus").value, preset: $("preset").value, seed: num("seed"), max_lr: num("max-lr"),
+    warmup_steps: num("warmup"), vocab_size: num("vocab-size"), batch_size: num("batch-size"),
+    snapshots: $("snapshots").value.split(/[,\s]+/).filter((s) => s !== "").map(Number),
+  };
+  if ($("len-steps").checked) req.max_steps = num("max-steps");
+  else req.time_budget = num("time-budget");
+  return req;
+}
+
+async function start(ev) {
+  ev.preventDefault();
+  const msg = $("start-msg");
+  delete msg.dataset.about;
+  say(msg, "Starting…");
+  $("start-btn").disabled = true;
+  try {
+    const { status, body } = await runs.startRun(readRequest());
+    if (status === 202) {
+      say(msg, `Started run ${body.id}. Follow it in panel 2.`, "ok");
+      runs.show(body.id);
+    } else if (status === 200 && body.cached) {
+      say(msg, `This exact run had already finished (run ${body.id}), so it is shown again; nothing new to train. ` +
+        `Change the seed to train a new one.`, "ok");
+      runs.show(body.id);
+    } else if (status === 409) {
+      const id = body.running_id;
+      msg.dataset.about = id;
+      say(msg, [`Not started: ${body.detail}. `,
+        el("button", { type: "button", class: "link-btn", id: "follow-running", onclick: () => runs.show(id), text: `Show run ${id}` })], "bad");
+    } else {
+      say(msg, `Not started: ${runs.formatDetail(body.detail)}`, "bad");
+    }
+  } catch (err) {
+    say(msg, `Not started: ${err.message || err}`, "bad");
+  } finally {
+    $("start-btn").disabled = false;
+  }
+}
+
+async function cancel() {
+  if (!runningId) return;
+  const id = runningId;
+  const msg = $("start-msg");
+  $("cancel-btn").disabled = true;
+  say(msg, `Cancelling run ${id}…`);
+  const resp = await fetch(`/api/v1/training/${id}`, { method: "DELETE" });
+  const body = await resp.json().catch(() => ({ detail: resp.statusText }));
+  if (!resp.ok) { say(msg, `Could not cancel: ${runs.formatDetail(body.detail)}`, "bad"); return; }
+  const n = body.snapshots.length;
+  const kept = n ? `${n === 1 ? "its snapshot (step" : "its snapshots (steps"} ${body.snapshots.join(", ")}) ${n === 1 ? "stays" : "stay"} usable in panels 3 and 4`
+    : "it had saved no snapshot yet";
+  say(msg, `Run ${id} ${body.status === "cancelled" ? "was cancelled at step " + body.step : "ended: " + body.status}; ${kept}.`, "ok");
+  runs.load(id);
+}
+
+function onUpdate(run) {
+  if (runs.isRunning(run)) runningId = run.id;
+  else if (runningId === run.id) {
+    runningId = null;
+    // a "not started: a run is already going" message is out of date once that run has ended
+    const msg = $("start-msg");
+    if (msg.dataset.about === run.id) { say(msg, `Run ${run.id} has ended (${run.body.status}); you can start another.`, "ok"); delete msg.dataset.about; }
+  }
+  $("cancel-btn").disabled = !runningId;
+  $("cancel-btn").textContent = runningId ? `Cancel run ${runningId}` : "Cancel run";
+}
+
+export async function init() {
+  $("start-form").addEventListener("submit", start);
+  $("cancel-btn").addEventListener("click", cancel);
+  $("upload-btn").addEventListener("click", upload);
+  $("corpus").addEventListener("change", describeCorpus);
+  $("upload-file").addEventListener("change", () => {
+    const f = $("upload-file").files[0];
+    if (f && !$("upload-name").value) {
+      $("upload-name").value = f.name.replace(/\.[^.]*$/, "").replace(/[^A-Za-z0-9_.-]+/g, "-").replace(/^[^A-Za-z0-9]+/, "").slice(0, 64);
+    }
+  });
+  for (const r of document.querySelectorAll('input[name="length"]')) {
+    r.addEventListener("change", () => {
+      $("max-steps").disabled = !$("len-steps").checked;
+      $("time-budget").disabled = $("len-steps").checked;
+    });
+  }
+  runs.on("run-update", onUpdate);
+  runs.on("run-finished", onUpdate);
+  const [schema] = await Promise.all([loadSchema(), loadCorpora()]);
+  fillForm(schema);
+}

@@ -1,0 +1,297 @@
+"""The training page (/train) in a real headless Chromium: start a short run and watch its curves
+grow, get the 409 for a second start, cancel a long run and serve its step-0 snapshot, replay
+snapshots with the slider, serve a finished checkpoint and switch back to the built-in model,
+and run one experiment. Every number the page shows is checked against the API."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.browser
+
+# What panel 1 sends for the short run below: the form's defaults (from /openapi.json) with 150 steps
+# and a 300-token vocabulary (few BPE merges to learn, so it starts sooner). The `short_run` fixture
+# sends the same request, so once the page has trained it the API answers from that finished run
+# (cached) instead of training again.
+SHORT = {"corpus": "shakespeare", "preset": "tiny", "seed": 1337, "max_lr": 0.003, "warmup_steps": 30,
+         "vocab_size": 300, "batch_size": 16, "snapshots": [0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1],
+         "max_steps": 150}
+TERMINAL = ("done", "cancelled", "failed")
+
+
+def api(page, live_url, method, path, **kw):
+    resp = page.request.fetch(f"{live_url}/api/v1{path}", method=method, **kw)
+    assert resp.status < 300, resp.text()
+    return resp.json()
+
+
+def wait_run(page, live_url, run_id, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = api(page, live_url, "GET", f"/training/{run_id}")
+        if body["status"] in TERMINAL:
+            return body
+        time.sleep(0.3)
+    raise AssertionError(f"run {run_id} did not end within {timeout} s")
+
+
+def open_page(page, live_url):
+    page.goto(f"{live_url}/train")
+    page.wait_for_selector('body[data-ready="1"]', state="attached")
+
+
+def set_form(page, steps):
+    page.fill("#max-steps", str(steps))
+    page.click("#start-form details:not(#upload-box) summary")  # "more"
+    page.fill("#vocab-size", str(SHORT["vocab_size"]))
+
+
+def start(page):
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/training") and r.request.method == "POST") as resp:
+        page.click("#start-btn")
+    return resp.value
+
+
+def status_of(page):
+    return page.get_attribute("#run-status", "data-status")
+
+
+def loss_points(page):
+    return int(page.get_attribute("#loss-plot", "data-points") or 0)
+
+
+def unexpected_errors(page, allowed=()):
+    """Console errors other than the failed-request lines Chromium logs for answers we provoked."""
+    return [e for e in page.console_errors if not any(f"status of {s}" in e for s in allowed)]
+
+
+@pytest.fixture(scope="module")
+def short_run(browser, live_url):
+    """The finished short run: the one the first test trained through the page, else trained now."""
+    ctx = browser.new_context()
+    try:
+        resp = ctx.request.post(f"{live_url}/api/v1/training", data=SHORT)
+        if resp.status == 409:  # another test's run is still going
+            wait_run(ctx, live_url, resp.json()["running_id"])
+            resp = ctx.request.post(f"{live_url}/api/v1/training", data=SHORT)
+        assert resp.status in (200, 202), resp.text()
+        body = wait_run(ctx, live_url, resp.json()["id"])
+        assert body["status"] == "done", body
+        return api(ctx, live_url, "GET", f"/training/{body['id']}")
+    finally:
+        ctx.close()
+
+
+@pytest.fixture
+def builtin_after(browser, live_url):
+    """Whatever a test serves, the other browser tests get the built-in model back."""
+    yield
+    ctx = browser.new_context()
+    ctx.request.post(f"{live_url}/api/v1/model", data={"checkpoint": "builtin"})
+    ctx.close()
+
+
+def test_a_short_run_draws_its_curves_while_it_trains(page, live_url, screenshot):
+    open_page(page, live_url)
+    assert page.is_visible("#progress-empty")  # nothing trained yet in this data folder
+    set_form(page, SHORT["max_steps"])
+    resp = start(page)
+    assert resp.request.post_data_json == SHORT
+    assert resp.status == 202, resp.text()
+    run_id = resp.json()["id"]
+    page.wait_for_function("(id) => document.getElementById('run-desc').textContent.includes(id)", arg=run_id)
+
+    # the loss curve grows while the run is going (polled about once a second)
+    page.wait_for_function("+(document.getElementById('loss-plot').dataset.points || 0) > 0", timeout=60_000)
+    first = loss_points(page)
+    # a second start while it runs: the 409's message names the running run
+    second = start(page)
+    if second.status == 409:
+        msg = page.inner_text("#start-msg")
+        assert run_id in msg and "already going" in msg
+        assert page.locator("#follow-running").inner_text() == f"Show run {run_id}"
+    else:  # a fast machine may have finished already: the identical request is then answered from it
+        assert second.status == 200 and second.json()["cached"]
+    page.wait_for_function("(n) => +document.getElementById('loss-plot').dataset.points > n", arg=first, timeout=30_000)
+    assert loss_points(page) > first
+    page.wait_for_function("document.getElementById('run-status').dataset.status === 'done'", timeout=60_000)
+
+    body = api(page, live_url, "GET", f"/training/{run_id}")
+    page.wait_for_function("(n) => +document.getElementById('loss-plot').dataset.points === n", arg=len(body["history"]))
+    traces = page.evaluate("""() => Object.fromEntries(['loss-plot', 'lr-plot', 'grad-plot'].map(id =>
+        [id, document.getElementById(id).data.map(t => ({name: t.name, x: t.x, y: t.y}))]))""")
+    loss = {t["name"]: t for t in traces["loss-plot"]}
+    assert loss["train loss"]["y"] == [h["loss"] for h in body["history"]]
+    assert loss["validation loss"]["x"] == [e["step"] for e in body["evals"]]
+    assert loss["validation loss"]["y"] == [e["val_loss"] for e in body["evals"]]
+    uniform = next(t for n, t in loss.items() if n.startswith("uniform guess"))
+    assert uniform["y"] == [body["uniform_loss"]] * 2
+    assert traces["lr-plot"][0]["y"] == [h["lr"] for h in body["history"]]
+    grad = {t["name"]: t for t in traces["grad-plot"]}
+    assert grad["whole model"]["y"] == [h["grad_norm"] for h in body["history"]]
+    assert grad["block 1"]["y"] == [h["layer_grad_norms"][1] for h in body["history"]]
+    stats = page.inner_text("#run-stats")
+    assert f"step {SHORT['max_steps']} / {SHORT['max_steps']}" in stats and "tokens/s" in stats
+    assert page.get_attribute("#run-progress", "value") == str(SHORT["max_steps"])
+    assert page.is_disabled("#cancel-btn")
+    # the finished run is listed as a checkpoint to serve
+    page.wait_for_selector(f'#ckpt-table button[data-checkpoint="{run_id}"]')
+    screenshot(page, "train")
+    assert unexpected_errors(page, allowed=("409",)) == []
+
+
+def test_a_file_that_is_not_utf8_gets_the_apis_message(page, live_url, tmp_path, screenshot):
+    open_page(page, live_url)
+    page.click("#upload-box summary")
+    bad = tmp_path / "photo.txt"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not text at all \x00\x81")
+    page.set_input_files("#upload-file", str(bad))
+    assert page.input_value("#upload-name") == "photo"
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/corpora") and r.request.method == "POST") as resp:
+        page.click("#upload-btn")
+    assert resp.value.status == 422
+    msg = page.inner_text("#upload-msg")
+    assert resp.value.json()["detail"][0]["msg"] in msg and "UTF-8" in msg
+    screenshot(page, "train-upload")
+    good = tmp_path / "verse.txt"
+    good.write_text("Shall I compare thee to a summer's day?\n" * 400, encoding="utf-8")
+    page.fill("#upload-name", "")
+    page.set_input_files("#upload-file", str(good))
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/corpora") and r.request.method == "POST") as resp:
+        page.click("#upload-btn")
+    assert resp.value.status == 201
+    page.wait_for_function("document.getElementById('corpus').value === 'verse'")
+    assert "uploaded" in page.locator("#corpus option[value=verse]").inner_text()
+    assert unexpected_errors(page, allowed=("422",)) == []
+
+
+def test_cancel_keeps_the_step0_snapshot_servable(page, live_url, short_run, screenshot, builtin_after):
+    open_page(page, live_url)
+    set_form(page, 20_000)
+    resp = start(page)
+    assert resp.status == 202, resp.text()
+    run_id = resp.json()["id"]
+    page.wait_for_function("+document.getElementById('run-stats').dataset.step > 0 && "
+                           "document.getElementById('run-status').dataset.status === 'running'", timeout=60_000)
+    assert page.is_enabled("#cancel-btn")
+    page.click("#cancel-btn")
+    page.wait_for_function("document.getElementById('run-status').dataset.status === 'cancelled'", timeout=40_000)
+    assert "cancelled at step" in page.inner_text("#start-msg")
+    body = api(page, live_url, "GET", f"/training/{run_id}")
+    assert body["status"] == "cancelled" and body["snapshots"][0] == 0 and body["checkpoint"] is None
+
+    # panel 3 replays what was saved; panel 4 lists the snapshot (no final weights) and serves it
+    page.wait_for_function("(id) => document.getElementById('replay-panel').dataset.run === id", arg=run_id)
+    assert page.get_attribute("#replay-panel", "data-step") == "0"
+    row = page.locator(f'#ckpt-table tr[data-run="{run_id}"]')
+    expect(row).to_contain_text("no final checkpoint")
+    row.locator("select").select_option(f"{run_id}/step-000000")
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/model")) as sw:
+        row.locator("button.serve").click()
+    assert sw.value.ok
+    page.wait_for_function("(n) => document.getElementById('ckpt-table').dataset.loaded === n", arg=f"{run_id}/step-000000")
+    health = api(page, live_url, "GET", "/health")
+    assert health["info"]["train_steps"] == 0 and health["model"] in page.inner_text(".model-badge")
+    screenshot(page, "train-cancelled")
+    page.click('#ckpt-table button[data-checkpoint="builtin"]')
+    page.wait_for_function("document.getElementById('ckpt-table').dataset.loaded === 'builtin'")
+    assert unexpected_errors(page) == []
+
+
+def test_the_slider_replays_each_snapshot(page, live_url, short_run, screenshot):
+    run_id, steps = short_run["id"], short_run["snapshots"]
+    assert steps[0] == 0 and steps[-1] == SHORT["max_steps"] and len(steps) == len(SHORT["snapshots"])
+    open_page(page, live_url)
+    page.select_option("#run-select", run_id)
+    page.wait_for_function("(id) => document.getElementById('replay-panel').dataset.run === id "
+                           "&& document.getElementById('replay-panel').dataset.step === '0'", arg=run_id)
+    text = page.input_value("#replay-text")
+
+    def frame():
+        return page.evaluate("""() => ({
+            step: +document.getElementById('replay-panel').dataset.step,
+            sample: document.querySelector('#replay-sample .gen-part').textContent,
+            probs: document.getElementById('replay-next').data[0].x,
+            attn: document.getElementById('replay-attn').data[0].z,
+            title: document.getElementById('replay-attn').layout.title.text })""")
+
+    def slide(i):
+        page.eval_on_selector("#replay-step", "(s, i) => { s.value = i; s.dispatchEvent(new Event('input')); }", i)
+        page.wait_for_function("(s) => +document.getElementById('replay-panel').dataset.step === s", arg=steps[i])
+        return frame()
+
+    f0 = frame()
+    last = slide(len(steps) - 1)
+    api_last = api(page, live_url, "GET", f"/training/{run_id}/replay", params={"step": steps[-1], "text": text})
+    assert last["sample"] == api_last["sample"]
+    assert last["probs"] == [c["prob"] for c in api_last["forward"]["next_token"][:10]][::-1]
+    assert last["attn"] == api_last["forward"]["attention"]["pattern"][0][0]
+    assert last["sample"] != f0["sample"] and last["probs"] != f0["probs"] and last["attn"] != f0["attn"]
+    assert max(last["probs"]) > max(f0["probs"])  # the trained model is surer of its next token
+    assert page.inner_text("#replay-step-label") == f"step {steps[-1]} of {SHORT['max_steps']}"
+
+    # sliding back is answered from the page's cache: no new request
+    back = slide(0)
+    assert back == f0
+    mid = slide(len(steps) // 2)
+    assert mid["step"] == steps[len(steps) // 2]
+    for s in (steps[0], steps[-1], mid["step"]):  # each frame was fetched once (the page also prefetches the others)
+        assert len([u for u in page.requests if f"/{run_id}/replay?step={s}&" in u]) == 1
+
+    page.select_option("#replay-layer", "1")
+    page.select_option("#replay-head", "2")
+    page.wait_for_function("document.getElementById('replay-attn').layout.title.text.startsWith('layer 1, head 2')")
+    frame_api = api(page, live_url, "GET", f"/training/{run_id}/replay", params={"step": mid["step"], "text": text})
+    assert frame()["attn"] == frame_api["forward"]["attention"]["pattern"][1][2]
+    screenshot(page, "train-replay")
+    assert unexpected_errors(page) == []
+
+
+def test_serve_a_finished_run_then_the_builtin_model(page, live_url, short_run, builtin_after):
+    run_id = short_run["id"]
+    builtin_name = api(page, live_url, "GET", "/health")["model"]
+    open_page(page, live_url)
+    page.click(f'#ckpt-table button[data-checkpoint="{run_id}"]')
+    page.wait_for_function("(id) => document.getElementById('ckpt-table').dataset.loaded === id", arg=run_id)
+    health = api(page, live_url, "GET", "/health")
+    assert health["model"] == f"run-{run_id}" and health["info"]["vocab_size"] <= SHORT["vocab_size"]
+    assert health["model"] in page.inner_text(".model-badge")
+    assert page.locator(f'#ckpt-table button[data-checkpoint="{run_id}"]').inner_text() == "✓ serving"
+    # the forward-pass page now looks inside the trained run
+    page.click("#ckpt-msg a")
+    page.wait_for_url(f"{live_url}/")
+    assert f"run-{run_id}" in page.inner_text(".model-badge")
+    open_page(page, live_url)
+    page.click('#ckpt-table button[data-checkpoint="builtin"]')
+    page.wait_for_function("document.getElementById('ckpt-table').dataset.loaded === 'builtin'")
+    assert api(page, live_url, "GET", "/health")["model"] == builtin_name
+    assert builtin_name in page.inner_text(".model-badge")
+
+
+def test_the_causal_mask_experiment_compares_its_variants(page, live_url, screenshot):
+    open_page(page, live_url)
+    exp = next(e for e in api(page, live_url, "GET", "/experiments") if e["name"] == "causal-mask")
+    card = page.locator("#exp-causal-mask")
+    assert exp["question"] in card.inner_text()
+    card.locator("button.exp-run").click()
+    page.wait_for_function("document.getElementById('exp-causal-mask').dataset.state === 'done'", timeout=90_000)
+    assert card.locator(".look-for").inner_text().endswith(exp["what_to_look_for"])
+    listed = {r["id"]: r for r in api(page, live_url, "GET", "/training")}
+    ids = [next(i for i, r in listed.items() if r["request"] == v["request"] and r["status"] == "done")
+           for v in exp["variants"]]
+    traces = page.evaluate("() => document.querySelector('#exp-causal-mask .exp-loss').data.map(t => ({name: t.name, y: t.y}))")
+    for v, run_id in zip(exp["variants"], ids):
+        body = api(page, live_url, "GET", f"/training/{run_id}")
+        train = next(t for t in traces if t["name"] == f"{v['label']} · train")
+        assert train["y"] == [h["loss"] for h in body["history"]]
+    samples = card.locator(".sample-grid figure")
+    assert samples.count() == 2
+    for i, run_id in enumerate(ids):
+        final = max(api(page, live_url, "GET", f"/training/{run_id}")["snapshots"])
+        frame = api(page, live_url, "GET", f"/training/{run_id}/replay", params={"step": final})
+        assert frame["sample"] in samples.nth(i).inner_text()
+    screenshot(page, "train-experiment")
+    assert unexpected_errors(page) == []
