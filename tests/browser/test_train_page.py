@@ -39,8 +39,10 @@ def wait_run(page, live_url, run_id, timeout=90):
 
 
 def open_page(page, live_url):
-    page.goto(f"{live_url}/train")
+    resp = page.goto(f"{live_url}/train")
+    assert resp.headers["link"] == '</api/v1/checkpoints>; rel="alternate"; type="application/json"'
     page.wait_for_selector('body[data-ready="1"]', state="attached")
+    assert page.get_attribute('nav a[href="/train"]', "aria-current") == "page"
 
 
 def set_form(page, steps):
