@@ -295,7 +295,9 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
             "command": command or "python -m model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         }
 
-    snapshots_at: set[int] = set()
+    # fraction 0 (the untrained model) is known before the length of a time-budget run is
+    snapshots_planned = False
+    snapshots_at: set[int] = {start_step} if 0.0 in tc.snapshot_fractions and start_step == 0 else set()
     snap_dir = Path(out) / "snapshots" if out else None
     probe_steps = 0 if total_steps else max(5, min(tc.warmup_steps, 20))
     eval_every = tc.eval_interval
@@ -324,8 +326,9 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
         if total_steps is not None:
             if not eval_every:
                 eval_every = max(1, total_steps // 10)
-            if not snapshots_at and tc.snapshot_fractions:
-                snapshots_at = {min(total_steps, round(f * total_steps)) for f in tc.snapshot_fractions}
+            if tc.snapshot_fractions and not snapshots_planned:
+                snapshots_at |= {min(total_steps, round(f * total_steps)) for f in tc.snapshot_fractions}
+                snapshots_planned = True
             if step >= total_steps:
                 break
         if should_stop and should_stop():

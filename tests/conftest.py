@@ -20,8 +20,9 @@ def service() -> ModelService:
 
 
 @pytest.fixture(scope="session")
-def app(service):
-    return create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, allow_hosts=["testserver"]), service=service)
+def app(service, tmp_path_factory):
+    return create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, allow_hosts=["testserver"],
+                               data_dir=tmp_path_factory.mktemp("gptscope-data")), service=service)
 
 
 @pytest.fixture(scope="session")
