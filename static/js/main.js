@@ -58,9 +58,11 @@ function readUrl() {
   state.position = int(q.get("position"));
   state.target = int(q.get("target"));
   state.feature = int(q.get("feature"), 0);
+  // within the sliders' ranges (the API accepts more; the page shows what its sliders can reach)
   const t = num(q.get("temperature"), 1);
-  state.temperature = t > 0 && t <= 100 ? t : 1;
-  state.top_k = int(q.get("top_k")) || null;
+  state.temperature = t >= 0.05 && t <= 3 ? t : 1;
+  const k = int(q.get("top_k"));
+  state.top_k = k ? Math.min(k, 100) : null;
   const p = num(q.get("top_p"));
   state.top_p = p !== null && p > 0 && p < 1 ? p : null;
   state.seed = int(q.get("seed"), 0);

@@ -61,7 +61,7 @@ function drawModelView() {
       type: "heatmap", z: a.pattern[li][hi], xaxis: `x${k}`, yaxis: `y${k}`, coloraxis: "coloraxis",
       name: `L${l} H${h}`, meta: [l, h],
       customdata: labels.map((q) => labels.map((kk) => [q, kk])),
-      hovertemplate: `layer ${l}, head ${h}<br>query %{y} “%{customdata[0]}” → key %{x} “%{customdata[1]}”<br>weight %{z:.4f}<extra></extra>`,
+      hovertemplate: `layer ${l}, head ${h}<br>query %{y} “%{customdata[0]}” → key %{x} “%{customdata[1]}”<br>weight %{z}<extra></extra>`,
     });
     annotations.push({ text: `L${l} H${h}`, xref: `x${k} domain`, yref: `y${k} domain`, x: 0, y: 1.02,
       xanchor: "left", yanchor: "bottom", showarrow: false, font: { size: 11 } });
@@ -181,7 +181,7 @@ function drawQueryBars() {
     marker: { color: keys.map((k) => z[q][k]), colorscale: SEQ, cmin: 0, cmax: 1, line: { color: "#333", width: 0.5 } },
     text: keys.map((k) => fmt(z[q][k], 3)), textposition: "outside", cliponaxis: false,
     customdata: keys.map((k) => labels[k]),
-    hovertemplate: "key %{y} “%{customdata}”<br>weight %{x:.4f}<extra></extra>",
+    hovertemplate: "key %{y} “%{customdata}”<br>weight %{x}<extra></extra>",
   }], {
     height,
     title: { text: `query ${q} “${labels[q]}”, layer ${sel.layer}, head ${sel.head}`, x: 0, xanchor: "left", font: { size: 12 } },

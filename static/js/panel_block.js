@@ -52,11 +52,11 @@ function drawLayerNorm() {
   const sizes = idx.map((i) => (i === sel ? 11 : 5));
   const data = [
     { type: "scatter", mode: "markers", name: "input x", x: idx, y: ln.input, xaxis: "x", yaxis: "y",
-      marker: { color: pointColors(OKABE.blue), size: sizes }, hovertemplate: "feature %{x}<br>input %{y:.4f}<extra></extra>" },
+      marker: { color: pointColors(OKABE.blue), size: sizes }, hovertemplate: "feature %{x}<br>input %{y}<extra></extra>" },
     { type: "scatter", mode: "markers", name: "normalised (x − mean) / std", x: idx, y: ln.normalized, xaxis: "x2", yaxis: "y2",
-      marker: { color: pointColors(OKABE.grey), size: sizes, symbol: "circle-open" }, hovertemplate: "feature %{x}<br>normalised %{y:.4f}<extra></extra>" },
+      marker: { color: pointColors(OKABE.grey), size: sizes, symbol: "circle-open" }, hovertemplate: "feature %{x}<br>normalised %{y}<extra></extra>" },
     { type: "scatter", mode: "markers", name: "output γ·normalised + β", x: idx, y: ln.output, xaxis: "x2", yaxis: "y2",
-      marker: { color: pointColors(OKABE.orange), size: sizes }, hovertemplate: "feature %{x}<br>output %{y:.4f}<extra></extra>" },
+      marker: { color: pointColors(OKABE.orange), size: sizes }, hovertemplate: "feature %{x}<br>output %{y}<extra></extra>" },
   ];
   const shapes = [
     { type: "line", xref: "x", yref: "y", x0: -0.5, x1: d - 0.5, y0: ln.mean, y1: ln.mean, line: { color: OKABE.black, dash: "dash", width: 1 } },
@@ -125,7 +125,7 @@ function drawQKV(hd, T, p) {
   const data = mats.map(([key, name], j) => ({
     type: "heatmap", z: hd[key], name, xaxis: `x${j ? j + 1 : ""}`, yaxis: "y", coloraxis: "coloraxis",
     customdata: labels.map((t) => hd[key][0].map(() => t)),
-    hovertemplate: `${name}<br>token %{y} “%{customdata}”<br>dim %{x}: %{z:.4f}<extra></extra>`,
+    hovertemplate: `${name}<br>token %{y} “%{customdata}”<br>dim %{x}: %{z}<extra></extra>`,
   }));
   const gap = 0.03;
   const w = (1 - 2 * gap) / 3;
@@ -151,7 +151,7 @@ function drawResidAdd(hd, p, dModel) {
   draw($("resid-add-plot"), [{
     type: "heatmap", z: rows, y: names, x: hd.resid_pre.map((_, i) => i), colorscale: SIGNED, zmin: -rl, zmax: rl, zmid: 0,
     colorbar: { title: { text: "value" }, thickness: 10 },
-    hovertemplate: "%{y}<br>feature %{x}: %{z:.4f}<extra></extra>",
+    hovertemplate: "%{y}<br>feature %{x}: %{z}<extra></extra>",
   }], {
     height: 200, margin: { l: 220, r: 10, t: 20, b: 40 },
     title: { text: `position ${p} “${labels[p] ?? ""}”`, x: 0, xanchor: "left", font: { size: 12 } },

@@ -57,13 +57,13 @@ function drawBars(d) {
     type: "bar", x, y: c.map((r) => r.value), name: "contribution",
     marker: { color: c.map((r) => KIND_COLOR[r.kind] || OKABE.grey) },
     customdata: c.map((r) => [r.name, KIND_NAME[r.kind] || r.kind]),
-    hovertemplate: "%{customdata[0]} (%{customdata[1]})<br>adds %{y:.4f} to the logit<extra></extra>",
+    hovertemplate: "%{customdata[0]} (%{customdata[1]})<br>adds %{y} to the logit<extra></extra>",
   }, {
     type: "bar", x: [c.length + 0.5], y: [d.total], name: "sum of the parts", width: [0.8],
-    marker: { color: OKABE.green }, hovertemplate: "sum of the parts %{y:.5f}<extra></extra>",
+    marker: { color: OKABE.green }, hovertemplate: "sum of the parts %{y}<extra></extra>",
   }, {
     type: "bar", x: [c.length + 1.5], y: [d.logit], name: "the model's logit", width: [0.8],
-    marker: { color: OKABE.purple }, hovertemplate: "the model's logit %{y:.5f}<extra></extra>",
+    marker: { color: OKABE.purple }, hovertemplate: "the model's logit %{y}<extra></extra>",
   }];
   draw($("dc-plot"), data, {
     height: 420, showlegend: false, bargap: 0.2,

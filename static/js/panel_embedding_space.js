@@ -66,7 +66,7 @@ function drawProjection() {
       x: pts.map((t) => t.x), y: pts.map((t) => t.y), text: pts.map((t) => visible(t.text)),
       customdata: pts.map((t) => t.id), textposition: "top center", textfont: { size: 12, color },
       marker: { size, color, line: { width: 1, color: "#fff" } },
-      hovertemplate: "“%{text}” id %{customdata}<br>PC1 %{x:.3f}, PC2 %{y:.3f}<extra>" + name + "</extra>",
+      hovertemplate: "“%{text}” id %{customdata}<br>PC1 %{x}, PC2 %{y}<extra>" + name + "</extra>",
     };
   };
   const data = [{
@@ -74,7 +74,7 @@ function drawProjection() {
     x: toks.map((t) => t.x), y: toks.map((t) => t.y), text: toks.map((t) => visible(t.text)),
     customdata: toks.map((t) => t.id),
     marker: { size: 5, color: "#9aa3b5", opacity: 0.55 },
-    hovertemplate: "“%{text}” id %{customdata}<br>PC1 %{x:.3f}, PC2 %{y:.3f}<extra></extra>",
+    hovertemplate: "“%{text}” id %{customdata}<br>PC1 %{x}, PC2 %{y}<extra></extra>",
   }, mark(promptIds, "your prompt", OKABE.vermillion, 9, true)];
   if (neighbours) {
     data.push(mark(neighbours.neighbours.map((n) => n.id), "neighbours", OKABE.blue, 9, false));

@@ -122,7 +122,7 @@ function drawAttention(last) {
     type: "heatmap", z: rows, x: keys.map((_, i) => i), y: names.map((_, i) => i), colorscale: SEQ, zmin: 0, zmax: 1,
     colorbar: { title: { text: "weight" }, thickness: 10 },
     customdata: names.map((n) => keys.map((k) => [n, k])),
-    hovertemplate: "%{customdata[0]}<br>reads position %{x} “%{customdata[1]}”<br>weight %{z:.4f}<extra></extra>",
+    hovertemplate: "%{customdata[0]}<br>reads position %{x} “%{customdata[1]}”<br>weight %{z}<extra></extra>",
   }], {
     height: 120 + 18 * rows.length,
     title: { text: `step ${last.step}: the query is “${keys[keys.length - 1] ?? ""}” (position ${keyIds.length - 1}); cache holds ${last.cache.positions} positions`,

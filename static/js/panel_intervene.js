@@ -192,9 +192,9 @@ function draw_() {
   const labels = c.map((t) => `“${visible(t.text)}”`);
   draw($("iv-plot"), [
     { type: "bar", orientation: "h", name: "clean run", x: c.map((t) => t.clean), y, marker: { color: OKABE.grey },
-      customdata: labels, hovertemplate: "%{customdata}<br>clean %{x:.2%}<extra></extra>" },
+      customdata: labels, hovertemplate: "%{customdata}<br>clean %{x} (%{x:.2%})<extra></extra>" },
     { type: "bar", orientation: "h", name: "with the interventions", x: c.map((t) => t.altered), y, marker: { color: OKABE.vermillion },
-      customdata: labels, hovertemplate: "%{customdata}<br>altered %{x:.2%}<extra></extra>" },
+      customdata: labels, hovertemplate: "%{customdata}<br>altered %{x} (%{x:.2%})<extra></extra>" },
   ], {
     barmode: "group", height: 90 + 30 * c.length, legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom" },
     xaxis: { title: { text: "probability of the next token" }, tickformat: ".0%", rangemode: "tozero" },

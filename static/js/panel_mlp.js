@@ -53,11 +53,11 @@ function drawHistograms() {
       fillcolor: sel ? "rgba(0,114,178,0.55)" : "rgba(86,180,233,0.45)",
       x: L.histogram.edges, y: [...L.histogram.counts, L.histogram.counts[L.histogram.counts.length - 1]],
       xaxis: xa, yaxis: ya, name: "pre-activations (this prompt)", showlegend: j === 0, legendgroup: "h",
-      hovertemplate: `layer ${L.layer}<br>bin from %{x:.3f}<br>count %{y}<extra></extra>`,
+      hovertemplate: `layer ${L.layer}<br>bin from %{x}<br>count %{y}<extra></extra>`,
     });
     data.push({
       type: "scatter", mode: "lines", x: m.curve_x, y: m.curve_y, xaxis: xa, yaxis: yg, name: "GELU", showlegend: j === 0, legendgroup: "g",
-      line: { color: OKABE.vermillion, width: 2 }, hovertemplate: "GELU(%{x:.2f}) = %{y:.4f}<extra></extra>",
+      line: { color: OKABE.vermillion, width: 2 }, hovertemplate: "GELU(%{x}) = %{y}<extra></extra>",
     });
     layout.annotations.push({
       xref: `${xa} domain`, yref: "paper", x: 0.5, y: 1.02, xanchor: "center", yanchor: "bottom", showarrow: false,
@@ -77,7 +77,7 @@ function drawTop() {
     type: "bar", orientation: "h", name: "after GELU",
     x: top.map((n) => n.post), y: top.map((n) => `neuron ${n.index}`),
     marker: { color: OKABE.blue }, customdata: top.map((n) => n.pre),
-    hovertemplate: "%{y}<br>pre-activation %{customdata:.4f}<br>after GELU %{x:.4f}<extra></extra>",
+    hovertemplate: "%{y}<br>pre-activation %{customdata}<br>after GELU %{x}<extra></extra>",
     text: top.map((n) => `pre ${fmt(n.pre, 2)} → ${fmt(n.post, 2)}`), textposition: "outside", cliponaxis: false,
   }], {
     height: 60 + 28 * top.length,

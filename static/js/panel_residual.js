@@ -46,7 +46,7 @@ function drawNorms() {
     type: "heatmap", z: r.norms, y: r.stages.map((_, i) => i), x: labels.map((_, i) => i), colorscale: SEQ,
     colorbar: { title: { text: "‖stream‖" }, thickness: 10 },
     customdata: r.stages.map((s) => labels.map((t) => [s, t])),
-    hovertemplate: "after %{customdata[0]}<br>position %{x} “%{customdata[1]}”<br>norm %{z:.3f}<extra></extra>",
+    hovertemplate: "after %{customdata[0]}<br>position %{x} “%{customdata[1]}”<br>norm %{z}<extra></extra>",
   }], {
     height: 120 + 36 * r.stages.length,
     xaxis: positionAxis(width - 200),

@@ -107,7 +107,7 @@ function drawSampling() {
   const x = c.map((_, i) => i);
   const labels = c.map((t) => `${t.kept ? "" : "✗ "}${visible(t.text)}`);
   const common = { type: "bar", x, customdata: c.map((t) => [visible(t.text), t.id, t.logit, t.kept ? "kept" : "filtered out"]) };
-  const hover = (what) => `“%{customdata[0]}” id %{customdata[1]} (logit %{customdata[2]:.3f}, %{customdata[3]})<br>${what} %{y:.2%}<extra></extra>`;
+  const hover = (what) => `“%{customdata[0]}” id %{customdata[1]} (logit %{customdata[2]}, %{customdata[3]})<br>${what} %{y} (%{y:.2%})<extra></extra>`;
   const s = result.settings;
   draw($("sampling-plot"), [
     { ...common, name: "softmax(logits), temperature 1", y: c.map((t) => t.p_raw), marker: { color: OKABE.grey }, hovertemplate: hover("before anything") },
@@ -145,7 +145,7 @@ function drawLoss(labels) {
   draw(gd, [
     { type: "bar", name: "p(actual next token)", x, y: L.positions.map((p) => p.prob), marker: { color: OKABE.blue },
       customdata: L.positions.map((p) => [labels[p.position], visible(p.next_text), p.next_id, p.loss]),
-      hovertemplate: "position %{x} “%{customdata[0]}” → next “%{customdata[1]}” (id %{customdata[2]})<br>probability %{y:.2%}<br>loss %{customdata[3]:.3f} nats<extra></extra>" },
+      hovertemplate: "position %{x} “%{customdata[0]}” → next “%{customdata[1]}” (id %{customdata[2]})<br>probability %{y} (%{y:.2%})<br>loss %{customdata[3]} nats<extra></extra>" },
     { type: "scatter", mode: "lines+markers", name: "loss −ln p (nats)", x, y: L.positions.map((p) => p.loss), yaxis: "y2",
       line: { color: OKABE.vermillion, width: 1.5 }, marker: { size: 5 }, hovertemplate: "position %{x}: loss %{y:.3f} nats<extra></extra>" },
   ], {

@@ -221,7 +221,7 @@ export function tokenFeatureHeatmap(gd, z, opts) {
     zmin: opts.signed ? -lim : opts.zmin, zmax: opts.signed ? lim : opts.zmax, zmid: opts.signed ? 0 : undefined,
     colorbar: { title: { text: opts.colorTitle || "value", side: "right" }, thickness: 12 },
     customdata: (opts.rowHover || rows.map((r) => `“${r}”`)).map((r) => z[0].map(() => r)),
-    hovertemplate: `${opts.rowName || "token"} %{y} %{customdata}<br>${opts.colName || "feature"} %{x}<br>${opts.hoverName || "value"} %{z:.4f}<extra></extra>`,
+    hovertemplate: `${opts.rowName || "token"} %{y} %{customdata}<br>${opts.colName || "feature"} %{x}<br>${opts.hoverName || "value"} %{z}<extra></extra>`,
   }];
   const ncols = z.length ? z[0].length : 0;
   draw(gd, data, {
@@ -243,7 +243,7 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
   const signed = !!opts.signed;
   const lim = signed ? (opts.limit ?? signedLimit(z)) : null;
   const hasNull = z.some((r) => r.some((v) => v === null));
-  const text = opts.plain ? null : z.map((r) => r.map((v) => (v === null ? "−∞ (masked)" : fmt(v, 4))));
+  const text = opts.plain ? null : z.map((r) => r.map((v) => (v === null ? "−∞ (masked)" : String(v))));
   const data = [{
     type: "heatmap", z, x: labels.map((_, i) => i), y: labels.map((_, i) => i),
     colorscale: signed ? SIGNED : SEQ,
@@ -257,7 +257,7 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
   if (opts.plain) {   // numbered rows and columns (positions): no per-cell labels needed
     delete data[0].text;
     delete data[0].customdata;
-    data[0].hovertemplate = `${opts.yTitle} %{y} · ${opts.xTitle} %{x}<br>${opts.hoverName || "value"} %{z:.4f}<extra></extra>`;
+    data[0].hovertemplate = `${opts.yTitle} %{y} · ${opts.xTitle} %{x}<br>${opts.hoverName || "value"} %{z}<extra></extra>`;
   }
   if (hasNull && side / n >= 16) {
     // write −∞ into the masked cells while they are large enough to read

@@ -162,9 +162,8 @@ def test_model_view_click_opens_that_head(page, live_url, screenshot):
                    const r = gd.getBoundingClientRect();
                    return { x: r.left + xa._offset + xa._length * 0.2, y: r.top + ya._offset + ya._length * 0.8 }; }"""
     point = page.evaluate(locate, k)
-    page.mouse.wheel(0, point["y"] - 450)          # bring that small map to the middle of the screen
-    page.wait_for_function("(y) => Math.abs(scrollY - y) < 2 || innerHeight + scrollY >= document.body.scrollHeight - 2",
-                           arg=page.evaluate("scrollY") + point["y"] - 450)
+    page.evaluate("(dy) => scrollBy({ top: dy, behavior: 'instant' })", point["y"] - 450)   # that small map to mid-screen
+    page.wait_for_timeout(100)
     point = page.evaluate(locate, k)
     assert 0 < point["y"] < 900
     with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
