@@ -28,7 +28,7 @@ const DEPENDS = {
 
 const state = {
   layer: 0, head: 0, position: null, target: null, feature: 0,
-  temperature: 1, top_k: null, top_p: null, seed: 0,
+  temperature: 1, top_k: null, top_p: null, seed: 0, steps: 0,
   heads: [], mlps: [], edits: [],
 };
 let trace = null;        // the merged trace of the prompt on show
@@ -66,6 +66,7 @@ function readUrl() {
   const p = num(q.get("top_p"));
   state.top_p = p !== null && p > 0 && p < 1 ? p : null;
   state.seed = int(q.get("seed"), 0);
+  state.steps = Math.min(int(q.get("steps"), 0), 64);
   for (const item of (q.get("ablate") || "").split(",").filter(Boolean)) {
     const m = /^L(\d+)H(\d+)$/.exec(item);
     const mm = /^MLP(\d+)$/.exec(item);
@@ -88,6 +89,7 @@ function writeUrl() {
   if (state.top_k !== null) q.set("top_k", state.top_k);
   if (state.top_p !== null) q.set("top_p", state.top_p);
   if (state.seed) q.set("seed", state.seed);
+  if (state.steps) q.set("steps", state.steps);
   const ablate = [...state.heads.map(([l, h]) => `L${l}H${h}`), ...state.mlps.map((l) => `MLP${l}`)];
   if (ablate.length) q.set("ablate", ablate.join(","));
   if (state.edits.length) q.set("edit", state.edits.map(([p, id]) => `${p}:${id}`).join(","));
@@ -283,7 +285,9 @@ initResidual();
 initSampling({ temperature: state.temperature, top_k: state.top_k, top_p: state.top_p }, {
   onChange: (s) => { Object.assign(state, s); writeUrl(); },
 });
-initGenerate({ seed: state.seed, settings: samplingSettings, onSeedChange: (s) => { state.seed = s; writeUrl(); } });
+initGenerate({ seed: state.seed, steps: state.steps, settings: samplingSettings,
+  onSeedChange: (s) => { state.seed = s; writeUrl(); },
+  onStepsChange: (n) => { state.steps = n; writeUrl(); } });
 initIntervene({ heads: state.heads, mlps: state.mlps, edits: state.edits }, {
   onConfigChange: (c) => { state.heads = c.heads; state.mlps = c.mlps; state.edits = c.edits; writeUrl(); },
 });

@@ -106,14 +106,16 @@ function drawHead(dModel) {
   // three maps side by side while each fits in a third of the panel, otherwise they wrap
   // (the first map shares the second one's colour bar: 2 bars of ~60 px, 3 label margins of ~90 px)
   const room = (($("step-scores").clientWidth || 1100) - 40 - 120) / 3 - 90;
-  const sq = T * 10 <= room ? { row: p, cell: 10, maxSide: Math.floor(room), minSide: Math.floor(room), xTitle: "key", yTitle: "query" }
+  const across = T * 10 <= room;
+  const sq = across ? { row: p, cell: 10, maxSide: Math.floor(room), minSide: Math.floor(room), xTitle: "key", yTitle: "query" }
     : { row: p, cell: 14, maxSide: 560, xTitle: "key", yTitle: "query" };
-  later("scores", $("scores-plot"), () => squareHeatmap($("scores-plot"), h.scores, labels, { ...sq, signed: true, colorbar: false, hoverName: "score", name: "scores" }));
+  later("scores", $("scores-plot"), () => squareHeatmap($("scores-plot"), h.scores, labels, { ...sq, signed: true, colorbar: !across, colorTitle: "score", hoverName: "score", name: "scores" }));
   later("masked", $("masked-plot"), () => squareHeatmap($("masked-plot"), h.masked_scores, labels, { ...sq, signed: true, limit: signedLimit(h.scores), colorTitle: "score", hoverName: "masked score", name: "masked-scores" }));
   later("pattern", $("pattern-plot"), () => squareHeatmap($("pattern-plot"), h.pattern, labels, { ...sq, zmin: 0, zmax: 1, colorTitle: "weight", hoverName: "weight", name: "pattern" }));
   later("z", $("z-plot"), () => tokenFeatureHeatmap($("z-plot"), h.z, { rowLabels: labels, signed: true, row: p, colTitle: `z: dim 0..${h.d_head - 1}`, colName: "dim", colorTitle: "z", hoverName: "z", name: "z" }));
   later("result", $("result-plot"), () => tokenFeatureHeatmap($("result-plot"), h.result, { rowLabels: labels, signed: true, row: p, colTitle: `feature 0..${dModel - 1}`, colorTitle: "result", hoverName: "head result", name: "head-result" }));
   later("resid-add", $("resid-add-plot"), () => drawResidAdd(h, p, dModel));
+  $("scores-caption").hidden = !across;
   $("block-panel").dataset.head = `${hd.layer}.${hd.head}.${p}`;
 }
 

@@ -9,10 +9,14 @@ let steps = [];         // GenerateStepResponse of each step so far
 let seed = 0;
 let getSettings = () => ({ temperature: 1, top_k: null, top_p: null });
 let onSeed = null;
+let onSteps = null;
+let replay = 0;         // steps to redo once the prompt arrives (a shared URL with steps=N)
 let busy = false;
 
-export function initGenerate({ seed: s = 0, settings, onSeedChange } = {}) {
+export function initGenerate({ seed: s = 0, steps: n = 0, settings, onSeedChange, onStepsChange } = {}) {
   seed = s;
+  replay = n;
+  onSteps = onStepsChange || null;
   if (settings) getSettings = settings;
   onSeed = onSeedChange || null;
   $("seed").value = String(seed);
@@ -29,10 +33,18 @@ export function initGenerate({ seed: s = 0, settings, onSeedChange } = {}) {
   render();
 }
 
-export function setGeneratePrompt(tokens) {
+export async function setGeneratePrompt(tokens) {
   prompt = tokens.map((t) => ({ id: t.id, text: t.text }));
   steps = [];
   render();
+  const n = replay;
+  replay = 0;
+  for (let i = 0; i < n && steps.length === i; i++) await step();   // same seed + settings: the same tokens again
+  if (!n) changedSteps();
+}
+
+function changedSteps() {
+  if (onSteps) onSteps(steps.length);
 }
 
 function ids() {
@@ -49,6 +61,7 @@ async function step() {
   try {
     const res = await apiPost("/generate/step", { ids: ids(), step: steps.length, seed, ...getSettings(), top: 10 });
     steps.push(res);
+    changedSteps();
     setNote($("gen-note"), "");
     panel.dataset.state = "ready";
   } catch (err) {
@@ -63,12 +76,14 @@ async function step() {
 function back() {
   if (busy || !steps.length) return;
   steps.pop();
+  changedSteps();
   render();
 }
 
 function reset() {
   if (busy) return;
   steps = [];
+  changedSteps();
   render();
 }
 

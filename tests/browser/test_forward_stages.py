@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
@@ -27,6 +28,23 @@ STAGE_PLOTS = {
     "intervene-panel": ["iv-plot"],
     "decomposition-panel": ["dc-plot"],
 }
+
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def stage_shot(page, stage_id: str, name: str) -> Path:
+    """A screenshot of one stage (the page is long; plots far from the viewport are drawn lazily)."""
+    for plot in STAGE_PLOTS.get(stage_id, []):
+        drawn(page, plot)
+    ARTIFACTS.mkdir(exist_ok=True)
+    box = page.evaluate("(id) => { const r = document.getElementById(id).getBoundingClientRect();"
+                        " return { x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height }; }", stage_id)
+    path = ARTIFACTS / f"{name}.png"
+    page.evaluate("document.getElementById('selection-bar').style.visibility = 'hidden'")   # sticky: it would cover the stage
+    page.screenshot(path=str(path), full_page=True, clip=box)
+    page.evaluate("document.getElementById('selection-bar').style.visibility = ''")
+    return path
 
 
 def visible(text: str) -> str:
@@ -107,7 +125,7 @@ def test_keyboard_walks_the_ten_stages_and_every_plot_gets_drawn(page, live_url,
     assert page.console_errors == []
 
 
-def test_stage_data_matches_the_api(page, live_url, screenshot):
+def test_stage_data_matches_the_api(page, live_url):
     open_page(page, live_url)
     full = api(page, live_url, "/forward", {"text": PROMPT, "include": ["embeddings", "layernorm", "head_detail", "mlp", "residual",
                                                                        "logit_lens", "prompt_loss"]})
@@ -151,7 +169,7 @@ def test_stage_data_matches_the_api(page, live_url, screenshot):
     assert page.console_errors == []
 
 
-def test_model_view_click_opens_that_head(page, live_url, screenshot):
+def test_model_view_click_opens_that_head(page, live_url):
     open_page(page, live_url)
     go_stage(page, 4)
     assert page.evaluate("document.getElementById('model-view-plot').dataset.grid") == "4x4"
@@ -192,7 +210,7 @@ def test_model_view_click_opens_that_head(page, live_url, screenshot):
     page.wait_for_function("document.getElementById('position').value === '2'")
     assert query_of(page.url)["position"] == "2"
     page.wait_for_function("document.querySelector('#tokens .tok.sel') && document.querySelector('#tokens .tok.sel').dataset.index === '2'")
-    screenshot(page, "forward-model-view-head")
+    stage_shot(page, "attention-panel", "forward-model-view-head")
     assert page.console_errors == []
 
 
@@ -203,7 +221,7 @@ def slider_x(page, sel: str, value: float) -> tuple[float, float]:
     return box["x"] + thumb + (box["width"] - 2 * thumb) * (value - lo) / (hi - lo), box["y"] + box["height"] / 2
 
 
-def test_temperature_and_filters_reshape_the_distribution(page, live_url, screenshot):
+def test_temperature_and_filters_reshape_the_distribution(page, live_url):
     open_page(page, live_url)
     go_stage(page, 7)
     page.wait_for_function("document.getElementById('sampling-plot').dataset.state === 'ready'")
@@ -246,11 +264,11 @@ def test_temperature_and_filters_reshape_the_distribution(page, live_url, screen
     assert sum(1 for p in final if p > 0) == 3 == filt["n_kept"]
     assert f"{filt['n_kept']:,}" in page.inner_text("#sampling-stats")
     assert query_of(page.url)["top_k"] == "3"
-    screenshot(page, "forward-sampling")
+    stage_shot(page, "next-panel", "forward-sampling")
     assert page.console_errors == []
 
 
-def test_generation_stepper_equals_the_api_replayed_with_the_same_seed(page, live_url, screenshot):
+def test_generation_stepper_equals_the_api_replayed_with_the_same_seed(page, live_url):
     open_page(page, live_url)
     go_stage(page, 8)
     page.fill("#seed", "7")
@@ -263,6 +281,7 @@ def test_generation_stepper_equals_the_api_replayed_with_the_same_seed(page, liv
         page.wait_for_function("(n) => document.getElementById('generate-panel').dataset.steps === String(n)", arg=i)
         page.wait_for_function("!document.getElementById('gen-next').disabled")
     ids = json.loads(page.get_attribute("#generate-panel", "data-ids"))
+    assert query_of(page.url)["steps"] == "3"
 
     replay, cur = [], prompt_ids
     for step in range(3):
@@ -280,7 +299,7 @@ def test_generation_stepper_equals_the_api_replayed_with_the_same_seed(page, liv
     assert f"{replay[-1]['cache']['numbers']:,}" in cache and f"{replay[-1]['cache']['positions']} positions" in cache
     attn = plot_data(page, "gen-attn-plot")[0]["z"]
     assert attn == [w for layer in replay[-1]["attention"] for w in layer]
-    screenshot(page, "forward-generation")
+    stage_shot(page, "generate-panel", "forward-generation")
 
     # step back pops the last token; stepping again draws the same token (same seed, same step)
     page.click("#gen-back")
@@ -291,11 +310,12 @@ def test_generation_stepper_equals_the_api_replayed_with_the_same_seed(page, liv
     assert json.loads(page.get_attribute("#generate-panel", "data-ids")) == replay[2]["ids"]
     page.click("#gen-reset")
     page.wait_for_function("document.getElementById('generate-panel').dataset.steps === '0'")
+    assert "steps" not in query_of(page.url)
     assert json.loads(page.get_attribute("#generate-panel", "data-ids")) == prompt_ids
     assert page.console_errors == []
 
 
-def test_zeroing_a_head_changes_the_distribution(page, live_url, screenshot):
+def test_zeroing_a_head_changes_the_distribution(page, live_url):
     open_page(page, live_url)
     go_stage(page, 9)
     page.wait_for_function("document.getElementById('intervene-panel').dataset.state === 'ready'")
@@ -318,7 +338,7 @@ def test_zeroing_a_head_changes_the_distribution(page, live_url, screenshot):
     # an MLP too, then clear
     page.check('#iv-mlps input[data-mlp="2"]')
     page.wait_for_function("new URLSearchParams(location.search).get('ablate') === 'L0H1,MLP2'")
-    screenshot(page, "forward-interventions")
+    stage_shot(page, "intervene-panel", "forward-interventions")
     page.click("#iv-clear")
     page.wait_for_function("!new URLSearchParams(location.search).has('ablate')")
     assert page.console_errors == []
@@ -348,7 +368,7 @@ def test_swapping_a_prompt_token(page, live_url):
     assert page.console_errors == []
 
 
-def test_decomposition_adds_up_to_the_logit_and_downloads_its_json(page, live_url, screenshot, tmp_path):
+def test_decomposition_adds_up_to_the_logit_and_downloads_its_json(page, live_url, tmp_path):
     open_page(page, live_url)
     go_stage(page, 10)
     full = api(page, live_url, "/forward", {"text": PROMPT, "include": ["decomposition", "next_token"], "top_k": 10})
@@ -386,13 +406,13 @@ def test_decomposition_adds_up_to_the_logit_and_downloads_its_json(page, live_ur
     page.wait_for_function("(v) => document.getElementById('dc-logit').dataset.value === String(v)", arg=d2["logit"])
     assert math.isclose(float(page.get_attribute("#dc-total", "data-value")), d2["logit"], abs_tol=1e-3)
     assert query_of(page.url)["target"] == str(second["id"])
-    screenshot(page, "forward-decomposition")
+    stage_shot(page, "decomposition-panel", "forward-decomposition")
     assert page.console_errors == []
 
 
-def test_a_shared_url_restores_every_setting(page, live_url, screenshot):
+def test_a_shared_url_restores_every_setting(page, live_url):
     params = {"text": PROMPT, "layer": "1", "head": "2", "position": "3", "temperature": "0.7", "top_k": "5",
-              "top_p": "0.9", "seed": "4", "ablate": "L0H1,MLP2"}
+              "top_p": "0.9", "seed": "4", "steps": "2", "ablate": "L0H1,MLP2"}
     with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
         open_page(page, live_url, params)
     sent = resp.value.request.post_data_json
@@ -402,6 +422,12 @@ def test_a_shared_url_restores_every_setting(page, live_url, screenshot):
     assert page.input_value("#temperature") == "0.7" and page.input_value("#top-k") == "5" and page.input_value("#top-p") == "0.9"
     assert page.input_value("#seed") == "4"
     page.wait_for_function("document.getElementById('block-panel').dataset.head === '1.2.3'")
+    # the two generated tokens are redone with the same seed and settings
+    page.wait_for_function("document.getElementById('generate-panel').dataset.steps === '2'")
+    cur = [t["id"] for t in api(page, live_url, "/forward", {"text": PROMPT, "include": []})["tokens"]]
+    for step in range(2):
+        cur = api(page, live_url, "/generate/step", {"ids": cur, "step": step, "seed": 4, "temperature": 0.7, "top_k": 5, "top_p": 0.9})["ids"]
+    assert json.loads(page.get_attribute("#generate-panel", "data-ids")) == cur
     go_stage(page, 9)
     assert page.is_checked('#iv-heads input[data-layer="0"][data-head="1"]') and page.is_checked('#iv-mlps input[data-mlp="2"]')
     go_stage(page, 7)
@@ -416,7 +442,7 @@ def test_a_shared_url_restores_every_setting(page, live_url, screenshot):
     assert page.console_errors == []
 
 
-def test_long_prompt_labels_every_token(page, live_url, screenshot):
+def test_long_prompt_labels_every_token(page, live_url):
     full = ("ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
             "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her "
             "maid art far more fair than she. Be not her maid, since she is envious.")
@@ -431,6 +457,7 @@ def test_long_prompt_labels_every_token(page, live_url, screenshot):
     assert len(labels) == n
     size = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#emb-token-plot .ytick text')).fontSize)")
     assert size >= 9
+    stage_shot(page, "tokens-panel", "forward-long-prompt-embeddings")
     go_stage(page, 3)
-    screenshot(page, "forward-long-prompt")
+    stage_shot(page, "block-panel", "forward-long-prompt-block")
     assert page.console_errors == []
