@@ -18,7 +18,8 @@ let pendingId = null;
 export function initIntervene(initial, { onConfigChange } = {}) {
   cfg = { heads: initial.heads || [], mlps: initial.mlps || [], edits: initial.edits || [] };
   onChange = onConfigChange || null;
-  $("iv-text").addEventListener("input", () => { clearTimeout(tokTimer); tokTimer = setTimeout(tokenizeReplacement, 200); });
+  $("iv-text").addEventListener("input", () => { $("iv-id").value = ""; clearTimeout(tokTimer); tokTimer = setTimeout(tokenizeReplacement, 200); });
+  $("iv-id").addEventListener("input", () => { $("iv-text").value = ""; clearTimeout(tokTimer); tokTimer = setTimeout(lookUpId, 200); });
   $("iv-pos").addEventListener("change", () => suggest());
   $("iv-add").addEventListener("click", () => {
     if (pendingId) addEdit(+$("iv-pos").value, pendingId.id, pendingId.text);
@@ -90,6 +91,26 @@ function addEdit(pos, id, t) {
   cfg.edits.sort((a, b) => a[0] - b[0]);
   drawEdits();
   changed();
+}
+
+// A replacement given by id: GET /api/v1/tokens/model/{id} names it (and refuses ids outside the vocabulary).
+async function lookUpId() {
+  const raw = $("iv-id").value;
+  const status = $("iv-tok-status");
+  pendingId = null;
+  $("iv-add").disabled = true;
+  const id = Number(raw);
+  const max = Number($("iv-id").max);
+  if (raw === "") { status.textContent = ""; return; }
+  if (!Number.isInteger(id) || id < 0 || id > max) { status.textContent = `a token id is a whole number from 0 to ${max}`; return; }
+  try {
+    const t = await apiGet(`/tokens/model/${id}`);
+    pendingId = { id: t.id, text: t.text };
+    status.textContent = `id ${t.id} is “${visible(t.text)}”`;
+    $("iv-add").disabled = false;
+  } catch (err) {
+    status.textContent = err.message;
+  }
 }
 
 async function tokenizeReplacement() {
@@ -191,12 +212,12 @@ function draw_() {
   const y = c.map((_, i) => i);
   const labels = c.map((t) => `“${visible(t.text)}”`);
   draw($("iv-plot"), [
-    { type: "bar", orientation: "h", name: "clean run", x: c.map((t) => t.clean), y, marker: { color: OKABE.grey },
-      customdata: labels, hovertemplate: "%{customdata}<br>clean %{x} (%{x:.2%})<extra></extra>" },
     { type: "bar", orientation: "h", name: "with the interventions", x: c.map((t) => t.altered), y, marker: { color: OKABE.vermillion },
       customdata: labels, hovertemplate: "%{customdata}<br>altered %{x} (%{x:.2%})<extra></extra>" },
+    { type: "bar", orientation: "h", name: "clean run", x: c.map((t) => t.clean), y, marker: { color: OKABE.grey },
+      customdata: labels, hovertemplate: "%{customdata}<br>clean %{x} (%{x:.2%})<extra></extra>" },
   ], {
-    barmode: "group", height: 90 + 30 * c.length, legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom" },
+    barmode: "group", height: 90 + 30 * c.length, legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom", traceorder: "reversed" },
     xaxis: { title: { text: "probability of the next token" }, tickformat: ".0%", rangemode: "tozero" },
     yaxis: { tickmode: "array", tickvals: y, ticktext: labels, tickfont: { family: MONO }, automargin: true },
     margin: { l: 10, r: 20, t: 40, b: 40 },

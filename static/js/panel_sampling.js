@@ -105,20 +105,22 @@ async function fetchDistribution() {
 function drawSampling() {
   const c = result.candidates;
   const x = c.map((_, i) => i);
-  const labels = c.map((t) => `${t.kept ? "" : "✗ "}${visible(t.text)}`);
-  const common = { type: "bar", x, customdata: c.map((t) => [visible(t.text), t.id, t.logit, t.kept ? "kept" : "filtered out"]) };
+  const why = (t) => (t.kept ? "" : t.in_top_k ? "✗p " : "✗k ");   // which filter removed it
+  const labels = c.map((t) => `${why(t)}${visible(t.text)}`);
+  const common = { type: "bar", x, customdata: c.map((t) => [visible(t.text), t.id, t.logit,
+    t.kept ? "kept" : t.in_top_k ? "removed by top-p" : "removed by top-k"]) };
   const hover = (what) => `“%{customdata[0]}” id %{customdata[1]} (logit %{customdata[2]}, %{customdata[3]})<br>${what} %{y} (%{y:.2%})<extra></extra>`;
   const s = result.settings;
   draw($("sampling-plot"), [
     { ...common, name: "softmax(logits), temperature 1", y: c.map((t) => t.p_raw), marker: { color: OKABE.grey }, hovertemplate: hover("before anything") },
     { ...common, name: `after temperature ${fmt(s.temperature, 2)}`, y: c.map((t) => t.p_temperature),
-      marker: { color: OKABE.blue, opacity: c.map((t) => (t.kept ? 1 : 0.45)), pattern: { shape: c.map((t) => (t.kept ? "" : "/")), fgcolor: "#fff" } },
+      marker: { color: OKABE.blue, opacity: c.map((t) => (t.kept ? 1 : 0.45)), pattern: { shape: c.map((t) => (t.kept ? "" : t.in_top_k ? "x" : "/")), fgcolor: "#fff" } },
       hovertemplate: hover("after temperature") },
     { ...common, name: "after top-k / top-p, renormalised", y: c.map((t) => t.p_final), marker: { color: OKABE.orange }, hovertemplate: hover("final") },
   ], {
     barmode: "group", height: 380, bargap: 0.25,
     legend: { orientation: "h", y: 1.14 },
-    xaxis: { tickmode: "array", tickvals: x, ticktext: labels, tickangle: -45, tickfont: { family: MONO, size: 11 }, title: { text: "the 20 most likely tokens at temperature 1 (✗ = filtered out)" } },
+    xaxis: { tickmode: "array", tickvals: x, ticktext: labels, tickangle: -45, tickfont: { family: MONO, size: 11 }, title: { text: "the 20 most likely tokens at temperature 1 (✗k: removed by top-k, ✗p: removed by top-p)" } },
     yaxis: { title: { text: "probability" }, tickformat: ".0%", rangemode: "tozero" },
     margin: { l: 60, r: 10, t: 40, b: 110 },
   }, "sampling");

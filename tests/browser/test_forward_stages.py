@@ -86,6 +86,10 @@ def plot_data(page, plot_id: str) -> list[dict]:
     return page.evaluate("(id) => document.getElementById(id).data.map(t => ({type: t.type, name: t.name, x: t.x, y: t.y, z: t.z}))", plot_id)
 
 
+def by_name(traces: list[dict]) -> dict[str, dict]:
+    return {t["name"]: t for t in traces}
+
+
 def go_stage(page, n: int) -> None:
     page.evaluate("document.activeElement && document.activeElement.blur()")
     page.keyboard.press("0" if n == 10 else str(n))
@@ -264,6 +268,21 @@ def test_temperature_and_filters_reshape_the_distribution(page, live_url):
     assert sum(1 for p in final if p > 0) == 3 == filt["n_kept"]
     assert f"{filt['n_kept']:,}" in page.inner_text("#sampling-stats")
     assert query_of(page.url)["top_k"] == "3"
+
+    # top-p = 0.50 as well: what top-k kept may now be cut by top-p; the labels say which filter removed what
+    page.focus("#top-p")
+    for _ in range(50):
+        page.keyboard.press("ArrowLeft")
+    assert page.input_value("#top-p") == "0.5"
+    page.wait_for_function("() => { const s = document.getElementById('sampling-plot').dataset.settings;"
+                           " return s && JSON.parse(s).top_p === 0.5 && document.getElementById('sampling-plot').dataset.state === 'ready'; }")
+    both = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": t, "top_k": 3, "top_p": 0.5, "show": 20})
+    assert plot_data(page, "sampling-plot")[2]["y"] == [c["p_final"] for c in both["candidates"]]
+    ticks = page.evaluate("document.getElementById('sampling-plot').layout.xaxis.ticktext")
+    for tick, c in zip(ticks, both["candidates"]):
+        assert tick.startswith("✗p ") == (c["in_top_k"] and not c["kept"])
+        assert tick.startswith("✗k ") == (not c["in_top_k"])
+    assert query_of(page.url)["top_p"] == "0.5"
     stage_shot(page, "next-panel", "forward-sampling")
     assert page.console_errors == []
 
@@ -319,19 +338,19 @@ def test_zeroing_a_head_changes_the_distribution(page, live_url):
     open_page(page, live_url)
     go_stage(page, 9)
     page.wait_for_function("document.getElementById('intervene-panel').dataset.state === 'ready'")
-    clean = plot_data(page, "iv-plot")
-    assert clean[0]["x"] == clean[1]["x"]                 # nothing switched off: both runs agree
+    clean = by_name(plot_data(page, "iv-plot"))
+    assert clean["clean run"]["x"] == clean["with the interventions"]["x"]     # nothing switched off: both runs agree
     with page.expect_response(lambda r: r.url.endswith("/api/v1/intervene")) as resp:
         page.check('#iv-heads input[data-layer="0"][data-head="1"]')
     assert resp.value.request.post_data_json["ablate_heads"] == [{"layer": 0, "head": 1}]
     page.wait_for_function("() => { const r = document.getElementById('intervene-panel').dataset.request;"
                            " return r && JSON.parse(r).ablate_heads.length === 1 && document.getElementById('intervene-panel').dataset.state === 'ready'; }")
     expected = api(page, live_url, "/intervene", {"text": PROMPT, "ablate_heads": [{"layer": 0, "head": 1}], "top_k": 10})
-    bars = plot_data(page, "iv-plot")
+    bars = by_name(plot_data(page, "iv-plot"))
     compared = list(reversed(expected["compared"]))
-    assert bars[0]["x"] == [c["clean"] for c in compared]
-    assert bars[1]["x"] == [c["altered"] for c in compared]
-    assert bars[0]["x"] != bars[1]["x"] and expected["kl_divergence"] > 0
+    assert bars["clean run"]["x"] == [c["clean"] for c in compared]
+    assert bars["with the interventions"]["x"] == [c["altered"] for c in compared]
+    assert bars["clean run"]["x"] != bars["with the interventions"]["x"] and expected["kl_divergence"] > 0
     assert float(page.get_attribute("#iv-stats", "data-kl")) == expected["kl_divergence"]
     assert f"{expected['altered']['loss']:.3f}" in page.inner_text("#iv-stats")
     assert query_of(page.url)["ablate"] == "L0H1"
@@ -348,23 +367,33 @@ def test_swapping_a_prompt_token(page, live_url):
     open_page(page, live_url)
     go_stage(page, 9)
     page.select_option("#iv-pos", "2")
+    # a word that is several tokens cannot replace one token: the page says so
     page.fill("#iv-text", "Juliet")
-    page.wait_for_function("!document.getElementById('iv-add').disabled || /tokens/.test(document.getElementById('iv-tok-status').textContent)")
-    status = page.text_content("#iv-tok-status")
-    if page.is_disabled("#iv-add"):       # not a single token in this vocabulary: use a neighbour chip instead
-        chip = "#iv-suggest[data-position='2'] button.chip"
-        page.wait_for_selector(chip)
-        new_id = int(page.get_attribute(chip, "data-id"))
-        page.click(chip)
-    else:
-        new_id = int(status.split("id ")[1].split(" ")[0])
-        page.click("#iv-add")
+    page.wait_for_function("/tokens/.test(document.getElementById('iv-tok-status').textContent) || !document.getElementById('iv-add').disabled")
+    pieces = api(page, live_url, "/tokenize", {"text": "Juliet", "encoding": "model"})["tokens"]
+    spaced = api(page, live_url, "/tokenize", {"text": " Juliet", "encoding": "model"})["tokens"]
+    assert page.is_disabled("#iv-add") == (len(pieces) != 1 and len(spaced) != 1)
+    # by id: GET /tokens/model/{id} names it
+    king = api(page, live_url, "/tokenize", {"text": " king", "encoding": "model"})["tokens"]
+    assert len(king) == 1
+    new_id = king[0]["id"]
+    page.fill("#iv-id", str(new_id))
+    page.wait_for_function("!document.getElementById('iv-add').disabled")
+    assert page.text_content("#iv-tok-status") == f"id {new_id} is “·king”"
+    page.click("#iv-add")
     page.wait_for_function("(id) => { const r = document.getElementById('intervene-panel').dataset.request;"
                            " return r && JSON.parse(r).edits.length === 1 && JSON.parse(r).edits[0].id === id"
                            " && document.getElementById('intervene-panel').dataset.state === 'ready'; }", arg=new_id)
     assert query_of(page.url)["edit"] == f"2:{new_id}"
+    assert "2: “" in page.inner_text("#iv-edits") and "→ “·king”" in page.inner_text("#iv-edits")
     expected = api(page, live_url, "/intervene", {"text": PROMPT, "edits": [{"position": 2, "id": new_id}], "top_k": 10})
-    assert plot_data(page, "iv-plot")[1]["x"] == [c["altered"] for c in reversed(expected["compared"])]
+    assert by_name(plot_data(page, "iv-plot"))["with the interventions"]["x"] == [c["altered"] for c in reversed(expected["compared"])]
+    # a neighbour chip of the token at that position swaps it in one click
+    chip = "#iv-suggest[data-position='2'] button.chip"
+    page.wait_for_selector(chip)
+    nb_id = int(page.get_attribute(chip, "data-id"))
+    page.click(chip)
+    page.wait_for_function("(id) => new URLSearchParams(location.search).get('edit') === `2:${id}`", arg=nb_id)
     assert page.console_errors == []
 
 
