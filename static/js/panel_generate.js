@@ -92,7 +92,10 @@ function render() {
   $("gen-step").textContent = String(steps.length);
   $("gen-back").disabled = !steps.length;
   $("gen-reset").disabled = !steps.length;
-  $("gen-next").disabled = busy || !prompt.length;
+  const nCtx = +($("prompt-panel").dataset.nCtx || Infinity);
+  const full = ids().length > nCtx;      // the position table has no row for another token
+  $("gen-next").disabled = busy || !prompt.length || full;
+  if (full) setNote($("gen-note"), `The context window is full: this model has no position beyond n_ctx = ${nCtx}.`);
   $("gen-ids").textContent = `[${ids().join(", ")}]`;
   panel.dataset.steps = String(steps.length);
   panel.dataset.ids = JSON.stringify(ids());
