@@ -7,14 +7,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ..deps import Service
-from ..explain.model_info import model_info
-from .pages import templates
+from .pages import render
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get("/learn", response_class=HTMLResponse)
 def learn_page(request: Request, service: Service) -> Response:
-    resp = templates.TemplateResponse(request, "learn.html", {"info": model_info(service), "active": "learn"})
-    resp.headers["Link"] = '</api/v1/curves>; rel="alternate"; type="application/json"'
-    return resp
+    return render(request, service, "learn.html", "learn", "/api/v1/curves")

@@ -20,13 +20,18 @@ templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 
 
+def render(request: Request, service: Service, template: str, active: str, twin: str, **context) -> Response:
+    """A page shell with the loaded model's info, and a Link header to its JSON twin."""
+    resp = templates.TemplateResponse(request, template, {"info": model_info(service), "active": active, **context})
+    resp.headers["Link"] = f'<{twin}>; rel="alternate"; type="application/json"'
+    return resp
+
+
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request, service: Service) -> Response:
     prompt = request.query_params.get("text") or DEFAULT_PROMPT
-    info = model_info(service)
-    resp = templates.TemplateResponse(request, "index.html", {"info": info, "prompt": prompt})
-    resp.headers["Link"] = f'</api/v1/forward?{urlencode({"text": prompt})}>; rel="alternate"; type="application/json"'
-    return resp
+    return render(request, service, "index.html", "forward", f"/api/v1/forward?{urlencode({'text': prompt})}",
+                  prompt=prompt)
 
 
 @lru_cache(maxsize=1)

@@ -9,9 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ..deps import Service
-from ..explain.model_info import model_info
 from ..explain.tokens import encoding_names
-from .pages import templates
+from .pages import render
 
 router = APIRouter(include_in_schema=False)
 
@@ -24,12 +23,8 @@ def tokenizer_page(request: Request, service: Service) -> Response:
     q = request.query_params
     text = q.get("text", DEFAULT_TEXT)
     encoding = q.get("encoding") if q.get("encoding") in encoding_names() else "gpt2"
-    resp = templates.TemplateResponse(request, "tokenizer.html", {
-        "info": model_info(service), "active": "tokenizer", "text": text, "encoding": encoding,
-        "encodings": encoding_names()})
     params = {"text": text, "encoding": encoding}
     if q.get("allow_special") == "true":
         params["allow_special"] = "true"
-    twin = urlencode(params)
-    resp.headers["Link"] = f'</api/v1/tokenize?{twin}>; rel="alternate"; type="application/json"'
-    return resp
+    return render(request, service, "tokenizer.html", "tokenizer", f"/api/v1/tokenize?{urlencode(params)}",
+                  text=text, encoding=encoding, encodings=encoding_names())

@@ -8,14 +8,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ..deps import Service
-from ..explain.model_info import model_info
-from .pages import templates
+from .pages import render
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get("/train", response_class=HTMLResponse)
 def train_page(request: Request, service: Service) -> Response:
-    resp = templates.TemplateResponse(request, "train.html", {"info": model_info(service), "active": "train"})
-    resp.headers["Link"] = '</api/v1/checkpoints>; rel="alternate"; type="application/json"'
-    return resp
+    return render(request, service, "train.html", "train", "/api/v1/checkpoints")
