@@ -91,7 +91,7 @@ class GPTConfig:
 # published shapes so their sizes can be shown, and a GPU user can train them.
 PRESETS: dict[str, dict] = {
     "tiny": dict(n_ctx=64, n_layer=2, n_head=4, d_model=64),
-    "cpu": dict(n_ctx=256, n_layer=4, n_head=4, d_model=192, dropout=0.0),
+    "cpu": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),  # the built-in model (benchmarks/)
     "gpt1": dict(vocab_size=40478, n_ctx=512, n_layer=12, n_head=12, d_model=768, d_mlp=3072,
                  norm="post", gelu="exact", dropout=0.1),
     "gpt2": dict(vocab_size=50257, n_ctx=1024, n_layer=12, n_head=12, d_model=768, norm="pre",

@@ -300,6 +300,9 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
     snapshots_at: set[int] = {start_step} if 0.0 in tc.snapshot_fractions and start_step == 0 else set()
     snap_dir = Path(out) / "snapshots" if out else None
     probe_steps = 0 if total_steps else max(5, min(tc.warmup_steps, 20))
+    replan_step: int | None = None
+    plan_origin = (start_step, 0.0)
+    deadline = t_setup + tc.time_budget if tc.time_budget is not None else None
     eval_every = tc.eval_interval
     t0 = time.time()
     tokens_per_step = tc.batch_size * seq_len * dd.world
@@ -312,17 +315,30 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
     last_log = time.time()
     tokens_since = 0
     while True:
-        if total_steps is None and step - start_step == probe_steps:
-            # time budget: now that the speed is known, fix the number of updates (all ranks agree)
-            per_step = (time.time() - t0) / max(1, probe_steps)
+        if tc.time_budget is not None and (step - start_step == probe_steps or step == replan_step):
+            # time budget: from the speed so far, fix the number of updates (all ranks agree). Planned
+            # once after a few steps, and once more a third of the way in, when the speed is known
+            # better; the schedule's total_steps is the last plan.
+            since, t_since = (start_step, t0) if replan_step is None else plan_origin
+            per_step = (time.time() - t_since) / max(1, step - since)
             # the budget counts from the call, so tokenizer training and encoding are included
             est = torch.tensor([step + int(max(0.0, tc.time_budget - (time.time() - t_setup)) / per_step)])
             if dd.world > 1:
                 dist.broadcast(est, 0)
             total_steps = max(step + 1, int(est))
+            if replan_step is None:
+                replan_step = step + max(1, (total_steps - step) // 3)
+                plan_origin = (step, time.time())
+            else:
+                replan_step = -1
+                if snapshots_planned:  # move the snapshots not yet taken to the new plan
+                    snapshots_at = {x for x in snapshots_at if x <= step} | {
+                        x for x in (min(total_steps, round(f * total_steps)) for f in tc.snapshot_fractions) if x > step}
             bar.reset(total=total_steps)
             bar.update(step)
             emit({"type": "schedule", "total_steps": total_steps})
+        if deadline is not None and dd.world == 1 and total_steps is not None and time.time() >= deadline:
+            break  # out of time before the plan's last step (the speed dropped): stop here
         if total_steps is not None:
             if not eval_every:
                 eval_every = max(1, total_steps // 10)
@@ -378,6 +394,10 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
                         lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
         emit({"type": "step", **rec, "total_steps": total_steps})
     bar.close()
+    if step > start_step and (not evals or evals[-1]["step"] != step):
+        v = val_loss()
+        evals.append({"step": step, "val_loss": round(v, 5), "train_loss": history[-1]["loss"]})
+        history[-1]["val_loss"] = round(v, 5)
 
     if dd.world > 1:
         dist.barrier()
@@ -394,7 +414,7 @@ def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | N
     if out and dd.main:
         ckpt.save(out, model, result.meta, optimizer_state=result.optimizer_state if save_optimizer else None,
                   dtype=weights_dtype)
-        if snap_dir and step in snapshots_at:
+        if snap_dir and (step in snapshots_at or 1.0 in tc.snapshot_fractions):
             ckpt.save(snap_dir / f"step-{step:06d}", model, meta(step, final=True))
     emit({"type": "done", "step": step, "out": str(out) if out else None})
     return result
