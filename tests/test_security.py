@@ -6,6 +6,7 @@ Each row names the exact status the server must answer with; every refusal is JS
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 
 import pytest
@@ -108,7 +109,9 @@ def test_overload_answers_503_instead_of_queueing():
         release.set()
         return await first, second
 
-    first, second = asyncio.run(main())
+    # in a thread of its own: Playwright's sync API may own this thread's event loop in a full run
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first, second = pool.submit(asyncio.run, main()).result()
     assert first[0]["status"] == 200
     assert second[0]["status"] == 503
     assert (b"retry-after", b"1") in second[0]["headers"]
