@@ -186,11 +186,12 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))  # gain
         self.bias = nn.Parameter(torch.zeros(d)) if bias else None  # shift
         self.eps = eps
+        self.explicit = False  # always the step-by-step path (see GPT.set_explicit)
         self.hook_scale = HookPoint()  # (B, T, 1) sqrt(var + eps)
         self.hook_normalized = HookPoint()  # (B, T, d) after gain and shift
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (self.hook_scale.active or self.hook_normalized.active):
+        if not (self.explicit or self.hook_scale.active or self.hook_normalized.active):
             return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
         x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
@@ -271,6 +272,7 @@ class CausalSelfAttention(nn.Module):
         self.hook_z = HookPoint()  # (B, T, nh, hs) each head's weighted sum of values
         self.hook_result = HookPoint()  # (B, T, nh, d) each head's output in the residual space
         self.impl: Literal["auto", "explicit", "sdpa"] = "auto"
+        self.per_head_result = False  # always form each head's output separately (see GPT.set_explicit)
 
     def _explicit(self) -> bool:
         if self.impl != "auto":
@@ -308,7 +310,7 @@ class CausalSelfAttention(nn.Module):
             y = self.attn_dropout(pattern) @ v  # (B, nh, T, hs)
 
         z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs)
-        if self.hook_result.active:
+        if self.per_head_result or self.hook_result.active:
             w_o = self.c_proj.weight.view(d, nh, hs)  # (d_out, nh, hs)
             result = self.hook_result(torch.einsum("bths,dhs->bthd", z, w_o))  # (B, T, nh, d)
             out = result.sum(2)
@@ -470,6 +472,18 @@ class GPT(nn.Module):
     def set_attention_impl(self, impl: Literal["auto", "explicit", "sdpa"]) -> None:
         for block in self.blocks:
             block.attn.impl = impl
+
+    def set_explicit(self, explicit: bool = True) -> None:
+        """Take the step-by-step path everywhere (softmax attention, LayerNorm by hand, each head's
+        output formed separately), whether or not anything is hooked. The fused and step-by-step
+        paths agree only to float32 rounding, so an explainer that captures different tensors for
+        different requests sets this to show the same digits every time."""
+        self.set_attention_impl("explicit" if explicit else "auto")
+        for m in self.modules():
+            if isinstance(m, LayerNorm):
+                m.explicit = explicit
+            elif isinstance(m, CausalSelfAttention):
+                m.per_head_result = explicit
 
     # ---- generation ------------------------------------------------------------------------
 

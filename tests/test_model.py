@@ -423,3 +423,21 @@ def test_sample_next_is_reproducible_per_seed_and_step():
     assert s.token == 1 and s.prob == 1.0
     with pytest.raises(ValueError):
         sample_next(logits, -1.0)
+
+
+def test_set_explicit_gives_the_same_bits_whatever_is_captured(tiny_model):
+    torch.manual_seed(3)
+    x = torch.randint(0, tiny_model.cfg.vocab_size, (1, 20))
+    tiny_model.set_explicit(True)
+    try:
+        with torch.no_grad():
+            plain, _ = tiny_model(x)
+            with tiny_model.capture() as cache:
+                captured, _ = tiny_model(x)
+        assert torch.equal(plain, captured)  # bitwise: no path switches when hooks are added
+        assert "blocks.0.attn.hook_result" in cache
+    finally:
+        tiny_model.set_explicit(False)
+    with torch.no_grad():
+        fused, _ = tiny_model(x)
+    assert torch.allclose(fused, plain, atol=1e-5)
