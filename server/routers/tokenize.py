@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
-from fastapi.exceptions import RequestValidationError
 
 from ..config import MAX_MERGES_PAGE, MAX_TEXT_CHARS
 from ..deps import Service
@@ -22,7 +21,8 @@ def _in(where: str, fn, *args):
     try:
         return fn(*args)
     except InputError as e:
-        raise RequestValidationError([{"loc": (where, e.field), "msg": e.message, "type": "value_error"}]) from None
+        e.where = where
+        raise
 
 
 @router.post("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES,
