@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from model import checkpoint as ckpt
-from model import corpus as corpus_mod
 from model.train import Cancelled, TrainConfig, train
 
 from .schemas.training import CHECKPOINT_PATTERN, NAME_PATTERN, TrainingRequest

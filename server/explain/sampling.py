@@ -57,7 +57,7 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
     if len(req.ids) > cfg.n_ctx:
         raise InputError("ids", f"{len(req.ids)} ids exceed the model's context window n_ctx={cfg.n_ctx}")
     ids = torch.tensor([req.ids], device=service.device)
-    last = f"blocks.{{}}.attn.hook_pattern"
+    last = "blocks.{}.attn.hook_pattern"
     with service.run() as m:
         cache = KVCache(cfg, 1, service.device)
         if ids.size(1) > 1:
