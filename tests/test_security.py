@@ -125,3 +125,23 @@ def test_exposed_server_settings():
     assert Settings(host="0.0.0.0").allowed_hosts() is None
     assert "gptscope.lan" in Settings(host="0.0.0.0", allow_hosts=["gptscope.lan"]).allowed_hosts()
     assert "192.168.1.5" in Settings(host="192.168.1.5").allowed_hosts()
+
+
+def test_a_server_error_is_json_without_a_stack_trace(service, tmp_path, caplog):
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+    from server.config import BUILTIN_CHECKPOINT, Settings
+
+    app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path, allow_hosts=["testserver"]), service=service)
+
+    @app.get("/api/v1/boom")
+    def boom():
+        raise RuntimeError("secret internals at /home/user/model.py line 42")
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.get("/api/v1/boom")
+    assert r.status_code == 500
+    assert r.json() == {"detail": "internal error; the server log has the details"}
+    assert "secret" not in r.text and "Traceback" not in r.text
+    assert "secret internals" in caplog.text  # the server logs it
