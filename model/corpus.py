@@ -8,6 +8,7 @@ of the characters are for training, the last 10% are held out for validation and
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,9 @@ def shakespeare_paths() -> list[Path]:
     return paths
 
 
+@lru_cache(maxsize=1)
 def shakespeare() -> Corpus:
+    """The built-in corpus (read once per process: 5.3 MB from 37 files)."""
     texts = [p.read_text(encoding="utf-8").strip() for p in shakespeare_paths()]
     return Corpus("shakespeare", "\n\n".join(texts) + "\n")
 

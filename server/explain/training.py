@@ -33,8 +33,8 @@ def status(job: Job, since: int = 0) -> TrainingStatus:
 
 
 def corpora(manager: TrainingManager) -> list[CorpusInfo]:
-    out = [CorpusInfo(name="shakespeare", chars=len(corpus_mod.shakespeare().text),
-                      bytes=sum(p.stat().st_size for p in corpus_mod.shakespeare_paths()), builtin=True)]
+    text = corpus_mod.shakespeare().text
+    out = [CorpusInfo(name="shakespeare", chars=len(text), bytes=len(text.encode("utf-8")), builtin=True)]
     if manager.corpora_dir.is_dir():
         for p in sorted(manager.corpora_dir.glob("*.txt")):
             data = p.read_bytes()
