@@ -9,10 +9,20 @@ Decoder-only Transformer in the style of GPT-1/GPT-2:
 Every intermediate worth showing passes through a `HookPoint`, an identity module whose dotted
 name is stable (for example ``blocks.0.attn.hook_pattern``).  Nothing is recorded unless someone
 asks: `GPT.capture()` and `GPT.hooks()` are context managers that add forward hooks and always
-remove them again.  When nobody hooks the attention scores or pattern, attention runs through
-PyTorch's fused `scaled_dot_product_attention`; when somebody does, it runs the explicit
-softmax(QK^T / sqrt(d_head)) path so the pattern exists as a tensor.  `tests/test_model.py`
-checks that both paths give the same logits.
+remove them again.
+
+Two modes decide which arithmetic runs, and `GPT.set_mode` is the only switch:
+
+    "fast"     (training, the CLI)  fused kernels: PyTorch's scaled_dot_product_attention,
+               F.layer_norm, one W_O matmul for all heads. The attention scores and pattern,
+               each head's result and the LayerNorm scale never exist as tensors, so their
+               hook points do not fire.
+    "explain"  (serving)  the step-by-step path: softmax(QK^T / sqrt(d_head)) with the mask,
+               LayerNorm written out, each head's output formed separately. Every hook fires.
+
+`hooks()` and `capture()` run their `with` block in explain mode and restore the mode after.
+The two modes agree to float32 rounding (`tests/test_model.py` checks it), not bit for bit, so
+the server stays in explain mode: every panel then shows the same digits for the same prompt.
 
 Shape legend used in the comments: B batch, T query positions, Tk key positions (T plus the
 KV cache), d d_model, nh heads, hs head size (d / nh), V vocabulary, dm MLP width.
@@ -152,17 +162,13 @@ class HookPoint(nn.Module):
         super().__init__()
         self.name = ""  # filled in by GPT.__init__ with the dotted module path
 
-    @property
-    def active(self) -> bool:
-        return bool(self._forward_hooks)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
 
 # A hook function receives (tensor, hook_name) and returns None (look only) or a replacement.
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
-NameFilter = "str | Callable[[str], bool] | None"
+Mode = Literal["fast", "explain"]
 
 
 def _matches(name: str, flt) -> bool:
@@ -186,12 +192,12 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))  # gain
         self.bias = nn.Parameter(torch.zeros(d)) if bias else None  # shift
         self.eps = eps
-        self.explicit = False  # always the step-by-step path (see GPT.set_explicit)
+        self.explain = False  # the step-by-step path (set by GPT.set_mode)
         self.hook_scale = HookPoint()  # (B, T, 1) sqrt(var + eps)
         self.hook_normalized = HookPoint()  # (B, T, d) after gain and shift
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (self.explicit or self.hook_scale.active or self.hook_normalized.active):
+        if not self.explain:
             return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
         x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
@@ -267,17 +273,13 @@ class CausalSelfAttention(nn.Module):
         self.hook_q = HookPoint()  # (B, T, nh, hs)
         self.hook_k = HookPoint()  # (B, T, nh, hs) new keys only (not the cache)
         self.hook_v = HookPoint()  # (B, T, nh, hs)
-        self.hook_attn_scores = HookPoint()  # (B, nh, T, Tk) QK^T/sqrt(hs), before the mask
+        # (B, nh, T, Tk) QK^T/sqrt(hs), *before* the mask (TransformerLens's hook_attn_scores is
+        # taken after it, with -inf in the masked cells); hook_pattern shows the mask's effect.
+        self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()  # (B, nh, T, Tk) softmax of masked scores; rows sum to 1
         self.hook_z = HookPoint()  # (B, T, nh, hs) each head's weighted sum of values
         self.hook_result = HookPoint()  # (B, T, nh, d) each head's output in the residual space
-        self.impl: Literal["auto", "explicit", "sdpa"] = "auto"
-        self.per_head_result = False  # always form each head's output separately (see GPT.set_explicit)
-
-    def _explicit(self) -> bool:
-        if self.impl != "auto":
-            return self.impl == "explicit"
-        return self.hook_attn_scores.active or self.hook_pattern.active
+        self.explain = False  # the step-by-step path (set by GPT.set_mode)
 
     def forward(self, x: torch.Tensor, kv: LayerKV | None = None) -> torch.Tensor:
         B, T, d = x.shape
@@ -292,7 +294,7 @@ class CausalSelfAttention(nn.Module):
         causal = self.cfg.causal
         p_drop = self.cfg.dropout if self.training else 0.0
 
-        if not self._explicit():
+        if not self.explain:
             if not causal or T == 1:
                 mask, is_causal = None, False  # a single newest query may see every cached key
             elif T == Tk:
@@ -310,7 +312,7 @@ class CausalSelfAttention(nn.Module):
             y = self.attn_dropout(pattern) @ v  # (B, nh, T, hs)
 
         z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs)
-        if self.per_head_result or self.hook_result.active:
+        if self.explain:
             w_o = self.c_proj.weight.view(d, nh, hs)  # (d_out, nh, hs)
             result = self.hook_result(torch.einsum("bths,dhs->bthd", z, w_o))  # (B, T, nh, d)
             out = result.sum(2)
@@ -382,6 +384,7 @@ class GPT(nn.Module):
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight  # logits = h @ W_E^T
         self.hook_logits = HookPoint()  # (B, T, V)
+        self.mode: Mode = "fast"  # see the module docstring and set_mode
 
         self.apply(self._init_weights)
         # GPT-2: residual projections start smaller, by 1/sqrt(2 * n_layer), so the stream's
@@ -439,8 +442,9 @@ class GPT(nn.Module):
         """Add forward hooks for the duration of a `with` block; they are always removed.
 
         Each entry is (name or predicate or None for all, fn(tensor, name) -> tensor | None).
+        The block runs in explain mode, where every hook point fires.
         """
-        handles = []
+        handles, mode = [], self.mode
         try:
             for flt, fn in fwd_hooks:
                 matched = [hp for name, hp in self.hook_dict.items() if _matches(name, flt)]
@@ -449,10 +453,12 @@ class GPT(nn.Module):
                 for hp in matched:
                     handles.append(hp.register_forward_hook(
                         lambda mod, _inp, out, fn=fn: fn(out, mod.name)))
+            self.set_mode("explain")
             yield self
         finally:
             for h in handles:
                 h.remove()
+            self.set_mode(mode)
 
     @contextmanager
     def capture(self, names=None) -> Iterator[dict[str, torch.Tensor]]:
@@ -469,21 +475,16 @@ class GPT(nn.Module):
         with self.hooks([(flt, save)]):
             yield cache
 
-    def set_attention_impl(self, impl: Literal["auto", "explicit", "sdpa"]) -> None:
-        for block in self.blocks:
-            block.attn.impl = impl
-
-    def set_explicit(self, explicit: bool = True) -> None:
-        """Take the step-by-step path everywhere (softmax attention, LayerNorm by hand, each head's
-        output formed separately), whether or not anything is hooked. The fused and step-by-step
-        paths agree only to float32 rounding, so an explainer that captures different tensors for
-        different requests sets this to show the same digits every time."""
-        self.set_attention_impl("explicit" if explicit else "auto")
+    def set_mode(self, mode: Mode) -> "GPT":
+        """Choose the arithmetic: "fast" (fused kernels) or "explain" (step by step, every hook
+        point fires). See the module docstring."""
+        if mode not in ("fast", "explain"):
+            raise ValueError(f"mode must be 'fast' or 'explain', not {mode!r}")
+        self.mode = mode
         for m in self.modules():
-            if isinstance(m, LayerNorm):
-                m.explicit = explicit
-            elif isinstance(m, CausalSelfAttention):
-                m.per_head_result = explicit
+            if isinstance(m, (LayerNorm, CausalSelfAttention)):
+                m.explain = mode == "explain"
+        return self
 
     # ---- generation ------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
@@ -23,14 +24,18 @@ class ModelService:
         self.device = torch.device(device)
         self.checkpoint = ckpt.load(path, self.device)
         self.model: GPT = self.checkpoint.model.eval()
-        # Always the step-by-step path here: the fused one agrees only to float32 rounding, and every
-        # panel must show the same digits for the same prompt whichever parts a request captures
-        # (the fused path still serves training and the CLI).
-        self.model.set_explicit(True)
+        # Explain mode always: the fused path agrees only to float32 rounding, and every panel must
+        # show the same digits for the same prompt whichever parts a request captures.
+        self.model.set_mode("explain")
         self.encoding = self.checkpoint.encoding()
         self.meta = self.checkpoint.meta
         self.path = Path(path)
         self._lock = threading.Lock()
+
+    @cached_property
+    def history(self) -> list[dict]:
+        """The per-update training records (read from the checkpoint's history file when first asked)."""
+        return self.checkpoint.read_history()
 
     @property
     def name(self) -> str:

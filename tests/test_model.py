@@ -54,11 +54,10 @@ CONFIGS = {
 # ---- causality and initial loss ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+@pytest.mark.parametrize("mode", ["fast", "explain"])
 @pytest.mark.parametrize("norm", ["pre", "post"])
-def test_causality_future_token_does_not_change_past_logits(impl, norm):
-    model = make(norm=norm)
-    model.set_attention_impl(impl)
+def test_causality_future_token_does_not_change_past_logits(mode, norm):
+    model = make(norm=norm).set_mode(mode)
     T = 24
     idx = tokens(model, T)
     with torch.no_grad():
@@ -130,11 +129,12 @@ def test_capture_and_explicit_path_match_the_fast_path(name):
     idx = tokens(model, T, B)
     with torch.no_grad():
         fast, _ = model(idx)
-        model.set_attention_impl("explicit")
-        explicit, _ = model(idx)
-        model.set_attention_impl("auto")
+        explicit, _ = model.set_mode("explain")(idx)
+        model.set_mode("fast")
         with model.capture() as cache:
+            assert model.mode == "explain"  # capture runs its block in explain mode ...
             captured, _ = model(idx)
+        assert model.mode == "fast"  # ... and restores the mode after
         after, _ = model(idx)
     torch.testing.assert_close(explicit, fast, atol=1e-5, rtol=0)
     torch.testing.assert_close(captured, fast, atol=1e-5, rtol=0)
@@ -167,7 +167,7 @@ def test_capture_and_explicit_path_match_the_fast_path(name):
     assert no_hooks_left(model)
 
 
-def test_capture_of_a_subset_keeps_the_fast_path_and_records_only_those(monkeypatch):
+def test_fast_mode_uses_sdpa_and_capture_records_only_what_it_names(monkeypatch):
     model = make()
     idx = tokens(model, 12)
     seen = {}
@@ -178,13 +178,15 @@ def test_capture_of_a_subset_keeps_the_fast_path_and_records_only_those(monkeypa
         return orig(*a, **k)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    with torch.no_grad():
+        model(idx)
+    assert seen.get("sdpa") == model.cfg.n_layer  # fast mode: the fused kernel in every layer
+    seen.clear()
     with torch.no_grad(), model.capture(["blocks.1.hook_resid_post", "hook_logits"]) as cache:
         model(idx)
-    assert seen.get("sdpa") == model.cfg.n_layer
-    seen.clear()
     with torch.no_grad(), model.capture(["blocks.0.attn.hook_pattern"]) as cache2:
         model(idx)
-    assert seen.get("sdpa") == model.cfg.n_layer - 1  # only the hooked layer goes explicit
+    assert "sdpa" not in seen  # a capture runs the step-by-step path
     assert set(cache) == {"blocks.1.hook_resid_post", "hook_logits"}
     assert set(cache2) == {"blocks.0.attn.hook_pattern"}
     assert no_hooks_left(model)
@@ -256,11 +258,10 @@ def test_replacing_hook_ablates_a_head_only_inside_the_block():
 # ---- KV cache and generation -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("impl", ["auto", "explicit"])
+@pytest.mark.parametrize("mode", ["fast", "explain"])
 @pytest.mark.parametrize("norm", ["pre", "post"])
-def test_kv_cache_matches_full_forward(impl, norm):
-    model = make(norm=norm)
-    model.set_attention_impl(impl)
+def test_kv_cache_matches_full_forward(mode, norm):
+    model = make(norm=norm).set_mode(mode)
     T, prefill = 30, 7
     idx = tokens(model, T)
     with torch.no_grad():
@@ -425,10 +426,10 @@ def test_sample_next_is_reproducible_per_seed_and_step():
         sample_next(logits, -1.0)
 
 
-def test_set_explicit_gives_the_same_bits_whatever_is_captured(tiny_model):
+def test_explain_mode_gives_the_same_bits_whatever_is_captured(tiny_model):
     torch.manual_seed(3)
     x = torch.randint(0, tiny_model.cfg.vocab_size, (1, 20))
-    tiny_model.set_explicit(True)
+    tiny_model.set_mode("explain")
     try:
         with torch.no_grad():
             plain, _ = tiny_model(x)
@@ -437,7 +438,7 @@ def test_set_explicit_gives_the_same_bits_whatever_is_captured(tiny_model):
         assert torch.equal(plain, captured)  # bitwise: no path switches when hooks are added
         assert "blocks.0.attn.hook_result" in cache
     finally:
-        tiny_model.set_explicit(False)
+        tiny_model.set_mode("fast")
     with torch.no_grad():
         fused, _ = tiny_model(x)
     assert torch.allclose(fused, plain, atol=1e-5)
