@@ -2,12 +2,14 @@
 
 A checkpoint is a folder:
 
-    checkpoint.json                 config, tokenizer, corpus, step, loss and LR history, the
-                                    command that made it, and the name + sha256 of the weights
+    checkpoint.json                 config, tokenizer, corpus, step, evaluations, the command that
+                                    made it, and the name + sha256 of every other file (a few
+                                    tens of KB: listing checkpoints reads only this)
     weights-<sha12>.safetensors     the model's parameters (a tied matrix stored once)
+    history-<sha12>.jsonl           one JSON line per update: loss, learning rate, gradient norms
     optimizer-<sha12>.safetensors   AdamW moments, only when saved for resuming
 
-Saving is atomic: the weights go to a new file named by their hash, are flushed to disk, and only
+Saving is atomic: each file goes to a new name made from its hash, is flushed to disk, and only
 then is checkpoint.json replaced (temp file + fsync + os.replace). The JSON is the commit point:
 a crash at any moment leaves either the old or the new checkpoint complete, never a mixture.
 Loading never unpickles anything: safetensors holds plain tensors, and the JSON is JSON.
@@ -43,6 +45,12 @@ class Checkpoint:
     meta: dict
     path: Path | None = None
     optimizer_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    history: list[dict] | None = None  # per-update records; read from the folder on first use
+
+    def read_history(self) -> list[dict]:
+        if self.history is None:
+            self.history = read_history(self.path, self.meta) if self.path else []
+        return self.history
 
     @property
     def config(self) -> GPTConfig:
@@ -82,31 +90,40 @@ def weights_dict(model: GPT, dtype: torch.dtype | None = None) -> dict[str, torc
             for k, v in sd.items()}
 
 
+def _write_hashed(folder: Path, meta: dict, key: str, suffix: str, blob: bytes | None) -> None:
+    """Write blob as <key>-<sha12><suffix> and record its name and sha256 under meta[key]; or,
+    with no blob, drop the key."""
+    meta.pop(key, None)
+    meta.pop(f"{key}_sha256", None)
+    if blob is None:
+        return
+    sha = hashlib.sha256(blob).hexdigest()
+    meta[key], meta[f"{key}_sha256"] = f"{key}-{sha[:12]}{suffix}", sha
+    _fsync_write(folder / meta[key], blob)
+
+
+def history_lines(history: list[dict]) -> bytes:
+    return "".join(json.dumps(h, separators=(",", ":")) + "\n" for h in history).encode("utf-8")
+
+
 def save(path: str | Path, model: GPT, meta: dict, optimizer_state: dict[str, torch.Tensor] | None = None,
-         dtype: torch.dtype | None = None) -> Path:
+         dtype: torch.dtype | None = None, history: list[dict] | None = None) -> Path:
     """Write a checkpoint folder atomically; returns the folder."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
-    blob = st_save(weights_dict(model, dtype), metadata={"format": FORMAT})
-    sha = hashlib.sha256(blob).hexdigest()
-    weights_name = f"weights-{sha[:12]}.safetensors"
-    _fsync_write(folder / weights_name, blob)
-    meta = {**meta, "format": FORMAT, "version": 1, "config": model.cfg.to_dict(),
-            "weights": weights_name, "weights_sha256": sha}
-    if optimizer_state:
-        oblob = st_save({k: v.detach().cpu().contiguous() for k, v in optimizer_state.items()})
-        osha = hashlib.sha256(oblob).hexdigest()
-        meta["optimizer"] = f"optimizer-{osha[:12]}.safetensors"
-        meta["optimizer_sha256"] = osha
-        _fsync_write(folder / meta["optimizer"], oblob)
-    else:
-        meta.pop("optimizer", None)
-        meta.pop("optimizer_sha256", None)
+    meta = {**meta, "format": FORMAT, "version": 2, "config": model.cfg.to_dict()}
+    _write_hashed(folder, meta, "weights", ".safetensors",
+                  st_save(weights_dict(model, dtype), metadata={"format": FORMAT}))
+    _write_hashed(folder, meta, "history", ".jsonl", history_lines(history) if history else None)
+    _write_hashed(folder, meta, "optimizer", ".safetensors",
+                  st_save({k: v.detach().cpu().contiguous() for k, v in optimizer_state.items()})
+                  if optimizer_state else None)
     _fsync_dir(folder)
     _fsync_write(folder / META_NAME, json.dumps(meta, indent=1).encode("utf-8"))
     _fsync_dir(folder)
-    keep = {weights_name, meta.get("optimizer")}
-    for old in list(folder.glob("weights-*.safetensors")) + list(folder.glob("optimizer-*.safetensors")):
+    keep = {meta.get(k) for k in ("weights", "history", "optimizer")}
+    for old in [*folder.glob("weights-*.safetensors"), *folder.glob("history-*.jsonl"),
+                *folder.glob("optimizer-*.safetensors")]:
         if old.name not in keep:
             old.unlink(missing_ok=True)
     for tmp in folder.glob(".*.tmp"):
@@ -114,7 +131,8 @@ def save(path: str | Path, model: GPT, meta: dict, optimizer_state: dict[str, to
     return folder
 
 
-def _read_tensors(folder: Path, name: str, sha: str, label: str) -> dict[str, torch.Tensor]:
+def _read_hashed(folder: Path, name: str, sha: str, label: str) -> bytes:
+    """The bytes of a file named in checkpoint.json, checked against its recorded sha256."""
     if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith("."):
         raise CheckpointError(f"{label} file name {name!r} is not a plain file name")
     p = folder / name
@@ -125,6 +143,24 @@ def _read_tensors(folder: Path, name: str, sha: str, label: str) -> dict[str, to
     blob = p.read_bytes()
     if hashlib.sha256(blob).hexdigest() != sha:
         raise CheckpointError(f"{label} file {name} does not match the sha256 in {META_NAME} (truncated or altered)")
+    return blob
+
+
+def read_history(path: str | Path, meta: dict) -> list[dict]:
+    """The per-update records of a checkpoint (empty when it has none)."""
+    if isinstance(meta.get("history"), list):  # version 1 kept them inside checkpoint.json
+        return meta["history"]
+    if not meta.get("history"):
+        return []
+    blob = _read_hashed(Path(path), meta["history"], meta.get("history_sha256"), "history")
+    try:
+        return [json.loads(line) for line in blob.decode("utf-8").splitlines() if line]
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"history file {meta['history']} is not JSON lines: {e}") from None
+
+
+def _read_tensors(folder: Path, name: str, sha: str, label: str) -> dict[str, torch.Tensor]:
+    blob = _read_hashed(folder, name, sha, label)
     try:
         return st_load(blob)
     except Exception as e:  # noqa: BLE001 - any parse failure means a bad file

@@ -69,7 +69,7 @@ def test_model_schedule_is_model_schedules_warmup_cosine_and_matches_the_history
     assert b["function"] == "model.schedules.warmup_cosine"
     for step, lr in list(zip(b["step"], b["lr"]))[:: max(1, len(b["step"]) // 25)] + [(b["step"][-1], b["lr"][-1])]:
         assert lr == warmup_cosine(step, rec["max_lr"], rec["warmup"], rec["total_steps"], rec["min_lr"])
-    hist = service.meta["history"]
+    hist = service.history
     # a long history comes back thinned to at most 4,000 points, first and last update kept
     by_step = {h["step"] - 1: h["lr"] for h in hist}  # update k used the schedule's step k - 1
     assert len(b["history"]["step"]) == min(len(hist), 4000)

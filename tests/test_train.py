@@ -83,8 +83,8 @@ def test_training_lowers_the_loss_well_below_uniform(trained):
     ln_v = math.log(res.config.vocab_size)
     assert res.config.vocab_size == 300 and res.config.n_ctx == 32 and res.config.n_layer == 2
     assert meta["uniform_loss"] == pytest.approx(ln_v)
-    assert meta["step"] == 80 and len(meta["history"]) == 80
-    first, last = meta["history"][0], meta["evals"][-1]
+    assert meta["step"] == 80 and len(res.history) == 80
+    first, last = res.history[0], meta["evals"][-1]
     assert abs(first["loss"] - ln_v) < 0.3  # starts near chance
     assert last["step"] == 80
     assert last["val_loss"] < ln_v - 1.5, last
@@ -104,6 +104,12 @@ def test_checkpoint_round_trip(trained, tmp_path):
     for key in ("config", "tokenizer", "corpus", "step", "history", "schedule", "command", "evals",
                 "weights", "weights_sha256", "optimizer"):
         assert key in meta, key
+    # the per-update history is a hashed JSON-lines file beside checkpoint.json, not inside it
+    history = out / meta["history"]
+    assert history.name == f"history-{meta['history_sha256'][:12]}.jsonl"
+    assert hashlib.sha256(history.read_bytes()).hexdigest() == meta["history_sha256"]
+    assert [json.loads(line) for line in history.read_text().splitlines()] == res.history
+    assert ckpt.read_history(out, meta) == res.history and len(res.history) == 80
     assert meta["command"] == "pytest tiny run"
     assert meta["schedule"]["total_steps"] == 80 and meta["schedule"]["kind"] == "warmup_cosine"
     assert meta["corpus"]["chars"] == len(english()) and meta["step"] == 80 and meta["final"] is True
@@ -128,11 +134,13 @@ def test_checkpoint_round_trip(trained, tmp_path):
         loaded.model.wpe.weight.add_(torch.randn_like(loaded.model.wpe.weight))
     copy = tmp_path / "c"
     shutil.copytree(out, copy)
-    ckpt.save(copy, loaded.model, loaded.meta)
+    ckpt.save(copy, loaded.model, loaded.meta, history=loaded.read_history()[:10])
     again = ckpt.load(copy)
     assert torch.equal(again.model.wpe.weight, loaded.model.wpe.weight)
     assert not torch.equal(again.model.wpe.weight, res.model.wpe.weight)
-    assert sorted(p.name for p in copy.iterdir()) == sorted(["checkpoint.json", again.meta["weights"]])
+    assert again.read_history() == res.history[:10]
+    assert sorted(p.name for p in copy.iterdir()) == sorted(["checkpoint.json", again.meta["weights"],
+                                                             again.meta["history"]])
 
 
 @pytest.fixture
@@ -245,9 +253,9 @@ def test_resume_from_a_final_checkpoint_continues_exactly(corpus_file, tmp_path)
     resumed = train(tiny_tc(corpus_file, max_steps=2 * N, **kw), out=tmp_path / "resumed",
                     resume=tmp_path / "half", progress=False)
     assert resumed.meta["step"] == 2 * N
-    assert [h["step"] for h in resumed.meta["history"]] == list(range(1, 2 * N + 1))
+    assert [h["step"] for h in resumed.history] == list(range(1, 2 * N + 1))
     assert_same_weights(state(resumed.model), state(whole.model))
-    for a, b in zip(resumed.meta["history"], whole.meta["history"]):
+    for a, b in zip(resumed.history, whole.history):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5) and a["lr"] == b["lr"]
 
     # without the optimizer state the continuation is a different run
@@ -260,21 +268,22 @@ def test_resume_from_a_snapshot_reproduces_the_uninterrupted_run(corpus_file, tm
     """A run of 2N steps with the (default) cosine schedule snapshots at N; resuming from that
     snapshot ends with the same weights as the run that never stopped."""
     N = 12
-    whole = train(tiny_tc(corpus_file, max_steps=2 * N, snapshot_fractions=(0.5,)), out=tmp_path / "whole",
+    whole = train(tiny_tc(corpus_file, max_steps=2 * N, snapshots=(0.5,)), out=tmp_path / "whole",
                   progress=False)
     snap = tmp_path / "whole" / "snapshots" / f"step-{N:06d}"
     meta = ckpt.read_meta(snap)
     assert meta["step"] == N and meta["schedule"]["total_steps"] == 2 * N and meta["final"] is False
     resumed = train(tiny_tc(corpus_file, max_steps=2 * N), out=tmp_path / "resumed", resume=snap, progress=False)
     assert_same_weights(state(resumed.model), state(whole.model))
-    assert [h["lr"] for h in resumed.meta["history"]] == [h["lr"] for h in whole.meta["history"]]
+    assert [h["lr"] for h in resumed.history] == [h["lr"] for h in whole.history]
+    assert len(ckpt.read_history(snap, meta)) == N  # a snapshot keeps the history up to its step
 
 
 def test_resume_with_a_time_budget_trains_more(trained, corpus_file, tmp_path):
     res, out = trained
     more = train(tiny_tc(corpus_file, time_budget=1.0), resume=out, out=tmp_path / "more", progress=False)
     assert more.meta["step"] > res.meta["step"]
-    assert len(more.meta["history"]) == more.meta["step"]
+    assert len(more.history) == more.meta["step"]
 
 
 # ---- distributed data parallel -----------------------------------------------------------------

@@ -109,7 +109,7 @@ def lr_schedule(service: ModelService, kind: str, *, d_model: int | None, warmup
 
 
 def _history(service: ModelService, p: dict, recorded: dict) -> tuple[S.LrHistory | None, float | None]:
-    recs = [r for r in service.meta.get("history") or [] if isinstance(r, dict) and "lr" in r and "step" in r]
+    recs = [r for r in service.history if isinstance(r, dict) and "lr" in r and "step" in r]
     if not recs:
         return None, None
     diff = None
