@@ -30,7 +30,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -60,36 +60,77 @@ class TrainConfig:
     seq_len: int = 0  # tokens per sequence; 0 means the model's context length
     max_lr: float = 2e-3
     min_lr_ratio: float = 0.1  # cosine ends at max_lr * min_lr_ratio
-    warmup_steps: int = 30
+    warmup_steps: int = 30  # (never longer than max_steps)
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off)
     eval_interval: int = 0  # updates between validation evaluations; 0 = about 10 per run
     eval_batches: int = 2
+    log_interval: int = 0  # updates between reads of the loss and gradient norms (each read waits for
+    #                        the device); every update is still recorded. 0 = 1 on a CPU, 10 on a GPU
     seed: int = 1337
     device: str = "auto"  # auto = cuda when present, else cpu
     precision: str = "auto"  # auto = bf16 autocast on cuda, float32 on cpu; or "bf16" / "fp32" anywhere
     val_fraction: float = corpus_mod.VAL_FRACTION
-    snapshot_fractions: tuple[float, ...] = ()  # also save snapshots at these fractions of the run
+    snapshots: tuple[float, ...] = ()  # also save snapshots at these fractions of the run
     overrides: dict = field(default_factory=dict)  # model config fields that replace the preset's
     name: str = ""  # checkpoint name shown in the app
 
+    def __post_init__(self) -> None:
+        self.snapshots = tuple(sorted(set(self.snapshots)))
+        self.overrides = dict(self.overrides)  # a dict, or (field, value) pairs from the command line
+        if self.max_steps is not None:
+            self.warmup_steps = min(self.warmup_steps, self.max_steps)
+
     def validate(self) -> None:
         if (self.max_steps is None) == (self.time_budget is None):
-            raise ValueError("give exactly one of max_steps or time_budget")
+            raise ConfigError("max_steps", "give exactly one of max_steps or time_budget")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
+            raise ConfigError("max_steps", "must be >= 1")
         if self.time_budget is not None and not 0 < self.time_budget < 7 * 24 * 3600:
-            raise ValueError("time_budget must be a positive number of seconds")
+            raise ConfigError("time_budget", "must be a positive number of seconds, less than a week")
         if self.preset not in PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
+            raise ConfigError("preset", f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
         if self.tokenizer != "bpe" and self.tokenizer not in PUBLIC_ENCODINGS:
-            raise ValueError(f"tokenizer must be 'bpe' or one of {list(PUBLIC_ENCODINGS)}")
+            raise ConfigError("tokenizer", f"must be 'bpe' or one of {list(PUBLIC_ENCODINGS)}")
         if self.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+            raise ConfigError("batch_size", "must be >= 1")
         if self.precision not in ("auto", "bf16", "fp32"):
-            raise ValueError("precision must be auto, bf16 or fp32")
+            raise ConfigError("precision", "must be auto, bf16 or fp32")
+        if self.log_interval < 0:
+            raise ConfigError("log_interval", "must be >= 0")
+
+
+class ConfigError(ValueError):
+    """A TrainConfig field with a value the trainer cannot use; says which field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+@dataclass
+class StepRecord:
+    """One update of a training run, as the trainer logs it, the history file keeps it and the API
+    returns it."""
+
+    step: int
+    """updates done, this one included"""
+    loss: float
+    """training loss of this update's batch (nats per token)"""
+    lr: float
+    """learning rate of this update"""
+    grad_norm: float
+    """global gradient norm before clipping"""
+    layer_grad_norms: list[float]
+    """gradient norm of each block before clipping"""
+    tokens_per_s: float
+    """training tokens per second over this update"""
+    elapsed_s: float
+    """seconds since the first update began"""
+    val_loss: float | None = None
+    """validation loss, on the updates where it was measured"""
 
 
 @dataclass
@@ -215,214 +256,311 @@ def build_tokenizer(tc: TrainConfig, train_text: str) -> dict:
     return {"kind": "tiktoken", "name": tc.tokenizer}
 
 
+class BudgetPlan:
+    """How many updates fit in a time budget, planned from the speed so far.
+
+    Planned once after a few probe updates, and once more a third of the way in, when the speed is
+    known better (plans from the first 20 updates overshot 150 s by up to 20%). The budget counts
+    from the call to train(), so tokenizer training and encoding are included.
+    """
+
+    def __init__(self, budget_s: float, t_setup: float, start_step: int, probe_steps: int) -> None:
+        self.budget_s, self.t_setup = budget_s, t_setup
+        self.deadline = t_setup + budget_s
+        self.due: int | None = start_step + probe_steps  # the step of the next plan; None after the last
+        self.origin = (start_step, time.time())  # (step, time) the speed is measured from
+        self.first = True
+
+    def plan(self, step: int) -> int:
+        """The total number of updates, planned at `step` (call when step == self.due)."""
+        now = time.time()
+        per_step = (now - self.origin[1]) / max(1, step - self.origin[0])
+        left = max(0.0, self.budget_s - (now - self.t_setup))
+        total = max(step + 1, step + int(left / per_step))
+        if self.first:  # plan again a third of the way in, measuring the speed from here
+            self.first, self.due, self.origin = False, step + max(1, (total - step) // 3), (step, now)
+        else:
+            self.due = None
+        return total
+
+
+class Trainer:
+    """One training run, as a few named steps: prepare, then (plan, snapshot, update, log,
+    evaluate) until done, then save. `train()` below is the way to run one."""
+
+    def __init__(self, tc: TrainConfig, out: str | Path | None, resume: str | Path | None, progress: bool,
+                 on_event: Callable[[dict], None] | None, should_stop: Callable[[], bool] | None,
+                 command: str | None, weights_dtype: torch.dtype | None, save_optimizer: bool) -> None:
+        tc.validate()
+        self.t_setup = time.time()
+        self.tc, self.out, self.command = tc, Path(out) if out else None, command
+        self.weights_dtype, self.save_optimizer = weights_dtype, save_optimizer
+        self.should_stop = should_stop
+        self.dd = setup_distributed()
+        self.device = pick_device(tc.device, self.dd)
+        self.emit = on_event if (on_event and self.dd.main) else (lambda e: None)
+        self.progress = progress
+        self.log_interval = tc.log_interval or (10 if self.device.type == "cuda" else 1)
+        prev = ckpt.load(resume, self.device, with_optimizer=True) if resume else None
+        self._prepare_data(prev)
+        self._prepare_model(prev)
+        self.snap_dir = self.out / "snapshots" if self.out else None
+        self.total_steps = tc.max_steps
+        self.eval_every = tc.eval_interval
+        # fraction 0 (the untrained model) is known before the length of a time-budget run is
+        self.snapshots_at: set[int] = {self.step} if 0.0 in tc.snapshots and self.step == 0 else set()
+        self.snapshots_planned = False
+        self.budget: BudgetPlan | None = None  # made when the first update starts
+        self.pending: list[tuple] = []  # updates whose numbers still sit on the device
+
+    # ---- prepare ------------------------------------------------------------------------------
+
+    def _prepare_data(self, prev: ckpt.Checkpoint | None) -> None:
+        tc = self.tc
+        self.corpus = corpus_mod.load(tc.corpus)
+        train_text, val_text = self.corpus.split(tc.val_fraction)
+        self.tok_spec = prev.meta["tokenizer"] if prev else build_tokenizer(tc, train_text)
+        self.enc = encoding_from_spec(self.tok_spec)
+        self.train_ids = torch.from_numpy(corpus_mod.encode(self.enc, train_text).astype(np.int64))
+        self.val_ids = torch.from_numpy(corpus_mod.encode(self.enc, val_text).astype(np.int64))
+
+    def _prepare_model(self, prev: ckpt.Checkpoint | None) -> None:
+        tc = self.tc
+        cfg = prev.config if prev else preset_config(tc.preset, **{"vocab_size": self.enc.n_vocab, **tc.overrides})
+        if cfg.vocab_size < self.enc.n_vocab:
+            raise ValueError(f"model vocabulary {cfg.vocab_size} is smaller than the tokenizer's {self.enc.n_vocab}")
+        self.seq_len = tc.seq_len or cfg.n_ctx
+        if self.seq_len > cfg.n_ctx:
+            raise ValueError(f"seq_len {self.seq_len} exceeds the context length {cfg.n_ctx}")
+        for label, ids in (("training", self.train_ids), ("validation", self.val_ids)):
+            if len(ids) < self.seq_len + 2:
+                raise corpus_mod.CorpusError(
+                    f"the {label} split has {len(ids)} tokens, too few for one sequence of {self.seq_len} + 1; "
+                    f"give a longer text or a shorter --seq-len")
+        torch.manual_seed(tc.seed)
+        self.cfg = cfg
+        self.model = (prev.model if prev else GPT(cfg)).to(self.device).train()
+        self.ddp_model = self.model
+        if self.dd.world > 1:
+            self.ddp_model = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.dd.local_rank] if self.device.type == "cuda" else None)
+        self.opt = torch.optim.AdamW(param_groups(self.model, tc.weight_decay), lr=tc.max_lr,
+                                     betas=(tc.beta1, tc.beta2), eps=1e-8, fused=self.device.type == "cuda")
+        self.step, self.history, self.evals = 0, [], []
+        if prev:
+            load_optimizer_state(self.opt, self.model, prev.optimizer_state)
+            self.step = int(prev.meta["step"])
+            self.history = [StepRecord(**h) for h in prev.read_history()]
+            self.evals = prev.meta.get("evals", [])
+        self.start_step = self.step
+        use_bf16 = tc.precision == "bf16" or (tc.precision == "auto" and self.device.type == "cuda")
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=use_bf16)
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> ckpt.Checkpoint:
+        tc = self.tc
+        self.bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, desc="train",
+                        disable=not (self.progress and self.dd.main))
+        self.emit({"type": "start", "total_steps": self.total_steps, "setup_s": time.time() - self.t_setup,
+                   "uniform_loss": math.log(self.cfg.vocab_size), "config": self.cfg.to_dict()})
+        self.t0 = self.t_last = time.time()
+        if tc.time_budget is not None:
+            self.budget = BudgetPlan(tc.time_budget, self.t_setup, self.step, max(5, min(tc.warmup_steps, 20)))
+        while True:
+            if self.budget and self.step == self.budget.due:
+                self.plan_budget()
+            if self.budget and self.dd.world == 1 and self.total_steps and time.time() >= self.budget.deadline:
+                break  # out of time before the plan's last step (the speed dropped): stop here
+            if self.total_steps is not None:
+                self.plan_run()
+                if self.step >= self.total_steps:
+                    break
+            if self.should_stop and self.should_stop():
+                raise Cancelled(f"cancelled at step {self.step}")
+            if self.step in self.snapshots_at:
+                self.snapshot(final=False)
+            self.update()
+            if self.step % self.log_interval == 0 or self.eval_due():
+                self.log()
+            if self.eval_due():
+                self.evaluate()
+        self.log()
+        self.bar.close()
+        if self.step > self.start_step and (not self.evals or self.evals[-1]["step"] != self.step):
+            self.evaluate()
+        return self.finish()
+
+    def plan_budget(self) -> None:
+        """Time budget: fix the number of updates from the speed so far (all ranks agree)."""
+        est = torch.tensor([self.budget.plan(self.step)])
+        if self.dd.world > 1:
+            dist.broadcast(est, 0)
+        self.total_steps = int(est)
+        if self.budget.due is None and self.snapshots_planned:  # the last plan: move the snapshots not yet taken
+            f = self.tc.snapshots
+            self.snapshots_at = {x for x in self.snapshots_at if x <= self.step} | {
+                x for x in (min(self.total_steps, round(q * self.total_steps)) for q in f) if x > self.step}
+        self.bar.reset(total=self.total_steps)
+        self.bar.update(self.step)
+        self.emit({"type": "schedule", "total_steps": self.total_steps})
+
+    def plan_run(self) -> None:
+        """Once the length of the run is known: how often to evaluate, and where to snapshot."""
+        if not self.eval_every:
+            self.eval_every = max(1, self.total_steps // 10)
+        if self.tc.snapshots and not self.snapshots_planned:
+            self.snapshots_at |= {min(self.total_steps, round(f * self.total_steps)) for f in self.tc.snapshots}
+            self.snapshots_planned = True
+
+    def eval_due(self) -> bool:
+        return bool(self.eval_every) and (self.step % self.eval_every == 0 or self.step == self.total_steps)
+
+    def lr(self, step: int) -> float:
+        tc = self.tc
+        return warmup_cosine(step, tc.max_lr, tc.warmup_steps, self.total_steps or 10**9, tc.max_lr * tc.min_lr_ratio)
+
+    def update(self) -> None:
+        """One optimiser step. Its numbers stay on the device until log() reads them."""
+        tc, model = self.tc, self.model
+        lr = self.lr(self.step)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        x, y = get_batch(self.train_ids, tc.batch_size, self.seq_len, tc.seed, self.step, self.dd.rank)
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        with self.autocast:
+            _, loss = self.ddp_model(x, y)
+        loss.backward()
+        # gradient norm of each block before clipping (pre- vs post-norm show different profiles)
+        layer_norms = torch.stack([torch.linalg.vector_norm(torch.stack(
+            [p.grad.detach().norm() for p in b.parameters() if p.grad is not None])) for b in model.blocks])
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf"))
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.step += 1
+        loss = loss.detach()
+        if self.dd.world > 1:  # the mean over all ranks' batches (gloo has no AVG)
+            loss = loss.clone()
+            dist.all_reduce(loss)
+            loss /= self.dd.world
+        self.pending.append((self.step, lr, loss, gnorm.detach(), layer_norms, time.time()))
+
+    def log(self) -> None:
+        """Read the pending updates' numbers from the device (one wait) into the history."""
+        if not self.pending:
+            return
+        nums = torch.stack([torch.cat([torch.stack([loss.float(), gn.float()]), ln.float()])
+                            for _, _, loss, gn, ln, _ in self.pending]).tolist()
+        tokens = self.tc.batch_size * self.seq_len * self.dd.world
+        for (step, lr, *_, t), (loss, gn, *layer) in zip(self.pending, nums):
+            rec = StepRecord(step=step, loss=round(loss, 5), lr=lr, grad_norm=round(gn, 5),
+                             layer_grad_norms=[round(g, 5) for g in layer],
+                             tokens_per_s=round(tokens / max(1e-9, t - self.t_last), 1),
+                             elapsed_s=round(t - self.t0, 3))
+            self.t_last = t
+            self.history.append(rec)
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"loss became {loss} at step {step}; lower --max-lr")
+            self.emit({"type": "step", "record": rec, "total_steps": self.total_steps})
+        self.pending.clear()
+        self.bar.update(self.step - self.bar.n)
+        self.bar.set_postfix(loss=f"{rec.loss:.3f}", val=f"{self.evals[-1]['val_loss']:.3f}" if self.evals else "-",
+                             lr=f"{rec.lr:.2e}", tok_s=f"{rec.tokens_per_s:,.0f}")
+
+    def evaluate(self) -> None:
+        """Validation loss on a fixed slice of the held-out split, recorded on this update."""
+        nats, n = evaluate_ids(self.model, self.val_ids, self.seq_len, batch_size=self.tc.batch_size,
+                               max_windows=self.tc.eval_batches * self.tc.batch_size)
+        self.model.train()
+        rec = self.history[-1]
+        rec.val_loss = round(nats / n, 5)
+        self.evals.append({"step": self.step, "val_loss": rec.val_loss, "train_loss": rec.loss})
+        self.emit({"type": "eval", "step": self.step, "val_loss": rec.val_loss, "train_loss": rec.loss})
+
+    def meta(self, final: bool) -> dict:
+        tc = self.tc
+        return {
+            "name": tc.name or f"{self.corpus.name}-{tc.preset}",
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "tokenizer": self.tok_spec,
+            "corpus": {**self.corpus.describe(), "train_tokens": len(self.train_ids), "val_tokens": len(self.val_ids),
+                       "val_fraction": tc.val_fraction},
+            "train_config": asdict(tc),
+            "step": self.step, "final": final,
+            "schedule": {"kind": "warmup_cosine", "max_lr": tc.max_lr, "min_lr": tc.max_lr * tc.min_lr_ratio,
+                         "warmup": tc.warmup_steps, "total_steps": self.total_steps or self.step},
+            "evals": self.evals, "uniform_loss": math.log(self.cfg.vocab_size),
+            "device": self.device.type, "world_size": self.dd.world, "torch": torch.__version__,
+            "command": self.command or "python -m model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        }
+
+    def snapshot(self, final: bool) -> None:
+        if not (self.snap_dir and self.dd.main):
+            return
+        self.log()
+        ckpt.save(self.snap_dir / f"step-{self.step:06d}", self.model, self.meta(final), history=self.records(),
+                  optimizer_state=optimizer_state_tensors(self.opt, self.model) if self.save_optimizer and not final
+                  else None)
+        self.emit({"type": "snapshot", "step": self.step})
+
+    def records(self) -> list[dict]:
+        return [asdict(h) for h in self.history]
+
+    def finish(self) -> ckpt.Checkpoint:
+        """The final checkpoint: returned, and written to `out` by rank 0."""
+        if self.dd.world > 1:
+            dist.barrier()
+        self.model.eval()
+        result = ckpt.Checkpoint(self.model, self.meta(final=True), self.out,
+                                 optimizer_state_tensors(self.opt, self.model), history=self.records())
+        result.meta["train_seconds"] = round(time.time() - self.t0, 2)
+        if self.out and os.environ.get("GPTSCOPE_RANK_DIGESTS"):
+            from safetensors.torch import save as st_save
+
+            blob = st_save(ckpt.weights_dict(self.model, self.weights_dtype), metadata={"format": ckpt.FORMAT})
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / f"rank-{self.dd.rank}.weights.sha256").write_text(hashlib.sha256(blob).hexdigest() + "\n")
+        if self.out and self.dd.main:
+            ckpt.save(self.out, self.model, result.meta, history=result.history, dtype=self.weights_dtype,
+                      optimizer_state=result.optimizer_state if self.save_optimizer else None)
+            if self.step in self.snapshots_at or 1.0 in self.tc.snapshots:
+                self.snapshot(final=True)
+        self.emit({"type": "done", "step": self.step, "out": str(self.out) if self.out else None})
+        return result
+
+
 def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | None = None,
           progress: bool = True, on_event: Callable[[dict], None] | None = None,
           should_stop: Callable[[], bool] | None = None, command: str | None = None,
           weights_dtype: torch.dtype | None = None, save_optimizer: bool = True) -> ckpt.Checkpoint:
-    """Train a model; returns the final checkpoint (also written to `out` by rank 0)."""
-    tc.validate()
-    dd = setup_distributed()
-    device = pick_device(tc.device, dd)
-    emit = on_event if (on_event and dd.main) else (lambda e: None)
-    t_setup = time.time()
+    """Train a model; returns the final checkpoint (also written to `out` by rank 0).
 
-    # ---- data and tokenizer -----------------------------------------------------------------
-    corpus = corpus_mod.load(tc.corpus)
-    train_text, val_text = corpus.split(tc.val_fraction)
-    prev = ckpt.load(resume, device, with_optimizer=True) if resume else None
-    tok_spec = prev.meta["tokenizer"] if prev else build_tokenizer(tc, train_text)
-    enc = encoding_from_spec(tok_spec)
-    train_ids = torch.from_numpy(corpus_mod.encode(enc, train_text).astype(np.int64))
-    val_ids = torch.from_numpy(corpus_mod.encode(enc, val_text).astype(np.int64))
+    on_event receives {"type": "start" | "schedule" | "step" | "eval" | "snapshot" | "done", ...};
+    a "step" event carries the update's StepRecord. should_stop() returning True cancels the run
+    (Cancelled is raised; the snapshots saved so far stay)."""
+    return Trainer(tc, out, resume, progress, on_event, should_stop, command, weights_dtype, save_optimizer).run()
 
-    # ---- model ------------------------------------------------------------------------------
-    if prev:
-        cfg = prev.config
-    else:
-        cfg = preset_config(tc.preset, **{"vocab_size": enc.n_vocab, **tc.overrides})
-    if cfg.vocab_size < enc.n_vocab:
-        raise ValueError(f"model vocabulary {cfg.vocab_size} is smaller than the tokenizer's {enc.n_vocab}")
-    seq_len = tc.seq_len or cfg.n_ctx
-    if seq_len > cfg.n_ctx:
-        raise ValueError(f"seq_len {seq_len} exceeds the context length {cfg.n_ctx}")
-    for label, ids in (("training", train_ids), ("validation", val_ids)):
-        if len(ids) < seq_len + 2:
-            raise corpus_mod.CorpusError(
-                f"the {label} split has {len(ids)} tokens, too few for one sequence of {seq_len} + 1; "
-                f"give a longer text or a shorter --seq-len")
 
-    torch.manual_seed(tc.seed)
-    model = prev.model if prev else GPT(cfg)
-    model.to(device).train()
-    ddp_model = model
-    if dd.world > 1:
-        ddp_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[dd.local_rank] if device.type == "cuda" else None)
-    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.max_lr, betas=(tc.beta1, tc.beta2),
-                            eps=1e-8, fused=device.type == "cuda")
-    start_step, history, evals = 0, [], []
-    total_steps = tc.max_steps
-    if prev:
-        load_optimizer_state(opt, model, prev.optimizer_state)
-        start_step = int(prev.meta["step"])
-        history = prev.meta.get("history", [])
-        evals = prev.meta.get("evals", [])
-    use_bf16 = tc.precision == "bf16" or (tc.precision == "auto" and device.type == "cuda")
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
-    min_lr = tc.max_lr * tc.min_lr_ratio
-    ln_v = math.log(cfg.vocab_size)
+def _override(s: str) -> tuple[str, object]:
+    """'n_layer=6' -> ('n_layer', 6), typed as the GPTConfig field it names."""
+    k, _, v = s.partition("=")
+    field_types = {f: type(getattr(GPTConfig(), f)) for f in GPTConfig().to_dict()}
+    if k not in field_types:
+        raise argparse.ArgumentTypeError(f"unknown model field {k!r}; fields: {sorted(field_types)}")
+    t = field_types[k]
+    if t is bool:
+        return k, v.lower() in ("1", "true", "yes")
+    return k, t(v)
 
-    def schedule_meta(total: int) -> dict:
-        return {"kind": "warmup_cosine", "max_lr": tc.max_lr, "min_lr": min_lr, "warmup": tc.warmup_steps,
-                "total_steps": total}
 
-    def val_loss() -> float:
-        nats, n = evaluate_ids(model, val_ids, seq_len, batch_size=tc.batch_size,
-                               max_windows=tc.eval_batches * tc.batch_size)
-        model.train()
-        return nats / n
-
-    def meta(step: int, final: bool) -> dict:
-        return {
-            "name": tc.name or f"{corpus.name}-{tc.preset}",
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "tokenizer": tok_spec, "corpus": {**corpus.describe(), "train_tokens": len(train_ids),
-                                              "val_tokens": len(val_ids), "val_fraction": tc.val_fraction},
-            "train_config": {**asdict(tc), "snapshot_fractions": list(tc.snapshot_fractions)},
-            "step": step, "final": final, "schedule": schedule_meta(total_steps or step),
-            "history": history, "evals": evals, "uniform_loss": ln_v,
-            "device": device.type, "world_size": dd.world, "torch": torch.__version__,
-            "command": command or "python -m model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        }
-
-    # fraction 0 (the untrained model) is known before the length of a time-budget run is
-    snapshots_planned = False
-    snapshots_at: set[int] = {start_step} if 0.0 in tc.snapshot_fractions and start_step == 0 else set()
-    snap_dir = Path(out) / "snapshots" if out else None
-    probe_steps = 0 if total_steps else max(5, min(tc.warmup_steps, 20))
-    replan_step: int | None = None
-    plan_origin = (start_step, 0.0)
-    deadline = t_setup + tc.time_budget if tc.time_budget is not None else None
-    eval_every = tc.eval_interval
-    t0 = time.time()
-    tokens_per_step = tc.batch_size * seq_len * dd.world
-    bar = tqdm(total=total_steps, initial=start_step, disable=not (progress and dd.main), unit="step",
-               dynamic_ncols=True, desc="train")
-    emit({"type": "start", "total_steps": total_steps, "setup_s": time.time() - t_setup,
-          "uniform_loss": ln_v, "config": cfg.to_dict()})
-
-    step = start_step
-    last_log = time.time()
-    tokens_since = 0
-    while True:
-        if tc.time_budget is not None and (step - start_step == probe_steps or step == replan_step):
-            # time budget: from the speed so far, fix the number of updates (all ranks agree). Planned
-            # once after a few steps, and once more a third of the way in, when the speed is known
-            # better; the schedule's total_steps is the last plan.
-            since, t_since = (start_step, t0) if replan_step is None else plan_origin
-            per_step = (time.time() - t_since) / max(1, step - since)
-            # the budget counts from the call, so tokenizer training and encoding are included
-            est = torch.tensor([step + int(max(0.0, tc.time_budget - (time.time() - t_setup)) / per_step)])
-            if dd.world > 1:
-                dist.broadcast(est, 0)
-            total_steps = max(step + 1, int(est))
-            if replan_step is None:
-                replan_step = step + max(1, (total_steps - step) // 3)
-                plan_origin = (step, time.time())
-            else:
-                replan_step = -1
-                if snapshots_planned:  # move the snapshots not yet taken to the new plan
-                    snapshots_at = {x for x in snapshots_at if x <= step} | {
-                        x for x in (min(total_steps, round(f * total_steps)) for f in tc.snapshot_fractions) if x > step}
-            bar.reset(total=total_steps)
-            bar.update(step)
-            emit({"type": "schedule", "total_steps": total_steps})
-        if deadline is not None and dd.world == 1 and total_steps is not None and time.time() >= deadline:
-            break  # out of time before the plan's last step (the speed dropped): stop here
-        if total_steps is not None:
-            if not eval_every:
-                eval_every = max(1, total_steps // 10)
-            if tc.snapshot_fractions and not snapshots_planned:
-                snapshots_at |= {min(total_steps, round(f * total_steps)) for f in tc.snapshot_fractions}
-                snapshots_planned = True
-            if step >= total_steps:
-                break
-        if should_stop and should_stop():
-            raise Cancelled(f"cancelled at step {step}")
-        if snap_dir and dd.main and step in snapshots_at:
-            ckpt.save(snap_dir / f"step-{step:06d}", model, meta(step, final=False),
-                      optimizer_state=optimizer_state_tensors(opt, model) if save_optimizer else None)
-            emit({"type": "snapshot", "step": step})
-
-        lr = warmup_cosine(step, tc.max_lr, tc.warmup_steps, total_steps or 10**9, min_lr)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        x, y = get_batch(train_ids, tc.batch_size, seq_len, tc.seed, step, dd.rank)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast:
-            _, loss = ddp_model(x, y)
-        loss.backward()
-        # gradient norm of each block before clipping (pre- vs post-norm show different profiles)
-        layer_gnorms = [float(torch.linalg.vector_norm(torch.stack(
-            [p.grad.detach().norm() for p in b.parameters() if p.grad is not None]))) for b in model.blocks]
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf"))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        step += 1
-        tokens_since += tokens_per_step
-
-        loss_v = float(loss.detach())
-        if dd.world > 1:
-            t = torch.tensor([loss_v], device=device)
-            dist.all_reduce(t)
-            loss_v = float(t) / dd.world
-        now = time.time()
-        tok_s = tokens_since / max(1e-9, now - last_log)
-        rec = {"step": step, "loss": round(loss_v, 5), "lr": lr, "grad_norm": round(float(gnorm), 5),
-               "layer_grad_norms": [round(g, 5) for g in layer_gnorms],
-               "tokens_per_s": round(tok_s, 1), "elapsed_s": round(now - t0, 3)}
-        history.append(rec)
-        last_log, tokens_since = now, 0
-        if eval_every and (step % eval_every == 0 or step == total_steps):
-            v = val_loss()
-            evals.append({"step": step, "val_loss": round(v, 5), "train_loss": round(loss_v, 5)})
-            rec["val_loss"] = round(v, 5)
-        if not math.isfinite(loss_v):
-            raise FloatingPointError(f"loss became {loss_v} at step {step}; lower --max-lr")
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_v:.3f}", val=f"{evals[-1]['val_loss']:.3f}" if evals else "-",
-                        lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
-        emit({"type": "step", **rec, "total_steps": total_steps})
-    bar.close()
-    if step > start_step and (not evals or evals[-1]["step"] != step):
-        v = val_loss()
-        evals.append({"step": step, "val_loss": round(v, 5), "train_loss": history[-1]["loss"]})
-        history[-1]["val_loss"] = round(v, 5)
-
-    if dd.world > 1:
-        dist.barrier()
-    model.eval()
-    result = ckpt.Checkpoint(model, meta(step, final=True), Path(out) if out else None,
-                             optimizer_state_tensors(opt, model))
-    result.meta["train_seconds"] = round(time.time() - t0, 2)
-    if out and os.environ.get("GPTSCOPE_RANK_DIGESTS"):
-        from safetensors.torch import save as st_save
-
-        blob = st_save(ckpt.weights_dict(model, weights_dtype), metadata={"format": ckpt.FORMAT})
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / f"rank-{dd.rank}.weights.sha256").write_text(hashlib.sha256(blob).hexdigest() + "\n")
-    if out and dd.main:
-        ckpt.save(out, model, result.meta, optimizer_state=result.optimizer_state if save_optimizer else None,
-                  dtype=weights_dtype)
-        if snap_dir and (step in snapshots_at or 1.0 in tc.snapshot_fractions):
-            ckpt.save(snap_dir / f"step-{step:06d}", model, meta(step, final=True))
-    emit({"type": "done", "step": step, "out": str(out) if out else None})
-    return result
+def _fractions(s: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in s.split(",") if x.strip())
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The command line of `gptscope train`; every option's dest is the TrainConfig field it sets."""
     d = TrainConfig()
-    p.add_argument("--corpus", default="shakespeare", help="'shakespeare' (built in) or a path to a UTF-8 text file")
+    p.add_argument("--corpus", default=d.corpus, help="'shakespeare' (built in) or a path to a UTF-8 text file")
     p.add_argument("--preset", default=d.preset, choices=sorted(PRESETS))
     p.add_argument("--tokenizer", default=d.tokenizer, choices=["bpe", *PUBLIC_ENCODINGS])
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="size of the BPE trained on the corpus")
@@ -438,14 +576,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-clip", type=float, default=d.grad_clip)
     p.add_argument("--eval-interval", type=int, default=d.eval_interval)
     p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="validation batches per evaluation")
+    p.add_argument("--log-interval", type=int, default=d.log_interval,
+                   help="updates between reads of the loss from the device (0: 1 on a CPU, 10 on a GPU)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default=d.device, choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", default=d.precision, choices=["auto", "bf16", "fp32"],
                    help="auto: bf16 autocast on cuda, float32 on cpu")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+    p.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set n_layer=6 --set norm=post")
-    p.add_argument("--snapshots", default="", help="comma-separated fractions of the run to snapshot, e.g. 0,0.1,0.5")
-    p.add_argument("--name", default="")
+    p.add_argument("--snapshots", type=_fractions, default=d.snapshots,
+                   help="comma-separated fractions of the run to snapshot, e.g. 0,0.1,0.5")
+    p.add_argument("--name", default=d.name)
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--resume", default=None, help="checkpoint folder to continue from")
     p.add_argument("--weights-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
@@ -454,25 +595,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-def _parse_override(s: str) -> tuple[str, object]:
-    k, _, v = s.partition("=")
-    field_types = {f: type(getattr(GPTConfig(), f)) for f in GPTConfig().to_dict()}
-    if k not in field_types:
-        raise SystemExit(f"--set: unknown model field {k!r}; fields: {sorted(field_types)}")
-    t = field_types[k]
-    if t is bool:
-        return k, v.lower() in ("1", "true", "yes")
-    return k, t(v)
-
-
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(
-        corpus=a.corpus, preset=a.preset, tokenizer=a.tokenizer, vocab_size=a.vocab_size,
-        max_steps=a.max_steps, time_budget=a.time_budget, batch_size=a.batch_size, seq_len=a.seq_len,
-        max_lr=a.max_lr, min_lr_ratio=a.min_lr_ratio, warmup_steps=a.warmup_steps,
-        weight_decay=a.weight_decay, grad_clip=a.grad_clip, eval_interval=a.eval_interval, eval_batches=a.eval_batches, seed=a.seed,
-        device=a.device, precision=a.precision, overrides=dict(_parse_override(s) for s in a.set),
-        snapshot_fractions=tuple(float(x) for x in a.snapshots.split(",") if x.strip()), name=a.name)
+    return TrainConfig(**{f.name: getattr(a, f.name) for f in fields(TrainConfig) if hasattr(a, f.name)})
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m model.train") -> int:

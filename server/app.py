@@ -17,7 +17,7 @@ from .routers import curves, docs, embeddings, forward, health, intervene, pages
 from .routers import learn_page
 from .security import GuardMiddleware
 from .service import ModelService
-from .training import TrainingManager
+from .runs import RunManager
 
 log = logging.getLogger("gptscope")
 
@@ -35,7 +35,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
             app.state.service = ModelService(settings.checkpoint, settings.device)
             log.info("loaded %s from %s", app.state.service.name, settings.checkpoint)
         yield
-        app.state.training.shutdown()  # cancel a run still going; its snapshots stay loadable
+        app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
 
     app = FastAPI(
         title="gptscope",
@@ -51,7 +51,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
                        upload_limit=corpus_mod.MAX_CORPUS_BYTES + 64 * 1024, max_concurrent=settings.max_concurrent)
     app.state.settings = settings
     app.state.service = service
-    app.state.training = TrainingManager(settings.data_dir)
+    app.state.runs = RunManager(settings.data_dir)
     errors.install(app)
     for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router,
               training.router, curves.router):

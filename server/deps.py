@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from .config import Settings
+from .runs import RunManager
 from .service import ModelService
 
 
@@ -14,9 +14,9 @@ def get_service(request: Request) -> ModelService:
     return request.app.state.service
 
 
-def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+def get_runs(request: Request) -> RunManager:
+    return request.app.state.runs
 
 
 Service = Annotated[ModelService, Depends(get_service)]
-AppSettings = Annotated[Settings, Depends(get_settings)]
+Runs = Annotated[RunManager, Depends(get_runs)]

@@ -20,6 +20,19 @@ class InputError(ValueError):
         self.field, self.message, self.status, self.where = field, message, status, where
 
 
+class NotFound(LookupError):
+    """A named run, checkpoint or snapshot that does not exist; becomes a 404."""
+
+
+class Conflict(Exception):
+    """The request clashes with the app's state (a run is already going); becomes a 409 whose JSON
+    carries `extra` beside the detail."""
+
+    def __init__(self, message: str, **extra) -> None:
+        super().__init__(message)
+        self.extra = extra
+
+
 def _safe(value):
     """JSON-safe copy: strings with lone surrogates are repaired, so an error can always be sent."""
     if isinstance(value, str):
@@ -43,6 +56,14 @@ def install(app: FastAPI) -> None:
     async def _input_error(_request: Request, exc: InputError) -> JSONResponse:
         return JSONResponse(status_code=exc.status, content={"detail": [
             {"loc": [exc.where, *exc.field.split(".")], "msg": exc.message, "type": "value_error"}]})
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_request: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse(status_code=404, content={"detail": _safe(str(exc.args[0]))})
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_request: Request, exc: Conflict) -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": str(exc), **exc.extra})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -8,7 +8,7 @@ corpora and checkpoints are referred to by validated names only, never by paths 
 from __future__ import annotations
 
 import json
-import math
+import os
 import re
 import threading
 import time
@@ -17,17 +17,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from model import checkpoint as ckpt
-from model.train import Cancelled, TrainConfig, train
+from model import corpus as corpus_mod
+from model.train import Cancelled, ConfigError, StepRecord, TrainConfig, train
 
+from .errors import Conflict, InputError, NotFound
 from .schemas.training import CHECKPOINT_PATTERN, NAME_PATTERN, TrainingRequest
 
 RUN_ID = re.compile(r"^[0-9a-f]{12}$")
-
-
-class Conflict(Exception):
-    def __init__(self, running_id: str) -> None:
-        super().__init__(f"a training run is already going: {running_id}; cancel it (DELETE /api/v1/training/{running_id}) or wait")
-        self.running_id = running_id
+BUILTIN_CORPUS = "shakespeare"
 
 
 @dataclass
@@ -41,7 +38,7 @@ class Job:
     started: float = field(default_factory=time.time)
     finished: float | None = None
     uniform_loss: float | None = None
-    history: list[dict] = field(default_factory=list)
+    history: list[StepRecord] | None = field(default_factory=list)  # None: on disk, read on first use
     evals: list[dict] = field(default_factory=list)
     snapshots: list[int] = field(default_factory=list)
     error: str | None = None
@@ -53,8 +50,23 @@ class Job:
     def elapsed(self) -> float:
         return (self.finished or time.time()) - self.started
 
+    def records(self) -> list[StepRecord]:
+        if self.history is None:  # a finished run from an earlier start of the app
+            try:
+                self.history = [StepRecord(**h) for h in ckpt.read_history(self.out, ckpt.read_meta(self.out))]
+            except (ckpt.CheckpointError, TypeError):
+                self.history = []
+        return self.history
 
-class TrainingManager:
+    def eta(self) -> float | None:
+        recs = self.records()
+        if self.status != "running" or not self.total_steps or not recs:
+            return None
+        per_step = recs[-1].elapsed_s / max(1, self.step - (recs[0].step - 1))
+        return round(max(0.0, (self.total_steps - self.step) * per_step), 1)
+
+
+class RunManager:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir)
         self.runs_dir = self.data_dir / "runs"
@@ -66,6 +78,12 @@ class TrainingManager:
     @staticmethod
     def cache_key(req: TrainingRequest) -> str:
         return req.model_dump_json(exclude={"name"})
+
+    def snapshot_steps(self, run_id: str) -> list[int]:
+        """Steps of a run's complete snapshots, in order."""
+        snaps = self.runs_dir / run_id / "snapshots"
+        return sorted(int(p.name.split("-")[1]) for p in snaps.glob("step-*")
+                      if (p / ckpt.META_NAME).is_file()) if snaps.is_dir() else []
 
     def _restore(self) -> None:
         """Runs left on disk by an earlier start of the app come back as finished or cancelled."""
@@ -79,9 +97,7 @@ class TrainingManager:
             except ValueError:
                 continue
             job = Job(d.name, req, d, status="cancelled", started=(d / "request.json").stat().st_mtime)
-            snaps = d / "snapshots"
-            job.snapshots = sorted(int(p.name.split("-")[1]) for p in snaps.glob("step-*")
-                                   if (p / ckpt.META_NAME).is_file()) if snaps.is_dir() else []
+            job.snapshots = self.snapshot_steps(d.name)
             try:
                 meta = ckpt.read_meta(d)
             except ckpt.CheckpointError:
@@ -89,7 +105,7 @@ class TrainingManager:
             if meta and meta.get("final"):
                 job.status, job.step = "done", int(meta["step"])
                 job.total_steps = int(meta["schedule"]["total_steps"])
-                job.history, job.evals = meta.get("history", []), meta.get("evals", [])
+                job.history, job.evals = None, meta.get("evals", [])
                 job.uniform_loss = meta.get("uniform_loss")
             job.finished = job.started
             self.jobs[d.name] = job
@@ -97,26 +113,59 @@ class TrainingManager:
     # ---- names -> paths (validated before any filesystem call) --------------------------------
 
     def corpus_path(self, name: str) -> str:
-        if name == "shakespeare":
-            return "shakespeare"
+        if name == BUILTIN_CORPUS:
+            return BUILTIN_CORPUS
         if not re.fullmatch(NAME_PATTERN, name) or ".." in name:
-            raise ValueError(f"corpus name {name!r} is not valid")
+            raise InputError("corpus", f"corpus name {name!r} is not valid")
         p = (self.corpora_dir / f"{name}.txt").resolve()
         if p.parent != self.corpora_dir.resolve() or not p.is_file():
-            raise FileNotFoundError(f"no corpus named {name!r}; upload it to /api/v1/corpora first")
+            raise InputError("corpus", f"no corpus named {name!r}; upload it to /api/v1/corpora first")
         return str(p)
 
     def checkpoint_path(self, name: str, builtin: Path) -> Path:
         if not re.fullmatch(CHECKPOINT_PATTERN, name):
-            raise ValueError(f"checkpoint name {name!r} is not valid")
+            raise InputError("checkpoint", f"checkpoint name {name!r} is not valid")
         if name == "builtin":
             return builtin
         run, _, snap = name.partition("/")
         p = self.runs_dir / run / "snapshots" / snap if snap else self.runs_dir / run
         p = p.resolve()
         if self.runs_dir.resolve() not in p.parents or not (p / ckpt.META_NAME).is_file():
-            raise FileNotFoundError(f"no checkpoint named {name!r}")
+            raise NotFound(f"no checkpoint named {name!r}")
         return p
+
+    def checkpoint_dirs(self, builtin: Path) -> list[tuple[str, Path]]:
+        """(name, folder) of every checkpoint the app can serve: built-in, runs, their snapshots."""
+        found = [("builtin", builtin)]
+        if self.runs_dir.is_dir():
+            for run in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()):
+                found.append((run.name, run))
+                snaps = run / "snapshots"
+                if snaps.is_dir():
+                    found += [(f"{run.name}/{s.name}", s) for s in sorted(snaps.iterdir()) if s.is_dir()]
+        return found
+
+    # ---- corpora ------------------------------------------------------------------------------
+
+    def save_corpus(self, name: str, data: bytes) -> corpus_mod.Corpus:
+        """Check an upload is usable UTF-8 text, then write it atomically as <name>.txt."""
+        if name == BUILTIN_CORPUS or ".." in name:
+            raise InputError("name", f"{name!r} is reserved or not valid")
+        try:
+            corpus = corpus_mod.from_bytes(data, name)
+        except corpus_mod.CorpusError as e:
+            raise InputError("file", str(e), status=413 if len(data) > corpus_mod.MAX_CORPUS_BYTES else 422) from None
+        self.corpora_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.corpora_dir / f".{name}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.corpora_dir / f"{name}.txt")
+        return corpus
+
+    def corpus_files(self) -> list[Path]:
+        return sorted(self.corpora_dir.glob("*.txt")) if self.corpora_dir.is_dir() else []
 
     # ---- runs ---------------------------------------------------------------------------------
 
@@ -128,26 +177,21 @@ class TrainingManager:
         key = self.cache_key(req)
         with self._lock:
             done = [j for j in self.jobs.values() if j.status == "done" and self.cache_key(j.request) == key]
-            if done and req.corpus == "shakespeare":  # an uploaded corpus may have been replaced since
+            if done and req.corpus == BUILTIN_CORPUS:  # an uploaded corpus may have been replaced since
                 return replace(done[-1], cached=True)
             busy = self.running()
             if busy:
-                raise Conflict(busy.id)
+                raise Conflict(f"a training run is already going: {busy.id}; cancel it "
+                               f"(DELETE /api/v1/training/{busy.id}) or wait", running_id=busy.id)
             run_id = uuid.uuid4().hex[:12]
+            tc = TrainConfig(**{**req.model_dump(exclude_none=True), "corpus": corpus,
+                                "name": req.name or f"run-{run_id}", "device": "cpu"})
+            try:
+                tc.validate()
+            except ConfigError as e:
+                raise InputError(e.field, e.message) from None
             job = Job(run_id, req, self.runs_dir / run_id)
             self.jobs[run_id] = job
-        overrides = {k: v for k, v in req.overrides.model_dump().items() if v is not None}
-        tc = TrainConfig(corpus=corpus, preset=req.preset, vocab_size=req.vocab_size, max_steps=req.max_steps,
-                         time_budget=req.time_budget, batch_size=req.batch_size, seq_len=req.seq_len,
-                         max_lr=req.max_lr, warmup_steps=min(req.warmup_steps, req.max_steps or req.warmup_steps),
-                         seed=req.seed, snapshot_fractions=tuple(sorted(set(req.snapshots))), overrides=overrides,
-                         name=req.name or f"run-{run_id}", device="cpu")
-        try:
-            tc.validate()
-        except ValueError:
-            with self._lock:
-                del self.jobs[run_id]
-            raise
         job.out.mkdir(parents=True, exist_ok=True)
         (job.out / "request.json").write_text(json.dumps(req.model_dump(), indent=1), encoding="utf-8")
         job.thread = threading.Thread(target=self._run, args=(job, tc), name=f"train-{run_id}", daemon=True)
@@ -158,29 +202,20 @@ class TrainingManager:
         def on_event(e: dict) -> None:
             kind = e["type"]
             if kind == "start":
-                job.status = "running"
-                job.uniform_loss = e["uniform_loss"]
+                job.status, job.uniform_loss = "running", e["uniform_loss"]
+            if kind in ("start", "schedule", "step"):
                 job.total_steps = e["total_steps"]
-            elif kind == "schedule":
-                job.total_steps = e["total_steps"]
-            elif kind == "step":
-                rec = {k: e[k] for k in ("step", "loss", "lr", "grad_norm", "layer_grad_norms", "tokens_per_s", "elapsed_s")}
-                if "val_loss" in e:
-                    rec["val_loss"] = e["val_loss"]
-                    job.evals.append({"step": e["step"], "val_loss": e["val_loss"], "train_loss": e["loss"]})
-                job.history.append(rec)
-                job.step = e["step"]
-                job.total_steps = e["total_steps"]
+            if kind == "step":
+                job.history.append(e["record"])
+                job.step = e["record"].step
+            elif kind == "eval":
+                job.evals.append({k: e[k] for k in ("step", "val_loss", "train_loss")})
             elif kind == "snapshot":
                 job.snapshots.append(e["step"])
 
-        req = job.request
         try:
             train(tc, out=job.out, progress=False, on_event=on_event, should_stop=job.cancel.is_set,
-                  command=f"POST /api/v1/training {req.model_dump_json(exclude_none=True)}")
-            if tc.snapshot_fractions and job.step not in job.snapshots and \
-                    (job.out / "snapshots" / f"step-{job.step:06d}").is_dir():
-                job.snapshots.append(job.step)
+                  command=f"POST /api/v1/training {job.request.model_dump_json(exclude_none=True)}")
             job.status = "done"
         except Cancelled:
             job.status = "cancelled"
@@ -192,7 +227,7 @@ class TrainingManager:
 
     def get(self, run_id: str) -> Job:
         if not RUN_ID.fullmatch(run_id) or run_id not in self.jobs:
-            raise KeyError(run_id)
+            raise NotFound(f"no training run {run_id!r}")
         return self.jobs[run_id]
 
     def cancel(self, run_id: str, wait: float = 30.0) -> Job:
@@ -208,14 +243,3 @@ class TrainingManager:
         for job in self.jobs.values():
             if job.thread is not None:
                 job.thread.join(timeout=30)
-
-
-def eta(job: Job) -> float | None:
-    if job.status != "running" or not job.total_steps or job.step == 0:
-        return None
-    per_step = job.history[-1]["elapsed_s"] / max(1, job.step - (job.history[0]["step"] - 1)) if job.history else None
-    return None if per_step is None else round(max(0.0, (job.total_steps - job.step) * per_step), 1)
-
-
-def finite(x: float | None) -> float | None:
-    return x if x is None or math.isfinite(x) else None

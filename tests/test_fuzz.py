@@ -18,10 +18,10 @@ from schemathesis.checks import not_a_server_error
 from server.app import create_app
 from server.config import BUILTIN_CHECKPOINT, Settings
 from server.service import ModelService
-from server.training import TrainingManager
+from server.runs import RunManager
 
 
-class NoTrainManager(TrainingManager):
+class NoTrainManager(RunManager):
     def _run(self, job, tc):  # accept the run, train nothing
         job.status = "done"
 
@@ -30,7 +30,7 @@ class NoTrainManager(TrainingManager):
 _DATA = tempfile.mkdtemp(prefix="gptscope-fuzz-")
 SERVICE = ModelService(BUILTIN_CHECKPOINT)
 APP = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=_DATA, allow_hosts=["testserver"]), service=SERVICE)
-APP.state.training = NoTrainManager(Path(_DATA))
+APP.state.runs = NoTrainManager(Path(_DATA))
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 

@@ -4,7 +4,8 @@ import math
 
 from model.gpt import count_params
 
-from ..schemas.health import ModelInfo
+from .. import __version__
+from ..schemas.health import Health, ModelInfo
 from ..service import ModelService
 
 
@@ -16,9 +17,13 @@ def model_info(service: ModelService) -> ModelInfo:
         name=service.name, checkpoint=str(service.path),
         tokenizer="bpe" if tok.get("kind") == "bpe" else str(tok.get("name")),
         vocab_size=cfg.vocab_size, n_ctx=cfg.n_ctx, n_layer=cfg.n_layer, n_head=cfg.n_head,
-        d_model=cfg.d_model, d_mlp=cfg.d_mlp, norm=cfg.norm, gelu=cfg.gelu,
+        d_model=cfg.d_model, d_mlp=cfg.d_mlp, norm=cfg.norm, gelu=cfg.gelu, causal=cfg.causal,
         params=count_params(cfg)["total"], corpus=str(meta.get("corpus", {}).get("name", "?")),
         train_steps=int(meta.get("step", 0)),
         final_val_loss=evals[-1]["val_loss"] if evals else None,
         uniform_loss=round(math.log(cfg.vocab_size), 5), command=str(meta.get("command", "")),
     )
+
+
+def health(service: ModelService) -> Health:
+    return Health(version=__version__, model=service.name, device=str(service.device), info=model_info(service))

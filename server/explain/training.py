@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -11,34 +13,34 @@ from model import checkpoint as ckpt
 from model import corpus as corpus_mod
 from model.gpt import GPTConfig, count_params
 
-from ..errors import InputError
+from ..errors import InputError, NotFound
+from ..runs import RUN_ID, Job, RunManager
 from ..schemas.forward import ForwardRequest
-from ..schemas.training import CheckpointInfo, CorpusInfo, EvalPoint, ReplayFrame, TrainingStatus, TrainingStep
+from ..schemas.training import CheckpointInfo, CorpusInfo, EvalPoint, ReplayFrame, TrainingStatus
 from ..service import ModelService
-from ..training import Job, TrainingManager, eta, finite
 from . import embeddings as emb
 from . import forward as fwd
 
 
 def status(job: Job, since: int = 0) -> TrainingStatus:
-    hist = [h for h in job.history if h["step"] > since]
-    last = job.history[-1] if job.history else None
+    recs = job.records()
+    last = recs[-1] if recs else None
     return TrainingStatus(
         id=job.id, status=job.status, request=job.request, step=job.step, total_steps=job.total_steps,
-        elapsed_s=round(job.elapsed, 2), eta_s=eta(job), tokens_per_s=last["tokens_per_s"] if last else None,
+        elapsed_s=round(job.elapsed, 2), eta_s=job.eta(), tokens_per_s=last.tokens_per_s if last else None,
         uniform_loss=job.uniform_loss,
-        history=[TrainingStep(**{**h, "loss": finite(h["loss"]) or 0.0}) for h in hist],
+        # a diverged update's loss (inf or NaN) is not JSON: it is sent as 0 beside the run's error
+        history=[h if math.isfinite(h.loss) else replace(h, loss=0.0) for h in recs if h.step > since],
         evals=[EvalPoint(**e) for e in job.evals], snapshots=sorted(set(job.snapshots)),
         checkpoint=job.id if job.status == "done" else None, error=job.error, cached=job.cached)
 
 
-def corpora(manager: TrainingManager) -> list[CorpusInfo]:
+def corpora(runs: RunManager) -> list[CorpusInfo]:
     text = corpus_mod.shakespeare().text
     out = [CorpusInfo(name="shakespeare", chars=len(text), bytes=len(text.encode("utf-8")), builtin=True)]
-    if manager.corpora_dir.is_dir():
-        for p in sorted(manager.corpora_dir.glob("*.txt")):
-            data = p.read_bytes()
-            out.append(CorpusInfo(name=p.stem, chars=len(data.decode("utf-8", errors="replace")), bytes=len(data), builtin=False))
+    for p in runs.corpus_files():
+        data = p.read_bytes()
+        out.append(CorpusInfo(name=p.stem, chars=len(data.decode("utf-8", errors="replace")), bytes=len(data), builtin=False))
     return out
 
 
@@ -55,16 +57,8 @@ def _info(name: str, path: Path, loaded: Path) -> CheckpointInfo | None:
                           loaded=path.resolve() == loaded.resolve())
 
 
-def checkpoints(manager: TrainingManager, builtin: Path, loaded: Path) -> list[CheckpointInfo]:
-    found = [_info("builtin", builtin, loaded)]
-    if manager.runs_dir.is_dir():
-        for run in sorted(manager.runs_dir.iterdir()):
-            if not run.is_dir():
-                continue
-            found.append(_info(run.name, run, loaded))
-            snaps = run / "snapshots"
-            if snaps.is_dir():
-                found += [_info(f"{run.name}/{s.name}", s, loaded) for s in sorted(snaps.iterdir()) if s.is_dir()]
+def checkpoints(runs: RunManager, builtin: Path, loaded: Path) -> list[CheckpointInfo]:
+    found = (_info(name, path, loaded) for name, path in runs.checkpoint_dirs(builtin))
     return [f for f in found if f is not None]
 
 
@@ -73,14 +67,14 @@ def _snapshot_service(path: str) -> ModelService:
     return ModelService(Path(path))
 
 
-def replay(manager: TrainingManager, run_id: str, step: int, text: str, tokens: int) -> ReplayFrame:
+def replay(runs: RunManager, run_id: str, step: int, text: str, tokens: int) -> ReplayFrame:
     """One snapshot of a run applied to a fixed prompt; the same data functions as the live pages."""
-    job_dir = manager.runs_dir / run_id / "snapshots"
-    steps = sorted(int(p.name.split("-")[1]) for p in job_dir.glob("step-*") if (p / ckpt.META_NAME).is_file()) \
-        if job_dir.is_dir() else []
+    if not RUN_ID.fullmatch(run_id) or not (run_id in runs.jobs or (runs.runs_dir / run_id).is_dir()):
+        raise NotFound(f"no training run {run_id!r}")
+    steps = runs.snapshot_steps(run_id)
     if step not in steps:
         raise InputError("step", f"run {run_id} has no snapshot at step {step}; snapshots: {steps}", where="query")
-    svc = _snapshot_service(str(manager.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))))
+    svc = _snapshot_service(str(runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))))
     trace = fwd.forward(svc, ForwardRequest(text=text, include=["attention", "next_token"], truncate=True))
     ids = svc.encoding.encode_ordinary(text)[-svc.model.cfg.n_ctx // 2:]
     with svc.run() as m:

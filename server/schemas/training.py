@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, with_config
+
+from model.train import StepRecord
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 CHECKPOINT_PATTERN = r"^(builtin|[0-9a-f]{12}(/step-[0-9]{6})?)$"
@@ -45,15 +47,9 @@ class TrainingRequest(BaseModel):
     name: str | None = Field(None, pattern=NAME_PATTERN, description="a name for the checkpoint")
 
 
-class TrainingStep(BaseModel):
-    step: int
-    loss: float
-    lr: float
-    grad_norm: float = Field(description="global gradient norm before clipping")
-    layer_grad_norms: list[float] = Field(default_factory=list, description="gradient norm of each block before clipping")
-    tokens_per_s: float
-    elapsed_s: float
-    val_loss: float | None = None
+# One update of a run: the trainer's own record (model.train.StepRecord) is the contract, its
+# attribute docstrings the field descriptions.
+TrainingStep = with_config(ConfigDict(use_attribute_docstrings=True))(StepRecord)
 
 
 class EvalPoint(BaseModel):
