@@ -43,11 +43,6 @@ def lr_curve(kind: str, steps: Sequence[int], *, d_model: int = 512, warmup: int
     raise ValueError(f"unknown schedule kind {kind!r}")
 
 
-def transformer_peak(d_model: int, warmup: int) -> tuple[int, float]:
-    """Where the Transformer schedule peaks: t^-0.5 and t * w^-1.5 cross at t = w."""
-    return warmup, transformer(warmup, d_model, warmup)
-
-
 # --------------------------------------------------------------------------------------------
 # GELU
 # --------------------------------------------------------------------------------------------

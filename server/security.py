@@ -24,7 +24,6 @@ import threading
 from urllib.parse import urlsplit
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 UPLOAD_PATHS = ("/api/v1/corpora",)
 
 
