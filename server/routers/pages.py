@@ -22,7 +22,7 @@ DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 
 def render(request: Request, service: Service, template: str, active: str, twin: str, **context) -> Response:
     """A page shell with the loaded model's info, and a Link header to its JSON twin."""
-    resp = templates.TemplateResponse(request, template, {"info": model_info(service), "active": active, **context})
+    resp = templates.TemplateResponse(request, template, {"info": model_info(service), "active": active, "twin": twin, **context})
     resp.headers["Link"] = f'<{twin}>; rel="alternate"; type="application/json"'
     return resp
 

@@ -180,6 +180,8 @@ class ForwardResponse(BaseModel):
     n_layer: int
     n_head: int
     d_model: int
+    causal: bool = Field(True, description="whether each position attends only to itself and earlier ones; "
+                                           "False for a model trained without the mask, whose patterns fill the whole square")
     position: int = Field(description="the selected position")
     embeddings: EmbeddingsBlock | None = None
     attention: AttentionBlock | None = None

@@ -15,6 +15,7 @@ class ModelInfo(BaseModel):
     d_mlp: int
     norm: str
     gelu: str
+    causal: bool = Field(description="whether attention masks later positions (False only for a model trained without the mask): views draw the upper triangle only when it is False")
     params: int = Field(description="trainable parameters (a tied matrix counted once)")
     corpus: str
     train_steps: int
