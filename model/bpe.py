@@ -8,7 +8,7 @@
 
 The result is a list of merges; token id 256 + i is merge i. `model.tokenizers` turns it into a
 `tiktoken.Encoding` (rank = token id), so the trained tokenizer runs through the same library as
-GPT-2's. Counts are kept so the app can replay tokenizer training.
+GPT-2's. Counts are kept so the app can show tokenizer training merge by merge.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | N
 def step_generator(seed: int, step: int) -> torch.Generator:
     """The random stream for decode step `step` of a run seeded with `seed`.
 
-    Each step gets its own stream so any single step can be replayed without the ones before it
+    Each step gets its own stream so any single step can be drawn again without the ones before it
     (the API's generation stepper relies on this to match `GPT.generate`).
     """
     g = torch.Generator()

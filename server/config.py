@@ -13,8 +13,8 @@ STATIC_DIR = REPO_ROOT / "static"
 
 # Limits that bad or huge input runs into; each refusal names the limit.
 MAX_TEXT_CHARS = 100_000  # tokenizer text
-MAX_MERGES_TEXT_CHARS = 5_000  # BPE merge replay: its output grows with the square of a pre-token's length
-MAX_MERGES_PRETOKEN_BYTES = 256  # ... so each pre-token it replays is capped too
+MAX_MERGES_TEXT_CHARS = 5_000  # BPE merge walk: its output grows with the square of a pre-token's length
+MAX_MERGES_PRETOKEN_BYTES = 256  # ... so each pre-token it walks is capped too
 MAX_MERGES_PAGE = 1_000  # merges per page of the model tokenizer's merge list
 
 

@@ -99,14 +99,14 @@ class GuardMiddleware:
 
             sent = False
 
-            async def replay():
+            async def resend_body():
                 nonlocal sent
                 if not sent:
                     sent = True
                     return {"type": "http.request", "body": body, "more_body": False}
                 return await receive()
 
-            inner_receive = replay
+            inner_receive = resend_body
         else:
             inner_receive = receive
 

@@ -132,14 +132,14 @@ def test_merges_uncharacteristically(client):
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-def test_replay_equals_tiktoken_for_every_pretoken_of_many_texts(service, encoding):
+def test_merge_steps_equal_tiktoken_for_every_pretoken_of_many_texts(service, encoding):
     enc = tok.resolve_encoding(service, encoding)
     rank_of = bpe.ranks(enc)
     n = 0
     for text in many_texts():
         for p in tok.pretokens(enc, text, allow_special=False):
             data = p.text.encode("utf-8")
-            steps = bpe.replay(rank_of, data)
+            steps = bpe.merge_steps(rank_of, data)
             final = steps[-1][4] if steps else [data[i:i + 1] for i in range(len(data))]
             assert [rank_of[f] for f in final] == enc.encode_ordinary(p.text), (encoding, p.text)
             n += 1

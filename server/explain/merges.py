@@ -1,7 +1,7 @@
-"""BPE made visible: the encodings, a step-by-step replay of the merges, one text under every
+"""BPE made visible: the encodings, the merges applied step by step, one text under every
 encoding, single tokens, and the built-in tokenizer's own training record.
 
-The replay is tiktoken's algorithm written out in Python: start from the pre-token's single bytes,
+The merge walk is tiktoken's algorithm written out in Python: start from the pre-token's single bytes,
 then repeatedly merge the adjacent pair whose concatenation has the lowest rank (the leftmost such
 pair on a tie) until no adjacent pair is a token. tests/test_tokenize.py checks that the final
 pieces equal tiktoken's own encode for many texts.
@@ -60,9 +60,9 @@ def token_bytes(enc: tiktoken.Encoding, token_id: int) -> TokenBytes:
                       special=token_id in enc._special_tokens.values())
 
 
-# --- the replay ---------------------------------------------------------------------------------
+# --- the merge walk -----------------------------------------------------------------------------
 
-def replay(rank_of: dict[bytes, int], data: bytes) -> list[tuple[int, int, bytes, bytes, list[bytes]]]:
+def merge_steps(rank_of: dict[bytes, int], data: bytes) -> list[tuple[int, int, bytes, bytes, list[bytes]]]:
     """BPE on one pre-token's bytes: [(rank, position, left, right, pieces after), ...]."""
     parts = [data[i:i + 1] for i in range(len(data))]
     steps = []
@@ -89,7 +89,7 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
     for i, p in enumerate(pre):
         n = len(p.text.encode("utf-8"))
         if n > MAX_MERGES_PRETOKEN_BYTES:
-            raise InputError("text", f"pre-token {i} ({p.text[:24]!r}…) is {n:,} bytes; the merge replay takes pre-tokens of at "
+            raise InputError("text", f"pre-token {i} ({p.text[:24]!r}…) is {n:,} bytes; the merge walk takes pre-tokens of at "
                                      f"most {MAX_MERGES_PRETOKEN_BYTES} bytes (MAX_MERGES_PRETOKEN_BYTES); /tokenize has no such limit")
     seen: set[int] = set()
     cache: dict[bytes, list] = {}
@@ -104,7 +104,7 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
             byte_strs, byte_ids, steps = [], [], []
         else:
             if data not in cache:
-                cache[data] = replay(rank_of, data)
+                cache[data] = merge_steps(rank_of, data)
             raw = cache[data]
             byte_ids = [rank_of[data[k:k + 1]] for k in range(len(data))]
             byte_strs = [_text(data[k:k + 1])[0] for k in range(len(data))]
@@ -157,7 +157,7 @@ def token_info(service: ModelService, encoding: str, token_id: int) -> TokenInfo
     b = bytes.fromhex(base.bytes_hex)
     merged_from = None
     if not base.special and len(b) > 1:
-        steps = replay(ranks(enc), b)
+        steps = merge_steps(ranks(enc), b)
         if steps and steps[-1][4] == [b]:
             rank_of = ranks(enc)
             merged_from = [rank_of[steps[-1][2]], rank_of[steps[-1][3]]]

@@ -1,5 +1,12 @@
 """HTML pages. Each is a shell whose panels fetch the same /api/v1 JSON a tool would; the
-response carries a Link header to that JSON twin (rel="alternate")."""
+response carries a Link header to that JSON twin (rel="alternate"), and the page a
+<link rel="alternate"> to it.
+
+    /           the forward pass       twin: GET /api/v1/forward?text=...
+    /tokenizer  BPE step by step       twin: GET /api/v1/tokenize?text=...&encoding=...
+    /learn      curves and schedules   twin: GET /api/v1/curves (the index of those endpoints)
+    /train      training runs          twin: GET /api/v1/checkpoints
+"""
 
 from __future__ import annotations
 
@@ -13,11 +20,14 @@ from fastapi.templating import Jinja2Templates
 from ..config import TEMPLATES_DIR
 from ..deps import Service
 from ..explain.model_info import model_info
+from ..explain.tokens import encoding_names
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 
 DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+DEFAULT_TOKENIZER_TEXT = ("Every effort moves you forward, uncharacteristically.\n"
+                          "Naïve café owners say “héllo” 👋 in 2024!")
 
 
 def render(request: Request, service: Service, template: str, active: str, twin: str, **context) -> Response:
@@ -32,6 +42,28 @@ def index(request: Request, service: Service) -> Response:
     prompt = request.query_params.get("text") or DEFAULT_PROMPT
     return render(request, service, "index.html", "forward", f"/api/v1/forward?{urlencode({'text': prompt})}",
                   prompt=prompt)
+
+
+@router.get("/tokenizer", response_class=HTMLResponse)
+def tokenizer_page(request: Request, service: Service) -> Response:
+    q = request.query_params
+    text = q.get("text", DEFAULT_TOKENIZER_TEXT)
+    encoding = q.get("encoding") if q.get("encoding") in encoding_names() else "gpt2"
+    params = {"text": text, "encoding": encoding}
+    if q.get("allow_special") == "true":
+        params["allow_special"] = "true"
+    return render(request, service, "tokenizer.html", "tokenizer", f"/api/v1/tokenize?{urlencode(params)}",
+                  text=text, encoding=encoding, encodings=encoding_names())
+
+
+@router.get("/learn", response_class=HTMLResponse)
+def learn_page(request: Request, service: Service) -> Response:
+    return render(request, service, "learn.html", "learn", "/api/v1/curves")
+
+
+@router.get("/train", response_class=HTMLResponse)
+def train_page(request: Request, service: Service) -> Response:
+    return render(request, service, "train.html", "train", "/api/v1/checkpoints")
 
 
 @lru_cache(maxsize=1)

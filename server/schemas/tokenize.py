@@ -55,7 +55,7 @@ class EncodingsResponse(BaseModel):
     encodings: list[EncodingInfo]
 
 
-# --- merges: BPE replayed step by step ---------------------------------------------------------
+# --- merges: BPE applied step by step ---------------------------------------------------------
 
 class TokenBytes(BaseModel):
     """One vocabulary entry: id, exact bytes, and its text."""
@@ -69,7 +69,7 @@ class TokenBytes(BaseModel):
 
 class MergesRequest(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_MERGES_TEXT_CHARS,
-                      description=f"1 to {MAX_MERGES_TEXT_CHARS:,} characters (the replay lists every intermediate step, so it "
+                      description=f"1 to {MAX_MERGES_TEXT_CHARS:,} characters (the merge walk lists every intermediate step, so it "
                                   f"takes less text than /tokenize); empty text is a 422 naming `text`. Each pre-token may be "
                                   f"at most {MAX_MERGES_PRETOKEN_BYTES} bytes.",
                       examples=[" uncharacteristically"])

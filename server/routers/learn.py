@@ -1,6 +1,6 @@
 """Curves and schedules: learning-rate schedules, GELU, loss, label smoothing, the sqrt(d_k) scale,
 sizes (parameters, KV cache, scaling law) and optimisers on a ravine. Pure functions in
-model/curves.py; every limit is a 422 naming the field."""
+model/formulas.py; every limit is a 422 naming the field."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from ..deps import Service
-from ..explain import curves
-from ..schemas import curves as S
+from ..explain import learn as ex
+from ..schemas import learn as S
 from ..schemas.common import ERROR_RESPONSES
 
 MAX_QK_NUMBERS = 2_000_000
@@ -23,7 +23,7 @@ DEFAULT_LOGITS = "2,1,0.5,0,-1"
 
 @router.get("/curves", response_model=S.CurvesIndex, summary="Every curve endpoint the /learn page draws")
 def index() -> S.CurvesIndex:
-    return curves.curves_index()
+    return ex.curves_index()
 
 
 @router.get("/schedules/lr", response_model=S.ScheduleResponse, responses=ERROR_RESPONSES,
@@ -40,7 +40,7 @@ def lr_schedule(
     min_lr: Annotated[float | None, Query(ge=0, le=10, description="warmup_cosine end value (gpt1 0)")] = None,
     points: Points = 400,
 ) -> S.ScheduleResponse:
-    return curves.lr_schedule(service, kind, d_model=d_model, warmup=warmup, max_lr=max_lr,
+    return ex.lr_schedule(service, kind, d_model=d_model, warmup=warmup, max_lr=max_lr,
                               total_steps=total_steps, min_lr=min_lr, points=points)
 
 
@@ -49,7 +49,7 @@ def lr_schedule(
 def gelu(x_min: Annotated[float, Query(ge=-20, le=20)] = -4.0,
          x_max: Annotated[float, Query(ge=-20, le=20)] = 4.0,
          points: Points = 401) -> S.GeluResponse:
-    return curves.gelu(x_min, x_max, points)
+    return ex.gelu(x_min, x_max, points)
 
 
 @router.get("/curves/cross-entropy", response_model=S.CrossEntropyResponse, responses=ERROR_RESPONSES,
@@ -62,7 +62,7 @@ def cross_entropy(
     target: Annotated[int, Query(ge=0, le=63, description="index of the true token among the logits")] = 0,
     epsilon: Annotated[float, Query(ge=0, le=1, description="label smoothing of the target (0: one-hot)")] = 0.0,
 ) -> S.CrossEntropyResponse:
-    return curves.cross_entropy(service, vocab_size, points, logits, target, epsilon)
+    return ex.cross_entropy(service, vocab_size, points, logits, target, epsilon)
 
 
 @router.get("/curves/label-smoothing", response_model=S.LabelSmoothingResponse, responses=ERROR_RESPONSES,
@@ -70,7 +70,7 @@ def cross_entropy(
 def label_smoothing(epsilon: Annotated[float, Query(ge=0, le=1)] = 0.1,
                     vocab_size: Annotated[int, Query(ge=2, le=100_000_000)] = 37_000,
                     points: Points = 400) -> S.LabelSmoothingResponse:
-    return curves.label_smoothing(epsilon, vocab_size, points)
+    return ex.label_smoothing(epsilon, vocab_size, points)
 
 
 @router.get("/curves/softmax-scale", response_model=S.SoftmaxScaleResponse, responses=ERROR_RESPONSES,
@@ -85,8 +85,8 @@ def softmax_scale(
     shift: Annotated[float, Query(ge=-1000, le=1000, description="added to every logit")] = 100.0,
 ) -> S.SoftmaxScaleResponse:
     if samples * d_k > MAX_QK_NUMBERS:  # bounded work per request
-        raise curves.query_error("samples", f"samples x d_k is {samples * d_k:,}; the limit is {MAX_QK_NUMBERS:,}")
-    return curves.softmax_scale(d_k, samples, seed, n_keys, logits, temperature, shift)
+        raise ex.query_error("samples", f"samples x d_k is {samples * d_k:,}; the limit is {MAX_QK_NUMBERS:,}")
+    return ex.softmax_scale(d_k, samples, seed, n_keys, logits, temperature, shift)
 
 
 @router.get("/params", response_model=S.ParamsResponse, responses=ERROR_RESPONSES,
@@ -106,13 +106,13 @@ def params(
 ) -> S.ParamsResponse:
     overrides = dict(vocab_size=vocab_size, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, d_model=d_model,
                      d_mlp=d_mlp, bias=bias, norm=norm, tie_weights=tie_weights)
-    return curves.params(service, preset, overrides)
+    return ex.params(service, preset, overrides)
 
 
 @router.get("/params/presets", response_model=S.PresetsResponse,
             summary="Parameter counts of the loaded model, GPT-1, the GPT-2 sizes and GPT-3")
 def params_presets(service: Service) -> S.PresetsResponse:
-    return curves.presets(service)
+    return ex.presets(service)
 
 
 @router.get("/curves/kv-cache", response_model=S.KvCacheResponse, responses=ERROR_RESPONSES,
@@ -127,7 +127,7 @@ def kv_cache(
     bytes_per_value: Annotated[int, Query(ge=1, le=8, description="2 for float16/bfloat16, 4 for float32")] = 2,
     points: Annotated[int, Query(ge=2, le=1000)] = 65,
 ) -> S.KvCacheResponse:
-    return curves.kv_cache(n_layer, n_head, n_kv_head, d_head, context, batch, bytes_per_value, points)
+    return ex.kv_cache(n_layer, n_head, n_kv_head, d_head, context, batch, bytes_per_value, points)
 
 
 @router.get("/curves/scaling-law", response_model=S.ScalingLawResponse, responses=ERROR_RESPONSES,
@@ -136,11 +136,11 @@ def scaling_law(
     service: Service,
     n_min: Annotated[float, Query(ge=1e3, le=1e15)] = 1e5,
     n_max: Annotated[float, Query(ge=1e3, le=1e15)] = 1e12,
-    n_c: Annotated[float, Query(ge=1e6, le=1e20)] = curves.KAPLAN_N_C,
-    alpha: Annotated[float, Query(ge=0.001, le=1)] = curves.KAPLAN_ALPHA,
+    n_c: Annotated[float, Query(ge=1e6, le=1e20)] = ex.KAPLAN_N_C,
+    alpha: Annotated[float, Query(ge=0.001, le=1)] = ex.KAPLAN_ALPHA,
     points: Points = 200,
 ) -> S.ScalingLawResponse:
-    return curves.scaling_law(service, n_min, n_max, n_c, alpha, points)
+    return ex.scaling_law(service, n_min, n_max, n_c, alpha, points)
 
 
 @router.get("/curves/optimizers", response_model=S.OptimizersResponse, responses=ERROR_RESPONSES,
@@ -162,6 +162,6 @@ def optimizers(
     weight_decay: Annotated[float, Query(ge=0, le=1, description="AdamW's decoupled decay")] = 0.1,
     grid: Annotated[int, Query(ge=10, le=200, description="contour grid points per side")] = 61,
 ) -> S.OptimizersResponse:
-    return curves.optimizers(a=a, b=b, x0=x0, y0=y0, start_x=start_x, start_y=start_y, steps=steps, lr_sgd=lr_sgd,
+    return ex.optimizers(a=a, b=b, x0=x0, y0=y0, start_x=start_x, start_y=start_y, steps=steps, lr_sgd=lr_sgd,
                              lr_momentum=lr_momentum, momentum=momentum, lr_adam=lr_adam, beta1=beta1, beta2=beta2,
                              weight_decay=weight_decay, grid=grid)
