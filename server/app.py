@@ -13,8 +13,7 @@ from model import corpus as corpus_mod
 
 from . import __version__, errors
 from .config import STATIC_DIR, Settings
-from .routers import curves, docs, embeddings, forward, health, intervene, pages, sampling, tokenize, tokenizer_page, train_page, training
-from .routers import learn_page
+from .routers import docs, embeddings, forward, health, intervene, learn, pages, sampling, tokenize, training
 from .security import GuardMiddleware
 from .service import ModelService
 from .runs import RunManager
@@ -54,12 +53,9 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
     app.state.runs = RunManager(settings.data_dir)
     errors.install(app)
     for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router,
-              training.router, curves.router):
+              training.router, learn.router):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)
-    app.include_router(tokenizer_page.router)
-    app.include_router(train_page.router)
-    app.include_router(learn_page.router)
     app.include_router(docs.router)
     docs.mount_assets(app)
     app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")

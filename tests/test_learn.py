@@ -1,5 +1,5 @@
 """Curves and schedules: every number the /learn page quotes, checked through /api/v1, plus the pure
-functions in model/curves.py against PyTorch's own implementations."""
+functions in model/formulas.py against PyTorch's own implementations."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import curves as C
+from model import formulas as C
 from model.gpt import count_params, preset_config
 from model.schedules import transformer, warmup_cosine
 

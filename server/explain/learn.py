@@ -1,4 +1,4 @@
-"""Data functions for the curves and schedules endpoints: model.curves numbers -> pydantic models.
+"""Data functions for the curves and schedules endpoints: model.formulas numbers -> pydantic models.
 
 Limits a Query(ge=..., le=...) cannot express (one field against another, a list in a string)
 raise InputError naming the field. Every float returned is finite."""
@@ -10,12 +10,12 @@ from typing import Sequence
 
 import torch
 
-from model import curves as C
+from model import formulas as C
 from model.gpt import PRESETS, GPTConfig, count_params
 from model.schedules import warmup_cosine
 
 from ..errors import InputError
-from ..schemas import curves as S
+from ..schemas import learn as S
 from ..service import ModelService
 
 # --------------------------------------------------------------------------------------------

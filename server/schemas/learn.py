@@ -1,4 +1,4 @@
-"""The JSON contract of the curves and schedules endpoints (/api/v1/schedules, /curves, /params).
+"""The JSON contract of the /learn page's endpoints: curves and schedules (/api/v1/schedules, /curves, /params).
 
 Every number is finite: a value that has no finite answer is left out (or null), never NaN."""
 
