@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 import torch
 from fastapi import FastAPI
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from model import corpus as corpus_mod
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         docs_url=None,  # served by routers.docs from local files: FastAPI's default loads Swagger UI from a CDN
         redoc_url=None,
     )
+    app.add_middleware(GZipMiddleware, minimum_size=4096, compresslevel=5)  # a full trace of 128 tokens is megabytes of JSON
     app.add_middleware(GuardMiddleware, allowed_hosts=settings.allowed_hosts(), json_limit=settings.json_body_limit,
                        upload_limit=corpus_mod.MAX_CORPUS_BYTES + 64 * 1024, max_concurrent=settings.max_concurrent)
     app.state.settings = settings
