@@ -1,4 +1,5 @@
-// The one way panels talk to the server: the same /api/v1 JSON any tool can call.
+// The one way pages talk to the server: the same /api/v1 JSON any tool can call. Also the one
+// "wait, then cancel the older request" helper (latest / debounced) and the API's own schema.
 
 export class ApiError extends Error {
   constructor(status, detail) {
@@ -8,7 +9,8 @@ export class ApiError extends Error {
   }
 }
 
-function formatDetail(detail) {
+// An error body's `detail` as one line: a string as it is, a validation list as "field: message; ...".
+export function formatDetail(detail) {
   if (typeof detail === "string") return detail;
   if (Array.isArray(detail)) {
     return detail.map((d) => `${(d.loc || []).filter((x) => x !== "body").join(".")}: ${d.msg}`).join("; ");
@@ -16,23 +18,45 @@ function formatDetail(detail) {
   return JSON.stringify(detail);
 }
 
-async function handle(resp) {
+async function answer(resp) {
   const body = await resp.json().catch(() => ({ detail: resp.statusText }));
-  if (!resp.ok) throw new ApiError(resp.status, body.detail);
+  return { status: resp.status, ok: resp.ok, body };
+}
+
+function checked({ status, ok, body }) {
+  if (!ok) throw new ApiError(status, body.detail);
   return body;
 }
 
+// The raw answer { status, ok, body } of any /api/v1 request, for callers that act on the status
+// (202 / 200 cached / 409); an error's body holds `detail`. `payload`: JSON, or FormData as it is.
+export async function apiRequest(method, path, payload, signal) {
+  const init = { method, signal };
+  if (payload instanceof FormData) init.body = payload;
+  else if (payload !== undefined) {
+    init.headers = { "Content-Type": "application/json" };
+    init.body = JSON.stringify(payload);
+  }
+  return answer(await fetch(`/api/v1${path}`, init));
+}
+
+// The body of a successful answer; an error status throws ApiError.
 export async function apiGet(path, signal) {
-  return handle(await fetch(`/api/v1${path}`, { signal }));
+  return checked(await apiRequest("GET", path, undefined, signal));
 }
 
 export async function apiPost(path, payload, signal) {
-  return handle(await fetch(`/api/v1${path}`, {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify(payload),
-    signal,
-  }));
+  return checked(await apiRequest("POST", path, payload, signal));
+}
+
+// The server's OpenAPI schema (/openapi.json), fetched once per page and shared.
+let schema = null;
+export function openapi() {
+  if (!schema) {
+    schema = fetch("/openapi.json").then(answer).then(checked);
+    schema.catch(() => { schema = null; });   // a failed fetch may be tried again
+  }
+  return schema;
 }
 
 export function showError(err) {
@@ -48,16 +72,88 @@ export function visible(text) {
   return text.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "→").replace(/\r/g, "␍");
 }
 
-// Wait until calls stop for `ms` before running fn; a newer call aborts the older request.
-export function debounced(fn, ms) {
+export const isAbort = (err) => !!err && err.name === "AbortError";
+
+// One request slot: a newer request aborts the older one, so a stale answer never lands.
+//   slot.now(fn)       aborts the previous run's signal at once and returns fn(signal)
+//   slot.soon(fn, ms)  waits until calls stop for `ms`, then does slot.now(fn)
+//   slot.cancel()      drops a waiting call and aborts the one in flight
+export function latest() {
   let timer = null;
   let controller = null;
-  return (...args) => {
+  const now = (fn) => {
     clearTimeout(timer);
-    timer = setTimeout(() => {
-      if (controller) controller.abort();
-      controller = new AbortController();
-      fn(controller.signal, ...args);
-    }, ms);
+    if (controller) controller.abort();
+    controller = new AbortController();
+    return fn(controller.signal);
   };
+  return {
+    now,
+    soon(fn, ms = 0) {
+      clearTimeout(timer);
+      timer = setTimeout(() => now(fn), ms);
+    },
+    cancel() {
+      clearTimeout(timer);
+      if (controller) controller.abort();
+      controller = null;
+    },
+  };
+}
+
+// fn(signal, ...args) once calls stop for `ms`; a newer call aborts the older request.
+export function debounced(fn, ms) {
+  const slot = latest();
+  return (...args) => slot.soon((signal) => fn(signal, ...args), ms);
+}
+
+// --- forms whose inputs are an endpoint's query (the /learn panels) ------------------------------
+
+// Every input/select with a data-q attribute becomes a query field (empty inputs are left out so
+// the API's defaults apply). A prefix picks the fields named "prefix:x" and strips the prefix;
+// without one, such fields are skipped.
+export function formQuery(forms, prefix = null) {
+  const q = new URLSearchParams();
+  for (const form of [forms].flat()) {
+    for (const input of form.querySelectorAll("[data-q]")) {
+      let name = input.dataset.q;
+      if (prefix !== null) {
+        if (!name.startsWith(`${prefix}:`)) continue;
+        name = name.slice(prefix.length + 1);
+      } else if (name.includes(":")) continue;  // a prefixed field belongs to one curve only
+      const v = input.type === "checkbox" ? String(input.checked) : input.value.replace(/\s+/g, "");
+      if (v !== "") q.set(name, v);
+    }
+  }
+  return q;
+}
+
+// Run `load(signal)` now and whenever an input of `forms` changes (after `ms` without changes; a
+// newer run aborts the older one's requests). The panel gets data-ready="1" after each drawing, and
+// data-error with the message while the API refuses the input (the error box says which field).
+// Returns a function that runs it again at once.
+export function bindForms(panel, forms, load, ms = 250) {
+  const slot = latest();
+  async function run(signal) {
+    delete panel.dataset.ready;
+    try {
+      await load(signal);
+      if (signal.aborted) return;
+      delete panel.dataset.error;
+      if (document.querySelector("[data-error]") === null) showError(null);
+      panel.dataset.ready = "1";
+    } catch (err) {
+      if (isAbort(err) || signal.aborted) return;
+      panel.dataset.error = err.message;
+      showError(err);
+    }
+  }
+  const schedule = () => slot.soon(run, ms);
+  for (const form of [forms].flat()) {
+    form.addEventListener("input", schedule);
+    form.addEventListener("change", schedule);
+    form.addEventListener("submit", (e) => { e.preventDefault(); slot.now(run); });
+  }
+  slot.now(run);
+  return () => slot.now(run);
 }

@@ -1,6 +1,7 @@
 // GELU panel: exact GELU, the tanh formula and ReLU with their slopes, from GET /api/v1/curves/gelu;
 // the minimum and GELU'(-1) are marked where the API says they are.
-import { $, C, apiGet, bindPanel, draw, fixed, formQuery, sci } from "./learn_common.js";
+import { apiGet, bindForms, formQuery } from "./api.js";
+import { $, OKABE, chart, fixed, sci } from "./viz.js";
 
 const panel = $("gelu-panel");
 const form = $("gelu-form");
@@ -29,26 +30,26 @@ function callout(pt, text) {
 async function load(signal) {
   const b = await apiGet(`/curves/gelu?${formQuery(form)}`, signal);
   const axes = { xaxis: { title: { text: "input x" }, zeroline: true }, legend: { orientation: "h", y: -0.25, x: 0 } };
-  await draw("gelu-plot", [
-    line(b.x, b.relu, "ReLU = max(0, x)", C.grey, "dot", 2),
-    line(b.x, b.gelu_tanh, "GELU, tanh formula", C.orange, "dash", 2),
-    line(b.x, b.gelu_exact, "GELU = x·Φ(x)", C.blue),
-    marker(b.minimum, "GELU minimum", C.vermillion),
+  await chart($("gelu-plot"), [
+    line(b.x, b.relu, "ReLU = max(0, x)", OKABE.line, "dot", 2),
+    line(b.x, b.gelu_tanh, "GELU, tanh formula", OKABE.orange, "dash", 2),
+    line(b.x, b.gelu_exact, "GELU = x·Φ(x)", OKABE.blue),
+    marker(b.minimum, "GELU minimum", OKABE.vermillion),
   ], { ...axes, yaxis: { title: { text: "output" } },
     annotations: [callout(b.minimum, `lowest point: ${fixed(b.minimum.y, 3)}<br>at x = ${fixed(b.minimum.x, 3)}`)] });
-  await draw("gelu-grad-plot", [
-    line(b.x, b.d_relu, "ReLU slope", C.grey, "dot", 2),
-    line(b.x, b.d_gelu_tanh, "tanh formula slope", C.orange, "dash", 2),
-    line(b.x, b.d_gelu_exact, "GELU slope", C.blue),
-    marker(b.derivative_at_minus_one, "GELU slope at x = -1", C.vermillion),
-    marker(b.relu_derivative_at_minus_one, "ReLU slope at x = -1", C.black),
+  await chart($("gelu-grad-plot"), [
+    line(b.x, b.d_relu, "ReLU slope", OKABE.line, "dot", 2),
+    line(b.x, b.d_gelu_tanh, "tanh formula slope", OKABE.orange, "dash", 2),
+    line(b.x, b.d_gelu_exact, "GELU slope", OKABE.blue),
+    marker(b.derivative_at_minus_one, "GELU slope at x = -1", OKABE.vermillion),
+    marker(b.relu_derivative_at_minus_one, "ReLU slope at x = -1", OKABE.black),
   ], { ...axes, yaxis: { title: { text: "slope (derivative)" } },
     annotations: [callout(b.derivative_at_minus_one, `at x = −1: GELU's slope ${fixed(b.derivative_at_minus_one.y, 3)},<br>ReLU's ${fixed(b.relu_derivative_at_minus_one.y, 0)}`)] });
-  await draw("gelu-gap-plot", [
-    { ...line(b.x, b.gap, "tanh formula − exact", C.purple), hovertemplate: "x = %{x:.4f}<br>difference %{y:.3e}<extra></extra>" },
+  await chart($("gelu-gap-plot"), [
+    { ...line(b.x, b.gap, "tanh formula − exact", OKABE.purple), hovertemplate: "x = %{x:.4f}<br>difference %{y:.3e}<extra></extra>" },
   ], { xaxis: { title: { text: "input x" } }, yaxis: { title: { text: "difference" }, exponentformat: "e" }, height: 240,
     showlegend: false,
-    shapes: [-2, 2].map((x) => ({ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1, line: { color: C.grey, dash: "dot", width: 1 } })),
+    shapes: [-2, 2].map((x) => ({ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1, line: { color: OKABE.line, dash: "dot", width: 1 } })),
     annotations: [{ x: 0, yref: "paper", y: 1, text: "most MLP inputs fall between −2 and 2", showarrow: false, font: { size: 11, color: "#555" } }] });
   $("gelu-summary").textContent =
     `GELU's lowest point is ${fixed(b.minimum.y, 4)} at x = ${fixed(b.minimum.x, 4)} (tanh formula: ${fixed(b.minimum_tanh.y, 4)} ` +
@@ -57,4 +58,4 @@ async function load(signal) {
     `from the exact curve inside [−2, 2] (at x = ${fixed(b.max_abs_gap_band.x, 2)}), where most inputs to the MLP fall.`;
 }
 
-bindPanel(panel, form, load);
+bindForms(panel, form, load);

@@ -1,6 +1,7 @@
 // KV-cache panel: cache memory against context length for multi-head and grouped-query attention,
 // from GET /api/v1/curves/kv-cache.
-import { $, C, apiGet, bindPanel, bytes, draw, formQuery, int } from "./learn_common.js";
+import { apiGet, bindForms, formQuery } from "./api.js";
+import { $, OKABE, bytes, chart, int } from "./viz.js";
 
 const panel = $("kv-panel");
 const form = $("kv-form");
@@ -8,11 +9,11 @@ const form = $("kv-form");
 async function load(signal) {
   const b = await apiGet(`/curves/kv-cache?${formQuery(form)}`, signal);
   const hover = (what) => `${what}<br>%{x:,} tokens<br>%{customdata}<br>%{y:,} bytes<extra></extra>`;
-  await draw("kv-plot", [
+  await chart($("kv-plot"), [
     { x: b.contexts, y: b.curve_mha, customdata: b.curve_mha.map(bytes), type: "scatter", mode: "lines",
-      name: `multi-head: ${b.n_head} key/value heads`, line: { color: C.orange, width: 3 }, hovertemplate: hover("multi-head") },
+      name: `multi-head: ${b.n_head} key/value heads`, line: { color: OKABE.orange, width: 3 }, hovertemplate: hover("multi-head") },
     { x: b.contexts, y: b.curve_gqa, customdata: b.curve_gqa.map(bytes), type: "scatter", mode: "lines",
-      name: `grouped-query: ${b.n_kv_head} key/value heads`, line: { color: C.blue, width: 3, dash: "dash" }, hovertemplate: hover("grouped-query") },
+      name: `grouped-query: ${b.n_kv_head} key/value heads`, line: { color: OKABE.blue, width: 3, dash: "dash" }, hovertemplate: hover("grouped-query") },
   ], { xaxis: { title: { text: "tokens in the cache (context)" }, tickformat: ",d" },
     yaxis: { title: { text: "cache size (bytes)" }, exponentformat: "SI", rangemode: "tozero" }, height: 300,
     legend: { orientation: "h", y: -0.35, x: 0 } });
@@ -23,4 +24,4 @@ async function load(signal) {
     `${b.group_size} query heads sharing each key/value head it is ${bytes(b.bytes_gqa)}, ${b.ratio} times smaller.`;
 }
 
-bindPanel(panel, form, load);
+bindForms(panel, form, load);

@@ -1,6 +1,7 @@
 // Loss panel: -ln p against p with uniform baselines, and the softmax cross-entropy gradient p - q
 // for editable logits, both from GET /api/v1/curves/cross-entropy.
-import { $, C, SERIES, apiGet, bindPanel, draw, fixed, formQuery, int, sci } from "./learn_common.js";
+import { apiGet, bindForms, formQuery } from "./api.js";
+import { $, OKABE, SERIES, chart, fixed, int, sci } from "./viz.js";
 
 const panel = $("loss-panel");
 const lossForm = $("loss-form");
@@ -12,7 +13,7 @@ async function load(signal) {
   const pMin = b.p[0];
   const baselines = [b.uniform, ...b.baselines.filter((x) => x.vocab_size !== b.uniform.vocab_size)];
   const data = [{
-    x: b.p, y: b.loss, type: "scatter", mode: "lines", name: "loss = −ln p", line: { color: C.blue, width: 3 },
+    x: b.p, y: b.loss, type: "scatter", mode: "lines", name: "loss = −ln p", line: { color: OKABE.blue, width: 3 },
     hovertemplate: "p = %{x:.4g}<br>loss %{y:.4f} nats<extra></extra>",
   }];
   baselines.forEach((bl, i) => data.push({
@@ -24,10 +25,10 @@ async function load(signal) {
   data.push({
     x: b.marks.map((m) => m.p), y: b.marks.map((m) => m.loss), type: "scatter", mode: "markers+text", name: "marked points",
     text: b.marks.map((m) => m.short), textposition: b.marks.map((_, i) => (i === 1 ? "bottom right" : "middle right")), cliponaxis: false,
-    marker: { size: 10, color: C.vermillion, symbol: "diamond" }, customdata: b.marks.map((m) => m.label),
+    marker: { size: 10, color: OKABE.vermillion, symbol: "diamond" }, customdata: b.marks.map((m) => m.label),
     hovertemplate: "%{customdata}<br>p = %{x:.6g}<br>loss %{y:.4f} nats<extra></extra>", showlegend: false,
   });
-  await draw("loss-plot", data, {
+  await chart($("loss-plot"), data, {
     xaxis: $("loss-log").checked
       ? { title: { text: "p, the probability given to the true token (log scale)" }, type: "log" }
       : { title: { text: "p, the probability given to the true token" }, range: [0, 1.02] },
@@ -41,12 +42,12 @@ async function load(signal) {
 
   const g = b.gradient;
   const labels = g.logits.map((l, i) => `token ${i}${i === g.target ? " (true)" : ""}<br>logit ${l}`);
-  await draw("grad-plot", [
-    { x: labels, y: g.p, type: "bar", name: "p = softmax(logits)", marker: { color: C.blue },
+  await chart($("grad-plot"), [
+    { x: labels, y: g.p, type: "bar", name: "p = softmax(logits)", marker: { color: OKABE.blue },
       hovertemplate: "%{x}<br>p = %{y:.6f}<extra></extra>" },
-    { x: labels, y: g.q, type: "bar", name: "q, the target", marker: { color: C.orange },
+    { x: labels, y: g.q, type: "bar", name: "q, the target", marker: { color: OKABE.orange },
       hovertemplate: "%{x}<br>q = %{y:.6f}<extra></extra>" },
-    { x: labels, y: g.grad, type: "bar", name: "gradient p − q", marker: { color: C.vermillion },
+    { x: labels, y: g.grad, type: "bar", name: "gradient p − q", marker: { color: OKABE.vermillion },
       hovertemplate: "%{x}<br>p − q = %{y:.6f}<extra></extra>" },
   ], { barmode: "group", yaxis: { title: { text: "value" }, zeroline: true }, height: 300,
     legend: { orientation: "h", y: -0.3, x: 0 } });
@@ -55,4 +56,4 @@ async function load(signal) {
     `raises its score); the others are positive. Sum of all the gradients: ${g.grad_sum === 0 ? "0" : sci(g.grad_sum, 2)}.`;
 }
 
-bindPanel(panel, [lossForm, gradForm], load);
+bindForms(panel, [lossForm, gradForm], load);

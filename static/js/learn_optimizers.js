@@ -1,10 +1,11 @@
 // Optimisers panel: SGD, momentum, Adam and AdamW stepping on a narrow ravine; the contour grid
 // and every path come from GET /api/v1/curves/optimizers.
-import { $, C, apiGet, bindPanel, draw, fixed, formQuery, int, sci } from "./learn_common.js";
+import { apiGet, bindForms, formQuery } from "./api.js";
+import { $, OKABE, chart, fixed, int, sci } from "./viz.js";
 
 const panel = $("optimizers-panel");
 const form = $("optimizers-form");
-const COLORS = { sgd: C.vermillion, momentum: C.orange, adam: C.blue, adamw: C.green };
+const COLORS = { sgd: OKABE.vermillion, momentum: OKABE.orange, adam: OKABE.blue, adamw: OKABE.green };
 const SYMBOLS = { sgd: "circle", momentum: "square", adam: "diamond", adamw: "triangle-up" };
 
 function hyper(p) {
@@ -28,15 +29,15 @@ async function load(signal) {
     });
   }
   data.push({ x: [b.minimum.x], y: [b.minimum.y], type: "scatter", mode: "markers", name: "bottom of the ravine",
-    marker: { color: C.black, size: 14, symbol: "x" }, hovertemplate: "minimum (%{x}, %{y})<extra></extra>" });
+    marker: { color: OKABE.black, size: 14, symbol: "x" }, hovertemplate: "minimum (%{x}, %{y})<extra></extra>" });
   data.push({ x: [b.start.x], y: [b.start.y], type: "scatter", mode: "markers", name: "start",
-    marker: { color: C.black, size: 11, symbol: "circle-open", line: { width: 2 } }, hovertemplate: "start (%{x}, %{y})<extra></extra>" });
-  await draw("optimizers-plot", data, {
+    marker: { color: OKABE.black, size: 11, symbol: "circle-open", line: { width: 2 } }, hovertemplate: "start (%{x}, %{y})<extra></extra>" });
+  await chart($("optimizers-plot"), data, {
     xaxis: { title: { text: "x (shallow direction)" }, range: [b.grid.x[0], b.grid.x[b.grid.x.length - 1]] },
     yaxis: { title: { text: "y (steep direction)" }, range: [b.grid.y[0], b.grid.y[b.grid.y.length - 1]] },
     height: 460, legend: { orientation: "h", y: -0.18, x: 0 }, title: { text: b.formula, font: { size: 12 } },
   });
-  await draw("optimizers-loss-plot", b.paths.map((p) => ({
+  await chart($("optimizers-loss-plot"), b.paths.map((p) => ({
     x: p.loss.map((_, i) => i), y: p.loss, type: "scatter", mode: "lines", name: p.label, line: { color: COLORS[p.name], width: 2 },
     hovertemplate: `${p.label}<br>step %{x}<br>loss %{y:.6f}<extra></extra>`,
   })), { xaxis: { title: { text: "step" } }, yaxis: { title: { text: "loss (log scale)" }, type: "log", exponentformat: "power" },
@@ -49,4 +50,4 @@ async function load(signal) {
     `below 2/b = ${fixed(b.sgd_stability_limit, 3)}; try a little more and watch it blow up.`;
 }
 
-bindPanel(panel, form, load);
+bindForms(panel, form, load);

@@ -1,18 +1,19 @@
 // Scaling-law panel: Kaplan et al.'s L = (N / N_c)^-alpha on log-log axes with known models
 // marked, from GET /api/v1/curves/scaling-law.
-import { $, C, apiGet, bindPanel, draw, fixed, formQuery, sci } from "./learn_common.js";
+import { apiGet, bindForms, formQuery } from "./api.js";
+import { $, OKABE, chart, fixed, sci } from "./viz.js";
 
 const panel = $("scaling-panel");
 const form = $("scaling-form");
 
 async function load(signal) {
   const b = await apiGet(`/curves/scaling-law?${formQuery(form)}`, signal);
-  await draw("scaling-plot", [
-    { x: b.n, y: b.loss, type: "scatter", mode: "lines", name: b.formula, line: { color: C.blue, width: 3 },
+  await chart($("scaling-plot"), [
+    { x: b.n, y: b.loss, type: "scatter", mode: "lines", name: b.formula, line: { color: OKABE.blue, width: 3 },
       hovertemplate: "N = %{x:.3s} parameters<br>L = %{y:.4f} nats per token<extra></extra>" },
     { x: b.marks.map((m) => m.n), y: b.marks.map((m) => m.loss), type: "scatter", mode: "markers+text", name: "models (non-embedding N)",
       text: b.marks.map((m) => m.label), textposition: b.marks.map((_, i) => (i % 2 ? "bottom left" : "top right")), cliponaxis: false,
-      marker: { color: C.vermillion, size: 9, symbol: "diamond" },
+      marker: { color: OKABE.vermillion, size: 9, symbol: "diamond" },
       hovertemplate: "%{text}<br>N = %{x:,} non-embedding parameters<br>L on the line = %{y:.4f}<extra></extra>" },
   ], { xaxis: { title: { text: "N, non-embedding parameters (log scale)" }, type: "log", exponentformat: "power" },
     yaxis: { title: { text: "loss L, nats per token (log scale)" }, type: "log" }, height: 400,
@@ -22,4 +23,4 @@ async function load(signal) {
     `ln L by α·ln 10 = ${fixed(b.per_tenfold, 3)}. N_c = ${sci(b.n_c, 2)} is where the fitted line would reach a loss of 1.`;
 }
 
-bindPanel(panel, form, load);
+bindForms(panel, form, load);

@@ -1,7 +1,8 @@
 // Learning-rate schedules panel: the Transformer's and GPT-1's schedules from
 // GET /api/v1/schedules/lr (editable, with kept copies overlaid), and the loaded model's own
 // schedule with the learning rates its trainer really set.
-import { $, C, apiGet, bindPanel, draw, formQuery, int, sci } from "./learn_common.js";
+import { apiGet, bindForms, formQuery } from "./api.js";
+import { $, OKABE, chart, int, sci } from "./viz.js";
 
 const panel = $("schedule-panel");
 const form = $("schedule-form");
@@ -26,7 +27,7 @@ function curveTrace(body, color, dash = "solid", name = null) {
 function peakTrace(bodies) {
   return {
     x: bodies.map((b) => b.peak.step), y: bodies.map((b) => b.peak.lr), type: "scatter", mode: "markers+text",
-    name: "peaks", showlegend: false, cliponaxis: false, marker: { size: 9, color: bodies.map((b) => (b.kind === "transformer" ? C.blue : C.orange)),
+    name: "peaks", showlegend: false, cliponaxis: false, marker: { size: 9, color: bodies.map((b) => (b.kind === "transformer" ? OKABE.blue : OKABE.orange)),
       line: { color: "#fff", width: 1 } },
     text: bodies.map((b) => `peak ${sci(b.peak.lr, 2)} at step ${int(b.peak.step)}`), textposition: "top right",
     hovertemplate: "peak at step %{x:,}<br>learning rate %{y:.4e}<extra></extra>",
@@ -43,8 +44,8 @@ async function loadPublished(signal) {
     apiGet(`/schedules/lr?kind=gpt1&${gq}`, signal),
   ]);
   current = [t, g];
-  const data = [...kept, curveTrace(t, C.blue), curveTrace(g, C.orange), peakTrace([t, g])];
-  await draw("schedule-plot", data, {
+  const data = [...kept, curveTrace(t, OKABE.blue), curveTrace(g, OKABE.orange), peakTrace([t, g])];
+  await chart($("schedule-plot"), data, {
     xaxis: { title: { text: "update step" }, tickformat: ",d" },
     yaxis: { title: { text: "learning rate" }, exponentformat: "e", rangemode: "tozero" },
     legend: { orientation: "h", y: -0.25, x: 0 }, height: 380,
@@ -59,12 +60,12 @@ async function loadPublished(signal) {
 $("schedule-pin").addEventListener("click", () => {
   const dashes = ["dash", "dot", "dashdot", "longdash"];
   const dash = dashes[(kept.length / 2) % dashes.length];
-  for (const b of current) kept.push(curveTrace(b, b.kind === "transformer" ? C.sky : C.vermillion, dash, `kept: ${label(b)}`));
+  for (const b of current) kept.push(curveTrace(b, b.kind === "transformer" ? OKABE.sky : OKABE.vermillion, dash, `kept: ${label(b)}`));
   runPublished();
 });
 $("schedule-clear").addEventListener("click", () => { kept.length = 0; runPublished(); });
 
-const runPublished = bindPanel(panel, form, loadPublished);
+const runPublished = bindForms(panel, form, loadPublished);
 
 // --- the loaded model's own schedule ----------------------------------------------------------
 
@@ -81,16 +82,16 @@ async function loadModel(signal) {
   const body = await apiGet(`/schedules/lr?kind=model&${formQuery(mform)}`, signal);
   recorded = body.checkpoint_schedule;
   fillFields(recorded);
-  const data = [curveTrace(body, C.blue, "solid", "schedule (model.schedules.warmup_cosine)")];
+  const data = [curveTrace(body, OKABE.blue, "solid", "schedule (model.schedules.warmup_cosine)")];
   if (body.history) {
     data.push({
       x: body.history.step, y: body.history.lr, type: "scatter", mode: "markers", name: "rate the trainer set",
-      marker: { color: C.orange, size: 6, symbol: "circle-open", line: { width: 1.5 } },
+      marker: { color: OKABE.orange, size: 6, symbol: "circle-open", line: { width: 1.5 } },
       customdata: body.history.loss,
       hovertemplate: "update at step %{x:,}<br>learning rate %{y:.4e}<br>training loss %{customdata:.4f} nats<extra></extra>",
     });
   }
-  await draw("model-schedule-plot", data, {
+  await chart($("model-schedule-plot"), data, {
     xaxis: { title: { text: "update step" }, tickformat: ",d" },
     yaxis: { title: { text: "learning rate" }, exponentformat: "e", rangemode: "tozero" },
   });
@@ -106,5 +107,5 @@ async function loadModel(signal) {
   $("model-schedule-summary").textContent = text;
 }
 
-const runModel = bindPanel(mpanel, mform, loadModel);
+const runModel = bindForms(mpanel, mform, loadModel);
 $("model-schedule-reset").addEventListener("click", () => { if (recorded) { fillFields(recorded, true); runModel(); } });

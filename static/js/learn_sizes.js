@@ -1,7 +1,7 @@
 // Sizes panel: the parameter count of a preset or any config (GET /api/v1/params, which calls
 // model.gpt.count_params) and the table of known models (GET /api/v1/params/presets).
-import { showError } from "./api.js";
-import { $, SERIES, apiGet, bindPanel, draw, formQuery, int, pct } from "./learn_common.js";
+import { apiGet, bindForms, formQuery, showError } from "./api.js";
+import { $, SERIES, chart, int, pct } from "./viz.js";
 
 const panel = $("sizes-panel");
 const form = $("params-form");
@@ -27,7 +27,7 @@ async function load(signal) {
     row(`All ${int(cfg.n_layer)} blocks`, int(b.non_embedding), "the non-embedding parameters (N in the scaling law)"),
     row("Biases and LayerNorm", int(c.biases_and_norms), "the difference between the first two rows"),
   ].join("");
-  await draw("params-plot", b.parts.map((p, i) => ({
+  await chart($("params-plot"), b.parts.map((p, i) => ({
     x: [p.count], y: ["parameters"], type: "bar", orientation: "h", name: p.label, marker: { color: SERIES[i % SERIES.length] },
     customdata: [p.share], hovertemplate: `${p.label}<br>%{x:,} parameters<br>%{customdata:.2%} of all<extra></extra>`,
   })), { barmode: "stack", height: 240, xaxis: { title: { text: "parameters" }, exponentformat: "SI" },
@@ -40,7 +40,7 @@ async function load(signal) {
 }
 
 preset.addEventListener("change", () => { for (const id of Object.values(FIELDS)) $(id).value = ""; });
-bindPanel(panel, form, load);
+bindForms(panel, form, load);
 
 async function loadPresets() {
   const b = await apiGet("/params/presets");

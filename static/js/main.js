@@ -1,8 +1,7 @@
 // The forward-pass page: one POST /api/v1/forward per prompt or selection change (debounced; a
 // newer request aborts the stale one), asking only for the parts that change; each stage panel
 // draws its part. The URL carries the prompt and every setting, so a view can be shared.
-import { apiPost, showError } from "./api.js";
-import { loadEndpoints } from "./endpoints.js";
+import { apiPost, isAbort, latest, showError } from "./api.js";
 import { renderTokens } from "./tokens_panel.js";
 import { $, drawNearby, tokenLabels } from "./viz.js";
 import { renderEmbeddings } from "./panel_embeddings.js";
@@ -35,7 +34,6 @@ let trace = null;        // the merged trace of the prompt on show
 let shownText = null;    // the prompt that trace belongs to
 let labels = [];
 let spaceLoaded = false;
-const endpointsReady = loadEndpoints();
 
 // --- URL ------------------------------------------------------------------------------------
 
@@ -99,38 +97,35 @@ function writeUrl() {
 // --- the one /forward request ---------------------------------------------------------------
 
 let pending = new Set();
-let inflight = null;
-let timer = null;
+let inflight = null;     // { parts } of the request in flight
+const forwardSlot = latest();
 
 function requestForward(parts, ms = 250) {
   parts.forEach((p) => pending.add(p));
-  clearTimeout(timer);
-  timer = setTimeout(runForward, ms);
+  forwardSlot.soon(runForward, ms);
 }
 
-async function runForward() {
+// `signal` is aborted by the next request: a stale answer never replaces a newer one.
+async function runForward(signal) {
+  if (inflight) inflight.parts.forEach((p) => pending.add(p));   // it was just aborted: keep what it was asked for
+  inflight = null;
   const text = $("prompt").value;
   if (!text) return;
-  if (inflight) {                       // a newer request replaces it; keep what it was asked for
-    inflight.controller.abort();
-    inflight.parts.forEach((p) => pending.add(p));
-  }
   const parts = text !== shownText ? ALL_PARTS : ALL_PARTS.filter((p) => pending.has(p));
   pending = new Set();
   if (!parts.length) return;
-  const controller = new AbortController();
-  const mine = { controller, parts };
+  const mine = { parts };
   inflight = mine;
   const body = { text, include: parts, layer: state.layer, head: state.head, top_k: 10 };
   if (state.position !== null) body.position = state.position;
   if (state.target !== null) body.target = state.target;
   try {
-    const res = await apiPost("/forward", body, controller.signal);
+    const res = await apiPost("/forward", body, signal);
     if (inflight === mine) inflight = null;
     showError(null);
     apply(res, parts, text);
   } catch (err) {
-    if (err.name === "AbortError") return;
+    if (isAbort(err)) return;
     if (inflight === mine) inflight = null;
     showError(err);
   }
@@ -182,13 +177,11 @@ function apply(res, parts, text) {
   document.body.dataset.parts = parts.join(",");
 
   if (promptChanged) {
-    endpointsReady.then(() => {
-      setSamplingText(text);
-      setGeneratePrompt(trace.tokens);
-      setInterveneTrace(trace, text);
-      if (!spaceLoaded) { spaceLoaded = true; loadEmbeddingSpace().then(() => setPromptTokens(trace.tokens)); }
-      else setPromptTokens(trace.tokens);
-    });
+    setSamplingText(text);
+    setGeneratePrompt(trace.tokens);
+    setInterveneTrace(trace, text);
+    if (!spaceLoaded) { spaceLoaded = true; loadEmbeddingSpace().then(() => setPromptTokens(trace.tokens)); }
+    else setPromptTokens(trace.tokens);
   }
 }
 

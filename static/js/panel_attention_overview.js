@@ -1,8 +1,7 @@
 // Stage 4: every layer x head as a grid of small maps (model view), the selected head large
-// (#attention-plot, drawn by attention_panel.js), a head view with lines, and the selected
-// query's weights as bars. Data: the `attention` part of POST /api/v1/forward.
-import { renderAttention } from "./attention_panel.js";
-import { $, MONO, OKABE, SEQ, addDownloads, draw, fmt, later, tokenAxis, tokenLabels } from "./viz.js";
+// (#attention-plot), a head view with lines, and the selected query's weights as bars.
+// Data: the `attention` part of POST /api/v1/forward.
+import { $, MONO, OKABE, SEQ, addDownloads, draw, fmt, later, relayout, squareHeatmap, tokenAxis, tokenLabels } from "./viz.js";
 
 const SVGNS = "http://www.w3.org/2000/svg";
 let trace = null;
@@ -35,7 +34,7 @@ export function setAttentionSelection(selection) {
 
 function drawSelected() {
   if (!trace || !trace.attention) return;
-  renderAttention($("attention-plot"), trace, sel.layer, sel.head);
+  drawHead();
   highlightModelView();
   later("head-view", $("head-view"), drawHeadView);
   later("query-bars", $("query-bars-plot"), drawQueryBars);
@@ -46,6 +45,17 @@ function pattern() {
   const li = a.layers.indexOf(sel.layer);
   const hi = a.heads.indexOf(sel.head);
   return li < 0 || hi < 0 ? null : a.pattern[li][hi];
+}
+
+// The selected head, large: queries down the side, keys along the top.
+function drawHead() {
+  const z = pattern();
+  if (!z) return;
+  squareHeatmap($("attention-plot"), z, tokenLabels(trace.tokens), {
+    fit: true, causalMask: true, traceName: "attention", title: `Layer ${sel.layer}, head ${sel.head}`,
+    xTitle: "key: the token being read", yTitle: "query: the token reading", colorTitle: "weight", hoverName: "weight",
+    name: "attention-head",
+  });
 }
 
 function drawModelView() {
@@ -111,7 +121,7 @@ function selectedBox() {
 function highlightModelView() {
   const gd = $("model-view-plot");
   if (!gd._fullLayout || !gd.data || gd.data.length !== trace.attention.layers.length * trace.attention.heads.length) return;
-  Plotly.relayout(gd, { shapes: selectedBox() });
+  relayout(gd, { shapes: selectedBox() });
 }
 
 function drawHeadView() {
@@ -186,7 +196,7 @@ function drawQueryBars() {
     height,
     title: { text: `query ${q} “${labels[q]}”, layer ${sel.layer}, head ${sel.head}`, x: 0, xanchor: "left", font: { size: 12 } },
     xaxis: { title: { text: "attention weight" }, rangemode: "tozero" },
-    yaxis: { ...tokenAxis(labels.slice(0, q + 1), height - 80), autorange: "reversed" },
+    yaxis: { ...tokenAxis(labels.slice(0, keys.length), height - 80), autorange: "reversed" },
     margin: { l: 10, r: 20, t: 40, b: 40 },
   }, "query-attention");
 }

@@ -2,7 +2,7 @@
 // (embeddings, every head, every MLP, biases); their sum next to the model's own logit.
 // Data: the `decomposition` part of POST /api/v1/forward.
 import { visible } from "./api.js";
-import { $, MONO, OKABE, addDownloads, draw, el, fmt, later } from "./viz.js";
+import { $, MONO, OKABE, addDownloads, clearPlot, draw, el, fmt, later } from "./viz.js";
 
 let part = null;
 let onTarget = null;
@@ -37,7 +37,7 @@ export function renderDecomposition(trace, candidates, target, labels) {
   const where = `position ${d.position} “${labels[d.position] ?? ""}”`;
   if (!d.exact || !d.contributions.length) {
     $("dc-stats").textContent = d.note;
-    Plotly.purge($("dc-plot"));
+    clearPlot($("dc-plot"));
     return;
   }
   $("dc-stats").replaceChildren(

@@ -1,23 +1,16 @@
 // Stage 2: the token-embedding matrix as a 2-D PCA scatter, nearest neighbours by cosine, and the
 // learned vs sinusoidal position-similarity matrices. Data: GET /api/v1/embeddings/{projection,neighbours,positions}.
-import { apiGet, apiPost, visible } from "./api.js";
-import { missingNote, offers } from "./endpoints.js";
+import { apiGet, apiPost, isAbort, latest, visible } from "./api.js";
 import { $, OKABE, addDownloads, draw, el, fmt, later, setNote, squareHeatmap } from "./viz.js";
 
 let projection = null;
 let positions = null;
 let neighbours = null;
 let promptIds = [];
-let nbController = null;
-let nbTimer = null;
-let onPickToken = null;
+const nbSlot = latest();   // one neighbour search at a time: a newer one aborts the older
 
-export function initEmbeddingSpace({ onPick } = {}) {
-  onPickToken = onPick || null;
-  $("nb-search").addEventListener("input", () => {
-    clearTimeout(nbTimer);
-    nbTimer = setTimeout(() => searchNeighbours($("nb-search").value), 250);
-  });
+export function initEmbeddingSpace() {
+  $("nb-search").addEventListener("input", () => nbSlot.soon((signal) => findNeighbours($("nb-search").value, null, signal), 250));
   addDownloads($("proj-plot"), "embedding-pca", () => projection);
   addDownloads($("pos-learned-plot"), "position-similarity-learned", () => positions);
   addDownloads($("pos-sin-plot"), "position-similarity-sinusoidal", () => positions);
@@ -25,23 +18,14 @@ export function initEmbeddingSpace({ onPick } = {}) {
 
 export async function loadEmbeddingSpace() {
   const panel = $("embedding-space-panel");
-  const notes = [];
   panel.dataset.state = "loading";
   try {
-    if (offers("get", "/embeddings/projection")) {
-      if (!projection) projection = await apiGet("/embeddings/projection");
-      later("projection", $("proj-plot"), drawProjection);
-    } else notes.push(missingNote("GET", "/embeddings/projection"));
-    if (offers("get", "/embeddings/positions")) {
-      if (!positions) positions = await apiGet("/embeddings/positions");
-      later("pos-learned", $("pos-learned-plot"), () => drawPositions("learned"));
-      later("pos-sin", $("pos-sin-plot"), () => drawPositions("sin"));
-    } else notes.push(missingNote("GET", "/embeddings/positions"));
-    if (!offers("get", "/embeddings/neighbours")) {
-      notes.push(missingNote("GET", "/embeddings/neighbours"));
-      $("nb-search").disabled = true;
-    }
-    setNote($("space-note"), notes.join(" "));
+    if (!projection) projection = await apiGet("/embeddings/projection");
+    later("projection", $("proj-plot"), drawProjection);
+    if (!positions) positions = await apiGet("/embeddings/positions");
+    later("pos-learned", $("pos-learned-plot"), () => drawPositions("learned"));
+    later("pos-sin", $("pos-sin-plot"), () => drawPositions("sin"));
+    setNote($("space-note"), "");
     panel.dataset.state = "ready";
   } catch (err) {
     setNote($("space-note"), `Could not load the embedding space: ${err.message}`, "error");
@@ -107,15 +91,16 @@ function drawPositions(which) {
   else squareHeatmap($("pos-sin-plot"), positions.sinusoidal_similarity, labels, { ...opts, name: "position-similarity-sinusoidal" });
 }
 
+function searchNeighbours(query, byId = null) {
+  return nbSlot.now((signal) => findNeighbours(query, byId, signal));
+}
+
 // Find the token first (POST /tokenize with the model's own tokenizer), so a word that is not a
 // single token gets a friendly choice instead of a refused request; then GET .../neighbours?id=.
-export async function searchNeighbours(query, byId = null) {
+async function findNeighbours(query, byId, signal) {
   const status = $("nb-status");
   const list = $("nb-list");
-  if (nbController) nbController.abort();
   if (!query && byId === null) { neighbours = null; list.replaceChildren(); status.textContent = ""; if (projection) drawProjection(); return; }
-  nbController = new AbortController();
-  const signal = nbController.signal;
   try {
     let id = byId;
     let pieces = [];
@@ -142,12 +127,12 @@ export async function searchNeighbours(query, byId = null) {
     status.textContent = `“${visible(res.text)}” (id ${res.id}); closest rows of W_E by cosine:`;
     list.replaceChildren(...res.neighbours.map((n) => el("li", {},
       el("button", { type: "button", class: "chip", "data-id": n.id, title: `id ${n.id}`,
-        onclick: () => { if (onPickToken) onPickToken(n); $("nb-search").value = n.text; searchNeighbours(n.text, n.id); } },
+        onclick: () => { $("nb-search").value = n.text; searchNeighbours(n.text, n.id); } },
       el("span", { class: "mono", text: `“${visible(n.text)}”` }), ` ${fmt(n.cosine, 3)}`))));
     $("embedding-space-panel").dataset.neighbours = String(res.id);
     if (projection) drawProjection();
   } catch (err) {
-    if (err.name === "AbortError") return;
+    if (isAbort(err)) return;
     neighbours = null;
     list.replaceChildren();
     status.textContent = err.message;

@@ -1,8 +1,7 @@
 // Stage 8: the generation stepper. Each "next token" is one POST /api/v1/generate/step with the ids
 // so far, the step counter and the seed; the page keeps the responses so "step back" can pop one.
 import { apiPost, visible } from "./api.js";
-import { missingNote, offers } from "./endpoints.js";
-import { $, SEQ, addDownloads, draw, el, fmt, pct, setNote, tokenAxis } from "./viz.js";
+import { $, SEQ, addDownloads, clearPlot, draw, el, pct, setNote, tokenAxis } from "./viz.js";
 
 let prompt = [];        // the prompt's tokens [{id, text}]
 let steps = [];         // GenerateStepResponse of each step so far
@@ -53,7 +52,6 @@ function ids() {
 
 async function step() {
   if (busy || !prompt.length) return;
-  if (!offers("post", "/generate/step")) { setNote($("gen-note"), missingNote("POST", "/generate/step")); return; }
   busy = true;
   const panel = $("generate-panel");
   panel.dataset.state = "loading";
@@ -127,7 +125,7 @@ function render() {
 
 function drawAttention(last) {
   const gd = $("gen-attn-plot");
-  if (!last) { Plotly.purge(gd); gd.hidden = true; return; }
+  if (!last) { clearPlot(gd); gd.hidden = true; return; }
   gd.hidden = false;
   const keyIds = last.ids.slice(0, -1);   // the query is the newest input id; it reads all of them
   const allTexts = [...prompt.map((t) => t.text), ...steps.map((s) => s.token.text)];

@@ -1,7 +1,6 @@
 // Stage 9: interventions. Zero heads or MLPs, or swap prompt tokens, and compare the next-token
 // distribution and the loss with the unaltered run: POST /api/v1/intervene (one request per change).
-import { apiGet, apiPost, visible } from "./api.js";
-import { missingNote, offers } from "./endpoints.js";
+import { apiGet, apiPost, isAbort, latest, visible } from "./api.js";
 import { $, MONO, OKABE, addDownloads, draw, el, fmt, later, pct, setNote } from "./viz.js";
 
 let shape = { n_layer: 0, n_head: 0 };
@@ -10,16 +9,15 @@ let tokens = [];
 let cfg = { heads: [], mlps: [], edits: [] };   // heads: [[l,h]], mlps: [l], edits: [[pos,id,text]]
 let result = null;
 let onChange = null;
-let controller = null;
-let timer = null;
-let tokTimer = null;
+const runSlot = latest();   // POST /intervene
+const tokSlot = latest();   // naming the replacement token the reader types
 let pendingId = null;
 
 export function initIntervene(initial, { onConfigChange } = {}) {
   cfg = { heads: initial.heads || [], mlps: initial.mlps || [], edits: initial.edits || [] };
   onChange = onConfigChange || null;
-  $("iv-text").addEventListener("input", () => { $("iv-id").value = ""; clearTimeout(tokTimer); tokTimer = setTimeout(tokenizeReplacement, 200); });
-  $("iv-id").addEventListener("input", () => { $("iv-text").value = ""; clearTimeout(tokTimer); tokTimer = setTimeout(lookUpId, 200); });
+  $("iv-text").addEventListener("input", () => { $("iv-id").value = ""; tokSlot.soon(tokenizeReplacement, 200); });
+  $("iv-id").addEventListener("input", () => { $("iv-text").value = ""; tokSlot.soon(lookUpId, 200); });
   $("iv-pos").addEventListener("change", () => suggest());
   $("iv-add").addEventListener("click", () => {
     if (pendingId) addEdit(+$("iv-pos").value, pendingId.id, pendingId.text);
@@ -28,7 +26,7 @@ export function initIntervene(initial, { onConfigChange } = {}) {
   addDownloads($("iv-plot"), "intervention", () => result);
 }
 
-export function interveneConfig() {
+function interveneConfig() {
   return { heads: cfg.heads.map((x) => [...x]), mlps: [...cfg.mlps], edits: cfg.edits.map((x) => [...x]) };
 }
 
@@ -94,7 +92,7 @@ function addEdit(pos, id, t) {
 }
 
 // A replacement given by id: GET /api/v1/tokens/model/{id} names it (and refuses ids outside the vocabulary).
-async function lookUpId() {
+async function lookUpId(signal) {
   const raw = $("iv-id").value;
   const status = $("iv-tok-status");
   pendingId = null;
@@ -104,25 +102,25 @@ async function lookUpId() {
   if (raw === "") { status.textContent = ""; return; }
   if (!Number.isInteger(id) || id < 0 || id > max) { status.textContent = `a token id is a whole number from 0 to ${max}`; return; }
   try {
-    const t = await apiGet(`/tokens/model/${id}`);
+    const t = await apiGet(`/tokens/model/${id}`, signal);
     pendingId = { id: t.id, text: t.text };
     status.textContent = `id ${t.id} is “${visible(t.text)}”`;
     $("iv-add").disabled = false;
   } catch (err) {
-    status.textContent = err.message;
+    if (!isAbort(err)) status.textContent = err.message;
   }
 }
 
-async function tokenizeReplacement() {
+async function tokenizeReplacement(signal) {
   const value = $("iv-text").value;
   const status = $("iv-tok-status");
   pendingId = null;
   $("iv-add").disabled = true;
   if (!value) { status.textContent = ""; return; }
   try {
-    let res = await apiPost("/tokenize", { text: value, encoding: "model" });
+    let res = await apiPost("/tokenize", { text: value, encoding: "model" }, signal);
     if (res.tokens.length !== 1 && !value.startsWith(" ")) {   // most words are stored with their leading space
-      const spaced = await apiPost("/tokenize", { text: ` ${value}`, encoding: "model" });
+      const spaced = await apiPost("/tokenize", { text: ` ${value}`, encoding: "model" }, signal);
       if (spaced.tokens.length === 1) res = spaced;
     }
     if (res.tokens.length === 1) {
@@ -135,7 +133,7 @@ async function tokenizeReplacement() {
         "Try a shorter piece.";
     }
   } catch (err) {
-    status.textContent = err.message;
+    if (!isAbort(err)) status.textContent = err.message;
   }
 }
 
@@ -143,7 +141,7 @@ async function suggest() {
   const box = $("iv-suggest");
   const p = +$("iv-pos").value;
   const t = tokens[p];
-  if (!t || !offers("get", "/embeddings/neighbours")) { box.replaceChildren(); return; }
+  if (!t) { box.replaceChildren(); return; }
   try {
     const res = await apiGet(`/embeddings/neighbours?id=${t.id}`);
     if (+$("iv-pos").value !== p) return;     // the reader picked another position meanwhile
@@ -162,21 +160,14 @@ function changed() {
   requestSoon();
 }
 
+// Debounced; a newer request aborts the one still in flight.
 function requestSoon(ms = 150) {
-  clearTimeout(timer);
-  timer = setTimeout(run, ms);
+  runSlot.soon(run, ms);
 }
 
-async function run() {
+async function run(signal) {
   const panel = $("intervene-panel");
   if (!text) return;
-  if (!offers("post", "/intervene")) {
-    setNote($("iv-note"), missingNote("POST", "/intervene"));
-    panel.dataset.state = "unavailable";
-    return;
-  }
-  if (controller) controller.abort();
-  controller = new AbortController();
   const body = {
     text, top_k: 10,
     ablate_heads: cfg.heads.map(([layer, head]) => ({ layer, head })),
@@ -185,7 +176,7 @@ async function run() {
   };
   panel.dataset.state = "loading";
   try {
-    result = await apiPost("/intervene", body, controller.signal);
+    result = await apiPost("/intervene", body, signal);
     setNote($("iv-note"), "");
     later("intervene", $("iv-plot"), () => {
       draw_();
@@ -193,7 +184,7 @@ async function run() {
       panel.dataset.request = JSON.stringify(body);
     });
   } catch (err) {
-    if (err.name === "AbortError") return;
+    if (isAbort(err)) return;
     setNote($("iv-note"), `Could not run the intervention: ${err.message}`, "error");
     panel.dataset.state = "error";
   }

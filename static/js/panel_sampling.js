@@ -1,10 +1,8 @@
 // Stage 7: logits -> probabilities. The top-10 at the selected position (#next-plot, from the
 // forward trace), temperature / top-k / top-p filtering of the last position's distribution
 // (POST /api/v1/next-token), and the prompt's per-position loss and perplexity (prompt_loss part).
-import { apiPost, visible } from "./api.js";
-import { missingNote, offers } from "./endpoints.js";
-import { renderNextToken } from "./next_token_panel.js";
-import { $, MONO, OKABE, addDownloads, draw, fmt, later, pct, setNote, tokenAxis, tokenLabels } from "./viz.js";
+import { apiPost, isAbort, latest, visible } from "./api.js";
+import { $, MONO, OKABE, addDownloads, clearPlot, draw, fmt, later, pct, setNote, tokenAxis, tokenLabels } from "./viz.js";
 
 let settings = { temperature: 1, top_k: null, top_p: null };
 let text = "";
@@ -12,8 +10,7 @@ let result = null;
 let loss = null;
 let nextTokens = null;
 let onSettings = null;
-let controller = null;
-let timer = null;
+const slot = latest();
 
 export function initSampling(initial, { onChange } = {}) {
   settings = { ...settings, ...initial };
@@ -54,7 +51,7 @@ function showValues() {
 export function renderNext(trace) {
   if (trace.next_token) {
     nextTokens = trace.next_token;
-    renderNextToken($("next-plot"), trace.next_token);
+    drawNextToken(trace.next_token);
   }
   if (trace.prompt_loss) {
     loss = trace.prompt_loss;
@@ -71,24 +68,16 @@ export function setSamplingText(t) {
 
 // Debounced; a newer request aborts the one still in flight, so dragging never piles requests up.
 function requestSoon(ms = 120) {
-  clearTimeout(timer);
-  timer = setTimeout(fetchDistribution, ms);
+  slot.soon(fetchDistribution, ms);
 }
 
-async function fetchDistribution() {
+async function fetchDistribution(signal) {
   const panel = $("sampling-plot");
   if (!text) return;
-  if (!offers("post", "/next-token")) {
-    setNote($("sampling-note"), missingNote("POST", "/next-token"));
-    panel.dataset.state = "unavailable";
-    return;
-  }
-  if (controller) controller.abort();
-  controller = new AbortController();
   const sent = { ...settings };
   panel.dataset.state = "loading";
   try {
-    result = await apiPost("/next-token", { text, ...sent, show: 20 }, controller.signal);
+    result = await apiPost("/next-token", { text, ...sent, show: 20 }, signal);
     setNote($("sampling-note"), "");
     later("sampling", panel, () => {
       drawSampling();
@@ -96,10 +85,32 @@ async function fetchDistribution() {
       panel.dataset.settings = JSON.stringify(sent);
     });
   } catch (err) {
-    if (err.name === "AbortError") return;
+    if (isAbort(err)) return;
     setNote($("sampling-note"), `Could not filter the distribution: ${err.message}`, "error");
     panel.dataset.state = "error";
   }
+}
+
+// The top candidates after the selected position as probability bars, the most likely at the top.
+function drawNextToken(candidates) {
+  const rev = [...candidates].reverse();
+  const labels = rev.map((c) => `“${visible(c.text)}”  id ${c.id}`);
+  draw($("next-plot"), [{
+    type: "bar",
+    orientation: "h",
+    x: rev.map((c) => c.prob),
+    y: labels,
+    text: rev.map((c) => pct(c.prob)),
+    textposition: "outside",
+    marker: { color: "#3b528b" },
+    customdata: rev.map((c) => c.logit),
+    hovertemplate: "%{y}<br>probability %{x:.2%}<br>logit (score before softmax) %{customdata:.3f}<extra></extra>",
+  }], {
+    xaxis: { title: { text: "probability" }, tickformat: ".0%", range: [0, Math.min(1, Math.max(...candidates.map((c) => c.prob)) * 1.25)] },
+    yaxis: { automargin: true, tickfont: { family: MONO } },
+    margin: { l: 10, r: 30, t: 10, b: 40 },
+    height: 60 + 28 * candidates.length,
+  }, "next-token-top10");
 }
 
 function drawSampling() {
@@ -135,7 +146,7 @@ function drawLoss(labels) {
   const L = loss;
   if (!L.positions.length) {
     $("loss-stats").textContent = "A one-token prompt has nothing to grade: there is no next token inside it.";
-    Plotly.purge($("loss-plot"));
+    clearPlot($("loss-plot"));
     return;
   }
   $("loss-stats").innerHTML = `Mean loss <b>${fmt(L.mean_loss, 3)}</b> nats · perplexity <b>${fmt(L.perplexity, 2)}</b> ` +

@@ -4,8 +4,7 @@
 import { apiGet, apiPost, debounced, showError, visible } from "./api.js";
 import { fmt, renderCompare, renderPretokens, renderTokens, tokenTitle } from "./tokenizer_views.js";
 import { MergeStepper, TrainingReplay } from "./tokenizer_merges.js";
-
-const $ = (id) => document.getElementById(id);
+import { $ } from "./viz.js";
 const MAX_URL_TEXT = 4000; // longer texts are not copied into the address bar
 const MAX_WORD_CHOICES = 300;
 const MAX_COMPARE_TOKENS_TEXT = 20000; // longer texts: the comparison shows counts only, no token lists

@@ -3,7 +3,7 @@
 import { visible } from "./api.js";
 
 export const fmt = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
-export const hexPairs = (hex) => (hex.match(/../g) || []).join(" ");
+const hexPairs = (hex) => (hex.match(/../g) || []).join(" ");
 
 // How a token (or any {id, text, bytes_hex, valid_utf8}) is written on the page.
 export function tokenLabel(t, showIds = false) {

@@ -1,7 +1,7 @@
 // Panel 4 · Checkpoints: GET /api/v1/checkpoints grouped by run (final weights + snapshots), which
 // one is loaded, and "Serve" buttons (POST /api/v1/model). The header's model badge follows.
 import { apiGet, apiPost } from "./api.js";
-import { $, el, fmt } from "./viz.js";
+import { $, el, fmt, int } from "./viz.js";
 import * as runs from "./train_runs.js";
 
 let busy = false;
@@ -50,8 +50,8 @@ function row(g, statusById) {
   return el("tr", { class: loaded ? "loaded-row" : "", dataset: { run: g.run } },
     el("td", {}, el("code", { text: g.run }), el("div", { class: "muted small", text: what })),
     el("td", { text: c.corpus }),
-    el("td", { class: "num", text: g.final ? runs.int(g.final.step) : "—" }),
-    el("td", { class: "num", text: runs.int(c.params) }),
+    el("td", { class: "num", text: g.final ? int(g.final.step) : "—" }),
+    el("td", { class: "num", text: int(c.params) }),
     el("td", { class: "num", text: g.final && g.final.val_loss !== null ? fmt(g.final.val_loss, 4) : "—" }),
     el("td", {}, g.final ? serveButton(g.final.name, g.final.loaded)
       : el("span", { class: "muted small", text: st && st.status === "running" ? "still training" : "no final checkpoint" })),
@@ -77,7 +77,7 @@ function updateBadge(health) {
   if (!badge) return;
   badge.title = i.command;
   badge.replaceChildren("model: ", el("b", { text: health.model }),
-    ` · ${i.n_layer} layers · ${i.n_head} heads · d=${i.d_model} · vocab ${runs.int(i.vocab_size)} · ${runs.int(i.params)} parameters`);
+    ` · ${i.n_layer} layers · ${i.n_head} heads · d=${i.d_model} · vocab ${int(i.vocab_size)} · ${int(i.params)} parameters`);
 }
 
 async function serve(name) {
@@ -89,7 +89,7 @@ async function serve(name) {
     const health = await apiPost("/model", { checkpoint: name });
     updateBadge(health);
     msg.className = "start-msg ok";
-    msg.replaceChildren(`Now serving ${name} (“${health.model}”, ${runs.int(health.info.params)} parameters). `,
+    msg.replaceChildren(`Now serving ${name} (“${health.model}”, ${int(health.info.params)} parameters). `,
       el("a", { href: "/", text: "Look inside it on the forward-pass page →" }));
   } catch (err) {
     msg.className = "start-msg bad";

@@ -2,8 +2,8 @@
 // (POST /api/v1/training, then poll to the end; an identical finished request comes back at once),
 // then draws them side by side. Extras: per-block gradient norms (norm-warmup), samples at the
 // final snapshot from /replay (causal-mask), parameters and final validation loss (weight-tying).
-import { apiGet } from "./api.js";
-import { $, OKABE, draw, el, fmt } from "./viz.js";
+import { apiGet, formatDetail } from "./api.js";
+import { $, OKABE, draw, el, fmt, int } from "./viz.js";
 import * as runs from "./train_runs.js";
 import { gradTraces, uniformTrace } from "./train_progress.js";
 
@@ -27,7 +27,7 @@ async function runVariant(card, exp, i) {
     return runs.load(body.id, label);
   }
   if (status === 409) throw new Error(`${body.detail}. Panel 1 can cancel it.`);
-  if (status !== 202) throw new Error(runs.formatDetail(body.detail));
+  if (status !== 202) throw new Error(formatDetail(body.detail));
   const id = body.id;
   const progress = (e) => {
     const r = e.detail;
@@ -118,7 +118,7 @@ async function paramTable(box, exp, results) {
     el("tbody", {}, results.map((run, i) => {
       const c = byName.get(run.id);
       return el("tr", {}, el("td", { text: exp.variants[i].label }),
-        el("td", { class: "num", text: c ? runs.int(c.params) : "—" }),
+        el("td", { class: "num", text: c ? int(c.params) : "—" }),
         el("td", { class: "num", text: c && c.val_loss !== null ? fmt(c.val_loss, 4) : "—" }));
     }))));
 }

@@ -1,10 +1,10 @@
 // Panel 2 · Live progress of the shown run: step / total, tokens/s, ETA, a progress bar; train and
 // validation loss against the uniform-guess line ln(V); the learning rate; the gradient norms.
 import { apiGet } from "./api.js";
-import { $, OKABE, draw, el, fmt } from "./viz.js";
+import { $, OKABE, draw, duration, el, fmt, int } from "./viz.js";
 import * as runs from "./train_runs.js";
 
-export const LAYER_COLOURS = [OKABE.blue, OKABE.orange, OKABE.green, OKABE.purple, OKABE.sky, OKABE.vermillion,
+const LAYER_COLOURS = [OKABE.blue, OKABE.orange, OKABE.green, OKABE.purple, OKABE.sky, OKABE.vermillion,
   OKABE.yellow, OKABE.grey];
 
 const STATUS_TEXT = {
@@ -15,7 +15,7 @@ const STATUS_TEXT = {
   failed: "failed",
 };
 
-export function xRange(run) {
+function xRange(run) {
   // a running run is drawn on its whole length (the curve grows into it); a stopped one on what it did
   const planned = ["cancelled", "failed"].includes(run.body.status) ? 0 : run.body.total_steps || 0;
   const end = Math.max(planned, run.lastStep || 0, 1);
@@ -23,7 +23,7 @@ export function xRange(run) {
 }
 
 // One run's loss curves: train loss per step, validation loss at each evaluation, uniform guess.
-export function lossTraces(run, { colour = OKABE.blue, valColour = OKABE.vermillion, label = "", baseline = true } = {}) {
+function lossTraces(run, { colour = OKABE.blue, valColour = OKABE.vermillion, label = "", baseline = true } = {}) {
   const h = run.history;
   const pre = label ? `${label}: ` : "";
   const traces = [{
@@ -119,10 +119,10 @@ function drawStats(run) {
   bar.max = b.total_steps || 1;
   bar.value = b.total_steps ? b.step : 0;
   if (b.status === "starting" || (b.status === "running" && !b.total_steps)) bar.removeAttribute("value");
-  const parts = [`step ${runs.int(b.step)} / ${b.total_steps ? runs.int(b.total_steps) : "?"}`];
-  if (b.tokens_per_s !== null) parts.push(`${runs.int(b.tokens_per_s)} tokens/s`);
-  parts.push(`elapsed ${runs.duration(b.elapsed_s)}`);
-  if (b.status === "running") parts.push(b.eta_s === null ? "time left: estimating…" : `about ${runs.duration(b.eta_s)} left`);
+  const parts = [`step ${int(b.step)} / ${b.total_steps ? int(b.total_steps) : "?"}`];
+  if (b.tokens_per_s !== null) parts.push(`${int(b.tokens_per_s)} tokens/s`);
+  parts.push(`elapsed ${duration(b.elapsed_s)}`);
+  if (b.status === "running") parts.push(b.eta_s === null ? "time left: estimating…" : `about ${duration(b.eta_s)} left`);
   const lastEval = b.evals[b.evals.length - 1];
   if (lastEval) parts.push(`validation loss ${fmt(lastEval.val_loss, 3)} (uniform guess ${fmt(b.uniform_loss, 3)})`);
   $("run-stats").textContent = parts.join(" · ");

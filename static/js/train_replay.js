@@ -2,7 +2,7 @@
 // GET /api/v1/training/{id}/replay?step=S&text=... (attention, next-token candidates, a sample,
 // the embedding projection). Frames are kept by (run, prompt, step), so sliding back is instant.
 import { apiGet, debounced, visible } from "./api.js";
-import { $, OKABE, draw, el, fmt, pct, squareHeatmap, tokenLabels } from "./viz.js";
+import { $, MONO, OKABE, draw, el, fmt, pct, squareHeatmap, tokenLabels } from "./viz.js";
 import * as runs from "./train_runs.js";
 
 const frames = new Map(); // "run|text|step" -> Promise<frame>
@@ -20,10 +20,6 @@ function getFrame(run, text, step) {
     frames.set(k, p);
   }
   return frames.get(k);
-}
-
-export function cachedFrameCount() {
-  return frames.size;
 }
 
 function stepLabel(i) {
@@ -88,7 +84,7 @@ function drawNext(f) {
     height: 380, title: { text: `next token after “${visible(last.text)}” · step ${f.step}`, x: 0, xanchor: "left", font: { size: 13 } },
     xaxis: { title: { text: "probability" }, range: [0, 1.1], tickformat: ".0%" },
     yaxis: { tickmode: "array", tickvals: cands.map((c, i) => i), ticktext: cands.map((c) => `“${visible(c.text)}”`),
-      tickfont: { family: "ui-monospace, Menlo, Consolas, monospace" }, automargin: true },
+      tickfont: { family: MONO }, automargin: true },
     margin: { l: 20, r: 30, t: 40, b: 45 }, showlegend: false,
   }, `next-token-step-${f.step}`);
 }

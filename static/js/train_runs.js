@@ -1,10 +1,11 @@
 // Shared by the training page's panels: which run is shown, and one poller per running run.
 // Numbers come only from GET /api/v1/training/{id}; this module merges the `since` pages into one
 // history per run and tells the panels (events on `bus`) when something changed.
-import { ApiError, apiGet } from "./api.js";
+import { ApiError, apiGet, apiRequest } from "./api.js";
+import { int } from "./viz.js";
 
 export const bus = new EventTarget();
-export const POLL_MS = 1000;
+const POLL_MS = 1000;
 export const TERMINAL = new Set(["done", "cancelled", "failed"]);
 
 const runs = new Map(); // id -> { id, body (last status, history stripped), history: [...], lastStep, label }
@@ -13,7 +14,7 @@ let shownId = null;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-export function emit(name, detail) {
+function emit(name, detail) {
   bus.dispatchEvent(new CustomEvent(name, { detail }));
 }
 
@@ -98,31 +99,9 @@ export async function show(id, label) {
 // POST /api/v1/training with the raw answer: 202 (new run), 200 (cached: an identical request had
 // already finished), 409 (another run is going: body.running_id) or a 422 whose detail names the field.
 export async function startRun(request) {
-  const resp = await fetch("/api/v1/training", {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(request),
-  });
-  const body = await resp.json().catch(() => ({ detail: resp.statusText }));
-  if (resp.status === 200 || resp.status === 202) emit("runs-changed", body);
-  return { status: resp.status, body };
-}
-
-export function formatDetail(detail) {
-  if (typeof detail === "string") return detail;
-  if (Array.isArray(detail)) {
-    return detail.map((d) => `${(d.loc || []).filter((x) => x !== "body").join(".")}: ${d.msg}`).join("; ");
-  }
-  return JSON.stringify(detail);
-}
-
-export function duration(s) {
-  if (s === null || s === undefined) return "—";
-  if (s < 60) return `${Math.round(s)} s`;
-  const m = Math.floor(s / 60);
-  return `${m} min ${Math.round(s - 60 * m)} s`;
-}
-
-export function int(n) {
-  return n === null || n === undefined ? "—" : Math.round(n).toLocaleString("en-US");
+  const { status, body } = await apiRequest("POST", "/training", request);
+  if (status === 200 || status === 202) emit("runs-changed", body);
+  return { status, body };
 }
 
 export function describeRequest(req) {

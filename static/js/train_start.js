@@ -1,7 +1,7 @@
 // Panel 1 · Start a run: corpus (built in or uploaded), preset, length, seed, learning rate, warmup.
 // Defaults and limits are read from the API's own schema (/openapi.json, TrainingRequest).
-import { apiGet } from "./api.js";
-import { $, el } from "./viz.js";
+import { apiGet, apiRequest, formatDetail, openapi } from "./api.js";
+import { $, el, int } from "./viz.js";
 import * as runs from "./train_runs.js";
 
 const PAGE_DEFAULTS = { max_steps: 300, time_budget: 60, snapshots: [0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1] };
@@ -29,8 +29,7 @@ function setNumber(input, f, fallback) {
 }
 
 async function loadSchema() {
-  const resp = await fetch("/openapi.json");
-  const api = await resp.json();
+  const api = await openapi();
   return api.components.schemas.TrainingRequest;
 }
 
@@ -50,7 +49,7 @@ function fillForm(schema) {
   $("snapshots").value = PAGE_DEFAULTS.snapshots.join(", ");
 }
 
-export async function loadCorpora(select) {
+async function loadCorpora(select) {
   const list = await apiGet("/corpora");
   const keep = select || $("corpus").value;
   $("corpus").replaceChildren(...list.map((c) => el("option", {
@@ -64,7 +63,7 @@ export async function loadCorpora(select) {
 function describeCorpus() {
   const o = $("corpus").selectedOptions[0];
   if (!o) return;
-  const chars = runs.int(+o.dataset.chars);
+  const chars = int(+o.dataset.chars);
   $("corpus-info").textContent = o.dataset.builtin === "1"
     ? `Shakespeare's plays, ${chars} characters. The last part is held out to measure validation loss.`
     : `Your text, ${chars} characters. The last part is held out to measure validation loss.`;
@@ -82,13 +81,12 @@ async function upload() {
   form.append("name", name);
   $("upload-btn").disabled = true;
   try {
-    const resp = await fetch("/api/v1/corpora", { method: "POST", body: form });
-    const body = await resp.json().catch(() => ({ detail: resp.statusText }));
-    if (!resp.ok) {
-      show(`Not uploaded: ${runs.formatDetail(body.detail)}`, "bad");
+    const { ok, body } = await apiRequest("POST", "/corpora", form);
+    if (!ok) {
+      show(`Not uploaded: ${formatDetail(body.detail)}`, "bad");
       return;
     }
-    show(`Uploaded “${body.name}”: ${runs.int(body.chars)} characters. It is selected as the corpus.`, "ok");
+    show(`Uploaded “${body.name}”: ${int(body.chars)} characters. It is selected as the corpus.`, "ok");
     await loadCorpora(body.name);
   } finally {
     $("upload-btn").disabled = false;
@@ -128,7 +126,7 @@ async function start(ev) {
       say(msg, [`Not started: ${body.detail}. `,
         el("button", { type: "button", class: "link-btn", id: "follow-running", onclick: () => runs.show(id), text: `Show run ${id}` })], "bad");
     } else {
-      say(msg, `Not started: ${runs.formatDetail(body.detail)}`, "bad");
+      say(msg, `Not started: ${formatDetail(body.detail)}`, "bad");
     }
   } catch (err) {
     say(msg, `Not started: ${err.message || err}`, "bad");
@@ -143,9 +141,8 @@ async function cancel() {
   const msg = $("start-msg");
   $("cancel-btn").disabled = true;
   say(msg, `Cancelling run ${id}…`);
-  const resp = await fetch(`/api/v1/training/${id}`, { method: "DELETE" });
-  const body = await resp.json().catch(() => ({ detail: resp.statusText }));
-  if (!resp.ok) { say(msg, `Could not cancel: ${runs.formatDetail(body.detail)}`, "bad"); return; }
+  const { ok, body } = await apiRequest("DELETE", `/training/${id}`);
+  if (!ok) { say(msg, `Could not cancel: ${formatDetail(body.detail)}`, "bad"); return; }
   const n = body.snapshots.length;
   const kept = n ? `${n === 1 ? "its snapshot (step" : "its snapshots (steps"} ${body.snapshots.join(", ")}) ${n === 1 ? "stays" : "stay"} usable in panels 3 and 4`
     : "it had saved no snapshot yet";

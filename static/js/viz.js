@@ -7,8 +7,13 @@ export const MONO = "ui-monospace, Menlo, Consolas, monospace";
 export const SEQ = "Viridis";
 export const SIGNED = "Cividis";
 // Okabe–Ito colours for categorical series (safe for the common colour-vision deficiencies).
+// `grey` fills bars and markers; `line` is the darker grey of thin reference lines and curves.
 export const OKABE = { blue: "#0072B2", orange: "#E69F00", green: "#009E73", sky: "#56B4E9",
-  vermillion: "#D55E00", purple: "#CC79A7", yellow: "#F0E442", grey: "#999999", black: "#222222" };
+  vermillion: "#D55E00", purple: "#CC79A7", yellow: "#F0E442", grey: "#999999", line: "#888888", black: "#222222" };
+// The same colours in the order a list of series takes them.
+export const SERIES = [OKABE.blue, OKABE.orange, OKABE.green, OKABE.vermillion, OKABE.purple, OKABE.sky, OKABE.black];
+// The masked cells of an attention map: drawn empty, not as a (dark) weight of 0.
+const MASKED = "#eeeeee";
 
 export const $ = (id) => document.getElementById(id);
 
@@ -26,6 +31,39 @@ export function fmt(x, digits = 4) {
 
 export function pct(p, digits = 1) {
   return p === null || p === undefined ? "—" : `${(100 * p).toFixed(digits)}%`;
+}
+
+// `digits` significant digits after the first, in scientific notation when very small or large.
+export function sci(x, digits = 2) {
+  if (x === null || x === undefined) return "—";
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  return a < 1e-3 || a >= 1e5 ? x.toExponential(digits) : x.toPrecision(digits + 1);
+}
+
+export function fixed(x, digits = 3) {
+  return x === null || x === undefined ? "—" : x.toFixed(digits);
+}
+
+// A whole number with thousands separators: 1,811,939,328.
+export function int(x) {
+  return x === null || x === undefined ? "—" : Math.round(x).toLocaleString("en-US");
+}
+
+// Seconds as "42 s" or "3 min 5 s".
+export function duration(s) {
+  if (s === null || s === undefined) return "—";
+  if (s < 60) return `${Math.round(s)} s`;
+  const m = Math.floor(s / 60);
+  return `${m} min ${Math.round(s - 60 * m)} s`;
+}
+
+const UNITS = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
+export function bytes(n) {
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < UNITS.length - 1) { v /= 1024; i += 1; }
+  return i === 0 ? `${n} bytes` : `${v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)} ${UNITS[i]}`;
 }
 
 export function el(tag, attrs = {}, ...children) {
@@ -65,7 +103,7 @@ export function signedLimit(rows) {
   return a[Math.min(a.length - 1, Math.floor(a.length * 0.99))] || a[a.length - 1] || 1;
 }
 
-export function plotConfig(name) {
+function plotConfig(name) {
   return {
     displaylogo: false, responsive: true,
     modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
@@ -73,7 +111,7 @@ export function plotConfig(name) {
   };
 }
 
-export function baseLayout(extra = {}) {
+function baseLayout(extra = {}) {
   return {
     font: { family: "system-ui, -apple-system, Segoe UI, sans-serif", size: 12, color: "#1d1d1f" },
     paper_bgcolor: "#fff", plot_bgcolor: "#fff",
@@ -83,9 +121,38 @@ export function baseLayout(extra = {}) {
   };
 }
 
+// The one place a plot is drawn (or redrawn in place). Resolves once Plotly has drawn it.
 export function draw(gd, data, layout, name) {
-  Plotly.react(gd, data, baseLayout(layout), plotConfig(name));
+  const done = Plotly.react(gd, data, baseLayout(layout), plotConfig(name || gd.id));
   gd.dataset.drawn = String((+gd.dataset.drawn || 0) + 1);
+  return done;
+}
+
+// Change only the layout of a drawn plot (e.g. move a selection outline).
+export function relayout(gd, update) {
+  return Plotly.relayout(gd, update);
+}
+
+// Remove a plot (its panel has nothing to show).
+export function clearPlot(gd) {
+  Plotly.purge(gd);
+}
+
+// A line or bar chart as the /learn panels draw them: a legend under the plot, axes that make
+// room for their labels, the page's font and Plotly's own hover labels. Resolves once drawn.
+export function chart(gd, data, layout = {}) {
+  const full = {
+    margin: { l: 64, r: 16, t: 28, b: 48 },
+    height: 340,
+    hovermode: "closest",
+    legend: { orientation: "h", y: -0.22, x: 0 },
+    font: { family: "system-ui, -apple-system, 'Segoe UI', sans-serif", size: 12 },
+    hoverlabel: {},
+    ...layout,
+  };
+  full.xaxis = { automargin: true, ...(full.xaxis || {}) };
+  full.yaxis = { automargin: true, ...(full.yaxis || {}) };
+  return draw(gd, data, full);
 }
 
 // --- drawing queue ---------------------------------------------------------------------------
@@ -147,7 +214,7 @@ addEventListener("resize", drawNearby);
 
 // --- downloads -------------------------------------------------------------------------------
 
-export function downloadBlob(blob, filename) {
+function downloadBlob(blob, filename) {
   const a = document.createElement("a");
   a.href = URL.createObjectURL(blob);
   a.download = filename;
@@ -156,7 +223,7 @@ export function downloadBlob(blob, filename) {
   setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
 }
 
-export function downloadJSON(obj, filename) {
+function downloadJSON(obj, filename) {
   downloadBlob(new Blob([JSON.stringify(obj, null, 1)], { type: "application/json" }), `${filename}.json`);
 }
 
@@ -166,7 +233,7 @@ function downloadPlotly(gd, format, filename) {
 }
 
 // An SVG element (not Plotly) as SVG or PNG.
-export function downloadSvgElement(svg, format, filename) {
+function downloadSvgElement(svg, format, filename) {
   const clone = svg.cloneNode(true);
   clone.setAttribute("xmlns", "http://www.w3.org/2000/svg");
   const text = new XMLSerializer().serializeToString(clone);
@@ -236,22 +303,49 @@ export function tokenFeatureHeatmap(gd, z, opts) {
 
 const plainAxis = { tickmode: "auto", nticks: 9, showgrid: false, zeroline: false, automargin: true };
 
-// A (T x T) query-by-key map. `cells` may hold null (drawn as the masked "−∞").
+// A (T x T) query-by-key map. `z` may hold null (drawn as the masked "−∞").
+// opts: signed, limit, zmin/zmax, colorTitle, hoverName, title, xTitle/yTitle, row (outlined),
+//   cell/minSide/maxSide (the square's size), colorbar (false: none), tickangle, plain (numbered axes),
+//   name (download name), traceName,
+//   fit: size the square to the element's width, margins to the longest label (the big head map),
+//   causalMask: cover the cells above the diagonal (a key after its query) with a light overlay
+//     named "causal mask"; only for a model that has the mask (the response's `causal` says so).
 export function squareHeatmap(gd, z, labels, opts = {}) {
   const n = labels.length;
-  const side = Math.max(180, Math.min(opts.maxSide || 560, Math.max(n * (opts.cell || 14), opts.minSide || 0)));
   const signed = !!opts.signed;
   const lim = signed ? (opts.limit ?? signedLimit(z)) : null;
   const hasNull = z.some((r) => r.some((v) => v === null));
   const text = opts.plain ? null : z.map((r) => r.map((v) => (v === null ? "−∞ (masked)" : String(v))));
+  const pairs = opts.plain ? null : labels.map((q) => labels.map((k) => [q, k]));
+  let side;
+  let margin;
+  let width;
+  let height;
+  if (opts.fit) {
+    // as large as the element allows (30 px a cell, 220..620 px), with room for the labels above and left
+    const font = n > 40 ? 9 : 12;
+    const longest = Math.max(1, ...labels.map((s) => [...s].length));
+    const labelPx = Math.min(140, Math.ceil(longest * font * 0.62) + 8);
+    margin = { l: labelPx + 40, r: 10, t: Math.ceil(labelPx * 0.87) + 70, b: 10 };
+    const bar = opts.colorbar === false ? 0 : 90;
+    side = Math.max(220, Math.min(620, (gd.clientWidth || 900) - margin.l - margin.r - bar, n * 30));
+    width = side + margin.l + margin.r + bar;
+    height = side + margin.t + margin.b;
+  } else {
+    side = Math.max(180, Math.min(opts.maxSide || 560, Math.max(n * (opts.cell || 14), opts.minSide || 0)));
+    margin = { l: 10, r: 10, t: opts.title ? 70 : 40, b: 10 };
+    width = side + (opts.colorbar === false ? 90 : 150);
+    height = side + 110;
+  }
   const data = [{
-    type: "heatmap", z, x: labels.map((_, i) => i), y: labels.map((_, i) => i),
+    type: "heatmap", name: opts.traceName, z, x: labels.map((_, i) => i), y: labels.map((_, i) => i),
     colorscale: signed ? SIGNED : SEQ,
     zmin: signed ? -lim : (opts.zmin ?? 0), zmax: signed ? lim : (opts.zmax ?? 1), zmid: signed ? 0 : undefined,
-    colorbar: { title: { text: opts.colorTitle || "", side: "right" }, thickness: 10 },
+    colorbar: opts.fit ? { title: { text: opts.colorTitle || "" }, thickness: 14, len: 1, lenmode: "fraction" }
+      : { title: { text: opts.colorTitle || "", side: "right" }, thickness: 10 },
     showscale: opts.colorbar !== false,
     text, hoverongaps: true,
-    customdata: opts.plain ? null : labels.map((q) => labels.map((k) => [q, k])),
+    customdata: pairs,
     hovertemplate: "query %{y} “%{customdata[0]}” · key %{x} “%{customdata[1]}”<br>" + (opts.hoverName || "value") + " %{text}<extra></extra>",
   }];
   if (opts.plain) {   // numbered rows and columns (positions): no per-cell labels needed
@@ -259,22 +353,33 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     delete data[0].customdata;
     data[0].hovertemplate = `${opts.yTitle} %{y} · ${opts.xTitle} %{x}<br>${opts.hoverName || "value"} %{z}<extra></extra>`;
   }
+  if (opts.causalMask) {
+    data.push({
+      type: "heatmap", name: "causal mask", x: data[0].x, y: data[0].y,
+      z: z.map((r, q) => r.map((_, k) => (k > q ? 1 : null))),
+      colorscale: [[0, MASKED], [1, MASKED]], showscale: false, hoverongaps: false, customdata: pairs,
+      hovertemplate: "token %{y} “%{customdata[0]}” cannot see the later token %{x} “%{customdata[1]}” (causal mask)<extra></extra>",
+    });
+  }
   if (hasNull && side / n >= 16) {
     // write −∞ into the masked cells while they are large enough to read
-    data.push({
-      type: "scatter", mode: "text", hoverinfo: "skip", showlegend: false,
-      x: [], y: [], text: [], textfont: { family: MONO, size: n > 14 ? 9 : 11, color: "#444" },
-    });
-    z.forEach((r, q) => r.forEach((v, k) => { if (v === null) { data[1].x.push(k); data[1].y.push(q); data[1].text.push("−∞"); } }));
+    const cells = { type: "scatter", mode: "text", hoverinfo: "skip", showlegend: false,
+      x: [], y: [], text: [], textfont: { family: MONO, size: n > 14 ? 9 : 11, color: "#444" } };
+    z.forEach((r, q) => r.forEach((v, k) => { if (v === null) { cells.x.push(k); cells.y.push(q); cells.text.push("−∞"); } }));
+    data.push(cells);
   }
-  draw(gd, data, {
-    title: opts.title ? { text: opts.title, x: 0, xanchor: "left", font: { size: 13 } } : undefined,
-    width: side + (opts.colorbar === false ? 90 : 150), height: side + 110,
-    margin: { l: 10, r: 10, t: opts.title ? 70 : 40, b: 10 },
+  const title = !opts.title ? undefined : opts.fit
+    ? { text: opts.title, x: 0, xanchor: "left", xref: "paper", y: 1, yanchor: "top", yref: "container", pad: { t: 8 } }
+    : { text: opts.title, x: 0, xanchor: "left", font: { size: 13 } };
+  // fit: the margins are already sized to the labels, so the square keeps its side
+  const axis = opts.plain ? plainAxis : tokenAxis(labels, side, opts.fit ? { automargin: false } : {});
+  const axisTitle = (t) => (opts.fit ? { text: t || "", standoff: 6 } : { text: t || "" });
+  return draw(gd, data, {
+    title, width, height, margin,
     plot_bgcolor: hasNull ? "#e9e9e9" : "#fff",
     shapes: opts.row === undefined || opts.row === null ? [] : [rowBox(opts.row, n)],
-    xaxis: { ...(opts.plain ? plainAxis : tokenAxis(labels, side)), side: "top", tickangle: opts.tickangle ?? -60, range: [-0.5, n - 0.5], constrain: "domain", title: { text: opts.xTitle || "" } },
-    yaxis: { ...(opts.plain ? plainAxis : tokenAxis(labels, side)), range: [n - 0.5, -0.5], constrain: "domain", scaleanchor: "x", title: { text: opts.yTitle || "" } },
+    xaxis: { ...axis, side: "top", tickangle: opts.tickangle ?? -60, range: [-0.5, n - 0.5], constrain: "domain", title: axisTitle(opts.xTitle) },
+    yaxis: { ...axis, range: [n - 0.5, -0.5], constrain: "domain", scaleanchor: "x", title: axisTitle(opts.yTitle) },
   }, opts.name || gd.id);
 }
 

@@ -6,6 +6,8 @@ Fixtures (other browser test modules rely on these names):
   page      function  a fresh context + page (1280x900); `page.console_errors` lists console
                       errors and uncaught page errors, `page.requests` every URL it requested
   screenshot          function `screenshot(page, name)` -> path of test-artifacts/<name>.png
+  serve_app session  `serve(checkpoint, data_dir)`: a context manager that runs the app on another
+                      checkpoint and yields its URL (live_url is the built-in model through it)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -41,18 +44,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def live_url(tmp_path_factory):
+@contextmanager
+def serve(checkpoint: Path, data_dir: Path):
+    """Run the real app on `checkpoint` with uvicorn on a free local port (a background thread);
+    yields its base URL once /api/v1/health answers, and stops it on exit."""
     import uvicorn
 
     from server.app import create_app
 
-    # runs, uploads and checkpoints go to a temporary folder, never ~/.gptscope
-    app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("gptscope-data")))
+    app = create_app(Settings(checkpoint=checkpoint, data_dir=data_dir))
     port = _free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="gptscope-live-server", daemon=True)
+    thread = threading.Thread(target=server.run, name=f"gptscope-live-server-{port}", daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -75,6 +79,19 @@ def live_url(tmp_path_factory):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def serve_app():
+    """`serve` for a test module that needs a second server (another checkpoint)."""
+    return serve
+
+
+@pytest.fixture(scope="session")
+def live_url(tmp_path_factory):
+    # runs, uploads and checkpoints go to a temporary folder, never ~/.gptscope
+    with serve(BUILTIN_CHECKPOINT, tmp_path_factory.mktemp("gptscope-data")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
