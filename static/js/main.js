@@ -147,6 +147,7 @@ function apply(res, parts, text) {
   else {
     for (const p of parts) trace[p] = res[p];
     trace.position = res.position;
+    trace.causal = res.causal;
   }
   shownText = text;
   labels = tokenLabels(trace.tokens);

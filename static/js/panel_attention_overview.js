@@ -1,6 +1,7 @@
 // Stage 4: every layer x head as a grid of small maps (model view), the selected head large
 // (#attention-plot), a head view with lines, and the selected query's weights as bars.
-// Data: the `attention` part of POST /api/v1/forward.
+// Data: the `attention` part of POST /api/v1/forward. Whether a query may read later keys is the
+// response's `causal`: with the mask the upper triangle is covered, without it every key is drawn.
 import { $, MONO, OKABE, SEQ, addDownloads, draw, fmt, later, relayout, squareHeatmap, tokenAxis, tokenLabels } from "./viz.js";
 
 const SVGNS = "http://www.w3.org/2000/svg";
@@ -32,6 +33,9 @@ export function setAttentionSelection(selection) {
   drawSelected();
 }
 
+// The model masks later keys unless the response says it was trained without the mask.
+const causal = () => trace.causal !== false;
+
 function drawSelected() {
   if (!trace || !trace.attention) return;
   drawHead();
@@ -52,7 +56,7 @@ function drawHead() {
   const z = pattern();
   if (!z) return;
   squareHeatmap($("attention-plot"), z, tokenLabels(trace.tokens), {
-    fit: true, causalMask: true, traceName: "attention", title: `Layer ${sel.layer}, head ${sel.head}`,
+    fit: true, causalMask: causal(), traceName: "attention", title: `Layer ${sel.layer}, head ${sel.head}`,
     xTitle: "key: the token being read", yTitle: "query: the token reading", colorTitle: "weight", hoverName: "weight",
     name: "attention-head",
   });
@@ -153,8 +157,9 @@ function drawHeadView() {
   const x1 = colW + gap;
   const lines = mk("g", { class: "hv-lines" });
   const hot = mk("g", { class: "hv-selected" });
+  const lastKey = (q) => (causal() ? Math.min(q, z[q].length - 1) : z[q].length - 1);
   for (let q = 0; q < n; q++) {
-    for (let k = 0; k <= q && k < z[q].length; k++) {
+    for (let k = 0; k <= lastKey(q); k++) {
       const w = z[q][k];
       if (w < 0.005) continue;
       const isSel = q === sel.position;
@@ -184,7 +189,7 @@ function drawQueryBars() {
   if (!z) return;
   const labels = tokenLabels(trace.tokens);
   const q = Math.min(sel.position, z.length - 1);
-  const keys = labels.map((_, i) => i).filter((k) => k <= q);
+  const keys = labels.map((_, i) => i).filter((k) => !causal() || k <= q);
   const height = Math.max(260, Math.min(900, 80 + keys.length * 16));
   draw($("query-bars-plot"), [{
     type: "bar", orientation: "h", x: keys.map((k) => z[q][k]), y: keys,

@@ -65,8 +65,10 @@ function drawAttention(f) {
   state.layer = fillSelect($("replay-layer"), a.pattern.length, state.layer, "layer");
   state.head = fillSelect($("replay-head"), a.pattern[state.layer].length, state.head, "head");
   const labels = tokenLabels(f.forward.tokens);
+  // a run trained without the mask (the causal-mask experiment) reads later tokens too: its frame says so
+  const mask = f.forward.causal === false ? " · no causal mask" : "";
   squareHeatmap($("replay-attn"), a.pattern[state.layer][state.head], labels, {
-    title: `layer ${a.layers[state.layer]}, head ${a.heads[state.head]} · step ${f.step}`,
+    title: `layer ${a.layers[state.layer]}, head ${a.heads[state.head]} · step ${f.step}${mask}`,
     hoverName: "attention weight", colorTitle: "weight", xTitle: "looks at (key)", yTitle: "token (query)",
     maxSide: 380, cell: 22, name: `attention-step-${f.step}`,
   });
