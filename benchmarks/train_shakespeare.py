@@ -53,6 +53,9 @@ def train_flops_per_token(cfg, seq_len: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--budget", type=float, default=150.0)
+    p.add_argument("--steps", type=int, default=None,
+                   help="train this many updates instead of for --budget seconds (to compare recipes step for "
+                        "step on a busy machine)")
     p.add_argument("--out", default="runs/bench")
     a, rest = p.parse_known_args()
 
@@ -60,8 +63,8 @@ def main() -> None:
     peak = matmul_gflops()
     targs = trainer.argparse.ArgumentParser()
     trainer.add_arguments(targs)
-    ta = targs.parse_args(["--corpus", "shakespeare-markdown", "--time-budget", str(a.budget), "--out", a.out,
-                           "--no-progress", *rest])
+    length = ["--max-steps", str(a.steps)] if a.steps else ["--time-budget", str(a.budget)]
+    ta = targs.parse_args(["--corpus", "shakespeare-markdown", *length, "--out", a.out, "--no-progress", *rest])
     tc = trainer.config_from_args(ta)
 
     t0 = time.time()
@@ -74,7 +77,7 @@ def main() -> None:
     ev = trainer.evaluate_text(res.model, res.encoding(), held_out)
     cfg = res.model.cfg
     seq_len = tc.seq_len or cfg.n_ctx
-    hist = res.meta["history"]
+    hist = res.history
     steady = [h["tokens_per_s"] for h in hist[len(hist) // 5:]] or [0]
     tok_s = sorted(steady)[len(steady) // 2]
     achieved = tok_s * train_flops_per_token(cfg, seq_len) / 1e9

@@ -191,3 +191,43 @@ def test_generate_step_bad_ids(client, service):
     assert r.status_code == 422 and f"n_ctx={n_ctx}" in r.json()["detail"][0]["msg"]
     r = client.post("/api/v1/generate/step", json={"ids": []})
     assert r.status_code == 422
+
+
+def test_a_full_context_trace_is_compact_json_and_gzipped(client, service):
+    """128 tokens with the default include (attention of every head + next token) fit in 1 MB of
+    JSON: weights are rounded in float64 (0.6031, not 0.6031000018119812) and a causal model's rows
+    stop at the diagonal; large answers are gzipped for a client that accepts it."""
+    ids = service.encoding.encode_ordinary(PROMPT * 30)[:service.model.cfg.n_ctx]
+    text = service.encoding.decode(ids)
+    assert len(service.encoding.encode_ordinary(text)) == service.model.cfg.n_ctx
+    r = client.post("/api/v1/forward", json={"text": text}, headers={"Accept-Encoding": "identity"})
+    assert r.status_code == 200 and "content-encoding" not in r.headers
+    assert len(r.content) <= 1_000_000, len(r.content)
+    assert b"000000" not in r.content  # no float32 noise widened to double
+    zipped = client.post("/api/v1/forward", json={"text": text}, headers={"Accept-Encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip" and zipped.json() == r.json()
+    assert int(zipped.headers["content-length"]) < len(r.content) / 3
+
+
+def test_a_model_trained_without_the_mask_returns_full_attention_rows(service, tmp_path):
+    """A non-causal checkpoint: health says so, and every row has all T keys with real weight above
+    the diagonal (what the model really did)."""
+    from fastapi.testclient import TestClient
+
+    from model import checkpoint as ckpt
+    from model.gpt import GPT, GPTConfig
+    from server.app import create_app
+    from server.config import Settings
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(**{**service.model.cfg.to_dict(), "n_layer": 1, "causal": False})
+    ckpt.save(tmp_path / "nc", GPT(cfg), {"name": "no-mask", "tokenizer": service.meta["tokenizer"]})
+    app = create_app(Settings(checkpoint=tmp_path / "nc", data_dir=tmp_path / "data", allow_hosts=["testserver"]))
+    with TestClient(app) as c:
+        assert c.get("/api/v1/health").json()["info"]["causal"] is False
+        body = c.post("/api/v1/forward", json={"text": PROMPT}).json()
+    T = len(body["tokens"])
+    assert body["causal"] is False
+    for head in body["attention"]["pattern"][0]:
+        assert all(len(row) == T for row in head)
+        assert any(w > 0 for q, row in enumerate(head) for w in row[q + 1:])

@@ -28,6 +28,13 @@ def rounded(t: torch.Tensor, digits: int = 5) -> list:
     return torch.round(t, decimals=digits).tolist()
 
 
+def attention_rows(pattern: torch.Tensor, causal: bool) -> list:
+    """(heads, T, T) weights -> [head][query][key] to 4 decimals; a causal model's row q stops at
+    key q (the masked keys' weights are exactly 0 and are left out)."""
+    rows = rounded(pattern, 4)
+    return [[r[:q + 1] for q, r in enumerate(h)] for h in rows] if causal else rows
+
+
 def token_text(service: ModelService, tid: int) -> str:
     return service.encoding.decode_single_token_bytes(int(tid)).decode("utf-8", errors="replace")
 
@@ -117,8 +124,8 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
                               position=pos)
         c = {k: v[0] for k, v in cache.items()}  # drop the batch dimension
         if "attention" in parts:
-            out.attention = AttentionBlock(layers=layers, heads=heads,
-                                           pattern=[rounded(c[f"blocks.{l}.attn.hook_pattern"][heads], 4) for l in layers])
+            out.attention = AttentionBlock(layers=layers, heads=heads, pattern=[
+                attention_rows(c[f"blocks.{l}.attn.hook_pattern"][heads], cfg.causal) for l in layers])
         if "embeddings" in parts:
             tok, p = c["hook_embed"], cache["hook_pos_embed"][0]
             out.embeddings = EmbeddingsBlock(token=rounded(tok, 4), position=rounded(p, 4), sum=rounded(tok + p, 4),

@@ -45,7 +45,9 @@ class AttentionBlock(BaseModel):
     layers: list[int] = Field(description="layer index of each entry of `pattern`")
     heads: list[int] = Field(description="head index of each entry of `pattern[l]`")
     pattern: list[list[Matrix]] = Field(
-        description="[layer][head][query][key]: softmax weights; each row sums to 1; zero above the diagonal")
+        description="[layer][head][query][key]: softmax weights, 4 decimals; each row sums to 1. For a causal "
+                    "model (`causal` true) row q lists keys 0..q only: later keys are masked and get exactly 0, "
+                    "so they are left out (half the bytes). A model trained without the mask has full rows.")
 
 
 class EmbeddingsBlock(BaseModel):

@@ -2,7 +2,7 @@
 // (#attention-plot), a head view with lines, and the selected query's weights as bars.
 // Data: the `attention` part of POST /api/v1/forward. Whether a query may read later keys is the
 // response's `causal`: with the mask the upper triangle is covered, without it every key is drawn.
-import { $, MONO, OKABE, SEQ, addDownloads, draw, fmt, later, relayout, squareHeatmap, tokenAxis, tokenLabels } from "./viz.js";
+import { $, MASKED, MONO, OKABE, SEQ, addDownloads, draw, fmt, later, padRows, relayout, squareHeatmap, tokenAxis, tokenLabels } from "./viz.js";
 
 const SVGNS = "http://www.w3.org/2000/svg";
 let trace = null;
@@ -72,7 +72,7 @@ function drawModelView() {
   a.layers.forEach((l, li) => a.heads.forEach((h, hi) => {
     const k = li * nH + hi + 1;
     data.push({
-      type: "heatmap", z: a.pattern[li][hi], xaxis: `x${k}`, yaxis: `y${k}`, coloraxis: "coloraxis",
+      type: "heatmap", z: padRows(a.pattern[li][hi], labels.length), xaxis: `x${k}`, yaxis: `y${k}`, coloraxis: "coloraxis",
       name: `L${l} H${h}`, meta: [l, h],
       customdata: labels.map((q) => labels.map((kk) => [q, kk])),
       hovertemplate: `layer ${l}, head ${h}<br>query %{y} “%{customdata[0]}” → key %{x} “%{customdata[1]}”<br>weight %{z}<extra></extra>`,
@@ -97,6 +97,7 @@ function drawModelView() {
     grid: { rows: nL, columns: nH, pattern: "independent", roworder: "top to bottom", xgap: 0.08, ygap: 0.12 },
     coloraxis: { colorscale: SEQ, cmin: 0, cmax: 1, colorbar: { title: { text: "weight" }, thickness: 10 } },
     margin: { l: 50, r: 10, t: 30, b: 10 },
+    plot_bgcolor: MASKED,  // a causal model's masked cells (the API leaves them out) show as the mask's grey
     shapes: selectedBox(),
   }, "attention-all-heads");
   if (!gd.dataset.clickBound) {

@@ -70,7 +70,7 @@ function drawAttention(f) {
   squareHeatmap($("replay-attn"), a.pattern[state.layer][state.head], labels, {
     title: `layer ${a.layers[state.layer]}, head ${a.heads[state.head]} · step ${f.step}${mask}`,
     hoverName: "attention weight", colorTitle: "weight", xTitle: "looks at (key)", yTitle: "token (query)",
-    maxSide: 380, cell: 22, name: `attention-step-${f.step}`,
+    maxSide: 380, cell: 22, name: `attention-step-${f.step}`, causalMask: f.forward.causal !== false,
   });
 }
 

@@ -13,7 +13,7 @@ export const OKABE = { blue: "#0072B2", orange: "#E69F00", green: "#009E73", sky
 // The same colours in the order a list of series takes them.
 export const SERIES = [OKABE.blue, OKABE.orange, OKABE.green, OKABE.vermillion, OKABE.purple, OKABE.sky, OKABE.black];
 // The masked cells of an attention map: drawn empty, not as a (dark) weight of 0.
-const MASKED = "#eeeeee";
+export const MASKED = "#eeeeee";  // cells a causal mask hides
 
 export const $ = (id) => document.getElementById(id);
 
@@ -303,7 +303,14 @@ export function tokenFeatureHeatmap(gd, z, opts) {
 
 const plainAxis = { tickmode: "auto", nticks: 9, showgrid: false, zeroline: false, automargin: true };
 
-// A (T x T) query-by-key map. `z` may hold null (drawn as the masked "−∞").
+// Rows of a causal model's attention stop at the diagonal (the API leaves out the masked keys,
+// whose weight is exactly 0): pad each row to n columns with `fill` so a square can be drawn.
+export function padRows(rows, n, fill = null) {
+  return rows.map((r) => (r.length < n ? [...r, ...Array(n - r.length).fill(fill)] : r));
+}
+
+// A (T x T) query-by-key map. `z` may hold null (drawn as the masked "−∞"); rows shorter than T
+// (a causal model's attention) are padded with empty cells, which causalMask covers.
 // opts: signed, limit, zmin/zmax, colorTitle, hoverName, title, xTitle/yTitle, row (outlined),
 //   cell/minSide/maxSide (the square's size), colorbar (false: none), tickangle, plain (numbered axes),
 //   name (download name), traceName,
@@ -315,7 +322,8 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
   const signed = !!opts.signed;
   const lim = signed ? (opts.limit ?? signedLimit(z)) : null;
   const hasNull = z.some((r) => r.some((v) => v === null));
-  const text = opts.plain ? null : z.map((r) => r.map((v) => (v === null ? "−∞ (masked)" : String(v))));
+  const text = opts.plain ? null : padRows(z.map((r) => r.map((v) => (v === null ? "−∞ (masked)" : String(v)))), n, "");
+  z = padRows(z, n);
   const pairs = opts.plain ? null : labels.map((q) => labels.map((k) => [q, k]));
   let side;
   let margin;
