@@ -409,11 +409,12 @@ class GPT(nn.Module):
     # ---- forward ---------------------------------------------------------------------------
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                kv_cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                kv_cache: KVCache | None = None, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) token ids -> (logits (B, T, V), mean cross-entropy or None).
 
         With a kv_cache, idx holds only the new tokens; their positions continue after the
-        cached ones, and the cache grows by T.
+        cached ones, and the cache grows by T. last_only: logits (B, 1, V) of the last position
+        only (generation needs no more, and the unembedding is the widest matmul).
         """
         B, T = idx.shape
         start = kv_cache.length if kv_cache is not None else 0
@@ -425,7 +426,7 @@ class GPT(nn.Module):
         x = self.drop(tok_emb + pos_emb)
         for i, block in enumerate(self.blocks):
             x = block(x, kv_cache.layer(i) if kv_cache is not None else None)
-        x = self.ln_final(x)
+        x = self.ln_final(x[:, -1:] if last_only else x)
         logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
         if kv_cache is not None:
             kv_cache.length += T
@@ -480,6 +481,8 @@ class GPT(nn.Module):
         point fires). See the module docstring."""
         if mode not in ("fast", "explain"):
             raise ValueError(f"mode must be 'fast' or 'explain', not {mode!r}")
+        if mode == self.mode:
+            return self
         self.mode = mode
         for m in self.modules():
             if isinstance(m, (LayerNorm, CausalSelfAttention)):
@@ -499,12 +502,12 @@ class GPT(nn.Module):
         cache = None
         for step in range(max_new_tokens):
             if not use_cache:
-                logits, _ = self(out[:, -self.cfg.n_ctx:])
+                logits, _ = self(out[:, -self.cfg.n_ctx:], last_only=True)
             elif cache is None or cache.length >= self.cfg.n_ctx:
                 # prefill (again, on the last n_ctx - 1 tokens, when the window is full)
                 cache = KVCache(self.cfg, 1, idx.device, self.wte.weight.dtype)
                 logits, _ = self(out[:, -(self.cfg.n_ctx - 1):] if step else out[:, -self.cfg.n_ctx:],
-                                 kv_cache=cache)
+                                 kv_cache=cache, last_only=True)
             else:
                 logits, _ = self(out[:, -1:], kv_cache=cache)
             nxt = sample_next(logits[0, -1], temperature, top_k, top_p, seed, step).token

@@ -12,7 +12,7 @@ from ..schemas.forward import NextToken
 from ..schemas.sampling import (CacheSize, FilteredToken, GenerateStepRequest, GenerateStepResponse,
                                 NextTokenRequest, NextTokenResponse, SamplingSettings)
 from ..service import ModelService
-from .forward import prompt_ids, token_text
+from .forward import prompt_ids, rounded, token_text
 from .tokens import token_pieces
 
 
@@ -61,7 +61,7 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
     with service.run() as m:
         cache = KVCache(cfg, 1, service.device)
         if ids.size(1) > 1:
-            m(ids[:, :-1], kv_cache=cache)
+            m(ids[:, :-1], kv_cache=cache, last_only=True)
         with m.capture(lambda n: n.endswith("attn.hook_pattern")) as cap:
             logits, _ = m(ids[:, -1:], kv_cache=cache)
     s = sample_next(logits[0, -1], req.temperature, req.top_k, req.top_p, req.seed, req.step)
@@ -76,8 +76,7 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
         candidates=[NextToken(id=int(i), text=token_text(service, int(i)), prob=round(float(p), 6),
                               logit=round(float(logits[0, -1, int(i)]), 4)) for p, i in zip(top.values, top.indices)],
         prefill_tokens=len(req.ids) - 1,
-        attention=[[[round(float(w), 5) for w in cap[last.format(l)][0, h, 0]] for h in range(cfg.n_head)]
-                   for l in range(cfg.n_layer)],
+        attention=rounded(torch.stack([cap[last.format(l)][0, :, 0] for l in range(cfg.n_layer)]), 5),
         cache=CacheSize(layers=cfg.n_layer, positions=cache.length, d_model=cfg.d_model, numbers=numbers,
                         bytes_float32=numbers * 4),
         text=service.encoding.decode(new_ids))
