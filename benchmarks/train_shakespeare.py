@@ -76,6 +76,7 @@ def main() -> None:
     t1 = time.time()
     ev = trainer.evaluate_text(res.model, res.encoding(), held_out)
     cfg = res.model.cfg
+    used = res.meta["train_config"]  # the config as trained: the recipe's values filled in
     seq_len = tc.seq_len or cfg.n_ctx
     hist = res.history
     steady = [h["tokens_per_s"] for h in hist[len(hist) // 5:]] or [0]
@@ -84,7 +85,9 @@ def main() -> None:
     out = {
         "budget_s": a.budget, "wall_s": round(wall, 1), "train_s": res.meta["train_seconds"],
         "steps": res.meta["step"], "config": cfg.to_dict(), "params": count_params(cfg)["total"],
-        "batch_size": tc.batch_size, "seq_len": seq_len, "max_lr": tc.max_lr,
+        "recipe": {k: used[k] for k in ("preset", "batch_size", "max_lr", "optimizer", "muon_lr", "precision",
+                                         "warmup_steps", "min_lr_ratio")},
+        "seq_len": seq_len,
         "vocab_size": cfg.vocab_size, "tokens_per_s_median": round(tok_s),
         "heldout_bits_per_char": round(ev["bits_per_char"], 4),
         "heldout_nats_per_token": round(ev["nats_per_token"], 4), "heldout_chars": ev["chars"],

@@ -24,7 +24,6 @@ from .errors import Conflict, InputError, NotFound
 from .schemas.training import CHECKPOINT_PATTERN, NAME_PATTERN, TrainingRequest
 
 RUN_ID = re.compile(r"^[0-9a-f]{12}$")
-BUILTIN_CORPUS = "shakespeare"
 
 
 @dataclass
@@ -113,8 +112,8 @@ class RunManager:
     # ---- names -> paths (validated before any filesystem call) --------------------------------
 
     def corpus_path(self, name: str) -> str:
-        if name == BUILTIN_CORPUS:
-            return BUILTIN_CORPUS
+        if name in corpus_mod.BUILTIN:
+            return name
         if not re.fullmatch(NAME_PATTERN, name) or ".." in name:
             raise InputError("corpus", f"corpus name {name!r} is not valid")
         p = (self.corpora_dir / f"{name}.txt").resolve()
@@ -149,7 +148,7 @@ class RunManager:
 
     def save_corpus(self, name: str, data: bytes) -> corpus_mod.Corpus:
         """Check an upload is usable UTF-8 text, then write it atomically as <name>.txt."""
-        if name == BUILTIN_CORPUS or ".." in name:
+        if name in corpus_mod.BUILTIN or ".." in name:
             raise InputError("name", f"{name!r} is reserved or not valid")
         try:
             corpus = corpus_mod.from_bytes(data, name)
@@ -177,7 +176,7 @@ class RunManager:
         key = self.cache_key(req)
         with self._lock:
             done = [j for j in self.jobs.values() if j.status == "done" and self.cache_key(j.request) == key]
-            if done and req.corpus == BUILTIN_CORPUS:  # an uploaded corpus may have been replaced since
+            if done and req.corpus in corpus_mod.BUILTIN:  # an uploaded corpus may have been replaced since
                 return replace(done[-1], cached=True)
             busy = self.running()
             if busy:

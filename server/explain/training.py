@@ -36,8 +36,10 @@ def status(job: Job, since: int = 0) -> TrainingStatus:
 
 
 def corpora(runs: RunManager) -> list[CorpusInfo]:
-    text = corpus_mod.shakespeare().text
-    out = [CorpusInfo(name="shakespeare", chars=len(text), bytes=len(text.encode("utf-8")), builtin=True)]
+    out = []
+    for name in corpus_mod.BUILTIN:
+        text = corpus_mod.load(name).text
+        out.append(CorpusInfo(name=name, chars=len(text), bytes=len(text.encode("utf-8")), builtin=True))
     for p in runs.corpus_files():
         data = p.read_bytes()
         out.append(CorpusInfo(name=p.stem, chars=len(data.decode("utf-8", errors="replace")), bytes=len(data), builtin=False))

