@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from server.schemas.forward import ForwardResponse
 from server.schemas.tokenize import TokenizeResponse
@@ -115,3 +116,23 @@ def test_openapi_docs(client):
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/api/v1/health", "/api/v1/tokenize", "/api/v1/forward"} <= set(paths)
+
+
+def test_the_default_prompt_is_in_the_corpus_format_and_its_top_guess_is_a_word(client, service):
+    from server.routers.pages import DEFAULT_PROMPT
+
+    speaker, _, speech = DEFAULT_PROMPT.partition("\n")
+    assert speaker.endswith(":") and speech  # a NAME: line, then the speech, as in the corpus
+    assert f"\n{speaker}\n" in corpus_text()
+    r = client.post("/api/v1/next-token", json={"text": DEFAULT_PROMPT, "show": 5})
+    assert r.status_code == 200
+    top = r.json()["candidates"][0]
+    assert re.fullmatch(r" ?[A-Za-z]+", top["text"]), top  # a word, not whitespace or punctuation
+    page = client.get("/")
+    assert DEFAULT_PROMPT.replace("\n", "&#10;") in page.text or DEFAULT_PROMPT in page.text
+
+
+def corpus_text() -> str:
+    from model import corpus
+
+    return corpus.shakespeare().text

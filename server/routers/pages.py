@@ -25,7 +25,10 @@ from ..explain.tokens import encoding_names
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 
-DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+# In the corpus's format (speaker line, then the speech), ending mid-sentence so the model's first
+# guess is a word: the built-in model says " speak" (the line from Coriolanus that opens
+# char-level Shakespeare).
+DEFAULT_PROMPT = "First Citizen:\nBefore we proceed any further, hear me"
 DEFAULT_TOKENIZER_TEXT = ("Every effort moves you forward, uncharacteristically.\n"
                           "Naïve café owners say “héllo” 👋 in 2024!")
 
