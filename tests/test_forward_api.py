@@ -194,16 +194,23 @@ def test_generate_step_bad_ids(client, service):
 
 
 def test_a_full_context_trace_is_compact_json_and_gzipped(client, service):
-    """128 tokens with the default include (attention of every head + next token) fit in 1 MB of
-    JSON: weights are rounded in float64 (0.6031, not 0.6031000018119812) and a causal model's rows
-    stop at the diagonal; large answers are gzipped for a client that accepts it."""
-    ids = service.encoding.encode_ordinary(PROMPT * 30)[:service.model.cfg.n_ctx]
+    """128 tokens with the default include (attention of every head + next token): weights are
+    rounded in float64 (0.6031, not 0.6031000018119812) and a causal model's rows stop at the
+    diagonal, so each weight costs under 7 bytes of JSON (it cost 19) and a model of 16 heads in
+    all (the cpu preset) answers in under 1 MB; large answers are gzipped for a client that
+    accepts it."""
+    cfg = service.model.cfg
+    ids = service.encoding.encode_ordinary(PROMPT * 30)[:cfg.n_ctx]
     text = service.encoding.decode(ids)
-    assert len(service.encoding.encode_ordinary(text)) == service.model.cfg.n_ctx
+    T = len(service.encoding.encode_ordinary(text))
+    assert T == cfg.n_ctx
     r = client.post("/api/v1/forward", json={"text": text}, headers={"Accept-Encoding": "identity"})
     assert r.status_code == 200 and "content-encoding" not in r.headers
-    assert len(r.content) <= 1_000_000, len(r.content)
     assert b"000000" not in r.content  # no float32 noise widened to double
+    heads = cfg.n_layer * cfg.n_head
+    weights = heads * T * (T + 1) // 2  # rows 0..q of every head
+    assert len(r.content) / weights < 7, len(r.content) / weights
+    assert len(r.content) * 16 / heads <= 1_000_000, len(r.content)
     zipped = client.post("/api/v1/forward", json={"text": text}, headers={"Accept-Encoding": "gzip"})
     assert zipped.headers["content-encoding"] == "gzip" and zipped.json() == r.json()
     assert int(zipped.headers["content-length"]) < len(r.content) / 3
