@@ -17,6 +17,7 @@ pytestmark = pytest.mark.browser
 # sends the same request, so once the page has trained it the API answers from that finished run
 # (cached) instead of training again.
 SHORT = {"corpus": "shakespeare", "preset": "tiny", "seed": 1337, "max_lr": 0.003, "warmup_steps": 30,
+         "optimizer": "adamw", "muon_lr": 0.02,
          "vocab_size": 300, "batch_size": 16, "snapshots": [0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1],
          "max_steps": 150}
 TERMINAL = ("done", "cancelled", "failed")
@@ -52,9 +53,18 @@ def open_page(page, live_url):
 
 
 def set_form(page, steps):
+    """The form starts from the CPU recipe (preset cpu, Muon); a short test run takes the tiny
+    preset with AdamW instead."""
+    assert page.input_value("#preset") == "cpu" and page.input_value("#optimizer") == "muon"
+    assert page.is_visible("#muon-lr")
+    page.select_option("#preset", SHORT["preset"])
+    page.select_option("#optimizer", SHORT["optimizer"])
+    assert not page.is_visible("#muon-lr")  # Muon's rate is shown only when Muon is chosen
+    page.fill("#max-lr", str(SHORT["max_lr"]))
     page.fill("#max-steps", str(steps))
     page.click("#start-form details:not(#upload-box) summary")  # "more"
     page.fill("#vocab-size", str(SHORT["vocab_size"]))
+    page.fill("#batch-size", str(SHORT["batch_size"]))
 
 
 def start(page):
