@@ -25,10 +25,9 @@ from ..explain.tokens import encoding_names
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 
-# In the corpus's format (speaker line, then the speech), ending mid-sentence so the model's first
-# guess is a word: the built-in model says " speak" (the line from Coriolanus that opens
-# char-level Shakespeare).
-DEFAULT_PROMPT = "First Citizen:\nBefore we proceed any further, hear me"
+# In the corpus's format (speaker line, then the speech), ending mid-line so the model's first
+# guess is a word: the built-in model says " more" (Henry V, in the training split).
+DEFAULT_PROMPT = "KING HENRY V:\nOnce more unto the breach, dear friends, once"
 DEFAULT_TOKENIZER_TEXT = ("Every effort moves you forward, uncharacteristically.\n"
                           "Naïve café owners say “héllo” 👋 in 2024!")
 
