@@ -99,8 +99,10 @@ async function loadModel(signal) {
   let text = `Recorded in checkpoint.json: warm up over ${int(r.warmup)} updates to ${sci(r.max_lr, 2)}, then a cosine ` +
     `down to ${sci(r.min_lr, 2)} at step ${int(r.total_steps)}.`;
   if (body.history && body.history_max_abs_diff !== null) {
-    text += ` Across all ${int(body.history.step.length)} recorded updates the rate the trainer set differs from the curve by at most ` +
-      `${body.history_max_abs_diff === 0 ? "0: they are identical" : sci(body.history_max_abs_diff, 2)}.`;
+    text += " Across every recorded update the rate the trainer set differs from the curve by at most " +
+      (body.history_max_abs_diff === 0 ? "0: they are identical."
+        : `${sci(body.history_max_abs_diff, 2)}: a run with a time budget plans its length after a few updates and ` +
+          "again a third of the way in, and its earlier updates followed the first plan.");
   } else if (body.history) {
     text += " The curve now shows your edited values; the dots still show the recorded run.";
   }

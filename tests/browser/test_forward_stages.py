@@ -272,7 +272,8 @@ def test_temperature_and_filters_reshape_the_distribution(page, live_url):
     filt = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": t, "top_k": 3, "show": 20})
     final = plot_data(page, "sampling-plot")[2]["y"]
     assert final == [c["p_final"] for c in filt["candidates"]]
-    assert sum(1 for p in final if p > 0) == 3 == filt["n_kept"]
+    assert sum(1 for c in filt["candidates"] if c["kept"]) == 3 == filt["n_kept"]
+    assert sum(1 for p in final if p > 0) <= 3  # a kept token may still round to 0 at a low temperature
     assert f"{filt['n_kept']:,}" in page.inner_text("#sampling-stats")
     assert query_of(page.url)["top_k"] == "3"
 

@@ -66,7 +66,11 @@ def test_learn_page_draws_every_panel_from_the_api(page, live_url, screenshot):
 
     m = api(page, live_url, "/schedules/lr?kind=model")
     assert trace(page, "model-schedule-plot", "rate the trainer set")["y"] == m["history"]["lr"]
-    assert "identical" in page.inner_text("#model-schedule-summary")
+    # the page states the API's own figure: 0 ("identical") for a run of fixed length; a time-budget
+    # run (the built-in model) re-plans its length a third of the way in, so its early rates differ
+    diff = m["history_max_abs_diff"]
+    expected = "identical" if diff == 0 else f"{diff:.2e}".replace("e-0", "e-")  # as JavaScript writes it
+    assert expected in page.inner_text("#model-schedule-summary")
 
     assert "1.386" in page.inner_text("#loss-summary")
     assert "Sum of all the gradients: 0" in page.inner_text("#grad-summary")
