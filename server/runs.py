@@ -58,8 +58,10 @@ class Job:
         return self.history
 
     def eta(self) -> float | None:
+        if self.status != "running" or not self.total_steps:
+            return None  # (a finished run's history file is not read just for this)
         recs = self.records()
-        if self.status != "running" or not self.total_steps or not recs:
+        if not recs:
             return None
         per_step = recs[-1].elapsed_s / max(1, self.step - (recs[0].step - 1))
         return round(max(0.0, (self.total_steps - self.step) * per_step), 1)
