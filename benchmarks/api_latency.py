@@ -6,8 +6,9 @@ times, one request at a time:
   - POST /api/v1/forward with every stage included (the heaviest trace)
   - POST /api/v1/generate/step with 64 ids (prefill 63 into the KV cache, decode one)
   - POST /api/v1/next-token (temperature / top-k / top-p)
-Prints p50 / p95 / p99 in milliseconds as JSON. Targets on 2 CPU cores: forward p95 < 50 ms,
-generation step p95 < 20 ms.
+Prints p50 / p95 / p99 in milliseconds as JSON, and the server's memory (resident set now and its
+peak, from /proc). Targets on 2 CPU cores: forward p95 < 50 ms, generation step p95 < 20 ms for the
+built-in model; see benchmarks/import_gpt2.py for GPT-2 small's.
 
     python benchmarks/api_latency.py [--n 200] [--checkpoint DIR]
 """
@@ -39,7 +40,17 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-def main() -> None:
+def server_memory_mb(pid: int) -> dict:
+    """Resident memory of the server process now (VmRSS) and at its peak (VmHWM), in MB (Linux)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    kb = {line.split(":")[0]: int(line.split()[1]) for line in status.splitlines() if line.startswith(("VmRSS", "VmHWM"))}
+    return {"rss_mb": round(kb.get("VmRSS", 0) / 1024, 1), "peak_rss_mb": round(kb.get("VmHWM", 0) / 1024, 1)}
+
+
+def main(argv: list[str] | None = None) -> dict:
     from model import checkpoint as ckpt
     from model.tokenizers import encoding_from_spec
     from server.config import BUILTIN_CHECKPOINT
@@ -48,18 +59,20 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT))
-    a = p.parse_args()
+    p.add_argument("--prompt-tokens", type=int, default=64)
+    a = p.parse_args(argv)
+    n_tokens = a.prompt_tokens
 
     meta = ckpt.read_meta(a.checkpoint)
     enc = encoding_from_spec(meta["tokenizer"])
     words = ("But soft what light through yonder window breaks It is the east and Juliet is the sun "
              "Arise fair sun and kill the envious moon who is already sick and pale with grief ").split()
     prompt, i = "", 0
-    while len(enc.encode_ordinary(prompt)) < 64:
+    while len(enc.encode_ordinary(prompt)) < n_tokens:
         prompt += ("" if not prompt else " ") + words[i % len(words)]
         i += 1
     ids = enc.encode_ordinary(prompt)
-    while len(ids) > 64:
+    while len(ids) > n_tokens:
         prompt = prompt[:-1]
         ids = enc.encode_ordinary(prompt)
 
@@ -76,12 +89,13 @@ def main() -> None:
                 except httpx.TransportError:
                     time.sleep(0.1)
             cases = {
-                "forward_64_tokens": ("/api/v1/forward", {"text": prompt}),
-                "forward_64_tokens_all_stages": ("/api/v1/forward", {"text": prompt, "include": list(ALL_PARTS)}),
-                "generate_step_64_ids": ("/api/v1/generate/step", {"ids": ids, "step": 0, "seed": 1, "temperature": 0.8, "top_k": 40}),
+                f"forward_{n_tokens}_tokens": ("/api/v1/forward", {"text": prompt}),
+                f"forward_{n_tokens}_tokens_all_stages": ("/api/v1/forward", {"text": prompt, "include": list(ALL_PARTS)}),
+                f"generate_step_{n_tokens}_ids": ("/api/v1/generate/step", {"ids": ids, "step": 0, "seed": 1, "temperature": 0.8, "top_k": 40}),
                 "next_token_filters": ("/api/v1/next-token", {"text": prompt, "temperature": 0.8, "top_k": 50, "top_p": 0.9}),
             }
-            out = {"prompt_tokens": len(ids), "n": a.n, "checkpoint": a.checkpoint}
+            out = {"prompt_tokens": len(ids), "n": a.n, "checkpoint": a.checkpoint,
+                   "server_memory_after_load": server_memory_mb(proc.pid)}
             for name, (path, body) in cases.items():
                 for _ in range(10):  # warm up
                     c.post(path, json=body).raise_for_status()
@@ -93,7 +107,9 @@ def main() -> None:
                     r.raise_for_status()
                 out[name] = {"p50_ms": round(pct(times, 50), 2), "p95_ms": round(pct(times, 95), 2),
                              "p99_ms": round(pct(times, 99), 2), "bytes": len(r.content)}
+            out["server_memory_after_requests"] = server_memory_mb(proc.pid)
         print(json.dumps(out, indent=1))
+        return out
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -189,15 +189,19 @@ def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: b
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"bad model config in {folder / META_NAME}: {e}") from None
     tensors = _read_tensors(folder, meta.get("weights"), meta.get("weights_sha256"), "weights")
-    model = GPT(cfg)
-    expected = weights_dict(model)
+    with torch.device("meta"):  # no memory and no random init for weights about to be replaced
+        model = GPT(cfg)
+    expected = {k: v for k, v in model.state_dict().items() if not (cfg.tie_weights and k == "lm_head.weight")}
     missing, extra = set(expected) - set(tensors), set(tensors) - set(expected)
     if missing or extra:
         raise CheckpointError(f"weights do not fit the config: missing {sorted(missing)[:5]}, unexpected {sorted(extra)[:5]}")
     for k, v in tensors.items():
         if v.shape != expected[k].shape:
             raise CheckpointError(f"weight {k} has shape {tuple(v.shape)}, the config needs {tuple(expected[k].shape)}")
-    model.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=False)
+    model.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=False, assign=True)
+    del tensors
+    if cfg.tie_weights:  # assign=True replaced wte.weight's Parameter: tie the output layer to the new one
+        model.lm_head.weight = model.wte.weight
     model.to(device).eval()
     opt = {}
     if with_optimizer and meta.get("optimizer"):

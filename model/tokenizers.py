@@ -13,7 +13,8 @@ cache under the name tiktoken would give the downloaded file, and call tiktoken'
 that cache. Nothing touches the network; a wrong or missing file is a clear error.
 
 The built-in model's own tokenizer is a byte-level BPE trained on its corpus (`model.bpe`),
-turned into an Encoding with `encoding_from_merges`.
+turned into an Encoding with `encoding_from_merges`. A character vocabulary (a nanoGPT char-level
+model's `meta.pkl`) becomes a `CharEncoding`: one pre-token and one token per character.
 """
 
 from __future__ import annotations
@@ -138,9 +139,55 @@ def encoding_from_merges(bpe: BPEMerges, name: str = "gptscope-bpe") -> tiktoken
                              special_tokens=dict(bpe.special_tokens), explicit_n_vocab=bpe.n_vocab)
 
 
+class UnknownCharacters(ValueError):
+    """Text with characters a character-level vocabulary does not have."""
+
+    def __init__(self, missing: list[str], n_vocab: int) -> None:
+        shown = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        super().__init__(f"characters {shown}{more} are not in this model's vocabulary of {n_vocab} characters")
+        self.missing = missing
+
+
+class CharEncoding(tiktoken.Encoding):
+    """Each character is one token, its id the character's index in `chars` (nanoGPT's itos).
+
+    Built on tiktoken so every view treats it like any other tokenizer: the pre-token pattern
+    takes one character at a time and each character's UTF-8 bytes are one token, so no merges
+    ever happen. Text with a character outside the vocabulary is refused with UnknownCharacters
+    (tiktoken itself cannot encode bytes it has no token for)."""
+
+    def __init__(self, chars: list[str], name: str = "chars") -> None:
+        if len(set(chars)) != len(chars) or any(not isinstance(c, str) or len(c) != 1 for c in chars):
+            raise ValueError("a character vocabulary lists distinct single characters")
+        self.chars = list(chars)
+        self._charset = frozenset(chars)
+        super().__init__(name=name, pat_str=r"(?s).", mergeable_ranks={c.encode("utf-8"): i for i, c in enumerate(chars)},
+                         special_tokens={}, explicit_n_vocab=len(chars))
+
+    def check(self, text: str) -> None:
+        missing = sorted(set(text) - self._charset)
+        if missing:
+            raise UnknownCharacters(missing, len(self.chars))
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.check(text)
+        return super().encode_ordinary(text)
+
+    def encode(self, text: str, *args, **kwargs) -> list[int]:
+        self.check(text)
+        return super().encode(text, *args, **kwargs)
+
+    @property
+    def eot_token(self) -> None:  # no end-of-text token in a character vocabulary
+        return None
+
+
 def encoding_from_spec(spec: dict, name: str = "model") -> tiktoken.Encoding:
     """Rebuild a checkpoint's tokenizer from its JSON description."""
     kind = spec.get("kind")
+    if kind == "chars":
+        return CharEncoding(spec["chars"], name=name)
     if kind == "bpe":
         return encoding_from_merges(BPEMerges.from_dict(spec), name=name)
     if kind == "tiktoken":

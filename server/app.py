@@ -30,10 +30,10 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        torch.set_num_threads(max(1, settings.torch_threads))
         if getattr(app.state, "service", None) is None:
             app.state.service = ModelService(settings.checkpoint, settings.device)
             log.info("loaded %s from %s", app.state.service.name, settings.checkpoint)
+        torch.set_num_threads(settings.threads_for(app.state.service.model.num_params()))
         yield
         app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
 

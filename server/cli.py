@@ -19,7 +19,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {a.host}: anyone who can reach this machine on port {a.port} can use gptscope, "
               f"including starting training runs", file=sys.stderr)
-    settings = Settings(host=a.host, port=a.port, checkpoint=Path(a.checkpoint), allow_hosts=a.allow_host)
+    settings = Settings(host=a.host, port=a.port, checkpoint=checkpoint_folder(a.checkpoint), allow_hosts=a.allow_host)
     from model import checkpoint as ckpt
 
     try:
@@ -30,6 +30,32 @@ def cmd_serve(a: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     print(f"gptscope: open http://{'[' + a.host + ']' if ':' in a.host else a.host}:{a.port}", file=sys.stderr)
     uvicorn.run(create_app(settings), host=a.host, port=a.port, log_level="warning")
+    return 0
+
+
+def checkpoint_folder(given: str) -> Path:
+    """A checkpoint folder, or the name of an imported model (NAME or models/NAME under the data folder)."""
+    p = Path(given).expanduser()
+    if p.exists() or "/" in given.removeprefix("models/"):
+        return p
+    imported = Settings().data_dir / "models" / given.removeprefix("models/")
+    return imported if imported.is_dir() else p
+
+
+def cmd_import(a: argparse.Namespace) -> int:
+    """Convert a Hugging Face GPT-2 folder or a nanoGPT ckpt.pt into a checkpoint the app serves."""
+    from model import importers
+
+    data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
+    command = "gptscope import " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["import"] else [a.path, "--name", a.name])
+    try:
+        dest, summary = importers.import_model(a.path, a.name, data_dir, meta_pkl=a.meta, command=command)
+    except importers.ImportFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary))
+    print(f"imported {summary['source']} model as models/{a.name} ({summary['params']:,} parameters). Serve it with:\n"
+          f"  gptscope serve --checkpoint {a.name}\nor pick models/{a.name} on the /train page.", file=sys.stderr)
     return 0
 
 
@@ -75,12 +101,12 @@ def cmd_generate(a: argparse.Namespace) -> int:
     from model import checkpoint as ckpt
 
     try:
-        c = ckpt.load(a.checkpoint)
-    except ckpt.CheckpointError as e:
+        c = ckpt.load(checkpoint_folder(a.checkpoint))
+        enc = c.encoding()
+        ids = enc.encode_ordinary(a.prompt) or [enc.eot_token if enc.eot_token is not None else 0]
+    except (ckpt.CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    enc = c.encoding()
-    ids = enc.encode_ordinary(a.prompt) or [enc.eot_token if enc.eot_token is not None else 0]
     out = c.model.generate(torch.tensor([ids]), a.max_new_tokens, temperature=a.temperature,
                            top_k=a.top_k, top_p=a.top_p, seed=a.seed)
     print(enc.decode(out[0].tolist()))
@@ -93,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("serve", help="start the web app")
-    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="checkpoint folder (default: the built-in model)")
+    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT),
+                   help="checkpoint folder, or the name of a model brought in with gptscope import (default: the built-in model)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--allow-host", action="append", default=[], metavar="NAME",
@@ -113,6 +140,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="train: the first 90%% of the characters; val: the last 10%% (held out); all: both")
     c.add_argument("--out", required=True, help="file to write ('-' for standard output)")
 
+    i = sub.add_parser("import", help="bring in a GPT-2 (Hugging Face folder) or nanoGPT (ckpt.pt) model",
+                       description="Convert, check and store a model under the data folder (GPTSCOPE_DATA_DIR, "
+                                   "default ~/.gptscope) as models/NAME. Nothing is downloaded.")
+    i.add_argument("path", help="a Hugging Face GPT-2 folder (config.json + model.safetensors), or a nanoGPT ckpt.pt "
+                                "(or its out/ folder)")
+    i.add_argument("--name", required=True, help="name to store it under (letters, digits, '_', '.', '-')")
+    i.add_argument("--meta", default=None, help="nanoGPT's meta.pkl for a character vocabulary (default: the one "
+                                               "beside ckpt.pt, if any; without one, GPT-2's tokenizer)")
+    i.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
+
     g = sub.add_parser("generate", help="sample text from a checkpoint")
     g.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT))
     g.add_argument("--prompt", required=True)
@@ -125,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["train"]:
         return cmd_train(argv[1:])
     a = p.parse_args(argv)
-    return {"serve": cmd_serve, "eval": cmd_eval, "corpus": cmd_corpus, "generate": cmd_generate}[a.cmd](a)
+    return {"serve": cmd_serve, "eval": cmd_eval, "corpus": cmd_corpus, "generate": cmd_generate,
+            "import": cmd_import}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -15,7 +16,8 @@ STATIC_DIR = REPO_ROOT / "static"
 MAX_TEXT_CHARS = 100_000  # tokenizer text
 MAX_MERGES_TEXT_CHARS = 5_000  # BPE merge walk: its output grows with the square of a pre-token's length
 MAX_MERGES_PRETOKEN_BYTES = 256  # ... so each pre-token it walks is capped too
-MAX_MERGES_PAGE = 1_000  # merges per page of the model tokenizer's merge list
+MAX_MERGES_PAGE = 1_000
+LARGE_MODEL_PARAMS = 20_000_000  # from here on a request uses every core (see Settings.torch_threads)  # merges per page of the model tokenizer's merge list
 
 
 class Settings(BaseSettings):
@@ -26,10 +28,17 @@ class Settings(BaseSettings):
     checkpoint: Path = BUILTIN_CHECKPOINT
     data_dir: Path = Path.home() / ".gptscope"
     device: str = "cpu"  # inference device; the explainer's models are small, the CPU is plenty
-    # Threads torch uses per forward pass. The explainer's matrices are small: one thread answers a
-    # request fastest and leaves the other cores to concurrent requests and to a training run
-    # (two threads fighting over two busy cores made a 64-token forward pass 40x slower here).
-    torch_threads: int = 1
+    # Threads torch uses per forward pass; 0 = by the loaded model's size. A small model's matrices
+    # are small: one thread answers a request fastest and leaves the other cores to concurrent
+    # requests and to a training run (two threads fighting over two busy cores made a 64-token
+    # forward pass 40x slower here). A large one (an imported GPT-2: 124M parameters and up) is
+    # matmul-bound, and every core shortens each request.
+    torch_threads: int = 0
+
+    def threads_for(self, params: int) -> int:
+        if self.torch_threads > 0:
+            return self.torch_threads
+        return 1 if params < LARGE_MODEL_PARAMS else max(1, os.cpu_count() or 1)
     # Host names the server answers to besides loopback (127.0.0.1, localhost, ::1). Binding to
     # 0.0.0.0 or :: without naming any accepts every Host header (the user chose to expose it).
     allow_hosts: list[str] = []

@@ -72,6 +72,7 @@ class RunManager:
         self.data_dir = Path(data_dir)
         self.runs_dir = self.data_dir / "runs"
         self.corpora_dir = self.data_dir / "corpora"
+        self.models_dir = self.data_dir / "models"  # models brought in with `gptscope import`
         self.jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
         self._restore()
@@ -129,15 +130,22 @@ class RunManager:
         if name == "builtin":
             return builtin
         run, _, snap = name.partition("/")
-        p = self.runs_dir / run / "snapshots" / snap if snap else self.runs_dir / run
+        if run == "models":
+            base, p = self.models_dir, self.models_dir / snap
+        else:
+            base, p = self.runs_dir, self.runs_dir / run / "snapshots" / snap if snap else self.runs_dir / run
         p = p.resolve()
-        if self.runs_dir.resolve() not in p.parents or not (p / ckpt.META_NAME).is_file():
+        if base.resolve() not in p.parents or not (p / ckpt.META_NAME).is_file():
             raise NotFound(f"no checkpoint named {name!r}")
         return p
 
     def checkpoint_dirs(self, builtin: Path) -> list[tuple[str, Path]]:
-        """(name, folder) of every checkpoint the app can serve: built-in, runs, their snapshots."""
+        """(name, folder) of every checkpoint the app can serve: built-in, imported models, runs, their
+        snapshots."""
         found = [("builtin", builtin)]
+        if self.models_dir.is_dir():  # hidden folders are imports still being written
+            found += [(f"models/{p.name}", p) for p in sorted(self.models_dir.iterdir())
+                      if p.is_dir() and not p.name.startswith(".")]
         if self.runs_dir.is_dir():
             for run in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()):
                 found.append((run.name, run))

@@ -16,7 +16,7 @@ from typing import Iterator
 import torch
 
 from model import checkpoint as ckpt
-from model.gpt import GPT
+from model.gpt import GPT, KVCache
 
 
 class ModelService:
@@ -31,6 +31,9 @@ class ModelService:
         self.meta = self.checkpoint.meta
         self.path = Path(path)
         self._lock = threading.Lock()
+        # the generation stepper's last KV cache and the ids it holds: the next step's request
+        # repeats them plus one token, so only that token needs the model (see kv_prefix)
+        self._kv: tuple[list[int], KVCache] | None = None
 
     @cached_property
     def history(self) -> list[dict]:
@@ -40,6 +43,23 @@ class ModelService:
     @property
     def name(self) -> str:
         return str(self.meta.get("name", self.path.name))
+
+    def kv_prefix(self, ids: list[int]) -> KVCache:
+        """A KV cache already holding the longest start of `ids` a previous request computed (a
+        copy; empty when none). Call inside run()."""
+        if self._kv is None:
+            return KVCache(self.model.cfg, 1, self.device)
+        held, cache = self._kv
+        n = 0
+        for a, b in zip(held, ids):
+            if a != b:
+                break
+            n += 1
+        return cache.copy(n)
+
+    def keep_kv(self, ids: list[int], cache: KVCache) -> None:
+        """Remember a cache and the ids it holds, for the next kv_prefix. Call inside run()."""
+        self._kv = (list(ids[:cache.length]), cache)
 
     @contextmanager
     def run(self) -> Iterator[GPT]:

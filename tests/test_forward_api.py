@@ -121,6 +121,8 @@ def test_generation_stepper_equals_generate_with_the_same_seed(client, service):
         seq = body["ids"]
         cfg = service.model.cfg
         assert body["cache"]["positions"] == len(seq) - 1
+        if step:  # the previous step's cache held every id but the one it drew
+            assert body["reused_tokens"] == body["prefill_tokens"] == len(seq) - 2
         assert body["cache"]["numbers"] == cfg.n_layer * 2 * (len(seq) - 1) * cfg.d_model
         assert len(body["attention"]) == cfg.n_layer and len(body["attention"][0][0]) == len(seq) - 1
         assert sum(body["attention"][0][0]) == pytest.approx(1.0, abs=1e-3)

@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..schemas.embeddings import (Neighbour, NeighboursResponse, PositionsResponse, ProjectedToken,
                                   ProjectionResponse)
 from ..service import ModelService
+from . import tokens as tok
 from .forward import rounded, token_text
 
 
@@ -41,7 +42,7 @@ def resolve_token(service: ModelService, token: str | None, token_id: int | None
         return token_id
     if not token:
         raise InputError("token", "give a token's text (token=...) or its id (id=...)", where="query")
-    ids = service.encoding.encode_ordinary(token)
+    ids = tok.encode(service.encoding, token, field="token", where="query")
     if len(ids) != 1:
         raise InputError("token", f"{token!r} is {len(ids)} tokens in this vocabulary, not one; try a shorter piece "
                                   f"(pieces: {[token_text(service, i) for i in ids][:8]})", where="query")

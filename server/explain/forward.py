@@ -13,7 +13,7 @@ from ..schemas.forward import (AttentionBlock, Contribution, Decomposition, Embe
                                LogitLensBlock, MLPBlock, MLPLayer, Neuron, NextToken, PositionLoss, PromptLoss,
                                ResidualBlock)
 from ..service import ModelService
-from .tokens import check_text, token_pieces
+from .tokens import check_text, encode, token_pieces
 
 LENS_K = 3
 HIST_BINS = 40
@@ -43,7 +43,7 @@ def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "t
     """Token ids of a prompt for the loaded model; refuses (or, if asked, truncates) a prompt that
     does not fit the context window."""
     check_text(text, field)
-    ids = service.encoding.encode_ordinary(text)
+    ids = encode(service.encoding, text, field=field)
     n_ctx = service.model.cfg.n_ctx
     if not ids:
         raise InputError(field, "the prompt has no tokens")
@@ -117,8 +117,12 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
     pos = T - 1 if req.position is None else check_index(req.position, T, "position")
 
     with service.run() as m, m.capture(_needed_hooks(parts, cfg, layers, layer)) as cache:
-        logits, _ = m(torch.tensor([ids], device=service.device))
-        logits = logits[0]  # (T, V)
+        # every position's logits only when a part reads them; else the selected (last) one: the
+        # unembedding is the widest matmul (GPT-2: 50,257 x 768 per position)
+        every = bool(parts & {"prompt_loss", "decomposition"}) or pos != T - 1
+        logits, _ = m(torch.tensor([ids], device=service.device), last_only=not every)
+        logits = logits[0]  # (T, V), or (1, V) for the last position only
+        at_pos = logits[pos] if every else logits[-1]
         out = ForwardResponse(model=service.name, tokens=token_pieces(service.encoding, ids), truncated=dropped,
                               n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model, causal=cfg.causal,
                               position=pos)
@@ -145,7 +149,7 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
             if "logit_lens" in parts:
                 out.logit_lens = _logit_lens(service, m, streams, stages, ids)
         if "next_token" in parts:
-            out.next_token = next_tokens(service, logits[pos], req.top_k)
+            out.next_token = next_tokens(service, at_pos, req.top_k)
         if "prompt_loss" in parts:
             out.prompt_loss = _prompt_loss(service, logits, ids)
         if "decomposition" in parts:

@@ -14,6 +14,7 @@ from functools import lru_cache
 import tiktoken
 
 from model.bpe import BPEMerges
+from model.tokenizers import CharEncoding
 
 from ..config import MAX_MERGES_PRETOKEN_BYTES
 from ..errors import InputError
@@ -83,6 +84,7 @@ def merge_steps(rank_of: dict[bytes, int], data: bytes) -> list[tuple[int, int, 
 def merges(service: ModelService, text: str, encoding: str, allow_special: bool = False) -> MergesResponse:
     tok.check_text(text)
     enc = tok.resolve_encoding(service, encoding)
+    tok.encode(enc, text, allow_special)  # a character vocabulary refuses characters it lacks, naming them
     rank_of = ranks(enc)
     specials = enc._special_tokens
     pre = tok.pretokens(enc, text, allow_special)
@@ -102,6 +104,9 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
             ids = [specials[p.text]]
             pieces = tok.token_pieces(enc, ids, p.text)
             byte_strs, byte_ids, steps = [], [], []
+        elif isinstance(enc, CharEncoding):  # one character, one token: nothing to merge
+            ids, byte_strs, byte_ids, steps = [rank_of[data]], [p.text], [rank_of[data]], []
+            pieces = tok.token_pieces(enc, ids, p.text)
         else:
             if data not in cache:
                 cache[data] = merge_steps(rank_of, data)
@@ -137,7 +142,7 @@ def encoding_info(service: ModelService, name: str) -> EncodingInfo:
     enc = tok.resolve_encoding(service, name)
     n_merge = len(ranks(enc))
     return EncodingInfo(name=name, title=title(service, name), vocab_size=enc.n_vocab, mergeable_tokens=n_merge,
-                        merges=n_merge - 256,
+                        merges=0 if isinstance(enc, CharEncoding) else n_merge - 256,
                         special_tokens=[SpecialToken(text=t, id=i) for t, i in sorted(enc._special_tokens.items(), key=lambda x: x[1])],
                         pattern=enc._pat_str)
 
@@ -156,7 +161,7 @@ def token_info(service: ModelService, encoding: str, token_id: int) -> TokenInfo
         raise InputError("id", f"{token_id} is not assigned in {encoding}: no token has this id") from None
     b = bytes.fromhex(base.bytes_hex)
     merged_from = None
-    if not base.special and len(b) > 1:
+    if not base.special and len(b) > 1 and not isinstance(enc, CharEncoding):
         steps = merge_steps(ranks(enc), b)
         if steps and steps[-1][4] == [b]:
             rank_of = ranks(enc)

@@ -15,13 +15,14 @@ def model_info(service: ModelService) -> ModelInfo:
     tok = meta.get("tokenizer", {})
     return ModelInfo(
         name=service.name, checkpoint=str(service.path),
-        tokenizer="bpe" if tok.get("kind") == "bpe" else str(tok.get("name")),
+        tokenizer=str(tok.get("kind")) if tok.get("kind") in ("bpe", "chars") else str(tok.get("name")),
         vocab_size=cfg.vocab_size, n_ctx=cfg.n_ctx, n_layer=cfg.n_layer, n_head=cfg.n_head,
         d_model=cfg.d_model, d_mlp=cfg.d_mlp, norm=cfg.norm, gelu=cfg.gelu, causal=cfg.causal,
         params=count_params(cfg)["total"], corpus=str(meta.get("corpus", {}).get("name", "?")),
         train_steps=int(meta.get("step", 0)),
         final_val_loss=evals[-1]["val_loss"] if evals else None,
         uniform_loss=round(math.log(cfg.vocab_size), 5), command=str(meta.get("command", "")),
+        source=str(meta.get("source", {}).get("kind", "trained")),
     )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from model.gpt import KVCache
 from model.sampling import filter_logits, sample_next
 
 from ..errors import InputError
@@ -59,11 +58,15 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
     ids = torch.tensor([req.ids], device=service.device)
     last = "blocks.{}.attn.hook_pattern"
     with service.run() as m:
-        cache = KVCache(cfg, 1, service.device)
-        if ids.size(1) > 1:
-            m(ids[:, :-1], kv_cache=cache, last_only=True)
+        # a stepper's request repeats the last one's ids plus the token it drew: those keys and
+        # values are reused, as GPT.generate keeps its cache from one token to the next
+        cache = service.kv_prefix(req.ids[:-1])
+        reused = cache.length
+        if ids.size(1) - 1 > reused:
+            m(ids[:, reused:-1], kv_cache=cache, last_only=True)
         with m.capture(lambda n: n.endswith("attn.hook_pattern")) as cap:
             logits, _ = m(ids[:, -1:], kv_cache=cache)
+        service.keep_kv(req.ids, cache)
     s = sample_next(logits[0, -1], req.temperature, req.top_k, req.top_p, req.seed, req.step)
     fin = s.filtered.probs_final
     top = torch.topk(fin, min(req.top, int(s.filtered.kept.sum())))
@@ -75,7 +78,7 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
         token=piece, prob=round(s.prob, 6), ids=new_ids, step=req.step, seed=req.seed,
         candidates=[NextToken(id=int(i), text=token_text(service, int(i)), prob=round(float(p), 6),
                               logit=round(float(logits[0, -1, int(i)]), 4)) for p, i in zip(top.values, top.indices)],
-        prefill_tokens=len(req.ids) - 1,
+        prefill_tokens=len(req.ids) - 1, reused_tokens=reused,
         attention=rounded(torch.stack([cap[last.format(l)][0, :, 0] for l in range(cfg.n_layer)]), 5),
         cache=CacheSize(layers=cfg.n_layer, positions=cache.length, d_model=cfg.d_model, numbers=numbers,
                         bytes_float32=numbers * 4),

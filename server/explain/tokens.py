@@ -5,7 +5,7 @@ from __future__ import annotations
 import regex
 import tiktoken
 
-from model.tokenizers import PUBLIC_ENCODINGS, get_public_encoding
+from model.tokenizers import PUBLIC_ENCODINGS, UnknownCharacters, get_public_encoding
 
 from ..errors import InputError
 from ..schemas.common import TokenPiece
@@ -93,8 +93,15 @@ def pretokens(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[Pr
     return out
 
 
-def encode(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[int]:
-    return enc.encode(text, allowed_special="all" if allow_special else set(), disallowed_special=())
+def encode(enc: tiktoken.Encoding, text: str, allow_special: bool = False, field: str = "text",
+           where: str = "body") -> list[int]:
+    """Token ids of a text; a character a character-level vocabulary lacks is a 422 naming the field."""
+    try:
+        if not allow_special:
+            return enc.encode_ordinary(text)
+        return enc.encode(text, allowed_special="all", disallowed_special=())
+    except UnknownCharacters as e:
+        raise InputError(field, str(e), where=where) from None
 
 
 def tokenize(service: ModelService, text: str, encoding: str, allow_special: bool = False) -> TokenizeResponse:

@@ -18,6 +18,7 @@ from ..runs import RUN_ID, Job, RunManager
 from ..schemas.forward import ForwardRequest
 from ..schemas.training import CheckpointInfo, CorpusInfo, EvalPoint, ReplayFrame, TrainingStatus
 from ..service import ModelService
+from . import tokens as tok
 from . import embeddings as emb
 from . import forward as fwd
 
@@ -56,7 +57,8 @@ def _info(name: str, path: Path, loaded: Path) -> CheckpointInfo | None:
     return CheckpointInfo(name=name, step=int(meta.get("step", 0)), final=bool(meta.get("final", True)),
                           val_loss=evals[-1]["val_loss"] if evals else None,
                           corpus=str(meta.get("corpus", {}).get("name", "?")), params=count_params(cfg)["total"],
-                          loaded=path.resolve() == loaded.resolve())
+                          loaded=path.resolve() == loaded.resolve(),
+                          source=str((meta.get("source") or {}).get("kind", "trained")))
 
 
 def checkpoints(runs: RunManager, builtin: Path, loaded: Path) -> list[CheckpointInfo]:
@@ -78,7 +80,7 @@ def replay(runs: RunManager, run_id: str, step: int, text: str, tokens: int) -> 
         raise InputError("step", f"run {run_id} has no snapshot at step {step}; snapshots: {steps}", where="query")
     svc = _snapshot_service(str(runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))))
     trace = fwd.forward(svc, ForwardRequest(text=text, include=["attention", "next_token"], truncate=True))
-    ids = svc.encoding.encode_ordinary(text)[-svc.model.cfg.n_ctx // 2:]
+    ids = tok.encode(svc.encoding, text, where="query")[-svc.model.cfg.n_ctx // 2:]
     with svc.run() as m:
         out = m.generate(torch.tensor([ids]), 40, temperature=0.8, top_k=50, seed=0)
     evals = [e for e in svc.meta.get("evals", []) if e["step"] <= step]

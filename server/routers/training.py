@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import torch
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
 
@@ -96,4 +97,5 @@ def switch_model(req: SwitchModelRequest, runs: Runs, request: Request) -> Healt
     except ckpt.CheckpointError as e:
         raise InputError("checkpoint", str(e)) from None
     request.app.state.service = new  # requests already running finish on the old model
+    torch.set_num_threads(request.app.state.settings.threads_for(new.model.num_params()))
     return health(new)

@@ -6,7 +6,8 @@ from pydantic import BaseModel, Field
 class ModelInfo(BaseModel):
     name: str
     checkpoint: str = Field(description="folder the weights were loaded from")
-    tokenizer: str = Field(description="'bpe' (trained on the corpus) or a public encoding's name")
+    tokenizer: str = Field(description="'bpe' (trained on the corpus), 'chars' (one token per character, an imported "
+                                       "nanoGPT char-level model) or a public encoding's name")
     vocab_size: int
     n_ctx: int
     n_layer: int
@@ -22,6 +23,8 @@ class ModelInfo(BaseModel):
     final_val_loss: float | None
     uniform_loss: float = Field(description="ln(vocab size): the loss of a uniform guess")
     command: str = Field(description="the command that produced this checkpoint")
+    source: str = Field(description="'trained' (here, with gptscope train), 'huggingface-gpt2' or 'nanogpt' (imported "
+                                    "with gptscope import)")
 
 
 class Health(BaseModel):

@@ -71,7 +71,9 @@ class GenerateStepResponse(BaseModel):
     step: int
     seed: int
     candidates: list[NextToken] = Field(description="the most likely tokens after filtering (prob = final probability)")
-    prefill_tokens: int = Field(description="positions computed in the prefill (all ids but the last)")
+    prefill_tokens: int = Field(description="positions in the KV cache before the last id is decoded (all ids but the last)")
+    reused_tokens: int = Field(description="of those, how many were reused from the previous step's cache (its ids "
+                                           "repeated at the start of this request) instead of computed again")
     attention: list[list[list[float]]] = Field(description="[layer][head][key]: the newest query's attention over the cache")
     cache: CacheSize
     text: str = Field(description="the decoded text of all ids")

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, with_config
 from model.train import RECIPES, StepRecord, TrainConfig
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-CHECKPOINT_PATTERN = r"^(builtin|[0-9a-f]{12}(/step-[0-9]{6})?)$"
+CHECKPOINT_PATTERN = r"^(builtin|[0-9a-f]{12}(/step-[0-9]{6})?|models/[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$"
 MAX_TIME_BUDGET_S = 3600
 MAX_STEPS = 100_000
 
@@ -115,11 +115,14 @@ class CheckpointInfo(BaseModel):
     corpus: str
     params: int
     loaded: bool
+    source: str = Field(description="'trained' here, or 'huggingface-gpt2' / 'nanogpt' for a model brought in "
+                                    "with `gptscope import`")
 
 
 class SwitchModelRequest(BaseModel):
     checkpoint: str = Field(pattern=CHECKPOINT_PATTERN,
-                            description="a name from GET /api/v1/checkpoints: 'builtin', a run's id, or RUN_ID/step-NNNNNN for a snapshot")
+                            description="a name from GET /api/v1/checkpoints: 'builtin', a run's id, RUN_ID/step-NNNNNN for a "
+                                        "snapshot, or models/NAME for a model brought in with `gptscope import`")
 
 
 class ReplayFrame(BaseModel):
