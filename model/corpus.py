@@ -21,6 +21,8 @@ are held out for validation and evaluation.
 
 from __future__ import annotations
 
+import math
+
 import hashlib
 import importlib.util
 import re
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 MAX_CORPUS_BYTES = 50 * 1024 * 1024  # a user's text file may be at most this large
 VAL_FRACTION = 0.1
@@ -146,3 +149,19 @@ def load(spec: str) -> Corpus:
 def encode(enc, text: str) -> np.ndarray:
     """Token ids of text as uint32 (special-token strings are treated as plain text)."""
     return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
+
+
+def ngram_entropies(ids: list[int] | torch.Tensor, vocab_size: int) -> dict[str, float]:
+    """Unigram entropy H(X) and bigram conditional entropy H(X_t | X_t-1) of a token sequence, in
+    nats per token: the losses of the best model that knows only token frequencies, or only pairs."""
+    x = torch.as_tensor(ids, dtype=torch.long).flatten()
+    if x.numel() < 2:
+        raise ValueError("need at least two tokens")
+    uni = torch.bincount(x, minlength=vocab_size).double()
+    p = uni[uni > 0] / uni.sum()
+    h1 = float(-(p * p.log()).sum())
+    keys, counts = torch.unique(x[:-1] * vocab_size + x[1:], return_counts=True)  # observed pairs only
+    ctx = torch.bincount(x[:-1], minlength=vocab_size).double()[keys // vocab_size]
+    c = counts.double()
+    h2 = float(-(c * (c / ctx).log()).sum() / c.sum())
+    return {"unigram_entropy": h1, "bigram_entropy": h2, "tokens": int(x.numel()), "uniform": math.log(vocab_size)}

@@ -379,6 +379,9 @@ class Trainer:
         self.enc = encoding_from_spec(self.tok_spec)
         self.train_ids = torch.from_numpy(corpus_mod.encode(self.enc, train_text).astype(np.int64))
         self.val_ids = torch.from_numpy(corpus_mod.encode(self.enc, val_text).astype(np.int64))
+        # the losses of models that know only token frequencies, or only pairs: lines on the loss charts
+        ref = corpus_mod.ngram_entropies(self.train_ids, self.enc.n_vocab)
+        self.reference_losses = {"unigram": round(ref["unigram_entropy"], 5), "bigram": round(ref["bigram_entropy"], 5)}
 
     def _prepare_model(self, prev: ckpt.Checkpoint | None) -> None:
         tc = self.tc
@@ -417,7 +420,8 @@ class Trainer:
         self.bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, desc="train",
                         disable=not (self.progress and self.dd.main))
         self.emit({"type": "start", "total_steps": self.total_steps, "setup_s": time.time() - self.t_setup,
-                   "uniform_loss": math.log(self.cfg.vocab_size), "config": self.cfg.to_dict()})
+                   "uniform_loss": math.log(self.cfg.vocab_size), "reference_losses": self.reference_losses,
+                   "config": self.cfg.to_dict()})
         self.t0 = self.t_last = time.time()
         if tc.time_budget is not None:
             self.budget = BudgetPlan(tc.time_budget, self.t_setup, self.step, max(5, min(tc.warmup_steps, 20)))
@@ -545,7 +549,7 @@ class Trainer:
             "step": self.step, "final": final,
             "schedule": {"kind": "warmup_cosine", "max_lr": tc.max_lr, "min_lr": tc.max_lr * tc.min_lr_ratio,
                          "warmup": tc.warmup_steps, "total_steps": self.total_steps or self.step},
-            "evals": self.evals, "uniform_loss": math.log(self.cfg.vocab_size),
+            "evals": self.evals, "uniform_loss": math.log(self.cfg.vocab_size), "reference_losses": self.reference_losses,
             "device": self.device.type, "world_size": self.dd.world, "torch": torch.__version__,
             "command": self.command or "python -m model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         }

@@ -37,6 +37,7 @@ class Job:
     started: float = field(default_factory=time.time)
     finished: float | None = None
     uniform_loss: float | None = None
+    reference_losses: dict | None = None  # {"unigram": .., "bigram": ..} nats/token of the training text
     history: list[StepRecord] | None = field(default_factory=list)  # None: on disk, read on first use
     evals: list[dict] = field(default_factory=list)
     snapshots: list[int] = field(default_factory=list)
@@ -109,6 +110,7 @@ class RunManager:
                 job.total_steps = int(meta["schedule"]["total_steps"])
                 job.history, job.evals = None, meta.get("evals", [])
                 job.uniform_loss = meta.get("uniform_loss")
+                job.reference_losses = meta.get("reference_losses")
             job.finished = job.started
             self.jobs[d.name] = job
 
@@ -212,6 +214,7 @@ class RunManager:
             kind = e["type"]
             if kind == "start":
                 job.status, job.uniform_loss = "running", e["uniform_loss"]
+                job.reference_losses = e.get("reference_losses")
             if kind in ("start", "schedule", "step"):
                 job.total_steps = e["total_steps"]
             if kind == "step":

@@ -52,6 +52,8 @@ def test_a_run_trains_snapshots_and_can_be_served(tclient):
     assert body["snapshots"] == [0, 30, 60]
     assert body["uniform_loss"] == pytest.approx(math.log(300), abs=1e-3)
     assert body["evals"][-1]["val_loss"] < body["uniform_loss"] - 1.0
+    # the training text's unigram and bigram entropies: lines on the loss chart
+    assert 0 < body["bigram_loss"] < body["unigram_loss"] < body["uniform_loss"]
     assert [h["step"] for h in body["history"]] == list(range(1, 61))
     later = tclient.get(f"/api/v1/training/{run_id}", params={"since": 55}).json()
     assert [h["step"] for h in later["history"]] == [56, 57, 58, 59, 60]
@@ -66,6 +68,14 @@ def test_a_run_trains_snapshots_and_can_be_served(tclient):
     assert len(frames[1]["projection"]["tokens"]) == 300
     bad = tclient.get(f"/api/v1/training/{run_id}/replay", params={"step": 7})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "step"]
+
+    roles = tclient.get(f"/api/v1/training/{run_id}/heads").json()  # head roles at every snapshot
+    assert [s["step"] for s in roles["snapshots"]] == [0, 30, 60]
+    first, last = roles["snapshots"][0], roles["snapshots"][-1]
+    assert len(last["scores"]["induction"]) == 2 and len(last["scores"]["induction"][0]) == 4  # tiny: 2 x 4 heads
+    assert first["scores"]["previous-token"] != last["scores"]["previous-token"]
+    assert last["in_context"]["second_copy_loss"] > 0 and last["val_loss"] is not None
+    assert {d["name"] for d in roles["roles"]} == set(last["best"])
 
     r = tclient.post("/api/v1/model", json={"checkpoint": run_id})
     assert r.status_code == 200 and r.json()["info"]["vocab_size"] == 300

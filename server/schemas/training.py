@@ -79,6 +79,10 @@ class TrainingStatus(BaseModel):
     eta_s: float | None
     tokens_per_s: float | None
     uniform_loss: float | None = Field(description="ln(vocab size): the loss of a uniform guess")
+    unigram_loss: float | None = Field(None, description="entropy of the training text's token frequencies (nats per "
+                                                         "token): the best loss of a model that knows only how often each token occurs")
+    bigram_loss: float | None = Field(None, description="conditional entropy of a token given the one before, over the "
+                                                        "training text (nats per token): the best loss of a model that knows only pairs")
     history: list[TrainingStep] = Field(description="per-step records after `since`")
     evals: list[EvalPoint]
     snapshots: list[int] = Field(description="steps with a saved snapshot (replayable)")

@@ -1,0 +1,143 @@
+"""Head roles for the loaded model and over a run's snapshots (model.heads does the arithmetic)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from model import corpus as corpus_mod
+from model import heads as hd
+from model.tokenizers import CharEncoding
+
+from ..errors import InputError, NotFound
+from ..runs import RUN_ID, RunManager
+from ..schemas.heads import (Ablation, HeadRole, HeadsResponse, InContext, RepeatedTokensInput, RoleDefinition,
+                             SnapshotHeads, TrainingHeads)
+from ..service import ModelService
+from .forward import prompt_ids, token_text
+from .tokens import token_pieces
+
+DEFAULT_TEXT_CHARS = 1200
+
+
+@lru_cache(maxsize=1)
+def default_text() -> str:
+    """The start of the built-in corpus's held-out part: natural text no built-in model trained on."""
+    _, held_out = corpus_mod.load("shakespeare").split(corpus_mod.VAL_FRACTION)
+    return held_out[:DEFAULT_TEXT_CHARS]
+
+
+def text_for(service: ModelService, text: str | None) -> str:
+    if text is not None:
+        return text
+    t = default_text()
+    if isinstance(service.encoding, CharEncoding):  # keep only the characters the vocabulary has
+        t = "".join(c for c in t if c in service.encoding._charset)
+    return t
+
+
+def repeated(service: ModelService) -> hd.RepeatedTokens:
+    cfg = service.model.cfg
+    return hd.repeated_tokens(cfg.vocab_size, cfg.n_ctx, exclude=tuple(service.encoding._special_tokens.values()))
+
+
+def _definitions(base: dict[str, dict]) -> list[RoleDefinition]:
+    return [RoleDefinition(name=r, definition=hd.DEFINITIONS[r],
+                           input="prompt" if r in hd.PROMPT_ROLES else "repeated random tokens",
+                           baseline_max=base[r]["max"], baseline_mean=base[r]["mean"],
+                           threshold=round(hd.threshold(base, r), 4)) for r in hd.ROLES]
+
+
+def _status(h: hd.HeadReport) -> str:
+    if not h.roles:
+        return "no clear role"
+    return "confirmed" if h.ablation and h.ablation["confirmed"] else "not confirmed"
+
+
+def _summary(rep: hd.HeadsReport, n_heads: int) -> str:
+    with_role = [h for h in rep.heads if h.roles]
+    confirmed = [h for h in with_role if _status(h) == "confirmed"]
+    parts = [f"{len(with_role)} of {n_heads} heads have a role that beats random weights"
+             f" ({len(confirmed)} confirmed by ablation)" if with_role else
+             f"none of the {n_heads} heads has a role that clearly beats random weights"]
+    best_ind = max(rep.heads, key=lambda h: h.scores["induction"])
+    if "induction" not in {r for h in with_role for r in h.roles}:
+        parts.append(f"no induction head: the best induction score is {best_ind.scores['induction']:.3f} "
+                     f"(L{best_ind.layer}H{best_ind.head}) against {rep.baseline['induction']['max']:.3f} for random weights")
+    ic = rep.in_context
+    parts.append(f"in-context score {ic['in_context_score']:+.3f} nats (loss on the second copy of random tokens "
+                 f"{ic['second_copy_loss']:.3f} vs {ic['first_copy_loss']:.3f} on the first)")
+    return "; ".join(parts) + "."
+
+
+@lru_cache(maxsize=8)
+def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> hd.HeadsReport:
+    with service.run() as m:
+        return hd.analyse(m, torch.tensor([ids], device=service.device), repeated(service), ablate=ablate)
+
+
+def heads(service: ModelService, text: str | None, ablate: bool = True) -> HeadsResponse:
+    ids, _ = prompt_ids(service, text_for(service, text), truncate=True)
+    if len(ids) < 2:
+        raise InputError("text", "the prompt needs at least 2 tokens to score attention between positions", where="query")
+    rep_ = _analyse(service, tuple(ids), ablate)
+    rep = repeated(service)
+    cfg = service.model.cfg
+    return HeadsResponse(
+        model=service.name, n_layer=cfg.n_layer, n_head=cfg.n_head, margin=hd.ROLE_MARGIN, min_score=hd.ROLE_MIN,
+        roles=_definitions(rep_.baseline), prompt=token_pieces(service.encoding, ids),
+        test_input=RepeatedTokensInput(seed=rep.seed, n=rep.n, ids=rep.ids.tolist(),
+                                       tokens=[token_text(service, int(i)) for i in rep.ids[0]]),
+        heads=[HeadRole(layer=h.layer, head=h.head, scores=h.scores, roles=h.roles, status=_status(h),
+                        ablation=Ablation(**h.ablation) if h.ablation else None) for h in rep_.heads],
+        in_context=InContext(**rep_.in_context), reference_cost=rep_.reference_cost,
+        summary=_summary(rep_, cfg.n_layer * cfg.n_head))
+
+
+# --- over training ---------------------------------------------------------------------------------
+
+@lru_cache(maxsize=64)
+def _snapshot_scores(path: str) -> tuple[dict, dict, float | None, int]:
+    svc = ModelService(Path(path))
+    ids, _ = prompt_ids(svc, text_for(svc, None), truncate=True)
+    with svc.run() as m:
+        prompt = torch.tensor([ids])
+        rep = repeated(svc)
+        scores = hd.all_scores(m, prompt, rep)
+        ic = hd.in_context_score(m, rep)
+        base = _baseline_for(svc.model.cfg, tuple(ids), svc)
+    evals = svc.meta.get("evals") or []
+    return ({r: v.tolist() for r, v in scores.items()}, {"in_context": ic, "baseline": base},
+            evals[-1]["val_loss"] if evals else None, int(svc.meta.get("step", 0)))
+
+
+_BASELINES: dict[tuple, dict] = {}
+
+
+def _baseline_for(cfg, ids: tuple[int, ...], svc: ModelService) -> dict:
+    key = (tuple(sorted(cfg.to_dict().items())), ids)
+    if key not in _BASELINES:
+        _BASELINES[key] = hd.baseline(svc.model, torch.tensor([ids]), repeated(svc))
+    return _BASELINES[key]
+
+
+def training_heads(runs: RunManager, run_id: str) -> TrainingHeads:
+    if not RUN_ID.fullmatch(run_id) or not (run_id in runs.jobs or (runs.runs_dir / run_id).is_dir()):
+        raise NotFound(f"no training run {run_id!r}")
+    steps = runs.snapshot_steps(run_id)
+    snaps, base = [], None
+    for step in steps:
+        path = runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))
+        scores, extra, val_loss, _ = _snapshot_scores(str(path))
+        base = extra["baseline"]
+        t = {r: torch.tensor(v) for r, v in scores.items()}
+        roles = hd.assign_roles(t, base)
+        snaps.append(SnapshotHeads(
+            step=step, val_loss=val_loss, scores={r: [[round(x, 4) for x in row] for row in v] for r, v in scores.items()},
+            best={r: round(float(t[r].max()), 4) for r in hd.ROLES},
+            role_counts={r: sum(r in hr for row in roles for hr in row) for r in hd.ROLES},
+            in_context=InContext(**extra["in_context"])))
+    return TrainingHeads(run=run_id, roles=_definitions(base) if base else [], margin=hd.ROLE_MARGIN,
+                         min_score=hd.ROLE_MIN, snapshots=snaps)
