@@ -316,3 +316,17 @@ def test_an_existing_name_is_not_overwritten(hf_folder, tmp_path):
         importers.import_model(folder, "same", tmp_path)
     assert sorted(p.name for p in (tmp_path / "models" / "same").iterdir()) == before
     assert data_models(tmp_path) == ["same"]
+
+
+def test_serve_and_generate_find_an_imported_model_by_name(hf_folder, tmp_path, monkeypatch, capsys):
+    from server.cli import checkpoint_folder
+
+    _, folder = hf_folder
+    monkeypatch.setenv("GPTSCOPE_DATA_DIR", str(tmp_path / "data"))
+    assert cli_main(["import", str(folder), "--name", "mine"]) == 0  # the data folder from the environment
+    want = tmp_path / "data" / "models" / "mine"
+    assert checkpoint_folder("mine") == want and checkpoint_folder("models/mine") == want
+    assert checkpoint_folder(str(want)) == want
+    capsys.readouterr()
+    assert cli_main(["generate", "--checkpoint", "mine", "--prompt", "Hello", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.startswith("Hello")
