@@ -223,8 +223,9 @@ def _logit_lens(service, m, streams, stages, ids) -> LogitLensBlock:
     for s in streams:
         probs = torch.softmax(m.lm_head(m.ln_final(s)).float(), -1)  # (T, V)
         top = torch.topk(probs, LENS_K, dim=-1)
-        top_all.append([[LensCandidate(id=int(i), text=token_text(service, int(i)), prob=round(float(p), 5))
-                         for p, i in zip(top.values[t], top.indices[t])] for t in range(T)])
+        vals, idx = top.values.tolist(), top.indices.tolist()
+        top_all.append([[LensCandidate(id=i, text=token_text(service, i), prob=round(p, 5))
+                         for p, i in zip(vals[t], idx[t])] for t in range(T)])
         nxt = torch.tensor(ids[1:] + [0])
         pa = probs[torch.arange(T), nxt]
         actual.append([round(float(pa[t]), 5) if t < T - 1 else None for t in range(T)])

@@ -6,6 +6,7 @@ response carries a Link header to that JSON twin (rel="alternate"), and the page
     /tokenizer  BPE step by step       twin: GET /api/v1/tokenize?text=...&encoding=...
     /learn      curves and schedules   twin: GET /api/v1/curves (the index of those endpoints)
     /train      training runs          twin: GET /api/v1/checkpoints
+    /compare    two models, one text   twin: GET /api/v1/compare?a=...&b=...&text=...
 """
 
 from __future__ import annotations
@@ -66,6 +67,16 @@ def learn_page(request: Request, service: Service) -> Response:
 @router.get("/train", response_class=HTMLResponse)
 def train_page(request: Request, service: Service) -> Response:
     return render(request, service, "train.html", "train", "/api/v1/checkpoints")
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(request: Request, service: Service) -> Response:
+    q = request.query_params
+    params = {"a": q.get("a") or "builtin", "b": q.get("b") or "builtin", "text": q.get("text") or DEFAULT_PROMPT}
+    for k in ("char", "layer", "head"):
+        if (q.get(k) or "").isdigit():
+            params[k] = q[k]
+    return render(request, service, "compare.html", "compare", f"/api/v1/compare?{urlencode(params)}", **params)
 
 
 @lru_cache(maxsize=1)

@@ -17,14 +17,13 @@ from ..errors import InputError
 from ..experiments import EXPERIMENTS
 from ..explain import training as ex
 from ..explain.model_info import health
-from ..schemas.common import ERROR_RESPONSES, ErrorResponse
+from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
 from ..schemas.health import Health
 from ..schemas.training import (NAME_PATTERN, CheckpointInfo, CorpusInfo, Experiment, ReplayFrame, SwitchModelRequest,
                                 TrainingRequest, TrainingStatus)
 from ..service import ModelService
 
 router = APIRouter(tags=["training"])
-NOT_FOUND = {404: {"model": ErrorResponse}}
 
 
 @router.post("/training", status_code=202, response_model=TrainingStatus,

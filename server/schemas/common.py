@@ -26,3 +26,4 @@ ERROR_RESPONSES = {
     413: {"model": ErrorResponse, "description": "request body or text over a documented limit"},
     422: {"model": ErrorResponse, "description": "invalid field; detail names it and the limit"},
 }
+NOT_FOUND = {404: {"model": ErrorResponse, "description": "no such run, checkpoint or snapshot"}}

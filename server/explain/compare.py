@@ -1,0 +1,148 @@
+"""Two checkpoints on one text (POST /api/v1/compare): the same data functions as the forward page,
+run on each, then lined up on the text's characters."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from model.gpt import count_params
+
+from ..config import BUILTIN_CHECKPOINT
+from ..errors import InputError
+from ..runs import RunManager
+from ..schemas.compare import CompareRequest, CompareResponse, CompareSide, ParamChange, ParamComparison
+from ..service import ModelService
+from . import forward as fwd
+from .model_info import model_info
+from .tokens import token_pieces
+
+MAX_CACHED = 3  # models kept loaded for comparisons (least recently used evicted)
+LN2 = math.log(2)
+
+
+class ModelCache:
+    """At most MAX_CACHED ModelServices, by folder; the app's loaded model is reused, not copied."""
+
+    def __init__(self, size: int = MAX_CACHED) -> None:
+        self.size, self._lock, self._items = size, threading.Lock(), OrderedDict()
+
+    def get(self, path: Path, loaded: ModelService) -> ModelService:
+        path = path.resolve()
+        if loaded.path.resolve() == path:
+            return loaded
+        key = (str(path), (path / "checkpoint.json").stat().st_mtime_ns)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        svc = ModelService(path)  # outside the lock: loading may take a while
+        with self._lock:
+            self._items[key] = svc
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return svc
+
+
+CACHE = ModelCache()
+
+
+def _token_at_char(pieces, char: int) -> int:
+    for p in pieces:
+        if p.start <= char < max(p.end, p.start + 1):
+            return p.index
+    return pieces[-1].index
+
+
+def _char_bits(pieces, token_loss: list[float | None], n_chars: int) -> list[float | None]:
+    """Each token's loss (bits) spread evenly over its characters; a token that covers no whole
+    character (part of a multi-byte one) adds to the character it starts in."""
+    out: list[float | None] = [None] * n_chars
+    for p, loss in zip(pieces, token_loss):
+        if loss is None:
+            continue
+        bits = loss / LN2
+        span = range(p.start, p.end) if p.end > p.start else range(min(p.start, n_chars - 1), min(p.start, n_chars - 1) + 1)
+        for c in span:
+            out[c] = (out[c] or 0.0) + bits / len(span)
+    return out
+
+
+def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple[CompareSide, dict]:
+    cfg = svc.model.cfg
+    ids, _ = fwd.prompt_ids(svc, req.text, truncate=False)
+    layer = fwd.check_index(req.layer, cfg.n_layer, "layer")
+    head = fwd.check_index(req.head, cfg.n_head, "head")
+    pieces = token_pieces(svc.encoding, ids, req.text)
+    pos = _token_at_char(pieces, char)
+    with svc.run() as m, m.capture(fwd._needed_hooks({"attention", "logit_lens"}, cfg, [layer], layer)) as cache:
+        logits = m(torch.tensor([ids], device=svc.device))[0][0].float()  # (T, V)
+        c = {k: v[0] for k, v in cache.items()}
+        streams = [c["blocks.0.hook_resid_pre"]] + [c[f"blocks.{l}.hook_resid_post"] for l in range(cfg.n_layer)]
+        lens = fwd._logit_lens(svc, m, streams, ["embed"] + [f"block {l}" for l in range(cfg.n_layer)], ids)
+    lp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1))[:, 0] if len(ids) > 1 else torch.zeros(0)
+    token_loss = [None] + [float(-x) for x in lp]
+    total = float(-lp.sum()) / LN2
+    covered = sum(max(p.end - p.start, 0) for p in pieces[1:])
+    info = model_info(svc)
+    side = CompareSide(
+        checkpoint=name, model=svc.name, params=info.params, n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model,
+        vocab_size=cfg.vocab_size, tokenizer=info.tokenizer, tokens=pieces,
+        token_loss=[None if x is None else round(x, 5) for x in token_loss], total_bits=round(total, 5),
+        scored_chars=covered, bits_per_char=round(total / covered, 5) if covered else None, position=pos,
+        next_token=fwd.next_tokens(svc, logits[pos], req.top_k),
+        attention=fwd.attention_rows(c[f"blocks.{layer}.attn.hook_pattern"][head:head + 1], cfg.causal)[0],
+        logit_lens=lens)
+    return side, {"ids": ids, "logp": torch.log_softmax(logits[pos], -1), "pattern": c[f"blocks.{layer}.attn.hook_pattern"][head],
+                  "token_loss": token_loss, "pieces": pieces}
+
+
+def _params(a: ModelService, b: ModelService) -> ParamComparison:
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    same = a.model.cfg.to_dict() | {"dropout": 0} == b.model.cfg.to_dict() | {"dropout": 0} and \
+        all(sa[k].shape == sb[k].shape for k in sa)
+    changes = []
+    if same:
+        for k, va in sa.items():
+            if a.model.cfg.tie_weights and k == "lm_head.weight":
+                continue
+            va, vb = va.float(), sb[k].float()
+            na, nb = float(va.norm()), float(vb.norm())
+            changes.append(ParamChange(name=k, shape=list(va.shape), a_norm=round(na, 5), b_norm=round(nb, 5),
+                                       relative_change=round(float((vb - va).norm()) / na, 6) if na else 0.0))
+    return ParamComparison(same_architecture=same, a_params=count_params(a.model.cfg)["total"],
+                           b_params=count_params(b.model.cfg)["total"], changes=changes)
+
+
+def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> CompareResponse:
+    svcs = [CACHE.get(runs.checkpoint_path(name, BUILTIN_CHECKPOINT), loaded) for name in (req.a, req.b)]
+    n = len(req.text)
+    char = n - 1 if req.char is None else req.char
+    if char >= n:
+        raise InputError("char", f"{char} is past the text's last character ({n - 1})")
+    (sa, ia), (sb, ib) = (_side(name, svc, req, char) for name, svc in zip((req.a, req.b), svcs))
+    same_tok = svcs[0].meta.get("tokenizer") == svcs[1].meta.get("tokenizer") and ia["ids"] == ib["ids"]
+    bits_a = _char_bits(ia["pieces"], ia["token_loss"], n)
+    bits_b = _char_bits(ib["pieces"], ib["token_loss"], n)
+    both = [i for i in range(n) if bits_a[i] is not None and bits_b[i] is not None]
+    in_both = set(both)
+    kl_ab = kl_ba = diff = None
+    if same_tok:
+        pa, pb = ia["logp"], ib["logp"]
+        kl_ab = round(float(F.kl_div(pb, pa, log_target=True, reduction="sum")), 6)  # sum p_a (log p_a - log p_b)
+        kl_ba = round(float(F.kl_div(pa, pb, log_target=True, reduction="sum")), 6)
+        if svcs[0].model.cfg.causal == svcs[1].model.cfg.causal:
+            diff = fwd.attention_rows((ib["pattern"] - ia["pattern"]).unsqueeze(0), svcs[0].model.cfg.causal)[0]
+    r5 = lambda x: None if x is None else round(x, 5)  # noqa: E731
+    return CompareResponse(
+        text=req.text, char=char, layer=req.layer, head=req.head, a=sa, b=sb, same_tokenizer=same_tok,
+        char_bits_a=[r5(x) for x in bits_a], char_bits_b=[r5(x) for x in bits_b],
+        char_bits_diff=[r5(bits_b[i] - bits_a[i]) if i in in_both else None for i in range(n)],
+        common_chars=len(both), common_bits_a=round(sum(bits_a[i] for i in both), 5),
+        common_bits_b=round(sum(bits_b[i] for i in both), 5), kl_ab=kl_ab, kl_ba=kl_ba, attention_diff=diff,
+        params=_params(*svcs))
