@@ -1,4 +1,4 @@
-// Panel 4 · Checkpoints: GET /api/v1/checkpoints grouped by run (final weights + snapshots), which
+// Panel 5 · Checkpoints: GET /api/v1/checkpoints grouped by run (final weights + snapshots), which
 // one is loaded, and "Serve" buttons (POST /api/v1/model). The header's model badge follows.
 import { apiGet, apiPost } from "./api.js";
 import { $, el, fmt, int } from "./viz.js";

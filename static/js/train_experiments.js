@@ -1,11 +1,11 @@
-// Panel 5 · Experiments from GET /api/v1/experiments: "Run" starts the variants one after another
+// Panel 6 · Experiments from GET /api/v1/experiments: "Run" starts the variants one after another
 // (POST /api/v1/training, then poll to the end; an identical finished request comes back at once),
 // then draws them side by side. Extras: per-block gradient norms (norm-warmup), samples at the
 // final snapshot from /replay (causal-mask), parameters and final validation loss (weight-tying).
 import { apiGet, formatDetail } from "./api.js";
 import { $, OKABE, draw, el, fmt, int } from "./viz.js";
 import * as runs from "./train_runs.js";
-import { gradTraces, uniformTrace } from "./train_progress.js";
+import { gradTraces, referenceTraces } from "./train_progress.js";
 
 const VARIANT_COLOURS = [OKABE.blue, OKABE.vermillion, OKABE.green, OKABE.purple, OKABE.orange, OKABE.sky];
 let running = null; // name of the experiment in progress
@@ -59,8 +59,12 @@ function lossPlot(gd, exp, results) {
     });
     top = Math.max(top, ...h.map((r) => r.loss), run.body.uniform_loss || 0);
   });
-  const u = results[0].body.uniform_loss;
-  if (u !== null) data.push(uniformTrace(u, [0, Math.max(...results.map((r) => r.body.total_steps || r.lastStep))]));
+  // the reference lines, where every variant reports the same ones (the same text and vocabulary)
+  const range = [0, Math.max(...results.map((r) => r.body.total_steps || r.lastStep))];
+  const same = (k) => results.every((r) => r.body[k] === results[0].body[k]);
+  const first = results[0].body;
+  data.push(...referenceTraces({ uniform_loss: first.uniform_loss, unigram_loss: same("unigram_loss") ? first.unigram_loss : null,
+    bigram_loss: same("bigram_loss") ? first.bigram_loss : null }, range));
   draw(gd, data, {
     height: 380, xaxis: { title: { text: "step" } }, yaxis: { title: { text: "loss (nats per token)" }, range: [0, top * 1.05] },
     legend: { font: { size: 11 } }, margin: { l: 60, r: 10, t: 20, b: 45 },

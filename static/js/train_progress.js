@@ -1,5 +1,6 @@
 // Panel 2 · Live progress of the shown run: step / total, tokens/s, ETA, a progress bar; train and
-// validation loss against the uniform-guess line ln(V); the learning rate; the gradient norms.
+// validation loss against the uniform-guess line ln(V) and the training text's unigram and bigram
+// entropies; the learning rate; the gradient norms.
 import { apiGet } from "./api.js";
 import { $, OKABE, draw, duration, el, fmt, int } from "./viz.js";
 import * as runs from "./train_runs.js";
@@ -36,11 +37,35 @@ function lossTraces(run, { colour = OKABE.blue, valColour = OKABE.vermillion, la
     line: { color: valColour, width: 2, dash: label ? "dot" : "solid" }, marker: { size: 7, symbol: "diamond" },
     hovertemplate: `${pre}step %{x}<br>validation loss %{y:.4f}<extra></extra>`,
   }];
-  if (baseline && run.body.uniform_loss !== null) traces.push(uniformTrace(run.body.uniform_loss, xRange(run)));
+  if (baseline) traces.push(...referenceTraces(run.body, xRange(run)));
   return traces;
 }
 
-export function uniformTrace(u, [x0, x1]) {
+// The reference lines of a loss chart, each only where the run reports it: the uniform guess ln V,
+// the training text's unigram entropy (a model that knows only how often each token occurs) and its
+// bigram conditional entropy (a model that knows only which token follows which).
+export function referenceTraces(body, range) {
+  const traces = [];
+  if (body.uniform_loss !== null && body.uniform_loss !== undefined) traces.push(uniformTrace(body.uniform_loss, range));
+  if (body.unigram_loss !== null && body.unigram_loss !== undefined) {
+    traces.push(levelTrace(`token frequencies only (unigram entropy) = ${fmt(body.unigram_loss, 3)}`, body.unigram_loss,
+      range, { color: OKABE.line, width: 1.5, dash: "dashdot" }, "unigram entropy: a model that knows only token frequencies"));
+  }
+  if (body.bigram_loss !== null && body.bigram_loss !== undefined) {
+    traces.push(levelTrace(`token pairs only (bigram entropy) = ${fmt(body.bigram_loss, 3)}`, body.bigram_loss,
+      range, { color: OKABE.purple, width: 1.5, dash: "dot" }, "bigram entropy: a model that knows only which token follows which"));
+  }
+  return traces;
+}
+
+function levelTrace(name, y, [x0, x1], line, hover) {
+  return {
+    type: "scatter", mode: "lines", name, x: [x0, x1], y: [y, y], line,
+    hovertemplate: `${hover}<br>${fmt(y, 4)} nats per token<extra></extra>`,
+  };
+}
+
+function uniformTrace(u, [x0, x1]) {
   return {
     type: "scatter", mode: "lines", name: `uniform guess: ln V = ${fmt(u, 3)}`, x: [x0, x1], y: [u, u],
     line: { color: OKABE.black, width: 1.5, dash: "dash" },
@@ -50,13 +75,13 @@ export function uniformTrace(u, [x0, x1]) {
 
 function drawLoss(run) {
   const gd = $("loss-plot");
-  const u = run.body.uniform_loss;
-  const ys = run.history.map((r) => r.loss).concat(run.body.evals.map((e) => e.val_loss), u ?? []);
+  const b = run.body;
+  const ys = run.history.map((r) => r.loss).concat(b.evals.map((e) => e.val_loss), b.uniform_loss ?? [], b.unigram_loss ?? []);
   const top = ys.length ? Math.max(...ys) * 1.05 : 1;
   draw(gd, lossTraces(run), {
     height: 360, xaxis: { title: { text: "step" }, range: xRange(run) },
     yaxis: { title: { text: "loss (nats per token)" }, range: [0, top] },
-    legend: { orientation: "h", y: 1.12, x: 0 }, margin: { l: 60, r: 20, t: 30, b: 45 },
+    legend: { orientation: "h", y: 1.02, yanchor: "bottom", x: 0 }, margin: { l: 60, r: 20, t: 80, b: 45 },
   }, `loss-${run.id}`);
   gd.dataset.points = String(run.history.length);
   gd.dataset.run = run.id;
@@ -124,7 +149,12 @@ function drawStats(run) {
   parts.push(`elapsed ${duration(b.elapsed_s)}`);
   if (b.status === "running") parts.push(b.eta_s === null ? "time left: estimating…" : `about ${duration(b.eta_s)} left`);
   const lastEval = b.evals[b.evals.length - 1];
-  if (lastEval) parts.push(`validation loss ${fmt(lastEval.val_loss, 3)} (uniform guess ${fmt(b.uniform_loss, 3)})`);
+  if (lastEval) {
+    const refs = [`uniform guess ${fmt(b.uniform_loss, 3)}`];
+    if (b.unigram_loss !== null && b.unigram_loss !== undefined) refs.push(`unigram ${fmt(b.unigram_loss, 3)}`);
+    if (b.bigram_loss !== null && b.bigram_loss !== undefined) refs.push(`bigram ${fmt(b.bigram_loss, 3)}`);
+    parts.push(`validation loss ${fmt(lastEval.val_loss, 3)} (${refs.join(", ")})`);
+  }
   $("run-stats").textContent = parts.join(" · ");
   $("run-stats").dataset.step = String(b.step);
   const err = $("run-error");

@@ -404,3 +404,12 @@ export function setNote(node, message, kind = "note") {
   node.className = `note ${kind}`;
   node.hidden = !message;
 }
+
+// --- head roles -------------------------------------------------------------------------------
+// One Okabe–Ito colour and one marker symbol per head role (the roles of GET /api/v1/heads and
+// /training/{id}/heads), so a role looks the same in every chart; the symbols tell the roles apart
+// without colour too.
+export const ROLE_COLOURS = { "previous-token": OKABE.blue, "first-token": OKABE.purple, "current-token": OKABE.sky,
+  local: OKABE.green, "duplicate-token": OKABE.orange, induction: OKABE.vermillion };
+export const ROLE_SYMBOLS = { "previous-token": "circle", "first-token": "square", "current-token": "diamond",
+  local: "triangle-up", "duplicate-token": "cross", induction: "star" };

@@ -201,7 +201,7 @@ def test_cancel_keeps_the_step0_snapshot_servable(page, live_url, short_run, scr
     body = api(page, live_url, "GET", f"/training/{run_id}")
     assert body["status"] == "cancelled" and body["snapshots"][0] == 0 and body["checkpoint"] is None
 
-    # panel 3 replays what was saved; panel 4 lists the snapshot (no final weights) and serves it
+    # panel 3 replays what was saved; panel 5 lists the snapshot (no final weights) and serves it
     page.wait_for_function("(id) => document.getElementById('replay-panel').dataset.run === id", arg=run_id)
     assert page.get_attribute("#replay-panel", "data-step") == "0"
     row = page.locator(f'#ckpt-table tr[data-run="{run_id}"]')
