@@ -6,6 +6,8 @@ times, one request at a time:
   - POST /api/v1/forward with every stage included (the heaviest trace)
   - POST /api/v1/generate/step with 64 ids (prefill 63 into the KV cache, decode one)
   - POST /api/v1/next-token (temperature / top-k / top-p)
+  - POST /api/v1/compare (built-in model only): it against a copy of itself in the data folder
+    (both loaded and cached after the warm-up), on the same 64 tokens; target p95 < 150 ms
 Prints p50 / p95 / p99 in milliseconds as JSON, and the server's memory (resident set now and its
 peak, from /proc). Targets on 2 CPU cores: forward p95 < 50 ms, generation step p95 < 20 ms for the
 built-in model; see benchmarks/import_gpt2.py for GPT-2 small's.
@@ -17,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -77,8 +82,13 @@ def main(argv: list[str] | None = None) -> dict:
         ids = enc.encode_ordinary(prompt)
 
     port = free_port()
+    data = Path(tempfile.mkdtemp(prefix="gptscope-bench-"))
+    builtin = Path(a.checkpoint).resolve() == BUILTIN_CHECKPOINT.resolve()
+    if builtin:
+        shutil.copytree(a.checkpoint, data / "models" / "twin")  # a second model to compare with
     proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--checkpoint", a.checkpoint, "--port", str(port)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "GPTSCOPE_DATA_DIR": str(data)})
     base = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=base, timeout=30) as c:
@@ -93,6 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
                 f"forward_{n_tokens}_tokens_all_stages": ("/api/v1/forward", {"text": prompt, "include": list(ALL_PARTS)}),
                 f"generate_step_{n_tokens}_ids": ("/api/v1/generate/step", {"ids": ids, "step": 0, "seed": 1, "temperature": 0.8, "top_k": 40}),
                 "next_token_filters": ("/api/v1/next-token", {"text": prompt, "temperature": 0.8, "top_k": 50, "top_p": 0.9}),
+                **({f"compare_{n_tokens}_tokens_two_models": ("/api/v1/compare", {"a": "builtin", "b": "models/twin",
+                                                                                  "text": prompt})} if builtin else {}),
             }
             out = {"prompt_tokens": len(ids), "n": a.n, "checkpoint": a.checkpoint,
                    "server_memory_after_load": server_memory_mb(proc.pid)}
@@ -113,6 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -56,27 +56,51 @@ class GPTConfig:
     d_mlp: int = 0  # MLP hidden width; 0 means the usual 4 * d_model
     dropout: float = 0.0  # on embeddings, attention pattern, and sublayer outputs (training only)
     bias: bool = True  # biases in Linear layers and LayerNorm (GPT-1/2 have them)
-    norm: Literal["pre", "post"] = "pre"  # GPT-2 normalises before each sublayer; GPT-1 after the add
+    # where each sublayer's norm sits: GPT-2 normalises before it ("pre"), GPT-1 after the residual
+    # add ("post"), Gemma 2 both before and on its output before the add ("both", the sandwich)
+    norm: Literal["pre", "post", "both"] = "pre"
     gelu: Literal["exact", "tanh"] = "tanh"  # exact x*Phi(x), or GPT-2's tanh approximation
     tie_weights: bool = True  # the unembedding reuses the token embedding matrix: logits = h @ W_E^T
     causal: bool = True  # mask future positions; False only for the "remove the mask" experiment
     ln_eps: float = 1e-5
+    # --- the modern block (all off by default: GPT-2's block) ---------------------------------
+    pos: Literal["learned", "rope", "none"] = "learned"  # learned position rows, rotary (RoPE), or none
+    rope_base: float = 10000.0  # RoPE: pair i turns by position * base^(-2i / d_head)
+    norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"  # RMSNorm: no mean, no shift
+    mlp: Literal["gelu", "swiglu"] = "gelu"  # SwiGLU: silu(x W_gate) * (x W_up), then W_down
+    n_kv_head: int = 0  # key/value heads (grouped-query attention); 0 = n_head, 1 = multi-query
+    window: int = 0  # sliding-window attention: each query sees its last `window` keys; 0 = all
+    n_expert: int = 0  # mixture of experts: this many FFNs and a router; 0 = one dense FFN
+    top_k_experts: int = 1  # experts each token is sent to
+    aux_loss_weight: float = 0.01  # weight of the router's load-balancing loss in training
 
     def __post_init__(self) -> None:
         if self.d_mlp == 0:
-            self.d_mlp = 4 * self.d_model
+            # SwiGLU has three matrices instead of two: 8d/3 wide keeps the parameter count of 4d
+            self.d_mlp = 4 * self.d_model if self.mlp == "gelu" else max(1, round(8 * self.d_model / 3))
+        if self.n_kv_head == 0:
+            self.n_kv_head = self.n_head
         problems = []
-        for name in ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp"):
+        for name in ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "n_kv_head", "top_k_experts"):
             if int(getattr(self, name)) < 1:
                 problems.append(f"{name} must be >= 1")
         if self.d_model % self.n_head:
             problems.append(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.n_kv_head >= 1 and self.n_head % self.n_kv_head:
+            problems.append(f"n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head})")
+        if self.pos == "rope" and (self.d_model // max(1, self.n_head)) % 2:
+            problems.append("rope needs an even head size (d_model / n_head)")
+        if self.window < 0 or self.n_expert < 0:
+            problems.append("window and n_expert must be >= 0")
+        if self.n_expert and self.top_k_experts > self.n_expert:
+            problems.append(f"top_k_experts ({self.top_k_experts}) must be <= n_expert ({self.n_expert})")
         if not 0.0 <= self.dropout < 1.0:
             problems.append("dropout must be in [0, 1)")
-        if self.norm not in ("pre", "post"):
-            problems.append("norm must be 'pre' or 'post'")
-        if self.gelu not in ("exact", "tanh"):
-            problems.append("gelu must be 'exact' or 'tanh'")
+        for name, allowed in (("norm", ("pre", "post", "both")), ("gelu", ("exact", "tanh")),
+                              ("pos", ("learned", "rope", "none")), ("norm_type", ("layernorm", "rmsnorm")),
+                              ("mlp", ("gelu", "swiglu"))):
+            if getattr(self, name) not in allowed:
+                problems.append(f"{name} must be one of {', '.join(repr(a) for a in allowed)}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -102,6 +126,12 @@ class GPTConfig:
 PRESETS: dict[str, dict] = {
     "tiny": dict(n_ctx=64, n_layer=2, n_head=4, d_model=64),
     "cpu": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),  # the built-in model (benchmarks/)
+    # the CPU shape as GPT-2 built it, and as LLaMA-family models build it today: rotary positions,
+    # RMSNorm, SwiGLU, grouped-query attention (2 key/value heads for 4 query heads), no biases.
+    # SwiGLU is 398 wide here (about 3.1d) so the two have the same parameter count (within 0.1%).
+    "gpt2-style": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),
+    "llama-style": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0, pos="rope", norm_type="rmsnorm",
+                        mlp="swiglu", d_mlp=398, n_kv_head=2, bias=False),
     "gpt1": dict(vocab_size=40478, n_ctx=512, n_layer=12, n_head=12, d_model=768, d_mlp=3072,
                  norm="post", gelu="exact", dropout=0.1),
     "gpt2": dict(vocab_size=50257, n_ctx=1024, n_layer=12, n_head=12, d_model=768, norm="pre",
@@ -127,12 +157,16 @@ def count_params(cfg: GPTConfig) -> dict[str, int]:
     """
     d, dm, V, L = cfg.d_model, cfg.d_mlp, cfg.vocab_size, cfg.n_layer
     b = 1 if cfg.bias else 0
-    ln = d * (1 + b)  # gain (+ shift)
-    attn_w, mlp_w = 4 * d * d, 2 * d * dm
-    attn_b, mlp_b = b * 4 * d, b * (dm + d)
-    per_block = attn_w + mlp_w + attn_b + mlp_b + 2 * ln
-    final_ln = ln if cfg.norm == "pre" else 0
-    embed, pos = V * d, cfg.n_ctx * d
+    ln = d * (1 + b) if cfg.norm_type == "layernorm" else d  # gain (+ shift); RMSNorm has no shift
+    kv = cfg.n_kv_head * cfg.d_head  # width of K and of V (smaller with grouped-query attention)
+    attn_w, attn_b = 2 * d * d + 2 * d * kv, b * (2 * d + 2 * kv)  # W_Q, W_K, W_V, W_O
+    n_mat = 3 if cfg.mlp == "swiglu" else 2  # SwiGLU adds the gate
+    experts = max(1, cfg.n_expert)
+    mlp_w = experts * n_mat * d * dm + (d * cfg.n_expert if cfg.n_expert else 0)  # (+ the router)
+    mlp_b = experts * b * ((n_mat - 1) * dm + d)
+    per_block = attn_w + mlp_w + attn_b + mlp_b + (4 if cfg.norm == "both" else 2) * ln
+    final_ln = ln if cfg.norm in ("pre", "both") else 0
+    embed, pos = V * d, cfg.n_ctx * d if cfg.pos == "learned" else 0
     unembed = 0 if cfg.tie_weights else V * d
     total = embed + pos + L * per_block + final_ln + unembed
     seed = embed + pos + L * (attn_w + mlp_w) + unembed
@@ -207,6 +241,31 @@ class LayerNorm(nn.Module):
         return self.hook_normalized(y)
 
 
+class RMSNorm(nn.Module):
+    """RMSNorm: x / sqrt(mean(x^2) + eps) * gain. No mean subtracted, no shift (LLaMA, Gemma)."""
+
+    def __init__(self, d: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))  # gain
+        self.bias = None
+        self.eps = eps
+        self.explain = False
+        self.hook_scale = HookPoint()  # (B, T, 1) sqrt(mean(x^2) + eps): the root mean square
+        self.hook_normalized = HookPoint()  # (B, T, d) after the gain
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.explain and hasattr(F, "rms_norm"):
+            return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(x / scale * self.weight)
+
+
+def make_norm(cfg: "GPTConfig") -> nn.Module:
+    if cfg.norm_type == "rmsnorm":
+        return RMSNorm(cfg.d_model, cfg.ln_eps)
+    return LayerNorm(cfg.d_model, cfg.bias, cfg.ln_eps)
+
+
 class NoNorm(nn.Module):
     """Stands in for the final LayerNorm of a post-norm (GPT-1) model, which has none."""
 
@@ -234,11 +293,12 @@ class LayerKV:
 class KVCache:
     """Keys and values of every layer for the positions already processed.
 
-    Holds n_layer x 2 x B x nh x n_ctx x hs numbers; `length` says how many positions are filled.
+    Holds n_layer x 2 x B x n_kv_head x n_ctx x hs numbers (grouped-query attention keeps fewer
+    key/value heads than query heads); `length` says how many positions are filled.
     """
 
     def __init__(self, cfg: GPTConfig, batch_size: int = 1, device=None, dtype=torch.float32):
-        shape = (cfg.n_layer, batch_size, cfg.n_head, cfg.n_ctx, cfg.d_head)
+        shape = (cfg.n_layer, batch_size, cfg.n_kv_head, cfg.n_ctx, cfg.d_head)
         # uninitialised: only the filled positions [:length] are ever read (GPT-2's 1024 positions
         # would cost 75 MB of zeros per request)
         self.k = torch.empty(shape, device=device, dtype=dtype)
@@ -265,26 +325,49 @@ class KVCache:
         return L * 2 * B * self.length * nh * hs
 
 
-def causal_allowed(T: int, Tk: int, device=None) -> torch.Tensor:
-    """(T, Tk) bool: query i (at absolute position Tk - T + i) may attend to key j <= its position."""
+def causal_allowed(T: int, Tk: int, device=None, window: int = 0) -> torch.Tensor:
+    """(T, Tk) bool: query i (at absolute position Tk - T + i) may attend to key j <= its position
+    (and, with a sliding window w, only to the w keys ending there: j > position - w)."""
     offset = Tk - T
     q = torch.arange(T, device=device)[:, None] + offset
     k = torch.arange(Tk, device=device)[None, :]
-    return k <= q
+    allowed = k <= q
+    if window:
+        allowed = allowed & (k > q - window)
+    return allowed
+
+
+def rope_angles(hs: int, positions: torch.Tensor, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (T, hs/2) of RoPE's angles: pair i of a head turns by position * base^(-2i / hs)."""
+    inv_freq = base ** (-torch.arange(0, hs, 2, device=positions.device, dtype=torch.float32) / hs)
+    ang = positions.float()[:, None] * inv_freq[None, :]
+    return ang.cos(), ang.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x (..., hs) pair by pair: (x_i, x_{i+hs/2}) turns by angle i (cos and sin broadcast
+    over x's leading dimensions, with the position axis lined up). Two rotated vectors' dot
+    product then depends only on how far apart their positions are."""
+    a, b = x[..., : x.size(-1) // 2], x[..., x.size(-1) // 2:]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).to(x.dtype)
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        d = cfg.d_model
-        self.c_attn = nn.Linear(d, 3 * d, bias=cfg.bias)  # W_Q, W_K, W_V side by side
+        d, kv_d = cfg.d_model, cfg.n_kv_head * cfg.d_head
+        # W_Q, W_K, W_V side by side; with grouped-query attention K and V have n_kv_head heads
+        self.c_attn = nn.Linear(d, d + 2 * kv_d, bias=cfg.bias)
         self.c_proj = nn.Linear(d, d, bias=cfg.bias)  # W_O
         self.attn_dropout = nn.Dropout(cfg.dropout)
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.hook_q = HookPoint()  # (B, T, nh, hs)
-        self.hook_k = HookPoint()  # (B, T, nh, hs) new keys only (not the cache)
-        self.hook_v = HookPoint()  # (B, T, nh, hs)
+        self.hook_k = HookPoint()  # (B, T, n_kv, hs) new keys only (not the cache)
+        self.hook_v = HookPoint()  # (B, T, n_kv, hs)
+        if cfg.pos == "rope":
+            self.hook_q_rot = HookPoint()  # (B, T, nh, hs) RoPE: q after its rotation by position
+            self.hook_k_rot = HookPoint()  # (B, T, n_kv, hs) RoPE: k after its rotation
         # (B, nh, T, Tk) QK^T/sqrt(hs), *before* the mask (TransformerLens's hook_attn_scores is
         # taken after it, with -inf in the masked cells); hook_pattern shows the mask's effect.
         self.hook_attn_scores = HookPoint()
@@ -295,31 +378,40 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, kv: LayerKV | None = None) -> torch.Tensor:
         B, T, d = x.shape
-        nh, hs = self.cfg.n_head, self.cfg.d_head
-        q, k, v = self.c_attn(x).split(d, dim=2)
-        q = self.hook_q(q.view(B, T, nh, hs)).transpose(1, 2)  # (B, nh, T, hs)
-        k = self.hook_k(k.view(B, T, nh, hs)).transpose(1, 2)
-        v = self.hook_v(v.view(B, T, nh, hs)).transpose(1, 2)
+        cfg = self.cfg
+        nh, n_kv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
+        q, k, v = self.c_attn(x).split([d, n_kv * hs, n_kv * hs], dim=2)
+        q = self.hook_q(q.view(B, T, nh, hs))
+        k = self.hook_k(k.view(B, T, n_kv, hs))
+        v = self.hook_v(v.view(B, T, n_kv, hs)).transpose(1, 2)  # (B, n_kv, T, hs)
+        if cfg.pos == "rope":  # positions continue after the cached ones
+            start = kv.cache.length if kv is not None else 0
+            cos, sin = rope_angles(hs, torch.arange(start, start + T, device=x.device), cfg.rope_base)
+            cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, hs/2): the same turn for every head
+            q, k = self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, nh, T, hs), (B, n_kv, T, hs)
         if kv is not None:
-            k, v = kv.append(k, v)  # (B, nh, Tk, hs) including the cached positions
+            k, v = kv.append(k, v)  # (B, n_kv, Tk, hs) including the cached positions
+        if n_kv != nh:  # each key/value head serves nh / n_kv query heads
+            k, v = k.repeat_interleave(nh // n_kv, dim=1), v.repeat_interleave(nh // n_kv, dim=1)
         Tk = k.size(2)
-        causal = self.cfg.causal
-        p_drop = self.cfg.dropout if self.training else 0.0
+        causal = cfg.causal
+        p_drop = cfg.dropout if self.training else 0.0
 
         if not self.explain:
-            if not causal or T == 1:
+            if not causal or (T == 1 and not cfg.window):
                 mask, is_causal = None, False  # a single newest query may see every cached key
-            elif T == Tk:
+            elif T == Tk and not cfg.window:
                 mask, is_causal = None, True
             else:
-                mask, is_causal = causal_allowed(T, Tk, x.device), False
+                mask, is_causal = causal_allowed(T, Tk, x.device, cfg.window), False
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop,
                                                is_causal=is_causal)  # (B, nh, T, hs)
         else:
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, Tk)
             scores = self.hook_attn_scores(scores)
             if causal:
-                scores = scores.masked_fill(~causal_allowed(T, Tk, x.device), float("-inf"))
+                scores = scores.masked_fill(~causal_allowed(T, Tk, x.device, cfg.window), float("-inf"))
             pattern = self.hook_pattern(F.softmax(scores, dim=-1))
             y = self.attn_dropout(pattern) @ v  # (B, nh, T, hs)
 
@@ -336,29 +428,76 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
+    """GPT-2's MLP: W_down GELU(W_up x); or SwiGLU (LLaMA): W_down (silu(W_gate x) * W_up x)."""
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias)  # up-projection
+        self.swiglu = cfg.mlp == "swiglu"
+        self.c_fc = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias)  # up-projection (SwiGLU: the value)
+        if self.swiglu:
+            self.c_gate = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias)  # SwiGLU: the gate
+            self.hook_gate = HookPoint()  # (B, T, dm) silu(x W_gate): how far each unit opens
+            self.hook_value = HookPoint()  # (B, T, dm) x W_up: what passes through the gate
         self.c_proj = nn.Linear(cfg.d_mlp, cfg.d_model, bias=cfg.bias)  # down-projection
         self.approximate = "tanh" if cfg.gelu == "tanh" else "none"
         self.dropout = nn.Dropout(cfg.dropout)
-        self.hook_pre = HookPoint()  # (B, T, dm) before GELU
-        self.hook_post = HookPoint()  # (B, T, dm) after GELU
+        self.hook_pre = HookPoint()  # (B, T, dm) before the activation (SwiGLU: the gate's input)
+        self.hook_post = HookPoint()  # (B, T, dm) after it (SwiGLU: gate * value)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.hook_pre(self.c_fc(x))
-        h = self.hook_post(F.gelu(h, approximate=self.approximate))
+        if self.swiglu:
+            gate = self.hook_gate(F.silu(self.hook_pre(self.c_gate(x))))
+            h = self.hook_post(gate * self.hook_value(self.c_fc(x)))
+        else:
+            h = self.hook_pre(self.c_fc(x))
+            h = self.hook_post(F.gelu(h, approximate=self.approximate))
         return self.dropout(self.c_proj(h))
+
+
+class MoE(nn.Module):
+    """Mixture of experts: a router scores n_expert FFNs for each token, the token goes to its
+    top_k_experts, and their outputs are mixed by the router's probabilities (renormalised over the
+    chosen ones). A load-balancing loss (Switch Transformer's: n_expert * sum_e f_e * P_e, f_e the
+    share of assignments to expert e, P_e its mean probability) keeps the router from sending
+    everything to one expert."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.k = cfg.top_k_experts
+        self.router = nn.Linear(cfg.d_model, cfg.n_expert, bias=False)
+        self.experts = nn.ModuleList([MLP(cfg) for _ in range(cfg.n_expert)])
+        self.hook_router_probs = HookPoint()  # (B, T, E) softmax of the router's scores
+        self.hook_router_choice = HookPoint()  # (B, T, k) the chosen experts' indices
+        self.aux_loss: torch.Tensor | None = None  # the last forward's load-balancing loss
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, d = x.shape
+        probs = self.hook_router_probs(F.softmax(self.router(x).float(), dim=-1))  # (B, T, E)
+        top = torch.topk(probs, self.k, dim=-1)
+        choice = self.hook_router_choice(top.indices)  # (B, T, k)
+        weights = (top.values / top.values.sum(-1, keepdim=True)).to(x.dtype)
+        flat, out = x.reshape(-1, d), torch.zeros_like(x).reshape(-1, d)
+        flat_choice, flat_w = choice.reshape(-1, self.k), weights.reshape(-1, self.k)
+        for e, expert in enumerate(self.experts):
+            rows, slot = (flat_choice == e).nonzero(as_tuple=True)
+            if rows.numel():
+                out.index_add_(0, rows, expert(flat[rows][None])[0] * flat_w[rows, slot, None])
+        E = len(self.experts)
+        share = torch.bincount(flat_choice.reshape(-1), minlength=E).float() / flat_choice.numel()
+        self.aux_loss = E * (share * probs.reshape(-1, E).mean(0)).sum()
+        return out.view(B, T, d)
 
 
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.pre_norm = cfg.norm == "pre"
-        self.ln1 = LayerNorm(cfg.d_model, cfg.bias, cfg.ln_eps)
+        self.norm = cfg.norm
+        self.ln1 = make_norm(cfg)
         self.attn = CausalSelfAttention(cfg)
-        self.ln2 = LayerNorm(cfg.d_model, cfg.bias, cfg.ln_eps)
-        self.mlp = MLP(cfg)
+        self.ln2 = make_norm(cfg)
+        if cfg.norm == "both":  # the sandwich: also normalise each sublayer's output before the add
+            self.ln1_post, self.ln2_post = make_norm(cfg), make_norm(cfg)
+        self.mlp = MoE(cfg) if cfg.n_expert else MLP(cfg)
         self.hook_resid_pre = HookPoint()  # (B, T, d) stream entering the block
         self.hook_attn_out = HookPoint()  # (B, T, d) what attention adds
         self.hook_resid_mid = HookPoint()  # (B, T, d) after the attention residual add
@@ -367,9 +506,12 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, kv: LayerKV | None = None) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        if self.pre_norm:  # GPT-2: x + f(LN(x))
+        if self.norm == "pre":  # GPT-2: x + f(LN(x))
             x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), kv)))
             x = self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
+        elif self.norm == "both":  # Gemma 2: x + LN(f(LN(x)))
+            x = self.hook_resid_mid(x + self.hook_attn_out(self.ln1_post(self.attn(self.ln1(x), kv))))
+            x = self.hook_resid_post(x + self.hook_mlp_out(self.ln2_post(self.mlp(self.ln2(x)))))
         else:  # GPT-1: LN(x + f(x))
             x = self.hook_resid_mid(self.ln1(x + self.hook_attn_out(self.attn(x, kv))))
             x = self.hook_resid_post(self.ln2(x + self.hook_mlp_out(self.mlp(x))))
@@ -386,12 +528,14 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)  # W_E (V, d)
-        self.wpe = nn.Embedding(cfg.n_ctx, cfg.d_model)  # W_P (n_ctx, d)
+        # W_P (n_ctx, d): learned positions only; RoPE turns q and k inside attention instead
+        self.wpe = nn.Embedding(cfg.n_ctx, cfg.d_model) if cfg.pos == "learned" else None
         self.hook_embed = HookPoint()  # (B, T, d) rows of W_E for the tokens
-        self.hook_pos_embed = HookPoint()  # (1, T, d) rows of W_P for the positions
+        if cfg.pos == "learned":
+            self.hook_pos_embed = HookPoint()  # (1, T, d) rows of W_P for the positions
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
-        self.ln_final = LayerNorm(cfg.d_model, cfg.bias, cfg.ln_eps) if cfg.norm == "pre" else NoNorm()
+        self.ln_final = make_norm(cfg) if cfg.norm in ("pre", "both") else NoNorm()
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # W_U (V, d)
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight  # logits = h @ W_E^T
@@ -432,10 +576,11 @@ class GPT(nn.Module):
         start = kv_cache.length if kv_cache is not None else 0
         if start + T > self.cfg.n_ctx:
             raise ValueError(f"sequence of {start + T} tokens exceeds the context length n_ctx={self.cfg.n_ctx}")
-        pos = torch.arange(start, start + T, device=idx.device)
-        tok_emb = self.hook_embed(self.wte(idx))  # (B, T, d)
-        pos_emb = self.hook_pos_embed(self.wpe(pos)[None])  # (1, T, d)
-        x = self.drop(tok_emb + pos_emb)
+        x = self.hook_embed(self.wte(idx))  # (B, T, d)
+        if self.wpe is not None:
+            pos = torch.arange(start, start + T, device=idx.device)
+            x = x + self.hook_pos_embed(self.wpe(pos)[None])  # (1, T, d)
+        x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, kv_cache.layer(i) if kv_cache is not None else None)
         x = self.ln_final(x[:, -1:] if last_only else x)
@@ -497,7 +642,7 @@ class GPT(nn.Module):
             return self
         self.mode = mode
         for m in self.modules():
-            if isinstance(m, (LayerNorm, CausalSelfAttention)):
+            if isinstance(m, (LayerNorm, RMSNorm, CausalSelfAttention)):
                 m.explain = mode == "explain"
         return self
 
@@ -525,6 +670,12 @@ class GPT(nn.Module):
             nxt = sample_next(logits[0, -1], temperature, top_k, top_p, seed, step).token
             out = torch.cat([out, torch.tensor([[nxt]], device=idx.device)], dim=1)
         return out
+
+    def aux_loss(self) -> torch.Tensor | None:
+        """The mixture-of-experts routers' load-balancing loss from the last forward pass, weighted
+        (aux_loss_weight); None for a dense model. Training adds it to the cross-entropy."""
+        parts = [b.mlp.aux_loss for b in self.blocks if isinstance(b.mlp, MoE) and b.mlp.aux_loss is not None]
+        return self.cfg.aux_loss_weight * torch.stack(parts).sum() if parts else None
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())  # parameters() yields a tied matrix once

@@ -489,7 +489,8 @@ class Trainer:
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         with self.autocast:
             _, loss = self.ddp_model(x, y)
-        loss.backward()
+        aux = model.aux_loss()  # a mixture of experts' load-balancing loss (not part of the logged loss)
+        (loss if aux is None else loss + aux).backward()
         # gradient norm of each block before clipping (pre- vs post-norm show different profiles)
         layer_norms = torch.stack([torch.linalg.vector_norm(torch.stack(
             [p.grad.detach().norm() for p in b.parameters() if p.grad is not None])) for b in model.blocks])

@@ -75,6 +75,9 @@ def sinusoidal(n_pos: int, d: int) -> torch.Tensor:
 
 
 def positions(service: ModelService, limit: int) -> PositionsResponse:
+    if service.model.wpe is None:
+        kind = "rotates queries and keys by position (RoPE)" if service.model.cfg.pos == "rope" else "has no position signal"
+        raise InputError("model", f"this model has no learned position table: it {kind}", status=409, where="model")
     wp = service.model.wpe.weight.detach().float()
     n = min(limit, wp.size(0))
     step = max(1, math.ceil(wp.size(0) / n))

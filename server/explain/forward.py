@@ -88,16 +88,17 @@ def _needed_hooks(parts: set[str], cfg, layers: list[int], layer: int) -> set[st
         names |= {f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_resid_mid",
                   f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.ln1.hook_normalized"}
     if "head_detail" in parts:
-        names |= {f"blocks.{layer}.attn.{h}" for h in ("hook_q", "hook_k", "hook_v", "hook_attn_scores",
-                                                       "hook_pattern", "hook_z", "hook_result")}
+        names |= {f"blocks.{layer}.attn.{h}" for h in ("hook_q", "hook_k", "hook_v", "hook_q_rot", "hook_k_rot",
+                                                       "hook_attn_scores", "hook_pattern", "hook_z", "hook_result")}
         names |= {f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_mid"}
-    if "mlp" in parts:
+    if "mlp" in parts and not cfg.n_expert:
         names |= {f"blocks.{l}.mlp.hook_pre" for l in L} | {f"blocks.{layer}.mlp.hook_post"}
     if parts & {"residual", "logit_lens"}:
         names |= {"blocks.0.hook_resid_pre"} | {f"blocks.{l}.hook_resid_post" for l in L}
     if "decomposition" in parts:
         names |= {"hook_embed", "hook_pos_embed", "ln_final.hook_scale"}
         names |= {f"blocks.{l}.attn.hook_result" for l in L} | {f"blocks.{l}.hook_mlp_out" for l in L}
+        names |= {f"blocks.{l}.hook_attn_out" for l in L}
         names |= {f"blocks.{cfg.n_layer - 1}.hook_resid_post"}
     return names
 
@@ -131,15 +132,17 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
             out.attention = AttentionBlock(layers=layers, heads=heads, pattern=[
                 attention_rows(c[f"blocks.{l}.attn.hook_pattern"][heads], cfg.causal) for l in layers])
         if "embeddings" in parts:
-            tok, p = c["hook_embed"], cache["hook_pos_embed"][0]
-            out.embeddings = EmbeddingsBlock(token=rounded(tok, 4), position=rounded(p, 4), sum=rounded(tok + p, 4),
+            tok = c["hook_embed"]
+            p = cache["hook_pos_embed"][0] if "hook_pos_embed" in cache else None  # learned positions only
+            out.embeddings = EmbeddingsBlock(pos=cfg.pos, token=rounded(tok, 4), position=None if p is None else rounded(p, 4),
+                                             sum=rounded(tok if p is None else tok + p, 4),
                                              token_norms=rounded(tok.norm(dim=-1), 4),
-                                             position_norms=rounded(p.norm(dim=-1), 4))
+                                             position_norms=None if p is None else rounded(p.norm(dim=-1), 4))
         if "layernorm" in parts:
             out.layernorm = _layernorm(m, c, layer, pos)
         if "head_detail" in parts:
             out.head_detail = _head_detail(m, c, layer, head, pos)
-        if "mlp" in parts:
+        if "mlp" in parts and not cfg.n_expert:  # a mixture of experts has no one MLP per layer
             out.mlp = _mlp(m, c, layer, pos)
         if "residual" in parts or "logit_lens" in parts:
             streams = [c["blocks.0.hook_resid_pre"]] + [c[f"blocks.{l}.hook_resid_post"] for l in range(cfg.n_layer)]
@@ -177,13 +180,17 @@ def _layernorm(m, c, layer: int, pos: int) -> LayerNormDetail:
 
 def _head_detail(m, c, layer: int, head: int, pos: int) -> HeadDetail:
     a = f"blocks.{layer}.attn."
+    rope, kvh = m.cfg.pos == "rope", head // (m.cfg.n_head // m.cfg.n_kv_head)
     scores = c[a + "hook_attn_scores"][head]  # (T, T)
     T = scores.size(0)
     allowed = torch.ones(T, T, dtype=torch.bool).tril() if m.cfg.causal else torch.ones(T, T, dtype=torch.bool)
     masked = [[round(float(scores[i, j]), 5) if allowed[i, j] else None for j in range(T)] for i in range(T)]
     return HeadDetail(
         layer=layer, head=head, d_head=m.cfg.d_head, scale=1 / math.sqrt(m.cfg.d_head),
-        q=rounded(c[a + "hook_q"][:, head]), k=rounded(c[a + "hook_k"][:, head]), v=rounded(c[a + "hook_v"][:, head]),
+        # RoPE: the rotated q and k (their dot product is the score); grouped-query attention: the
+        # key/value head this query head shares
+        q=rounded(c[a + ("hook_q_rot" if rope else "hook_q")][:, head]), k=rounded(c[a + ("hook_k_rot" if rope else "hook_k")][:, kvh]),
+        v=rounded(c[a + "hook_v"][:, kvh]), kv_head=kvh, rotated=rope,
         scores=rounded(scores), masked_scores=masked, pattern=rounded(c[a + "hook_pattern"][head]),
         z=rounded(c[a + "hook_z"][:, head]), result=rounded(c[a + "hook_result"][:, head], 4), position=pos,
         resid_pre=rounded(c[f"blocks.{layer}.hook_resid_pre"][pos]),
@@ -193,7 +200,7 @@ def _head_detail(m, c, layer: int, head: int, pos: int) -> HeadDetail:
 
 def gelu_curve(kind: str, lo: float = -4.0, hi: float = 4.0, n: int = 161) -> tuple[list[float], list[float]]:
     x = torch.linspace(lo, hi, n)
-    y = F.gelu(x, approximate="tanh" if kind == "tanh" else "none")
+    y = F.silu(x) if kind == "silu" else F.gelu(x, approximate="tanh" if kind == "tanh" else "none")
     return rounded(x, 4), rounded(y, 5)
 
 
@@ -211,8 +218,9 @@ def _mlp(m, c, layer: int, pos: int) -> MLPBlock:
     post = c[f"blocks.{layer}.mlp.hook_post"][pos]
     pre = pres[layer][pos]
     top = torch.topk(post, min(10, post.numel()))
-    cx, cy = gelu_curve(m.cfg.gelu)
-    return MLPBlock(gelu=m.cfg.gelu, curve_x=cx, curve_y=cy, layers=layers, layer=layer, position=pos,
+    act = "silu" if m.cfg.mlp == "swiglu" else m.cfg.gelu
+    cx, cy = gelu_curve(act)
+    return MLPBlock(gelu=act, curve_x=cx, curve_y=cy, layers=layers, layer=layer, position=pos,
                     top_neurons=[Neuron(index=int(i), pre=round(float(pre[i]), 5), post=round(float(v), 5))
                                  for v, i in zip(top.values, top.indices)], d_mlp=m.cfg.d_mlp)
 
@@ -256,7 +264,7 @@ def _decompose(service, m, c, logits, pos: int, target: int | None) -> Decomposi
     cfg = m.cfg
     tid = int(torch.argmax(logits[pos])) if target is None else target
     logit = float(logits[pos, tid])
-    if cfg.norm != "pre":
+    if cfg.norm == "post":
         return Decomposition(position=pos, target_id=tid, target_text=token_text(service, tid), logit=round(logit, 5),
                              contributions=[], total=0.0, residual_error=round(logit, 5), exact=False,
                              note="post-norm (GPT-1 style) models normalise inside every block, so the stream "
@@ -266,11 +274,19 @@ def _decompose(service, m, c, logits, pos: int, target: int | None) -> Decomposi
     scale = c["ln_final.hook_scale"][pos, 0]
     direction = ln.weight * w_u / scale
 
-    def contrib(vec: torch.Tensor) -> float:
-        return float(((vec - vec.mean()) * direction).sum())
+    centre = cfg.norm_type == "layernorm"  # RMSNorm does not subtract the mean
 
-    rows = [Contribution(name="embed", kind="embed", value=contrib(c["hook_embed"][pos] + c["hook_pos_embed"][pos]))]
+    def contrib(vec: torch.Tensor) -> float:
+        return float(((vec - vec.mean() if centre else vec) * direction).sum())
+
+    embed = c["hook_embed"][pos] + (c["hook_pos_embed"][pos] if "hook_pos_embed" in c else 0.0)
+    rows = [Contribution(name="embed", kind="embed", value=contrib(embed))]
     for l in range(cfg.n_layer):
+        if cfg.norm == "both":  # the sandwich normalises the summed heads: only the whole output adds up
+            rows.append(Contribution(name=f"L{l} attention", kind="attn", layer=l,
+                                     value=contrib(c[f"blocks.{l}.hook_attn_out"][pos])))
+            rows.append(Contribution(name=f"MLP{l}", kind="mlp", layer=l, value=contrib(c[f"blocks.{l}.hook_mlp_out"][pos])))
+            continue
         res = c[f"blocks.{l}.attn.hook_result"][pos]  # (nh, d)
         for h in range(cfg.n_head):
             rows.append(Contribution(name=f"L{l}H{h}", kind="head", layer=l, head=h, value=contrib(res[h])))

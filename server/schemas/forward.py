@@ -52,10 +52,12 @@ class AttentionBlock(BaseModel):
 
 class EmbeddingsBlock(BaseModel):
     token: Matrix = Field(description="(T, d) rows of W_E for the prompt's token ids")
-    position: Matrix = Field(description="(T, d) rows of W_P for positions 0..T-1")
+    pos: Literal["learned", "rope", "none"] = Field("learned", description="how the model knows positions: learned rows "
+                                                    "added here, or rotary (RoPE, inside attention), or not at all")
+    position: Matrix | None = Field(description="(T, d) rows of W_P for positions 0..T-1 (null without learned positions)")
     sum: Matrix = Field(description="(T, d) token + position: the residual stream entering block 0")
     token_norms: list[float]
-    position_norms: list[float]
+    position_norms: list[float] | None
 
 
 class LayerNormDetail(BaseModel):
@@ -78,9 +80,12 @@ class HeadDetail(BaseModel):
     head: int
     d_head: int
     scale: float = Field(description="1 / sqrt(d_head): scores are divided by sqrt(d_head)")
-    q: Matrix = Field(description="(T, d_head) queries of this head")
-    k: Matrix = Field(description="(T, d_head) keys")
-    v: Matrix = Field(description="(T, d_head) values")
+    q: Matrix = Field(description="(T, d_head) queries of this head (after RoPE's rotation when `rotated`)")
+    k: Matrix = Field(description="(T, d_head) keys of its key/value head (after RoPE's rotation when `rotated`)")
+    v: Matrix = Field(description="(T, d_head) values of its key/value head")
+    kv_head: int = Field(0, description="the key/value head this query head reads: with grouped-query attention "
+                                        "n_head / n_kv_head query heads share each one")
+    rotated: bool = Field(False, description="q and k are shown after RoPE turned them by their positions")
     scores: Matrix = Field(description="(T, T) Q K^T / sqrt(d_head), before the mask")
     masked_scores: list[list[float | None]] = Field(description="(T, T) after the causal mask; null stands for -inf")
     pattern: Matrix = Field(description="(T, T) softmax of the masked scores")
@@ -112,7 +117,8 @@ class MLPLayer(BaseModel):
 
 
 class MLPBlock(BaseModel):
-    gelu: str = Field(description="'exact' x*Phi(x) or 'tanh' approximation, as the model uses")
+    gelu: str = Field(description="'exact' x*Phi(x) or 'tanh' approximation, as the model uses; 'silu' for a SwiGLU "
+                                  "MLP (its gate's activation; post = silu(gate) * value)")
     curve_x: list[float]
     curve_y: list[float] = Field(description="the model's GELU at curve_x (drawn under the histograms)")
     layers: list[MLPLayer]
@@ -156,8 +162,9 @@ class PromptLoss(BaseModel):
 
 
 class Contribution(BaseModel):
-    name: str = Field(description="embed, L{l}H{h} (a head), L{l} attn bias, MLP{l}, or final bias")
-    kind: Literal["embed", "head", "attn_bias", "mlp", "bias"]
+    name: str = Field(description="embed, L{l}H{h} (a head), L{l} attn bias, L{l} attention (a sandwich-norm model's "
+                                  "whole normalised attention output), MLP{l}, or final bias")
+    kind: Literal["embed", "head", "attn_bias", "attn", "mlp", "bias"]
     layer: int | None = None
     head: int | None = None
     value: float

@@ -1,0 +1,181 @@
+"""The modern block: RoPE, RMSNorm, norm placement, SwiGLU, grouped-query and sliding-window
+attention, mixture of experts. Each option against its formula or the GPT-2 block it generalises."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fastapi.testclient import TestClient
+
+from model import checkpoint as ckpt
+from model.formulas import kv_cache_bytes
+from model.gpt import GPT, MLP, GPTConfig, KVCache, RMSNorm, apply_rope, count_params, preset_config, rope_angles
+from server.app import create_app
+from server.config import Settings
+from server.schemas.forward import ALL_PARTS
+
+BASE = dict(vocab_size=61, n_ctx=24, n_layer=2, n_head=4, d_model=32)
+COMBOS = {
+    "rope": dict(pos="rope"), "no-positions": dict(pos="none"), "rmsnorm": dict(norm_type="rmsnorm"),
+    "sandwich": dict(norm="both"), "post": dict(norm="post"), "swiglu": dict(mlp="swiglu"), "gqa": dict(n_kv_head=2),
+    "mqa": dict(n_kv_head=1), "window": dict(window=5), "moe": dict(n_expert=4, top_k_experts=2),
+    "llama-like": dict(pos="rope", norm_type="rmsnorm", mlp="swiglu", n_kv_head=2, bias=False),
+    "everything": dict(pos="rope", norm_type="rmsnorm", norm="both", mlp="swiglu", n_kv_head=1, window=6, n_expert=3,
+                       bias=False),
+}
+
+
+def model(seed: int = 0, **kw) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**{**BASE, **kw})).eval()
+
+
+def test_rope_scores_depend_only_on_the_distance():
+    torch.manual_seed(0)
+    hs = 16
+    q, k = torch.randn(hs), torch.randn(hs)
+
+    def score(pq: int, pk: int) -> float:
+        cos, sin = rope_angles(hs, torch.tensor([pq, pk]), 10000.0)
+        return float(apply_rope(q, cos[0], sin[0]) @ apply_rope(k, cos[1], sin[1]))
+
+    for shift in (1, 7, 100):
+        assert score(9 + shift, 4 + shift) == pytest.approx(score(9, 4), abs=1e-4)
+    assert abs(score(9, 4) - score(9, 5)) > 1e-3  # ... and does depend on the distance
+    # in the model: with every query and key the same vector, a row's scores are a function of i - j
+    m = model(pos="rope", n_layer=1).set_mode("explain")
+    with m.capture(["blocks.0.attn.hook_attn_scores"]) as c:
+        m(torch.full((1, 12), 5))
+    s = c["blocks.0.attn.hook_attn_scores"][0, 0]
+    for i, j in ((8, 3), (11, 6)):
+        assert float(s[i, j]) == pytest.approx(float(s[5, 0]), abs=1e-4)
+
+
+def test_rmsnorm_equals_its_formula():
+    torch.manual_seed(1)
+    n = RMSNorm(8, 1e-5)
+    with torch.no_grad():
+        n.weight.copy_(torch.randn(8))
+    x = torch.randn(3, 5, 8)
+    want = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + 1e-5) * n.weight
+    for explain in (False, True):
+        n.explain = explain
+        assert torch.allclose(n(x), want, atol=1e-6)
+
+
+def test_swiglu_equals_its_formula():
+    torch.manual_seed(2)
+    mlp = MLP(GPTConfig(**BASE, mlp="swiglu")).eval()
+    assert mlp.c_fc.out_features == round(8 * 32 / 3)  # 8d/3 wide: the parameter count of a 4d GELU MLP
+    x = torch.randn(2, 6, 32)
+    want = mlp.c_proj(F.silu(mlp.c_gate(x)) * mlp.c_fc(x))
+    assert torch.allclose(mlp(x), want, atol=1e-6)
+
+
+def test_gqa_equals_mha_with_each_kv_head_repeated():
+    gqa = model(n_kv_head=2)
+    mha = model()
+    d, hs, nh, nkv = 32, 8, 4, 2
+    with torch.no_grad():
+        for bg, bm in zip(gqa.blocks, mha.blocks):
+            for name, p in bg.named_parameters():
+                if "c_attn" not in name:
+                    dict(bm.named_parameters())[name].copy_(p)
+            Wq, Wk, Wv = bg.attn.c_attn.weight.split([d, nkv * hs, nkv * hs])
+            bq, bk, bv = bg.attn.c_attn.bias.split([d, nkv * hs, nkv * hs])
+            rep = lambda t: t.view(nkv, hs, *t.shape[1:]).repeat_interleave(nh // nkv, 0).reshape(nh * hs, *t.shape[1:])  # noqa: E731
+            bm.attn.c_attn.weight.copy_(torch.cat([Wq, rep(Wk), rep(Wv)]))
+            bm.attn.c_attn.bias.copy_(torch.cat([bq, rep(bk), rep(bv)]))
+        for name in ("wte.weight", "wpe.weight", "ln_final.weight", "ln_final.bias"):
+            dict(mha.named_parameters())[name].copy_(dict(gqa.named_parameters())[name])
+    x = torch.randint(61, (2, 10))
+    assert torch.allclose(gqa(x)[0], mha(x)[0], atol=1e-5)
+    same = model(n_kv_head=4)  # n_kv_head = n_head is plain multi-head attention
+    assert torch.equal(same(x)[0], model()(x)[0])
+
+
+def test_a_window_as_long_as_the_text_is_full_causal_attention():
+    x = torch.randint(61, (2, 12))
+    for mode in ("fast", "explain"):
+        assert torch.allclose(model(window=12).set_mode(mode)(x)[0], model().set_mode(mode)(x)[0], atol=1e-6)
+    short = model(window=3).set_mode("explain")
+    with short.capture(["blocks.0.attn.hook_pattern"]) as c:
+        short(x)
+    p = c["blocks.0.attn.hook_pattern"][0, 0]
+    assert float(p[9, :7].sum()) == 0.0 and float(p[9, 7:10].sum()) == pytest.approx(1.0)
+
+
+def test_one_expert_is_the_dense_ffn():
+    moe, dense = model(n_expert=1), model()
+    with torch.no_grad():
+        for bm, bd in zip(moe.blocks, dense.blocks):
+            bm.mlp.experts[0].load_state_dict(bd.mlp.state_dict())
+        for name, p in dense.named_parameters():
+            if ".mlp." not in name:
+                dict(moe.named_parameters())[name].copy_(p)
+    x = torch.randint(61, (2, 10))
+    assert torch.allclose(moe(x)[0], dense(x)[0], atol=1e-6)
+    moe4 = model(n_expert=4, top_k_experts=2).set_mode("explain")
+    with moe4.capture(lambda n: "router" in n) as c:
+        moe4(x)
+    assert c["blocks.0.mlp.hook_router_probs"].shape == (2, 10, 4)
+    assert c["blocks.0.mlp.hook_router_choice"].shape == (2, 10, 2)
+    assert moe4.aux_loss() is not None and float(moe4.aux_loss().detach()) > 0
+
+
+def test_gqa_kv_cache_holds_n_kv_heads_and_matches_the_learn_formula():
+    m = model(n_kv_head=1)
+    cache = KVCache(m.cfg)
+    m(torch.randint(61, (1, 9)), kv_cache=cache)
+    assert cache.k.shape[2] == 1 and cache.length == 9
+    assert cache.numel_used() * 4 == kv_cache_bytes(2, 1, 8, 9, bytes_per_value=4)
+
+
+@pytest.mark.parametrize("name", list(COMBOS))
+def test_fast_and_explain_paths_agree_and_the_cache_changes_nothing(name):
+    m = model(**COMBOS[name])
+    assert m.num_params() == count_params(m.cfg)["total"]
+    x = torch.randint(61, (2, 14))
+    fast = m.set_mode("fast")(x)[0]
+    explain = m.set_mode("explain")(x)[0]
+    assert torch.allclose(fast, explain, atol=1e-5)
+    m.set_mode("fast")
+    with_cache = m.generate(x[:1, :5], 8, temperature=0.7, seed=3)
+    without = m.generate(x[:1, :5], 8, temperature=0.7, seed=3, use_cache=False)
+    assert torch.equal(with_cache, without)
+
+
+def test_llama_style_has_gpt2_styles_parameter_count():
+    g, l = (count_params(preset_config(n, vocab_size=2048))["total"] for n in ("gpt2-style", "llama-style"))
+    assert abs(g - l) / g < 0.002
+    cfg = preset_config("llama-style", vocab_size=2048)
+    assert (cfg.pos, cfg.norm_type, cfg.mlp, cfg.n_kv_head, cfg.bias) == ("rope", "rmsnorm", "swiglu", 2, False)
+
+
+@pytest.mark.parametrize("name", ["llama-like", "everything", "moe", "sandwich", "window"])
+def test_checkpoints_of_each_load_and_serve_every_part(name, tmp_path):
+    m = model(**COMBOS[name])
+    chars = [chr(32 + i) for i in range(61)]  # space to backslash: capitals, digits, punctuation
+    ckpt.save(tmp_path / name, m, {"name": name, "tokenizer": {"kind": "chars", "chars": chars}, "step": 0, "final": True})
+    app = create_app(Settings(checkpoint=tmp_path / name, allow_hosts=["testserver"], data_dir=tmp_path / "data"))
+    with TestClient(app) as client:
+        text = "HELLO: THE NEW BLOCK!"
+        for layer in range(2):
+            r = client.post("/api/v1/forward", json={"text": text, "include": list(ALL_PARTS), "layer": layer, "head": 3})
+            assert r.status_code == 200, r.text
+        body = r.json()
+        assert len(body["attention"]["pattern"][0]) == 4
+        for path, payload in (("/api/v1/generate/step", {"ids": [5, 6, 7], "step": 0, "seed": 1}),
+                              ("/api/v1/next-token", {"text": text}),
+                              ("/api/v1/intervene", {"text": text, "ablate_heads": [{"layer": 1, "head": 2}]})):
+            r = client.post(path, json=payload)
+            assert r.status_code == 200, (path, r.text)
+        for path in ("/api/v1/embeddings/projection", "/api/v1/embeddings/positions", "/api/v1/heads?ablate=false",
+                     "/api/v1/health"):
+            r = client.get(path)
+            assert r.status_code in (200, 409), (path, r.text)
+            if r.status_code == 409:  # a model without learned positions has no position table
+                assert path.endswith("positions") and "no learned position table" in r.text
