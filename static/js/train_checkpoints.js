@@ -25,6 +25,15 @@ function serveButton(name, loaded, text = "Serve this") {
   });
 }
 
+// "compare…": /compare with this checkpoint as a and the served one as b.
+let served = "builtin";
+function compareLink(name) {
+  const a = el("a", { class: "compare-link small", "data-checkpoint": name, text: "compare…",
+    title: `compare ${name} with the served model on one text` });
+  a.href = `/compare?${new URLSearchParams({ a: name, b: served })}`;
+  return a;
+}
+
 function snapCell(g) {
   if (!g.snaps.length) return el("td", { class: "muted", text: g.run === "builtin" ? "" : "none" });
   const loaded = g.snaps.find((s) => s.loaded);
@@ -35,8 +44,15 @@ function snapCell(g) {
   const cell = el("td", {}, box);
   const btn = () => serveButton(sel.value, g.snaps.some((s) => s.loaded && s.name === sel.value), "Serve snapshot");
   let b = btn();
-  box.append(b);
-  sel.addEventListener("change", () => { const nb = btn(); b.replaceWith(nb); b = nb; });
+  let link = compareLink(sel.value);
+  box.append(b, link);
+  sel.addEventListener("change", () => {
+    const nb = btn();
+    const nl = compareLink(sel.value);
+    b.replaceWith(nb);
+    link.replaceWith(nl);
+    [b, link] = [nb, nl];
+  });
   return cell;
 }
 
@@ -53,7 +69,7 @@ function row(g, statusById) {
     el("td", { class: "num", text: g.final ? int(g.final.step) : "—" }),
     el("td", { class: "num", text: int(c.params) }),
     el("td", { class: "num", text: g.final && g.final.val_loss !== null ? fmt(g.final.val_loss, 4) : "—" }),
-    el("td", {}, g.final ? serveButton(g.final.name, g.final.loaded)
+    el("td", {}, g.final ? [serveButton(g.final.name, g.final.loaded), " ", compareLink(g.final.name)]
       : el("span", { class: "muted small", text: st && st.status === "running" ? "still training" : "no final checkpoint" })),
     snapCell(g));
 }
@@ -65,6 +81,7 @@ export async function refresh() {
   const groups = [...new Set(list.map((c) => c.name.split("/")[0]))];
   // builtin first, then the newest run first
   groups.sort((a, b) => (a === "builtin" ? -1 : b === "builtin" ? 1 : (order.get(b) ?? -1) - (order.get(a) ?? -1)));
+  served = (list.find((c) => c.loaded) || {}).name || "builtin";
   const byRun = group(list);
   $("ckpt-table").tBodies[0].replaceChildren(...groups.map((r) => row(byRun.get(r), statusById)));
   $("ckpt-table").dataset.loaded = (list.find((c) => c.loaded) || {}).name || "";

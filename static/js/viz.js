@@ -413,3 +413,33 @@ export const ROLE_COLOURS = { "previous-token": OKABE.blue, "first-token": OKABE
   local: OKABE.green, "duplicate-token": OKABE.orange, induction: OKABE.vermillion };
 export const ROLE_SYMBOLS = { "previous-token": "circle", "first-token": "square", "current-token": "diamond",
   local: "triangle-up", "duplicate-token": "cross", induction: "star" };
+
+// --- colours as CSS strings (cells drawn as HTML, e.g. /compare's character strips) ----------------
+// A diverging, colour-blind-safe scale for signed differences: Okabe–Ito blue below 0, near-white
+// at 0, vermillion above (as a Plotly colorscale, too).
+export const DIVERGING = [[0, OKABE.blue], [0.5, "#f7f7f7"], [1, OKABE.vermillion]];
+
+// Plotly's Viridis stops, evenly spaced (what a Plotly heatmap with colorscale SEQ shows).
+const VIRIDIS_CSS = ["#440154", "#48186a", "#472d7b", "#424086", "#3b528b", "#33638d", "#2c728e", "#26828e", "#21918c",
+  "#1fa088", "#28ae80", "#3fbc73", "#5ec962", "#84d44b", "#addc30", "#d8e219", "#fde725"];
+const hexRgb = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+const mix = (a, b, f) => `rgb(${a.map((c, k) => Math.round(c + f * (b[k] - c))).join(", ")})`;
+
+// v's colour on Viridis between zmin and zmax (clipped), as "rgb(r, g, b)".
+export function seqColour(v, zmin, zmax) {
+  const t = (VIRIDIS_CSS.length - 1) * Math.max(0, Math.min(1, (v - zmin) / (zmax - zmin || 1)));
+  const j = Math.min(VIRIDIS_CSS.length - 2, Math.floor(t));
+  return mix(hexRgb(VIRIDIS_CSS[j]), hexRgb(VIRIDIS_CSS[j + 1]), t - j);
+}
+
+// v's colour on DIVERGING between -lim and +lim (clipped), as "rgb(r, g, b)".
+export function divColour(v, lim) {
+  const f = Math.max(-1, Math.min(1, v / (lim || 1)));
+  return mix(hexRgb(DIVERGING[1][1]), hexRgb(DIVERGING[f < 0 ? 0 : 2][1]), Math.abs(f));
+}
+
+// Dark or white text, whichever reads better on an "rgb(r, g, b)" background.
+export function inkOn(colour) {
+  const [r, g, b] = (colour.match(/\d+/g) || [255, 255, 255]).map(Number);
+  return 0.299 * r + 0.587 * g + 0.114 * b > 140 ? "#1d1d1f" : "#fff";
+}
