@@ -1,8 +1,8 @@
 // Learning-rate schedules panel: the Transformer's and GPT-1's schedules from
 // GET /api/v1/schedules/lr (editable, with kept copies overlaid), and the loaded model's own
 // schedule with the learning rates its trainer really set.
-import { apiGet, bindForms, formQuery } from "./api.js";
-import { $, OKABE, chart, int, sci } from "./viz.js";
+import { ApiError, apiGet, bindForms, formQuery } from "./api.js";
+import { $, OKABE, chart, clearPlot, int, sci } from "./viz.js";
 
 const panel = $("schedule-panel");
 const form = $("schedule-form");
@@ -78,8 +78,28 @@ function fillFields(schedule, always = false) {
   for (const [k, id] of Object.entries(fields)) if (always || $(id).value === "") $(id).value = schedule[k];
 }
 
+// The API refuses kind=model (naming the field `kind`) when checkpoint.json records no schedule:
+// an imported model (GPT-2, nanoGPT) was trained elsewhere. That is no error of the reader's input.
+const noSchedule = (err) => err instanceof ApiError && err.status === 422 && Array.isArray(err.detail)
+  && err.detail.some((d) => (d.loc || []).includes("kind"));
+
 async function loadModel(signal) {
-  const body = await apiGet(`/schedules/lr?kind=model&${formQuery(mform)}`, signal);
+  let body;
+  try {
+    body = await apiGet(`/schedules/lr?kind=model&${formQuery(mform)}`, signal);
+  } catch (err) {
+    if (!noSchedule(err)) throw err;
+    mform.hidden = true;
+    clearPlot($("model-schedule-plot"));
+    $("model-schedule-plot").hidden = true;
+    mpanel.dataset.schedule = "none";
+    $("model-schedule-summary").textContent = `Nothing to draw for this model: ${err.detail.map((d) => d.msg).join("; ")} ` +
+      "(a model imported from elsewhere was trained by another program, which kept its schedule to itself).";
+    return;
+  }
+  mform.hidden = false;
+  $("model-schedule-plot").hidden = false;
+  mpanel.dataset.schedule = "recorded";
   recorded = body.checkpoint_schedule;
   fillFields(recorded);
   const data = [curveTrace(body, OKABE.blue, "solid", "schedule (model.schedules.warmup_cosine)")];

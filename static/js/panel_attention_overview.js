@@ -2,16 +2,19 @@
 // (#attention-plot), a head view with lines, and the selected query's weights as bars.
 // Data: the `attention` part of POST /api/v1/forward. Whether a query may read later keys is the
 // response's `causal`: with the mask the upper triangle is covered, without it every key is drawn.
-import { $, MASKED, MONO, OKABE, SEQ, addDownloads, draw, fmt, later, padRows, relayout, squareHeatmap, tokenAxis, tokenLabels } from "./viz.js";
+import { $, MONO, OKABE, SEQ, addDownloads, draw, fmt, heatGrid, heatGridImage, later, squareHeatmap, tokenAxis,
+  tokenLabels } from "./viz.js";
 
 const SVGNS = "http://www.w3.org/2000/svg";
+const BANDS = 50;        // head view: lines drawn as one path per band of weight 0.02 wide
 let trace = null;
 let sel = { layer: 0, head: 0, position: 0 };
 let handlers = {};
+let grid = null;         // the model view's grid (viz.heatGrid), for moving the selection outline
 
 export function initAttentionOverview({ onSelectHead, onSelectPosition } = {}) {
   handlers = { onSelectHead, onSelectPosition };
-  addDownloads($("model-view-plot"), "attention-all-heads", () => trace && trace.attention);
+  addDownloads($("model-view-plot"), "attention-all-heads", () => trace && trace.attention, { canvas: gridImage });
   addDownloads($("attention-plot"), "attention-head", () => trace && trace.attention);
   addDownloads($("head-view"), "head-view", () => trace && trace.attention, { svgEl: () => $("head-view").querySelector("svg") });
   addDownloads($("query-bars-plot"), "query-attention", () => trace && trace.attention);
@@ -62,71 +65,33 @@ function drawHead() {
   });
 }
 
+// Every layer x head as a grid of small canvases (viz.heatGrid), each painted when it scrolls into view.
 function drawModelView() {
   const a = trace.attention;
-  const nL = a.layers.length;
-  const nH = a.heads.length;
   const labels = tokenLabels(trace.tokens);
-  const data = [];
-  const annotations = [];
-  a.layers.forEach((l, li) => a.heads.forEach((h, hi) => {
-    const k = li * nH + hi + 1;
-    data.push({
-      type: "heatmap", z: padRows(a.pattern[li][hi], labels.length), xaxis: `x${k}`, yaxis: `y${k}`, coloraxis: "coloraxis",
-      name: `L${l} H${h}`, meta: [l, h],
-      customdata: labels.map((q) => labels.map((kk) => [q, kk])),
-      hovertemplate: `layer ${l}, head ${h}<br>query %{y} “%{customdata[0]}” → key %{x} “%{customdata[1]}”<br>weight %{z}<extra></extra>`,
-    });
-    annotations.push({ text: `L${l} H${h}`, xref: `x${k} domain`, yref: `y${k} domain`, x: 0, y: 1.02,
-      xanchor: "left", yanchor: "bottom", showarrow: false, font: { size: 11 } });
-  }));
-  const axes = {};
-  const n = trace.tokens.length;
-  for (let k = 1; k <= nL * nH; k++) {
-    axes[`xaxis${k}`] = { showticklabels: false, showgrid: false, zeroline: false, range: [-0.5, n - 0.5], constrain: "domain" };
-    axes[`yaxis${k}`] = { showticklabels: false, showgrid: false, zeroline: false, range: [n - 0.5, -0.5], scaleanchor: `x${k}`, constrain: "domain" };
-    if (k % nH === 1 || nH === 1) {
-      const l = a.layers[Math.floor((k - 1) / nH)];
-      axes[`yaxis${k}`].title = { text: `layer ${l}`, font: { size: 12 } };
-    }
-  }
   const gd = $("model-view-plot");
-  const width = Math.min(gd.clientWidth || 1000, 200 * nH + 120);
-  draw(gd, data, {
-    ...axes, annotations, width, height: Math.round(((width - 120) / nH) * nL) + 60,
-    grid: { rows: nL, columns: nH, pattern: "independent", roworder: "top to bottom", xgap: 0.08, ygap: 0.12 },
-    coloraxis: { colorscale: SEQ, cmin: 0, cmax: 1, colorbar: { title: { text: "weight" }, thickness: 10 } },
-    margin: { l: 50, r: 10, t: 30, b: 10 },
-    plot_bgcolor: MASKED,  // a causal model's masked cells (the API leaves them out) show as the mask's grey
-    shapes: selectedBox(),
-  }, "attention-all-heads");
-  if (!gd.dataset.clickBound) {
-    gd.dataset.clickBound = "1";
-    gd.on("plotly_click", (ev) => {
-      const p = ev.points && ev.points[0];
-      if (!p) return;
-      const [l, h] = p.data.meta;
-      if (handlers.onSelectHead) handlers.onSelectHead(l, h);
-    });
-  }
-  gd.dataset.grid = `${nL}x${nH}`;
+  grid = heatGrid(gd, a.pattern, labels.length, {
+    rowNames: a.layers.map((l) => `L${l}`), colNames: a.heads.map((h) => `H${h}`),
+    cellName: (li, hi) => `layer ${a.layers[li]}, head ${a.heads[hi]}: open it large`,
+    zmin: 0, zmax: 1, colorTitle: "weight", maskedName: causal() ? "masked (a later token)" : null,
+    hoverText: (li, hi, q, k, w) => `layer ${a.layers[li]}, head ${a.heads[hi]} · query ${q} “${labels[q]}” → key ${k} “${labels[k]}” · ` +
+      `weight ${w === null ? "masked" : w}`,
+    onSelect: (li, hi) => { if (handlers.onSelectHead) handlers.onSelectHead(a.layers[li], a.heads[hi]); },
+  });
+  highlightModelView();
 }
 
-function selectedBox() {
+function gridImage() {
+  if (!trace || !trace.attention) return null;
   const a = trace.attention;
-  const li = a.layers.indexOf(sel.layer);
-  const hi = a.heads.indexOf(sel.head);
-  $("model-view-plot").dataset.selected = `${sel.layer}.${sel.head}`;
-  if (li < 0 || hi < 0) return [];
-  const k = li * a.heads.length + hi + 1;
-  return [{ type: "rect", xref: `x${k} domain`, yref: `y${k} domain`, x0: -0.04, x1: 1.04, y0: -0.04, y1: 1.04,
-    line: { color: OKABE.vermillion, width: 3 } }];
+  return heatGridImage(a.pattern, trace.tokens.length,
+    { rowNames: a.layers.map((l) => `L${l}`), colNames: a.heads.map((h) => `H${h}`) });
 }
 
 function highlightModelView() {
-  const gd = $("model-view-plot");
-  if (!gd._fullLayout || !gd.data || gd.data.length !== trace.attention.layers.length * trace.attention.heads.length) return;
-  relayout(gd, { shapes: selectedBox() });
+  const a = trace.attention;
+  $("model-view-plot").dataset.selected = `${sel.layer}.${sel.head}`;
+  if (grid) grid.select(a.layers.indexOf(sel.layer), a.heads.indexOf(sel.head));
 }
 
 function drawHeadView() {
@@ -156,20 +121,33 @@ function drawHeadView() {
   const y = (i) => 30 + i * rowH + rowH / 2;
   const x0 = colW;
   const x1 = colW + gap;
-  const lines = mk("g", { class: "hv-lines" });
+  // The selected query's lines one by one (each names its weight on hover). Every other line goes
+  // into one <path> per band of weight (BANDS of them, the band's middle as the opacity), so a
+  // 128-token prompt's ~8,000 lines are a few dozen elements, not 16,000.
   const hot = mk("g", { class: "hv-selected" });
+  const bands = Array.from({ length: BANDS }, () => []);
   const lastKey = (q) => (causal() ? Math.min(q, z[q].length - 1) : z[q].length - 1);
+  let count = 0;
   for (let q = 0; q < n; q++) {
     for (let k = 0; k <= lastKey(q); k++) {
       const w = z[q][k];
       if (w < 0.005) continue;
-      const isSel = q === sel.position;
-      const line = mk("line", { x1: x0, y1: y(q), x2: x1, y2: y(k), stroke: isSel ? OKABE.vermillion : OKABE.blue,
-        "stroke-opacity": fmt(w, 3), "stroke-width": isSel ? 2.5 : 1.5 });
-      line.append(mk("title", {}, `“${labels[q]}” (${q}) → “${labels[k]}” (${k}): ${fmt(w, 4)}`));
-      (isSel ? hot : lines).append(line);
+      count += 1;
+      if (q === sel.position) {
+        const line = mk("line", { x1: x0, y1: y(q), x2: x1, y2: y(k), stroke: OKABE.vermillion,
+          "stroke-opacity": fmt(w, 3), "stroke-width": 2.5 });
+        line.append(mk("title", {}, `“${labels[q]}” (${q}) → “${labels[k]}” (${k}): ${fmt(w, 4)}`));
+        hot.append(line);
+      } else {
+        bands[Math.min(BANDS - 1, Math.floor(w * BANDS))].push(`M${x0} ${y(q)}L${x1} ${y(k)}`);
+      }
     }
   }
+  const lines = mk("g", { class: "hv-lines" });
+  bands.forEach((segs, b) => {
+    if (segs.length) lines.append(mk("path", { d: segs.join(""), fill: "none", stroke: OKABE.blue, "stroke-width": 1.5,
+      "stroke-opacity": fmt((b + 0.5) / BANDS, 3), "data-band": b }));
+  });
   svg.append(lines, hot);
   const font = n > 40 ? 10 : 12;
   labels.forEach((t, i) => {
@@ -182,7 +160,7 @@ function drawHeadView() {
     svg.append(left, right);
   });
   box.replaceChildren(svg);
-  box.dataset.lines = String(lines.childElementCount + hot.childElementCount);
+  box.dataset.lines = String(count);
 }
 
 function drawQueryBars() {
@@ -192,10 +170,11 @@ function drawQueryBars() {
   const q = Math.min(sel.position, z.length - 1);
   const keys = labels.map((_, i) => i).filter((k) => !causal() || k <= q);
   const height = Math.max(260, Math.min(900, 80 + keys.length * 16));
+  const written = (height - 80) / keys.length >= 12;   // each weight written next to its bar while the bars are tall enough
   draw($("query-bars-plot"), [{
     type: "bar", orientation: "h", x: keys.map((k) => z[q][k]), y: keys,
-    marker: { color: keys.map((k) => z[q][k]), colorscale: SEQ, cmin: 0, cmax: 1, line: { color: "#333", width: 0.5 } },
-    text: keys.map((k) => fmt(z[q][k], 3)), textposition: "outside", cliponaxis: false,
+    marker: { color: keys.map((k) => z[q][k]), colorscale: SEQ, cmin: 0, cmax: 1, line: { color: "#333", width: keys.length > 60 ? 0 : 0.5 } },
+    text: written ? keys.map((k) => fmt(z[q][k], 3)) : undefined, textposition: "outside", cliponaxis: false,
     customdata: keys.map((k) => labels[k]),
     hovertemplate: "key %{y} “%{customdata}”<br>weight %{x}<extra></extra>",
   }], {

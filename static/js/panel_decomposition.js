@@ -50,29 +50,46 @@ export function renderDecomposition(trace, candidates, target, labels) {
   later("decomposition", $("dc-plot"), () => drawBars(d));
 }
 
+// One label per bar while they fit (up to 60 parts: a 4-layer model has 30); for more (GPT-2 small
+// has 170) one label per layer, at its first part, and a dotted line between layers (the colours
+// still tell embeddings, heads, MLPs and biases apart); hover names every bar.
+function partTicks(c) {
+  const idx = c.map((_, i) => i);
+  if (c.length <= 60) return { vals: idx, text: c.map((r) => r.name), layerStarts: [], byLayer: false };
+  const starts = idx.filter((i) => c[i].layer !== null && c[i].layer !== undefined && (i === 0 || c[i - 1].layer !== c[i].layer));
+  return { vals: starts, text: starts.map((i) => `L${c[i].layer}`), layerStarts: starts, byLayer: true };
+}
+
 function drawBars(d) {
   const c = d.contributions;
   const x = c.map((_, i) => i);
+  // the two totals after the parts, one bar's width apart; with many parts each bar is narrow, so
+  // the totals get u units each (u = 1 for up to 40 parts), wide enough to see and to label
+  const u = Math.max(1, c.length / 40);
+  const xSum = c.length - 0.5 + u;
+  const xLogit = xSum + u;
   const data = [{
     type: "bar", x, y: c.map((r) => r.value), name: "contribution",
     marker: { color: c.map((r) => KIND_COLOR[r.kind] || OKABE.grey) },
     customdata: c.map((r) => [r.name, KIND_NAME[r.kind] || r.kind]),
     hovertemplate: "%{customdata[0]} (%{customdata[1]})<br>adds %{y} to the logit<extra></extra>",
   }, {
-    type: "bar", x: [c.length + 0.5], y: [d.total], name: "sum of the parts", width: [0.8],
+    type: "bar", x: [xSum], y: [d.total], name: "sum of the parts", width: [0.8 * u],
     marker: { color: OKABE.green }, hovertemplate: "sum of the parts %{y}<extra></extra>",
   }, {
-    type: "bar", x: [c.length + 1.5], y: [d.logit], name: "the model's logit", width: [0.8],
+    type: "bar", x: [xLogit], y: [d.logit], name: "the model's logit", width: [0.8 * u],
     marker: { color: OKABE.purple }, hovertemplate: "the model's logit %{y}<extra></extra>",
   }];
+  const ticks = partTicks(c);
+  const sep = (at) => ({ type: "line", xref: "x", yref: "paper", x0: at, x1: at, y0: 0, y1: 1, line: { color: "#bbb", dash: "dot" } });
   draw($("dc-plot"), data, {
-    height: 420, showlegend: false, bargap: 0.2,
+    height: 420, showlegend: false, bargap: c.length > 60 ? 0.1 : 0.2,
     title: { text: `what each part adds to the logit of “${visible(d.target_text)}”`, x: 0, xanchor: "left", font: { size: 13 } },
-    xaxis: { tickmode: "array", tickvals: [...x, c.length + 0.5, c.length + 1.5], ticktext: [...c.map((r) => r.name), "<b>sum</b>", "<b>logit</b>"],
-      tickangle: -60, tickfont: { family: MONO, size: 11 }, automargin: true },
+    xaxis: { tickmode: "array", tickvals: [...ticks.vals, xSum, xLogit], ticktext: [...ticks.text, "<b>sum</b>", "<b>logit</b>"],
+      tickangle: -60, tickfont: { family: MONO, size: 11 }, automargin: !ticks.byLayer },
     yaxis: { title: { text: "contribution to the logit" }, zeroline: true, zerolinecolor: "#888" },
-    shapes: [{ type: "line", xref: "x", yref: "paper", x0: c.length - 0.25, x1: c.length - 0.25, y0: 0, y1: 1, line: { color: "#bbb", dash: "dot" } }],
-    margin: { l: 60, r: 10, t: 40, b: 110 },
+    shapes: [sep(c.length - 0.25), ...ticks.layerStarts.map((i) => sep(i - 0.5))],
+    margin: { l: 60, r: 10, t: 40, b: ticks.byLayer ? 70 : 110 },
   }, "decomposition");
   $("decomposition-panel").dataset.target = String(d.target_id);
 }

@@ -1,7 +1,7 @@
 // Stage 8: the generation stepper. Each "next token" is one POST /api/v1/generate/step with the ids
 // so far, the step counter and the seed; the page keeps the responses so "step back" can pop one.
 import { apiPost, visible } from "./api.js";
-import { $, SEQ, addDownloads, clearPlot, draw, el, pct, setNote, tokenAxis } from "./viz.js";
+import { $, SEQ, SLANTED_TICK_PX, addDownloads, clearPlot, draw, el, pct, setNote, tokenAxis } from "./viz.js";
 
 let prompt = [];        // the prompt's tokens [{id, text}]
 let steps = [];         // GenerateStepResponse of each step so far
@@ -134,17 +134,26 @@ function drawAttention(last) {
   const names = [];
   last.attention.forEach((layer, l) => layer.forEach((w, h) => { rows.push(w); names.push(`L${l} H${h}`); }));
   const width = gd.clientWidth || 1000;
+  // one row per head: 18 px each for a few dozen heads; for more (GPT-2 small has 144) 7 px each,
+  // labelled once per layer with a line between layers; the hover names every row
+  const nH = last.attention.length ? last.attention[0].length : 1;
+  const many = rows.length > 48;
+  const rowPx = many ? 7 : 18;
+  const firsts = names.map((_, i) => i).filter((i) => !many || i % nH === 0);
   draw(gd, [{
     type: "heatmap", z: rows, x: keys.map((_, i) => i), y: names.map((_, i) => i), colorscale: SEQ, zmin: 0, zmax: 1,
     colorbar: { title: { text: "weight" }, thickness: 10 },
     customdata: names.map((n) => keys.map((k) => [n, k])),
     hovertemplate: "%{customdata[0]}<br>reads position %{x} “%{customdata[1]}”<br>weight %{z}<extra></extra>",
   }], {
-    height: 120 + 18 * rows.length,
+    height: (many ? 160 : 120) + rowPx * rows.length,
     title: { text: `step ${last.step}: the query is “${keys[keys.length - 1] ?? ""}” (position ${keyIds.length - 1}); cache holds ${last.cache.positions} positions`,
       x: 0, xanchor: "left", font: { size: 12 } },
-    xaxis: { ...tokenAxis(keys, width - 200), tickangle: -60, title: { text: "cached position" } },
-    yaxis: { tickmode: "array", tickvals: names.map((_, i) => i), ticktext: names, autorange: "reversed", tickfont: { size: 10 }, automargin: true },
+    xaxis: { ...tokenAxis(keys, width - 200, {}, SLANTED_TICK_PX), tickangle: -60, title: { text: "cached position" } },
+    yaxis: { tickmode: "array", tickvals: firsts, ticktext: firsts.map((i) => (many ? names[i].split(" ")[0] : names[i])),
+      autorange: "reversed", tickfont: { size: 10 }, automargin: true, title: { text: many ? "layer (one row per head)" : "" } },
+    shapes: many ? firsts.slice(1).map((i) => ({ type: "line", xref: "paper", yref: "y", x0: 0, x1: 1, y0: i - 0.5, y1: i - 0.5,
+      line: { color: "#fff", width: 1 } })) : [],
     margin: { l: 10, r: 10, t: 40, b: 10 },
   }, "generation-step");
 }

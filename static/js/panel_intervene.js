@@ -1,7 +1,7 @@
 // Stage 9: interventions. Zero heads or MLPs, or swap prompt tokens, and compare the next-token
 // distribution and the loss with the unaltered run: POST /api/v1/intervene (one request per change).
 import { apiGet, apiPost, isAbort, latest, visible } from "./api.js";
-import { $, MONO, OKABE, addDownloads, draw, el, fmt, later, pct, setNote } from "./viz.js";
+import { $, MONO, OKABE, PROB_TICKS, addDownloads, draw, el, fmt, later, pct, setNote } from "./viz.js";
 
 let shape = { n_layer: 0, n_head: 0 };
 let text = "";
@@ -209,7 +209,7 @@ function draw_() {
       customdata: labels, hovertemplate: "%{customdata}<br>clean %{x} (%{x:.2%})<extra></extra>" },
   ], {
     barmode: "group", height: 90 + 30 * c.length, legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom", traceorder: "reversed" },
-    xaxis: { title: { text: "probability of the next token" }, tickformat: ".0%", rangemode: "tozero" },
+    xaxis: { title: { text: "probability of the next token" }, tickformat: PROB_TICKS, rangemode: "tozero" },
     yaxis: { tickmode: "array", tickvals: y, ticktext: labels, tickfont: { family: MONO }, automargin: true },
     margin: { l: 10, r: 20, t: 40, b: 40 },
   }, "intervention");

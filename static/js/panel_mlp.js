@@ -25,28 +25,40 @@ export function renderMlp(trace, tokenLabelsList) {
   later("mlp-top", $("mlp-top-plot"), drawTop);
 }
 
+// One histogram per layer, at most 4 side by side (a 12-layer model gets 3 rows of 4).
 function drawHistograms() {
   const m = part;
   const n = m.layers.length;
+  const cols = Math.min(n, 4);
+  const rows = Math.ceil(n / cols);
   const gap = 0.04;
-  const w = (1 - gap * (n - 1)) / n;
+  const w = (1 - gap * (cols - 1)) / cols;
+  const height = rows === 1 ? 330 : 90 + rows * 250;
+  const plotH = height - 120;                 // inside the top and bottom margins
+  const vgap = rows === 1 ? 0 : 70 / plotH;   // room for the next row's title lines and this row's axis
+  const h = (1 - vgap * (rows - 1)) / rows;
+  const below = -(rows === 1 ? 0.25 : 75 / plotH);
   const data = [];
-  const layout = { height: 330, showlegend: true, legend: { orientation: "h", y: -0.25 }, margin: { l: 50, r: 50, t: 60, b: 60 }, annotations: [] };
+  const layout = { height, showlegend: true, legend: { orientation: "h", y: below }, margin: { l: 50, r: 50, t: 60, b: 60 }, annotations: [] };
   // the GELU curve's lowest point, picked from the curve the API sent
   let minI = 0;
   m.curve_y.forEach((v, i) => { if (v < m.curve_y[minI]) minI = i; });
   m.layers.forEach((L, j) => {
+    const col = j % cols;
+    const row = Math.floor(j / cols);
     const xa = `x${j + 1}`;
     const ya = `y${2 * j + 1}`;
     const yg = `y${2 * j + 2}`;
-    const dom = [j * (w + gap), j * (w + gap) + w];
-    layout[`xaxis${j + 1}`] = { domain: dom, anchor: ya, title: { text: "pre-activation" }, zeroline: true, zerolinecolor: "#bbb",
+    const dom = [col * (w + gap), col * (w + gap) + w];
+    const vdom = [1 - row * (h + vgap) - h, 1 - row * (h + vgap)];
+    const bottom = row === rows - 1 || j + cols >= n;
+    layout[`xaxis${j + 1}`] = { domain: dom, anchor: ya, title: bottom ? { text: "pre-activation" } : undefined, zeroline: true, zerolinecolor: "#bbb",
       range: [L.histogram.edges[0], L.histogram.edges[L.histogram.edges.length - 1]] };
     // both zero lines at the same height: the GELU axis runs from G0 (< 0, room for its dip) to G1
     const top = Math.max(1, ...L.histogram.counts) * 1.05;
-    layout[`yaxis${2 * j + 1}`] = { anchor: xa, showgrid: false, title: j === 0 ? { text: "count" } : undefined, range: [top * G0 / G1, top] };
+    layout[`yaxis${2 * j + 1}`] = { anchor: xa, domain: vdom, showgrid: false, title: col === 0 ? { text: "count" } : undefined, range: [top * G0 / G1, top] };
     layout[`yaxis${2 * j + 2}`] = { anchor: xa, overlaying: ya, side: "right", showgrid: false, range: [G0, G1], dtick: 1,
-      title: j === n - 1 ? { text: "GELU(x)" } : undefined, zeroline: false, showticklabels: j === n - 1 };
+      title: col === cols - 1 || j === n - 1 ? { text: "GELU(x)" } : undefined, zeroline: false, showticklabels: col === cols - 1 || j === n - 1 };
     const sel = L.layer === m.layer;
     data.push({
       type: "scatter", mode: "lines", line: { shape: "hv", color: sel ? OKABE.blue : OKABE.sky, width: 1 }, fill: "tozeroy",
@@ -60,14 +72,16 @@ function drawHistograms() {
       line: { color: OKABE.vermillion, width: 2 }, hovertemplate: "GELU(%{x}) = %{y}<extra></extra>",
     });
     layout.annotations.push({
-      xref: `${xa} domain`, yref: "paper", x: 0.5, y: 1.02, xanchor: "center", yanchor: "bottom", showarrow: false,
+      xref: `${xa} domain`, yref: "paper", x: 0.5, y: vdom[1] + (rows === 1 ? 0.02 : 4 / plotH),
+      xanchor: "center", yanchor: "bottom", showarrow: false,
       text: `${sel ? "<b>" : ""}layer ${L.layer}${sel ? " (selected)</b>" : ""}<br>${pct(L.fraction_negative)} below 0 · mean ${fmt(L.mean, 2)} · std ${fmt(L.std, 2)}`,
       font: { size: 11 },
     });
   });
-  layout.annotations.push({ xref: "paper", yref: "paper", x: 1, y: -0.25, xanchor: "right", yanchor: "top", showarrow: false,
+  layout.annotations.push({ xref: "paper", yref: "paper", x: 1, y: below, xanchor: "right", yanchor: "top", showarrow: false,
     text: `lowest point of the curve: GELU(${fmt(m.curve_x[minI], 2)}) = ${fmt(m.curve_y[minI], 3)}`, font: { size: 11, color: "#555" } });
   draw($("mlp-hist-plot"), data, layout, "mlp-preactivations");
+  $("mlp-hist-plot").dataset.grid = `${rows}x${cols}`;
 }
 
 function drawTop() {

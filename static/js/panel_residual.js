@@ -1,7 +1,7 @@
 // Stage 6: the residual stream's norm per position after each block, and the logit lens.
 // Data: the `residual` and `logit_lens` parts of POST /api/v1/forward.
 import { visible } from "./api.js";
-import { $, MONO, SEQ, addDownloads, draw, el, later, pct, tokenAxis, tokenLabels } from "./viz.js";
+import { $, MONO, SEQ, SLANTED_TICK_PX, addDownloads, draw, el, later, pct, tokenAxis, tokenLabels } from "./viz.js";
 
 let residual = null;
 let lens = null;
@@ -30,7 +30,7 @@ export function setResidualPosition(pos) {
 }
 
 function positionAxis(px) {
-  return { ...tokenAxis(labels, px), tickangle: -60, title: { text: "position (token)" } };
+  return { ...tokenAxis(labels, px, {}, SLANTED_TICK_PX), tickangle: -60, title: { text: "position (token)" } };
 }
 
 function colBox(n) {

@@ -2,7 +2,7 @@
 // forward trace), temperature / top-k / top-p filtering of the last position's distribution
 // (POST /api/v1/next-token), and the prompt's per-position loss and perplexity (prompt_loss part).
 import { apiPost, isAbort, latest, visible } from "./api.js";
-import { $, MONO, OKABE, addDownloads, clearPlot, draw, fmt, later, pct, setNote, tokenAxis, tokenLabels } from "./viz.js";
+import { $, MONO, OKABE, PROB_TICKS, SLANTED_TICK_PX, addDownloads, clearPlot, draw, fmt, later, pct, setNote, tokenAxis, tokenLabels } from "./viz.js";
 
 let settings = { temperature: 1, top_k: null, top_p: null };
 let text = "";
@@ -106,7 +106,7 @@ function drawNextToken(candidates) {
     customdata: rev.map((c) => c.logit),
     hovertemplate: "%{y}<br>probability %{x:.2%}<br>logit (score before softmax) %{customdata:.3f}<extra></extra>",
   }], {
-    xaxis: { title: { text: "probability" }, tickformat: ".0%", range: [0, Math.min(1, Math.max(...candidates.map((c) => c.prob)) * 1.25)] },
+    xaxis: { title: { text: "probability" }, tickformat: PROB_TICKS, range: [0, Math.min(1, Math.max(...candidates.map((c) => c.prob)) * 1.25)] },
     yaxis: { automargin: true, tickfont: { family: MONO } },
     margin: { l: 10, r: 30, t: 10, b: 40 },
     height: 60 + 28 * candidates.length,
@@ -132,7 +132,7 @@ function drawSampling() {
     barmode: "group", height: 380, bargap: 0.25,
     legend: { orientation: "h", y: 1.14 },
     xaxis: { tickmode: "array", tickvals: x, ticktext: labels, tickangle: -45, tickfont: { family: MONO, size: 11 }, title: { text: "the 20 most likely tokens at temperature 1 (✗k: removed by top-k, ✗p: removed by top-p)" } },
-    yaxis: { title: { text: "probability" }, tickformat: ".0%", rangemode: "tozero" },
+    yaxis: { title: { text: "probability" }, tickformat: PROB_TICKS, rangemode: "tozero" },
     margin: { l: 60, r: 10, t: 40, b: 110 },
   }, "sampling");
   $("sampling-stats").innerHTML =
@@ -163,7 +163,7 @@ function drawLoss(labels) {
       line: { color: OKABE.vermillion, width: 1.5 }, marker: { size: 5 }, hovertemplate: "position %{x}: loss %{y:.3f} nats<extra></extra>" },
   ], {
     height: 380, legend: { orientation: "h", y: 1.14 },
-    xaxis: { ...tokenAxis(xl, (gd.clientWidth || 1000) - 140), tickangle: -60, title: { text: "context token → the token that really came next" } },
+    xaxis: { ...tokenAxis(xl, (gd.clientWidth || 1000) - 140, {}, SLANTED_TICK_PX), tickangle: -60, title: { text: "context token → the token that really came next" } },
     yaxis: { title: { text: "probability" }, range: [0, 1], tickformat: ".0%" },
     yaxis2: { title: { text: "loss (nats)" }, overlaying: "y", side: "right", rangemode: "tozero", showgrid: false, tickformat: ".1f" },
     margin: { l: 60, r: 60, t: 40, b: 40 },

@@ -187,13 +187,16 @@ apiGet("/encodings").then((body) => {
   describeEncoding();
 }).catch(showError);
 
-const training = new TrainingReplay({
-  tbody: $("train-table").tBodies[0], status: $("train-status"), play: $("train-play"), step: $("train-step"),
-  reset: $("train-reset"), all: $("train-all"), more: $("train-more"),
-});
-training.load().then(() => {
-  training.reveal(10);
-  document.body.dataset.trainReady = "1";
-}).catch((err) => { $("train-status").textContent = `No training record: ${err.message}`; });
+// Only a tokenizer trained by this app has a training record (the page says which kind the model uses).
+if ($("training-panel").dataset.tokenizer === "bpe") {
+  const training = new TrainingReplay({
+    tbody: $("train-table").tBodies[0], status: $("train-status"), play: $("train-play"), step: $("train-step"),
+    reset: $("train-reset"), all: $("train-all"), more: $("train-more"),
+  });
+  training.load().then(() => {
+    training.reveal(10);
+    document.body.dataset.trainReady = "1";
+  }).catch((err) => { $("train-status").textContent = `No training record: ${err.message}`; });
+}
 
 refreshSoon();

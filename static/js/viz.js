@@ -29,9 +29,17 @@ export function fmt(x, digits = 4) {
   return x.toFixed(digits);
 }
 
+// A probability as a percentage; one too small for `digits` decimals (a 50,257-token vocabulary has
+// many) keeps two significant digits instead of reading "0.0%".
 export function pct(p, digits = 1) {
-  return p === null || p === undefined ? "—" : `${(100 * p).toFixed(digits)}%`;
+  if (p === null || p === undefined) return "—";
+  const s = (100 * p).toFixed(digits);
+  return p > 0 && Number(s) === 0 ? `${(100 * p).toPrecision(2)}%` : `${s}%`;
 }
+
+// Plotly tick format for a probability axis: percentages with two significant digits, so an axis
+// that ends at 0.004% still reads 0.001%, 0.002%, ... rather than 0% five times.
+export const PROB_TICKS = ".2~p";
 
 // `digits` significant digits after the first, in scientific notation when very small or large.
 export function sci(x, digits = 2) {
@@ -80,15 +88,23 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-// A token axis: one label per row/column while they fit (>= 11 px each), else every k-th;
-// the hover always names every token.
-export function tokenAxis(labels, px, extra = {}) {
+// A token axis: one label per row/column while they fit (>= 14 px each; `gap` px for slanted
+// labels), else every k-th with k a round step (2, 4, 5, 10, ...), the label prefixed by its
+// position; the hover always names every token. A 128-token prompt gets 32 labels on a 500-px
+// axis, never 128.
+const TICK_PX = 14;
+export const SLANTED_TICK_PX = 20;
+const TICK_STEPS = [1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000];
+
+export function tokenAxis(labels, px, extra = {}, gap = TICK_PX) {
   const n = labels.length;
-  const size = Math.max(9, Math.min(12, Math.floor(px / Math.max(1, n)) - 2));
-  const step = Math.max(1, Math.ceil(n / Math.max(1, Math.floor(px / (size + 2)))));
+  const room = Math.max(1, Math.floor(px / gap));
+  const step = TICK_STEPS.find((s) => Math.ceil(n / s) <= room) ?? Math.ceil(n / room);
+  const size = Math.max(9, Math.min(12, Math.floor((px * step) / Math.max(1, n)) - 2));
   const vals = labels.map((_, i) => i).filter((i) => i % step === 0);
+  const text = (i) => (step === 1 || labels[i] === String(i) ? labels[i] : `${i} ${labels[i]}`);
   return {
-    tickmode: "array", tickvals: vals, ticktext: vals.map((i) => labels[i]),
+    tickmode: "array", tickvals: vals, ticktext: vals.map(text),
     tickfont: { family: MONO, size }, showgrid: false, zeroline: false, automargin: true, ...extra,
   };
 }
@@ -192,7 +208,11 @@ function drain() {
   }
   const t = tasks.get(best);
   tasks.delete(best);
+  const start = performance.now();
   try { t.fn(); } catch (err) { console.error(err); }
+  // a User Timing entry per drawing ("draw <key>", the latest one kept), for a profiler or a test
+  performance.clearMeasures(`draw ${best}`);
+  performance.measure(`draw ${best}`, { start, end: performance.now() });
   setTimeout(drain, 0);
 }
 
@@ -255,10 +275,16 @@ function downloadSvgElement(svg, format, filename) {
 }
 
 // A small PNG / SVG / JSON bar placed just above a figure. `getData` returns the exact API
-// (part of the) response the figure was drawn from; `svgEl` switches images to a plain SVG.
-export function addDownloads(figure, name, getData, { svgEl = null } = {}) {
+// (part of the) response the figure was drawn from; `svgEl` switches images to a plain SVG;
+// `canvas` (a function returning a <canvas>) makes the image a PNG of that canvas, with no SVG.
+export function addDownloads(figure, name, getData, { svgEl = null, canvas = null } = {}) {
   if (figure.previousElementSibling && figure.previousElementSibling.classList.contains("dl-bar")) return;
   const image = (format) => () => {
+    if (canvas) {
+      const c = canvas();
+      if (c) c.toBlob((b) => downloadBlob(b, `${name}.png`), "image/png");
+      return;
+    }
     const svg = typeof svgEl === "function" ? svgEl() : svgEl;
     if (svg) downloadSvgElement(svg, format, name);
     else if (figure._fullLayout) downloadPlotly(figure, format, name);
@@ -266,7 +292,7 @@ export function addDownloads(figure, name, getData, { svgEl = null } = {}) {
   const bar = el("div", { class: "dl-bar", role: "group", "aria-label": `download ${name}`, "data-for": figure.id },
     el("span", { class: "dl-label", text: "download" }),
     el("button", { type: "button", class: "dl", "data-format": "png", title: `${name} as a PNG image`, onclick: image("png"), text: "PNG" }),
-    el("button", { type: "button", class: "dl", "data-format": "svg", title: `${name} as an SVG image`, onclick: image("svg"), text: "SVG" }),
+    canvas ? null : el("button", { type: "button", class: "dl", "data-format": "svg", title: `${name} as an SVG image`, onclick: image("svg"), text: "SVG" }),
     el("button", { type: "button", class: "dl", "data-format": "json", title: `the API data behind ${name} as JSON`,
       onclick: () => { const d = getData(); if (d) downloadJSON(d, name); }, text: "JSON" }));
   figure.before(bar);
@@ -329,14 +355,20 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
   let margin;
   let width;
   let height;
+  let axis;
   if (opts.fit) {
-    // as large as the element allows (30 px a cell, 220..620 px), with room for the labels above and left
-    const font = n > 40 ? 9 : 12;
-    const longest = Math.max(1, ...labels.map((s) => [...s].length));
+    // as large as the element allows (30 px a cell, 220..620 px), with room for the labels above and left:
+    // a first guess of the side picks the (thinned) labels, the margins fit the labels picked
+    const bar = opts.colorbar === false ? 0 : 90;
+    const room = (gd.clientWidth || 900) - bar - 10;
+    const guess = Math.max(220, Math.min(620, room - 180, n * 30));
+    axis = opts.plain ? plainAxis : tokenAxis(labels, guess, { automargin: false });
+    const font = opts.plain ? 12 : axis.tickfont.size;
+    const longest = Math.max(1, ...(opts.plain ? [String(n)] : axis.ticktext).map((s) => [...s].length));
     const labelPx = Math.min(140, Math.ceil(longest * font * 0.62) + 8);
     margin = { l: labelPx + 40, r: 10, t: Math.ceil(labelPx * 0.87) + 70, b: 10 };
-    const bar = opts.colorbar === false ? 0 : 90;
-    side = Math.max(220, Math.min(620, (gd.clientWidth || 900) - margin.l - margin.r - bar, n * 30));
+    side = Math.max(220, Math.min(620, room - margin.l, n * 30));
+    if (side < guess && !opts.plain) axis = tokenAxis(labels, side, { automargin: false });
     width = side + margin.l + margin.r + bar;
     height = side + margin.t + margin.b;
   } else {
@@ -344,6 +376,7 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     margin = { l: 10, r: 10, t: opts.title ? 70 : 40, b: 10 };
     width = side + (opts.colorbar === false ? 90 : 150);
     height = side + 110;
+    axis = opts.plain ? plainAxis : tokenAxis(labels, side);
   }
   const data = [{
     type: "heatmap", name: opts.traceName, z, x: labels.map((_, i) => i), y: labels.map((_, i) => i),
@@ -380,7 +413,6 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     ? { text: opts.title, x: 0, xanchor: "left", xref: "paper", y: 1, yanchor: "top", yref: "container", pad: { t: 8 } }
     : { text: opts.title, x: 0, xanchor: "left", font: { size: 13 } };
   // fit: the margins are already sized to the labels, so the square keeps its side
-  const axis = opts.plain ? plainAxis : tokenAxis(labels, side, opts.fit ? { automargin: false } : {});
   const axisTitle = (t) => (opts.fit ? { text: t || "", standoff: 6 } : { text: t || "" });
   return draw(gd, data, {
     title, width, height, margin,
@@ -389,6 +421,184 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     xaxis: { ...axis, side: "top", tickangle: opts.tickangle ?? -60, range: [-0.5, n - 0.5], constrain: "domain", title: axisTitle(opts.xTitle) },
     yaxis: { ...axis, range: [n - 0.5, -0.5], constrain: "domain", scaleanchor: "x", title: axisTitle(opts.yTitle) },
   }, opts.name || gd.id);
+}
+
+// --- small multiples on <canvas> ------------------------------------------------------------
+// Many small maps (every layer x head) as one grid of <canvas> elements, one pixel per cell of a
+// map: 144 maps of 128 x 128 weights cost a few hundred DOM nodes, and a map is painted only when
+// it scrolls into view (IntersectionObserver). Plotly would build one subplot and 16k hover
+// entries per map and freeze the tab for seconds.
+
+// Plotly's Viridis (the same stops), as a 256-colour lookup table for the canvases.
+const VIRIDIS = [[0, "#440154"], [16, "#48186a"], [32, "#472d7b"], [48, "#424086"], [64, "#3b528b"], [80, "#33638d"],
+  [96, "#2c728e"], [112, "#26828e"], [128, "#21918c"], [144, "#1fa088"], [160, "#28ae80"], [176, "#3fbc73"],
+  [192, "#5ec962"], [208, "#84d44b"], [224, "#addc30"], [240, "#d8e219"], [255, "#fde725"]];
+const rgb = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+let viridisLut = null;
+function viridis() {
+  if (viridisLut) return viridisLut;
+  viridisLut = new Uint8ClampedArray(256 * 3);
+  for (let j = 0; j + 1 < VIRIDIS.length; j++) {
+    const [a, ca] = VIRIDIS[j];
+    const [b, cb] = VIRIDIS[j + 1];
+    const [x, y] = [rgb(ca), rgb(cb)];
+    for (let i = a; i <= b; i++) {
+      const f = (i - a) / (b - a);
+      for (let c = 0; c < 3; c++) viridisLut[3 * i + c] = Math.round(x[c] + f * (y[c] - x[c]));
+    }
+  }
+  return viridisLut;
+}
+
+// Paint one map (rows of values; a missing or null value is a masked cell) into a canvas.
+function paintMap(canvas, rows, n, zmin, zmax) {
+  canvas.width = n;
+  canvas.height = n;
+  const ctx = canvas.getContext("2d");
+  const img = ctx.createImageData(n, n);
+  const lut = viridis();
+  const masked = rgb(MASKED);
+  const span = zmax - zmin || 1;
+  for (let q = 0; q < n; q++) {
+    const row = rows[q] || [];
+    for (let k = 0; k < n; k++) {
+      const v = row[k];
+      const o = 4 * (q * n + k);
+      if (v === null || v === undefined) {
+        img.data[o] = masked[0]; img.data[o + 1] = masked[1]; img.data[o + 2] = masked[2];
+      } else {
+        const i = 3 * Math.max(0, Math.min(255, Math.round((255 * (v - zmin)) / span)));
+        img.data[o] = lut[i]; img.data[o + 1] = lut[i + 1]; img.data[o + 2] = lut[i + 2];
+      }
+      img.data[o + 3] = 255;
+    }
+  }
+  ctx.putImageData(img, 0, 0);
+}
+
+// A colour bar for the grid: Viridis from zmin to zmax, with its title.
+function gridColorbar(zmin, zmax, title, maskedName) {
+  const stops = VIRIDIS.map(([i, c]) => `${c} ${((100 * i) / 255).toFixed(1)}%`).join(", ");
+  return el("div", { class: "hg-bar", "aria-hidden": "true" },
+    el("span", { text: title || "" }), el("span", { class: "mono", text: fmt(zmin, 2) }),
+    el("span", { class: "hg-ramp", style: `background: linear-gradient(to right, ${stops})` }),
+    el("span", { class: "mono", text: fmt(zmax, 2) }),
+    maskedName ? el("span", { class: "hg-key", style: `background: ${MASKED}` }) : null,
+    maskedName ? el("span", { text: maskedName }) : null);
+}
+
+// The grid: maps[r][c] is a T x T map (rows may stop short: a causal model's masked keys).
+// opts: rowNames, colNames (the headers), cellName(r, c) (its accessible name), zmin/zmax,
+//   colorTitle, maskedName (the colour key's name for masked cells; none without it),
+//   hoverText(r, c, q, k, value) (the tooltip's text), onSelect(r, c) (click, Enter or Space),
+//   maxCell (the widest a map is drawn, 200 px).
+// The box gets data-grid "RxC", data-drawn (+1 per build) and data-painted (maps painted so far);
+// each canvas data-row, data-col and data-painted="1" once painted. Returns { select(r, c) }.
+export function heatGrid(box, maps, n, opts = {}) {
+  if (box._grid) box._grid.observer.disconnect();
+  const nR = maps.length;
+  const nC = nR ? maps[0].length : 0;
+  const zmin = opts.zmin ?? 0;
+  const zmax = opts.zmax ?? 1;
+  let painted = 0;
+  const observer = new IntersectionObserver((entries) => {
+    for (const e of entries) {
+      if (!e.isIntersecting) continue;
+      const c = e.target;
+      observer.unobserve(c);
+      paintMap(c, maps[+c.dataset.row][+c.dataset.col], n, zmin, zmax);
+      c.dataset.painted = "1";
+      painted += 1;
+    }
+    box.dataset.painted = String(painted);
+  }, { rootMargin: "300px 0px" });
+  const cells = [el("span", {})];
+  for (let c = 0; c < nC; c++) cells.push(el("span", { class: "hg-col", text: (opts.colNames || [])[c] ?? String(c) }));
+  const canvases = [];
+  for (let r = 0; r < nR; r++) {
+    cells.push(el("span", { class: "hg-row", text: (opts.rowNames || [])[r] ?? String(r) }));
+    for (let c = 0; c < nC; c++) {
+      const cv = el("canvas", { class: "hg-map", width: n, height: n, tabindex: 0, role: "button",
+        "aria-label": opts.cellName ? opts.cellName(r, c) : `row ${r}, column ${c}`, dataset: { row: r, col: c } });
+      canvases.push(cv);
+      cells.push(cv);
+    }
+  }
+  const grid = el("div", { class: "hg-grid",   // maps at most maxCell (200) px wide
+    style: `grid-template-columns: auto repeat(${nC}, minmax(0, 1fr)); max-width: ${nC * ((opts.maxCell || 200) + 6) + 40}px` }, cells);
+  const tip = el("div", { class: "hg-tip mono", role: "tooltip", hidden: true });
+  box.replaceChildren(gridColorbar(zmin, zmax, opts.colorTitle, opts.maskedName), grid, tip);
+  const at = (ev) => {
+    const cv = ev.target.closest && ev.target.closest("canvas.hg-map");
+    return cv && box.contains(cv) ? cv : null;
+  };
+  grid.addEventListener("mousemove", (ev) => {
+    const cv = at(ev);
+    if (!cv || !opts.hoverText) { tip.hidden = true; return; }
+    const r = +cv.dataset.row;
+    const c = +cv.dataset.col;
+    const rect = cv.getBoundingClientRect();
+    const k = Math.min(n - 1, Math.max(0, Math.floor(((ev.clientX - rect.left) / rect.width) * n)));
+    const q = Math.min(n - 1, Math.max(0, Math.floor(((ev.clientY - rect.top) / rect.height) * n)));
+    const row = maps[r][c][q] || [];
+    tip.textContent = opts.hoverText(r, c, q, k, row[k] ?? null);
+    tip.hidden = false;
+    tip.style.left = `${Math.min(ev.clientX + 14, innerWidth - tip.offsetWidth - 8)}px`;
+    tip.style.top = `${ev.clientY + 14}px`;
+  });
+  grid.addEventListener("mouseleave", () => { tip.hidden = true; });
+  const choose = (ev) => {
+    const cv = at(ev);
+    if (cv && opts.onSelect) opts.onSelect(+cv.dataset.row, +cv.dataset.col);
+  };
+  grid.addEventListener("click", choose);
+  grid.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); choose(ev); }
+  });
+  // a map shown at least as large as its cells: crisp pixels; smaller: smoothed
+  requestAnimationFrame(() => {
+    const w = canvases.length ? canvases[0].clientWidth : 0;
+    box.classList.toggle("hg-crisp", w >= n);
+  });
+  for (const cv of canvases) observer.observe(cv);
+  box._grid = { observer };
+  box.dataset.grid = `${nR}x${nC}`;
+  box.dataset.painted = "0";
+  box.dataset.drawn = String((+box.dataset.drawn || 0) + 1);
+  return {
+    select(r, c) {
+      for (const cv of canvases) cv.classList.toggle("sel", +cv.dataset.row === r && +cv.dataset.col === c);
+    },
+  };
+}
+
+// The whole grid as one PNG-ready canvas (every map painted, headers written), for the download bar.
+export function heatGridImage(maps, n, opts = {}) {
+  const nR = maps.length;
+  const nC = nR ? maps[0].length : 0;
+  const cell = Math.max(n, 48);
+  const gap = 6;
+  const left = 44;
+  const top = 22;
+  const out = document.createElement("canvas");
+  out.width = left + nC * (cell + gap);
+  out.height = top + nR * (cell + gap);
+  const ctx = out.getContext("2d");
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, out.width, out.height);
+  ctx.fillStyle = "#1d1d1f";
+  ctx.font = `12px ${MONO}`;
+  const one = document.createElement("canvas");
+  for (let c = 0; c < nC; c++) ctx.fillText((opts.colNames || [])[c] ?? String(c), left + c * (cell + gap), 14);
+  for (let r = 0; r < nR; r++) {
+    ctx.fillText((opts.rowNames || [])[r] ?? String(r), 2, top + r * (cell + gap) + cell / 2);
+    for (let c = 0; c < nC; c++) {
+      paintMap(one, maps[r][c], n, opts.zmin ?? 0, opts.zmax ?? 1);
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(one, left + c * (cell + gap), top + r * (cell + gap), cell, cell);
+    }
+  }
+  return out;
 }
 
 // An outline around one row of a heatmap (the selected position).

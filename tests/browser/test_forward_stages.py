@@ -185,18 +185,13 @@ def test_model_view_click_opens_that_head(page, live_url):
     go_stage(page, 4)
     assert page.evaluate("document.getElementById('model-view-plot').dataset.grid") == "4x4"
     layer, head = 2, 1
-    k = layer * 4 + head + 1
-    locate = """(k) => { const gd = document.getElementById('model-view-plot'); const fl = gd._fullLayout;
-                   const xa = fl['xaxis' + (k === 1 ? '' : k)], ya = fl['yaxis' + (k === 1 ? '' : k)];
-                   const r = gd.getBoundingClientRect();
-                   return { x: r.left + xa._offset + xa._length * 0.2, y: r.top + ya._offset + ya._length * 0.8 }; }"""
-    point = page.evaluate(locate, k)
-    page.evaluate("(dy) => scrollBy({ top: dy, behavior: 'instant' })", point["y"] - 450)   # that small map to mid-screen
-    page.wait_for_timeout(100)
-    point = page.evaluate(locate, k)
-    assert 0 < point["y"] < 900
+    cell = f"#model-view-plot canvas[data-row='{layer}'][data-col='{head}']"   # the small maps are canvases
+    page.locator(cell).scroll_into_view_if_needed()
+    page.wait_for_function("(sel) => document.querySelector(sel).dataset.painted === '1'", arg=cell)
+    box = page.locator(cell).bounding_box()
+    assert 0 < box["y"] < 900
     with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
-        page.mouse.click(point["x"], point["y"])
+        page.mouse.click(box["x"] + box["width"] * 0.2, box["y"] + box["height"] * 0.8)
     sent = resp.value.request.post_data_json
     assert sent["layer"] == layer and sent["head"] == head
     assert sorted(sent["include"]) == ["head_detail", "layernorm", "mlp"]   # only what the selection changes
