@@ -44,3 +44,53 @@ EXPERIMENTS: list[Experiment] = [
         variants=[ExperimentVariant(label="tied (logits = h W_E^T)", request=_req()),
                   ExperimentVariant(label="untied (separate W_U)", request=_req(overrides={"tie_weights": False}))]),
 ]
+
+# --- from GPT-2 to modern LLMs: each switch against GPT-2's block, same size, same wall clock -------
+
+MODERN = dict(corpus="shakespeare", preset="cpu", batch_size=8, time_budget=60.0, seed=7, snapshots=[0.0, 1.0])
+
+
+def _modern(**kw) -> TrainingRequest:
+    over = kw.pop("overrides", {})
+    return TrainingRequest(**{**MODERN, **kw}, overrides=ModelOverrides(**over))
+
+
+def _pair(name: str, title: str, question: str, look: str, variants: list[tuple[str, dict]]) -> Experiment:
+    return Experiment(name=name, title=title, question=question, what_to_look_for=look,
+                      variants=[ExperimentVariant(label=label, request=_modern(**kw)) for label, kw in variants])
+
+
+EXPERIMENTS += [
+    _pair("positions", "Learned positions vs RoPE",
+          "Does rotating queries and keys by position (RoPE) beat GPT-2's learned position rows, and what happens "
+          "past the context the model trained on?",
+          "Both train on 64-token windows of a 128-position model. Compare validation losses; then open the two "
+          "checkpoints side by side on /compare with a prompt longer than 64 tokens: learned rows 64..127 were never "
+          "trained, while RoPE's scores depend only on distance.",
+          [("learned positions (GPT-2)", {"seq_len": 64}), ("RoPE", {"seq_len": 64, "overrides": {"pos": "rope"}})]),
+    _pair("rmsnorm", "LayerNorm vs RMSNorm", "Does dropping LayerNorm's mean and shift cost anything?",
+          "RMSNorm only rescales; it is a little cheaper per step, so in the same wall clock it gets slightly more "
+          "updates. Compare the validation losses and the steps each run reached.",
+          [("LayerNorm", {}), ("RMSNorm", {"overrides": {"norm_type": "rmsnorm"}})]),
+    _pair("swiglu", "GELU MLP vs SwiGLU", "Does a gated MLP learn more per parameter?",
+          "SwiGLU has three matrices 8d/3 wide instead of two 4d wide: the same parameter count. Compare validation loss.",
+          [("GELU MLP (GPT-2)", {}), ("SwiGLU", {"overrides": {"mlp": "swiglu"}})]),
+    _pair("gqa", "Multi-head vs grouped-query vs multi-query attention",
+          "How much do shared key/value heads cost in loss, and what do they save in the KV cache?",
+          "4 query heads with 4, 2 or 1 key/value heads: the KV cache shrinks 2x and 4x (see /learn's KV-cache panel); "
+          "the model has fewer parameters too. Compare validation losses.",
+          [("MHA: 4 KV heads", {}), ("GQA: 2 KV heads", {"overrides": {"n_kv_head": 2}}),
+           ("MQA: 1 KV head", {"overrides": {"n_kv_head": 1}})]),
+    _pair("moe", "Dense FFN vs mixture of experts", "Do four small experts beat one FFN of the same total size?",
+          "The MoE has 4 experts of width 128 (the dense FFN is 512 wide: the same parameters), each token uses one: a "
+          "quarter of the FFN compute per token. Compare validation loss and steps reached.",
+          [("dense FFN", {}), ("4 experts, top-1", {"overrides": {"n_expert": 4, "top_k_experts": 1, "d_mlp": 128}})]),
+    _pair("muon", "AdamW vs Muon", "Does orthogonalising the updates of the weight matrices (Muon) train faster?",
+          "Muon updates the blocks' 2-D matrices with an orthogonalised momentum; AdamW still updates embeddings, "
+          "biases and gains. Compare the loss curves at equal wall clock.",
+          [("AdamW", {"optimizer": "adamw"}), ("Muon + AdamW", {"optimizer": "muon"})]),
+    _pair("llama-style", "GPT-2's block vs today's", "All the modern choices together, at the same size:",
+          "gpt2-style: learned positions, LayerNorm, GELU MLP, multi-head attention, biases. llama-style: RoPE, RMSNorm, "
+          "SwiGLU, grouped-query attention, no biases; within 0.1% of the same parameter count.",
+          [("gpt2-style", {"preset": "gpt2-style"}), ("llama-style", {"preset": "llama-style"})]),
+]

@@ -114,7 +114,7 @@ def _params(a: ModelService, b: ModelService) -> ParamComparison:
             va, vb = va.float(), sb[k].float()
             na, nb = float(va.norm()), float(vb.norm())
             changes.append(ParamChange(name=k, shape=list(va.shape), a_norm=round(na, 5), b_norm=round(nb, 5),
-                                       relative_change=round(float((vb - va).norm()) / na, 6) if na else 0.0))
+                                       relative_change=round(float((vb - va).norm()) / na, 6) if na else None))
     return ParamComparison(same_architecture=same, a_params=count_params(a.model.cfg)["total"],
                            b_params=count_params(b.model.cfg)["total"], changes=changes)
 

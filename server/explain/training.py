@@ -58,6 +58,7 @@ def _info(name: str, path: Path, loaded: Path) -> CheckpointInfo | None:
     return CheckpointInfo(name=name, step=int(meta.get("step", 0)), final=bool(meta.get("final", True)),
                           val_loss=evals[-1]["val_loss"] if evals else None,
                           corpus=str(meta.get("corpus", {}).get("name", "?")), params=count_params(cfg)["total"],
+                          n_layer=cfg.n_layer, n_head=cfg.n_head,
                           loaded=path.resolve() == loaded.resolve(),
                           source=str((meta.get("source") or {}).get("kind", "trained")))
 

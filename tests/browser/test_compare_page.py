@@ -162,7 +162,11 @@ def test_a_snapshot_beside_the_final_weights(page, trained):
     assert len(traces) == 1 and len(traces[0]["y"]) == len(changes) == 2 + 2 * 12 + 2
     assert traces[0]["y"] == [c["relative_change"] for c in changes]
     assert traces[0]["x"][0][0] == "embeddings" and "block 1" in traces[0]["x"][0] and traces[0]["x"][0][-1] == "final LN"
-    assert max(traces[0]["y"]) > 0.1
+    assert max(y for y in traces[0]["y"] if y is not None) > 0.1
+    # biases start at zero: their relative change is undefined (null, no bar), and the page says so
+    zero = [c["name"] for c in changes if c["a_norm"] == 0]
+    assert zero and all(c["relative_change"] is None for c in changes if c["a_norm"] == 0)
+    assert f"{len(zero)} tensors are all zeros in a" in page.inner_text("#params-zero")
 
     # another head: the URL follows, and the maps are the API's for that head
     page.select_option("#head", "2")
