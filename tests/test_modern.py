@@ -179,3 +179,39 @@ def test_checkpoints_of_each_load_and_serve_every_part(name, tmp_path):
             assert r.status_code in (200, 409), (path, r.text)
             if r.status_code == 409:  # a model without learned positions has no position table
                 assert path.endswith("positions") and "no learned position table" in r.text
+
+
+@pytest.mark.parametrize("query,want", [
+    ({"preset": "cpu", "mlp": "swiglu"}, dict(mlp="swiglu")),
+    ({"preset": "cpu", "n_kv_head": 2, "pos": "rope", "norm_type": "rmsnorm"}, dict(n_kv_head=2, pos="rope", norm_type="rmsnorm")),
+    ({"preset": "cpu", "n_expert": 4, "top_k_experts": 2, "d_mlp": 128}, dict(n_expert=4, top_k_experts=2, d_mlp=128)),
+    ({"preset": "llama-style"}, {}),
+])
+def test_the_parameter_counter_takes_the_modern_options(client, query, want):
+    body = client.get("/api/v1/params", params=query).json()
+    cfg = preset_config(query["preset"], vocab_size=preset_config(query["preset"]).vocab_size, **want)
+    assert body["counts"]["total"] == count_params(cfg)["total"]
+    assert sum(p["count"] for p in body["parts"]) == body["counts"]["total"]
+    assert {k: body["config"][k] for k in want} == want
+    r = client.get("/api/v1/params", params={"preset": "cpu", "n_kv_head": 3})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "n_kv_head"]
+
+
+def test_forward_explains_rope_and_the_experts(tmp_path):
+    m = model(pos="rope", n_expert=4, top_k_experts=2, n_kv_head=2)
+    chars = [chr(32 + i) for i in range(61)]
+    ckpt.save(tmp_path / "m", m, {"name": "m", "tokenizer": {"kind": "chars", "chars": chars}, "step": 0, "final": True})
+    app = create_app(Settings(checkpoint=tmp_path / "m", allow_hosts=["testserver"], data_dir=tmp_path / "data"))
+    with TestClient(app) as client:
+        body = client.post("/api/v1/forward", json={"text": "TO BE, OR NOT TO BE", "include": ["rope", "moe", "head_detail"],
+                                                    "layer": 1, "head": 3}).json()
+    rope, moe = body["rope"], body["moe"]
+    assert rope["kv_head"] == 1 and body["head_detail"]["kv_head"] == 1 and body["head_detail"]["rotated"]
+    assert rope["distance_check"]["scores_at_start"] == pytest.approx(rope["distance_check"]["scores_at_offset"], abs=1e-3)
+    assert len(rope["angles"]) == 19 and len(rope["angles"][0]) == 4 and rope["angles"][0] == [0.0] * 4
+    assert rope["q_rotated"][0] == rope["q"][0]  # position 0 turns by nothing
+    for layer in moe["layers"]:
+        assert len(layer["probs"]) == 19 and all(abs(sum(row) - 1) < 1e-3 for row in layer["probs"])
+        assert all(len(c) == 2 for c in layer["choice"]) and sum(layer["load"]) == pytest.approx(1.0, abs=1e-3)
+        top = [sorted(range(4), key=lambda e: -row[e])[:2] for row in layer["probs"]]
+        assert [sorted(c) for c in layer["choice"]] == [sorted(t) for t in top]

@@ -7,11 +7,13 @@ import math
 import torch
 import torch.nn.functional as F
 
+from model.gpt import apply_rope, rope_angles
+
 from ..errors import InputError
-from ..schemas.forward import (AttentionBlock, Contribution, Decomposition, EmbeddingsBlock, ForwardRequest,
+from ..schemas.forward import (AttentionBlock, Contribution, Decomposition, EmbeddingsBlock, ExpertLayer, ForwardRequest,
                                ForwardResponse, HeadDetail, Histogram, LayerNormDetail, LensCandidate,
-                               LogitLensBlock, MLPBlock, MLPLayer, Neuron, NextToken, PositionLoss, PromptLoss,
-                               ResidualBlock)
+                               LogitLensBlock, MLPBlock, MLPLayer, MoEBlock, Neuron, NextToken, PositionLoss, PromptLoss,
+                               ResidualBlock, RopeBlock, RopeDistanceCheck)
 from ..service import ModelService
 from .tokens import check_text, encode, token_pieces
 
@@ -95,6 +97,10 @@ def _needed_hooks(parts: set[str], cfg, layers: list[int], layer: int) -> set[st
         names |= {f"blocks.{l}.mlp.hook_pre" for l in L} | {f"blocks.{layer}.mlp.hook_post"}
     if parts & {"residual", "logit_lens"}:
         names |= {"blocks.0.hook_resid_pre"} | {f"blocks.{l}.hook_resid_post" for l in L}
+    if "rope" in parts and cfg.pos == "rope":
+        names |= {f"blocks.{layer}.attn.{h}" for h in ("hook_q", "hook_k", "hook_q_rot", "hook_k_rot")}
+    if "moe" in parts and cfg.n_expert:
+        names |= {f"blocks.{l}.mlp.{h}" for l in L for h in ("hook_router_probs", "hook_router_choice")}
     if "decomposition" in parts:
         names |= {"hook_embed", "hook_pos_embed", "ln_final.hook_scale"}
         names |= {f"blocks.{l}.attn.hook_result" for l in L} | {f"blocks.{l}.hook_mlp_out" for l in L}
@@ -157,22 +163,60 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
             out.prompt_loss = _prompt_loss(service, logits, ids)
         if "decomposition" in parts:
             out.decomposition = _decompose(service, m, c, logits, pos, req.target)
+        if "rope" in parts and cfg.pos == "rope":
+            out.rope = _rope(m, c, layer, head, pos)
+        if "moe" in parts and cfg.n_expert:
+            out.moe = _moe(m, c)
     return out
+
+
+def _rope(m, c, layer: int, head: int, pos: int) -> RopeBlock:
+    cfg = m.cfg
+    a, hs = f"blocks.{layer}.attn.", cfg.d_head
+    kvh = head // (cfg.n_head // cfg.n_kv_head)
+    T = c[a + "hook_q"].size(0)
+    cos, sin = rope_angles(hs, torch.arange(T), cfg.rope_base)
+    q, k = c[a + "hook_q"][pos, head], c[a + "hook_k"][pos, kvh]  # the selected position's q and k, unrotated
+    offset = max(T, 50)
+    dist = list(range(T))
+
+    def curve(start: int) -> list[float]:
+        cq, sq = rope_angles(hs, torch.arange(start, start + T), cfg.rope_base)
+        kk = apply_rope(k, cq[0], sq[0])  # the key at `start`
+        return [float(apply_rope(q, cq[d], sq[d]) @ kk) / math.sqrt(hs) for d in dist]
+
+    return RopeBlock(
+        layer=layer, head=head, kv_head=kvh, base=cfg.rope_base,
+        frequencies=rounded(cfg.rope_base ** (-torch.arange(0, hs, 2).float() / hs), 6),
+        angles=rounded(torch.atan2(sin, cos), 4), q=rounded(c[a + "hook_q"][:, head]), q_rotated=rounded(c[a + "hook_q_rot"][:, head]),
+        k=rounded(c[a + "hook_k"][:, kvh]), k_rotated=rounded(c[a + "hook_k_rot"][:, kvh]),
+        distance_check=RopeDistanceCheck(offset=offset, distances=dist, scores_at_start=[round(x, 5) for x in curve(0)],
+                                         scores_at_offset=[round(x, 5) for x in curve(offset)]))
+
+
+def _moe(m, c) -> MoEBlock:
+    cfg, layers = m.cfg, []
+    for l in range(cfg.n_layer):
+        probs, choice = c[f"blocks.{l}.mlp.hook_router_probs"], c[f"blocks.{l}.mlp.hook_router_choice"]
+        load = torch.bincount(choice.flatten(), minlength=cfg.n_expert).float() / choice.numel()
+        layers.append(ExpertLayer(layer=l, probs=rounded(probs, 4), choice=choice.tolist(), load=rounded(load, 4)))
+    return MoEBlock(n_expert=cfg.n_expert, top_k=cfg.top_k_experts, layers=layers)
 
 
 def _layernorm(m, c, layer: int, pos: int) -> LayerNormDetail:
     block = m.blocks[layer]
-    pre_norm = m.cfg.norm == "pre"
+    pre_norm = m.cfg.norm in ("pre", "both")
     # pre-norm: ln1 reads the stream entering the block; post-norm: it reads stream + attention
     x = c[f"blocks.{layer}.hook_resid_pre"][pos] if pre_norm else \
         (c[f"blocks.{layer}.hook_resid_pre"] + c[f"blocks.{layer}.hook_attn_out"])[pos]
     ln = block.ln1
-    mean = x.mean()
-    var = x.var(unbiased=False)
+    rms = m.cfg.norm_type == "rmsnorm"
+    mean = torch.zeros(()) if rms else x.mean()
+    var = x.pow(2).mean() if rms else x.var(unbiased=False)
     std = torch.sqrt(var + ln.eps)
     normed = (x - mean) / std
     return LayerNormDetail(
-        layer=layer, which="ln1", position=pos, input=rounded(x), mean=round(float(mean), 6),
+        layer=layer, which="ln1", position=pos, kind=m.cfg.norm_type, input=rounded(x), mean=None if rms else round(float(mean), 6),
         variance=round(float(var), 6), eps=ln.eps, std=round(float(std), 6), normalized=rounded(normed),
         gain=rounded(ln.weight), shift=rounded(ln.bias) if ln.bias is not None else None,
         output=rounded(c[f"blocks.{layer}.ln1.hook_normalized"][pos]))

@@ -249,7 +249,8 @@ PRESET_LABELS = {
     "gpt2": "GPT-2 small", "gpt2-medium": "GPT-2 medium", "gpt2-large": "GPT-2 large", "gpt2-xl": "GPT-2 XL",
     "gpt3": "GPT-3 175B",
 }
-CONFIG_FIELDS = ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "bias", "norm", "tie_weights")
+CONFIG_FIELDS = ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "bias", "norm", "tie_weights", "pos",
+                 "norm_type", "mlp", "n_kv_head", "n_expert", "top_k_experts")
 
 
 def preset_names() -> list[str]:
@@ -268,13 +269,17 @@ def _preset_dict(service: ModelService, name: str) -> dict:
 
 def _config(base: dict, overrides: dict) -> GPTConfig:
     d = {**base, **{k: v for k, v in overrides.items() if v is not None}}
-    if overrides.get("d_model") is not None and overrides.get("d_mlp") is None and "d_mlp" in base:
-        d["d_mlp"] = 0  # a new width gets the usual 4 * d_model unless d_mlp is given too
+    changed = any(overrides.get(k) is not None for k in ("d_model", "mlp"))
+    if changed and overrides.get("d_mlp") is None and "d_mlp" in base:
+        d["d_mlp"] = 0  # a new width or MLP kind gets the usual width (4d; 8d/3 for SwiGLU) unless d_mlp is given too
+    if overrides.get("n_head") is not None and overrides.get("n_kv_head") is None and "n_kv_head" in base:
+        d["n_kv_head"] = 0  # as many key/value heads as query heads unless given
     try:
         return GPTConfig(**d)
     except ValueError as e:
         msg = str(e)
-        field = "n_head" if "divisible" in msg else next((f for f in CONFIG_FIELDS if msg.startswith(f)), "d_model")
+        field = ("n_kv_head" if "n_kv_head" in msg else "n_head") if "divisible" in msg else \
+            next((f for f in CONFIG_FIELDS if msg.startswith(f)), "d_model")
         raise query_error(field, msg) from None
 
 
@@ -296,8 +301,10 @@ def params(service: ModelService, preset: str | None, overrides: dict) -> S.Para
     L = cfg.n_layer
     parts = [("token embedding (V × d)", counts["token_embedding"]),
              ("position embedding (n_ctx × d)", counts["position_embedding"]),
-             ("attention weights (4 d² per block)", L * counts["attention_weights_per_block"]),
-             ("MLP weights (2 d × d_mlp per block)", L * counts["mlp_weights_per_block"]),
+             ("attention weights (4 d² per block)" if cfg.n_kv_head == cfg.n_head else
+              "attention weights (2 d² + 2 d × n_kv_head d_head per block)", L * counts["attention_weights_per_block"]),
+             (("MLP weights (2 d × d_mlp per block)" if cfg.mlp == "gelu" else "SwiGLU weights (3 d × d_mlp per block)")
+              if not cfg.n_expert else f"{cfg.n_expert} experts' weights + router (per block)", L * counts["mlp_weights_per_block"]),
              ("unembedding (untied)", counts["unembedding"]),
              ("biases and LayerNorm", counts["biases_and_norms"])]
     parts_out = [S.Part(label=lab, count=n, share=n / counts["total"]) for lab, n in parts if n]

@@ -99,13 +99,20 @@ def params(
     n_layer: Annotated[int | None, Query(ge=1, le=1000)] = None,
     n_head: Annotated[int | None, Query(ge=1, le=1024)] = None,
     d_model: Annotated[int | None, Query(ge=1, le=65536)] = None,
-    d_mlp: Annotated[int | None, Query(ge=0, le=262_144, description="0: 4 * d_model")] = None,
+    d_mlp: Annotated[int | None, Query(ge=0, le=262_144, description="0: 4 * d_model (8 d / 3 for SwiGLU)")] = None,
     bias: bool | None = None,
-    norm: Literal["pre", "post"] | None = None,
+    norm: Literal["pre", "post", "both"] | None = None,
     tie_weights: bool | None = None,
+    pos: Annotated[Literal["learned", "rope", "none"] | None, Query(description="rope and none have no position table")] = None,
+    norm_type: Literal["layernorm", "rmsnorm"] | None = None,
+    mlp: Annotated[Literal["gelu", "swiglu"] | None, Query(description="swiglu: three matrices (gate, up, down)")] = None,
+    n_kv_head: Annotated[int | None, Query(ge=1, le=1024, description="key/value heads (grouped-query attention)")] = None,
+    n_expert: Annotated[int | None, Query(ge=0, le=256, description="experts per block (0: one dense MLP)")] = None,
+    top_k_experts: Annotated[int | None, Query(ge=1, le=256)] = None,
 ) -> S.ParamsResponse:
     overrides = dict(vocab_size=vocab_size, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, d_model=d_model,
-                     d_mlp=d_mlp, bias=bias, norm=norm, tie_weights=tie_weights)
+                     d_mlp=d_mlp, bias=bias, norm=norm, tie_weights=tie_weights, pos=pos, norm_type=norm_type, mlp=mlp,
+                     n_kv_head=n_kv_head, n_expert=n_expert, top_k_experts=top_k_experts)
     return ex.params(service, preset, overrides)
 
 

@@ -12,7 +12,7 @@ from .common import TokenPiece
 MAX_PROMPT_CHARS = 20_000
 
 ForwardPart = Literal["embeddings", "attention", "layernorm", "head_detail", "mlp", "residual",
-                      "logit_lens", "next_token", "prompt_loss", "decomposition"]
+                      "logit_lens", "next_token", "prompt_loss", "decomposition", "rope", "moe"]
 ALL_PARTS: tuple[str, ...] = ForwardPart.__args__  # type: ignore[attr-defined]
 
 Matrix = list[list[float]]
@@ -64,12 +64,13 @@ class LayerNormDetail(BaseModel):
     layer: int
     which: str = Field(description="ln1 (before attention in a pre-norm model; after the add in post-norm)")
     position: int
+    kind: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="RMSNorm subtracts no mean and has no shift")
     input: list[float] = Field(description="(d,) the vector entering the LayerNorm")
-    mean: float
-    variance: float
+    mean: float | None = Field(description="the mean LayerNorm subtracts (null for RMSNorm, which keeps it)")
+    variance: float = Field(description="LayerNorm: the variance; RMSNorm: the mean of the squares")
     eps: float
-    std: float = Field(description="sqrt(variance + eps)")
-    normalized: list[float] = Field(description="(input - mean) / std, before gain and shift")
+    std: float = Field(description="sqrt(variance + eps): LayerNorm's standard deviation, RMSNorm's root mean square")
+    normalized: list[float] = Field(description="(input - mean) / std (RMSNorm: input / std), before gain and shift")
     gain: list[float]
     shift: list[float] | None
     output: list[float] = Field(description="normalized * gain + shift")
@@ -182,6 +183,45 @@ class Decomposition(BaseModel):
     note: str
 
 
+class RopeDistanceCheck(BaseModel):
+    offset: int = Field(description="the second placement's start position")
+    distances: list[int] = Field(description="query position minus key position")
+    scores_at_start: list[float] = Field(description="score of the selected q and k with the key at position 0 and "
+                                                     "the query `distance` after it")
+    scores_at_offset: list[float] = Field(description="the same q and k with the key at `offset`: the same curve, "
+                                                      "because RoPE's score depends only on the distance")
+
+
+class RopeBlock(BaseModel):
+    """How RoPE turns a head's queries and keys (selected layer and head)."""
+
+    layer: int
+    head: int
+    kv_head: int
+    base: float
+    frequencies: list[float] = Field(description="(d_head/2,) radians per position for each pair of dimensions: "
+                                                 "base^(-2i/d_head)")
+    angles: Matrix = Field(description="(T, d_head/2) the angle each pair turns by at each position")
+    q: Matrix = Field(description="(T, d_head) queries before the rotation")
+    q_rotated: Matrix
+    k: Matrix = Field(description="(T, d_head) keys of the key/value head before the rotation")
+    k_rotated: Matrix
+    distance_check: RopeDistanceCheck
+
+
+class ExpertLayer(BaseModel):
+    layer: int
+    probs: Matrix = Field(description="(T, n_expert) the router's probabilities for each token")
+    choice: list[list[int]] = Field(description="(T, top_k) the experts each token went to")
+    load: list[float] = Field(description="(n_expert,) share of this prompt's token-to-expert assignments each expert got")
+
+
+class MoEBlock(BaseModel):
+    n_expert: int
+    top_k: int
+    layers: list[ExpertLayer]
+
+
 class ForwardResponse(BaseModel):
     model: str
     tokens: list[TokenPiece]
@@ -196,7 +236,9 @@ class ForwardResponse(BaseModel):
     attention: AttentionBlock | None = None
     layernorm: LayerNormDetail | None = None
     head_detail: HeadDetail | None = None
-    mlp: MLPBlock | None = None
+    mlp: MLPBlock | None = Field(None, description="null for a mixture-of-experts model (see moe)")
+    rope: RopeBlock | None = Field(None, description="RoPE models only")
+    moe: MoEBlock | None = Field(None, description="mixture-of-experts models only")
     residual: ResidualBlock | None = None
     logit_lens: LogitLensBlock | None = None
     next_token: list[NextToken] | None = Field(None, description="top-k next tokens after the selected position")

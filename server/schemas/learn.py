@@ -182,6 +182,12 @@ class ParamsConfig(BaseModel):
     bias: bool
     norm: str
     tie_weights: bool
+    pos: str = "learned"
+    norm_type: str = "layernorm"
+    mlp: str = "gelu"
+    n_kv_head: int = 0
+    n_expert: int = 0
+    top_k_experts: int = 1
 
 
 class Part(BaseModel):
