@@ -334,6 +334,19 @@ def adamw_step(theta, g, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_dec
     return adam_step(theta, g, state, lr, beta1, beta2, eps, weight_decay, decoupled=True)
 
 
+def muon_step(theta: Sequence[float], g: Sequence[float], state: OptState, lr: float,
+              momentum: float = 0.95) -> tuple[list[float], OptState]:
+    """Muon (Jordan et al.) on the two parameters held as a 2 x 2 diagonal matrix diag(x, y).
+
+    Muon keeps Nesterov momentum, buf <- mu buf + g and u = g + mu buf, then replaces the update
+    matrix by its orthogonal factor (U V^T of its SVD: every singular value set to 1). For a
+    diagonal matrix that factor is diag(sign(u)): each direction moves by exactly lr, however
+    steep or shallow it is. (torch.optim.Muon approximates U V^T with a few Newton-Schulz steps.)"""
+    buf = list(g) if state.step == 0 else [momentum * b + gi for b, gi in zip(state.m, g)]
+    u = [gi + momentum * b for gi, b in zip(g, buf)]
+    return [t - lr * math.copysign(1.0, ui) if ui else t for t, ui in zip(theta, u)], OptState(state.step + 1, buf)
+
+
 DIVERGED = 1e6  # a path leaving this box has blown up; it stops there
 
 

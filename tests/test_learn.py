@@ -326,7 +326,7 @@ def test_update_rules_match_torch_optim(name):
 def test_optimizers_on_the_ravine(client):
     b = get(client, "/curves/optimizers")
     paths = {p["name"]: p for p in b["paths"]}
-    assert set(paths) == {"sgd", "momentum", "adam", "adamw"}
+    assert set(paths) == {"sgd", "momentum", "adam", "adamw", "muon"}
     g = b["grid"]
     assert len(g["z"]) == len(g["y"]) and all(len(row) == len(g["x"]) for row in g["z"])
     rv = C.Ravine(a=b["a"], b=b["b"], x0=b["minimum"]["x"], y0=b["minimum"]["y"])
@@ -340,6 +340,11 @@ def test_optimizers_on_the_ravine(client):
     assert paths["momentum"]["final_loss"] < paths["sgd"]["final_loss"]
     assert paths["adam"]["final_loss"] < paths["sgd"]["final_loss"]
     assert abs(paths["adamw"]["x"][-1]) < abs(paths["adam"]["x"][-1])
+    # Muon (the two parameters as a diagonal matrix): every step moves each coordinate by exactly lr
+    mu = paths["muon"]
+    steps = [(abs(mu["x"][i + 1] - mu["x"][i]), abs(mu["y"][i + 1] - mu["y"][i])) for i in range(5)]
+    assert all(dx == pytest.approx(0.15) and dy == pytest.approx(0.15) for dx, dy in steps)
+    assert mu["final_loss"] < paths["sgd"]["final_loss"]
     # above lr = 2 / b plain SGD blows up, and says so instead of sending infinities
     d = get(client, "/curves/optimizers", lr_sgd=0.6, steps=400)
     sgd = next(p for p in d["paths"] if p["name"] == "sgd")

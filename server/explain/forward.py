@@ -80,7 +80,7 @@ def next_tokens(service: ModelService, logits: torch.Tensor, k: int) -> list[Nex
 
 
 def _needed_hooks(parts: set[str], cfg, layers: list[int], layer: int) -> set[str]:
-    names: set[str] = set()
+    names: set[str] = {f"blocks.{cfg.n_layer - 1}.hook_resid_post"}  # the selected position's logits
     L = range(cfg.n_layer)
     if "attention" in parts:
         names |= {f"blocks.{l}.attn.hook_pattern" for l in layers}
@@ -129,11 +129,14 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
         every = bool(parts & {"prompt_loss", "decomposition"}) or pos != T - 1
         logits, _ = m(torch.tensor([ids], device=service.device), last_only=not every)
         logits = logits[0]  # (T, V), or (1, V) for the last position only
-        at_pos = logits[pos] if every else logits[-1]
         out = ForwardResponse(model=service.name, tokens=token_pieces(service.encoding, ids), truncated=dropped,
                               n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model, causal=cfg.causal,
                               position=pos)
         c = {k: v[0] for k, v in cache.items()}  # drop the batch dimension
+        # the selected position's logits, computed the same way whatever else was asked for (a
+        # one-row matmul rounds differently from the full one: every panel must show the same digits)
+        final = c[f"blocks.{cfg.n_layer - 1}.hook_resid_post"][pos:pos + 1]
+        at_pos = m.lm_head(m.ln_final(final[None]))[0, 0]
         if "attention" in parts:
             out.attention = AttentionBlock(layers=layers, heads=heads, pattern=[
                 attention_rows(c[f"blocks.{l}.attn.hook_pattern"][heads], cfg.causal) for l in layers])

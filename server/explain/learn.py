@@ -370,7 +370,7 @@ def scaling_law(service: ModelService, n_min: float, n_max: float, n_c: float, a
 
 def optimizers(*, a: float, b: float, x0: float, y0: float, start_x: float, start_y: float, steps: int,
                lr_sgd: float, lr_momentum: float, momentum: float, lr_adam: float, beta1: float, beta2: float,
-               weight_decay: float, grid: int) -> S.OptimizersResponse:
+               weight_decay: float, grid: int, lr_muon: float = 0.15) -> S.OptimizersResponse:
     rv = C.Ravine(a=a, b=b, x0=x0, y0=y0)
     start = (start_x, start_y)
     runs = [
@@ -381,6 +381,7 @@ def optimizers(*, a: float, b: float, x0: float, y0: float, start_x: float, star
          lambda t, g, s: C.adam_step(t, g, s, lr_adam, beta1, beta2)),
         ("adamw", "AdamW", {"lr": lr_adam, "beta1": beta1, "beta2": beta2, "weight_decay": weight_decay},
          lambda t, g, s: C.adamw_step(t, g, s, lr_adam, beta1, beta2, weight_decay=weight_decay)),
+        ("muon", "Muon", {"lr": lr_muon, "momentum": 0.9}, lambda t, g, s: C.muon_step(t, g, s, lr_muon, 0.9)),
     ]
     paths = []
     for name, label, hyper, update in runs:
@@ -414,6 +415,6 @@ def curves_index() -> S.CurvesIndex:
         ("/api/v1/params/presets", "parameter counts of GPT-1, GPT-2, GPT-3 and the loaded model"),
         ("/api/v1/curves/kv-cache", "KV-cache memory, multi-head versus grouped-query"),
         ("/api/v1/curves/scaling-law", "Kaplan's loss-versus-parameters power law"),
-        ("/api/v1/curves/optimizers", "SGD, momentum, Adam and AdamW on a narrow ravine"),
+        ("/api/v1/curves/optimizers", "SGD, momentum, Adam, AdamW and Muon on a narrow ravine"),
     ]
     return S.CurvesIndex(endpoints=[{"path": p, "what": w} for p, w in e])

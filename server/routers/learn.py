@@ -151,7 +151,7 @@ def scaling_law(
 
 
 @router.get("/curves/optimizers", response_model=S.OptimizersResponse, responses=ERROR_RESPONSES,
-            summary="SGD, momentum, Adam and AdamW stepping on a narrow ravine: contour grid and paths")
+            summary="SGD, momentum, Adam, AdamW and Muon stepping on a narrow ravine: contour grid and paths")
 def optimizers(
     a: Annotated[float, Query(ge=0.001, le=100, description="curvature along x (the shallow floor)")] = 0.05,
     b: Annotated[float, Query(ge=0.001, le=100, description="curvature along y (the steep walls)")] = 4.0,
@@ -167,8 +167,9 @@ def optimizers(
     beta1: Annotated[float, Query(ge=0, lt=1)] = 0.9,
     beta2: Annotated[float, Query(ge=0, lt=1)] = 0.999,
     weight_decay: Annotated[float, Query(ge=0, le=1, description="AdamW's decoupled decay")] = 0.1,
+    lr_muon: Annotated[float, Query(gt=0, le=10, description="Muon's step (each direction moves by this much)")] = 0.15,
     grid: Annotated[int, Query(ge=10, le=200, description="contour grid points per side")] = 61,
 ) -> S.OptimizersResponse:
     return ex.optimizers(a=a, b=b, x0=x0, y0=y0, start_x=start_x, start_y=start_y, steps=steps, lr_sgd=lr_sgd,
                              lr_momentum=lr_momentum, momentum=momentum, lr_adam=lr_adam, beta1=beta1, beta2=beta2,
-                             weight_decay=weight_decay, grid=grid)
+                             weight_decay=weight_decay, lr_muon=lr_muon, grid=grid)
