@@ -240,3 +240,15 @@ def test_a_model_trained_without_the_mask_returns_full_attention_rows(service, t
     for head in body["attention"]["pattern"][0]:
         assert all(len(row) == T for row in head)
         assert any(w > 0 for q, row in enumerate(head) for w in row[q + 1:])
+
+
+def test_a_trace_of_token_ids(client, service):
+    ids = service.encoding.encode_ordinary("KING HENRY V:\nOnce more")
+    by_text = client.post("/api/v1/forward", json={"text": "KING HENRY V:\nOnce more"}).json()
+    by_ids = client.post("/api/v1/forward", json={"ids": ids}).json()
+    assert by_ids["tokens"] == by_text["tokens"] and by_ids["attention"] == by_text["attention"]
+    assert by_ids["next_token"] == by_text["next_token"] and by_ids["window"] == 0
+    for payload, field in (({"ids": [-1]}, "ids"), ({"ids": [service.model.cfg.vocab_size]}, "ids"),
+                           ({"ids": [1] * (service.model.cfg.n_ctx + 1)}, "ids"), ({}, "text")):
+        r = client.post("/api/v1/forward", json=payload)
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == field, (payload, r.text)

@@ -57,6 +57,16 @@ def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "t
     return ids, 0
 
 
+def given_ids(service: ModelService, ids: list[int]) -> list[int]:
+    V, n_ctx = service.model.cfg.vocab_size, service.model.cfg.n_ctx
+    bad = next((i for i in ids if not 0 <= i < V), None)
+    if bad is not None:
+        raise InputError("ids", f"token id {bad} is outside the vocabulary 0..{V - 1}")
+    if len(ids) > n_ctx:
+        raise InputError("ids", f"{len(ids)} ids exceed the model's context window n_ctx={n_ctx}")
+    return list(ids)
+
+
 def check_index(value: int, n: int, field: str) -> int:
     if not 0 <= value < n:
         raise InputError(field, f"{value} is out of range; valid values are 0..{n - 1}")
@@ -119,7 +129,12 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
     head = check_index(req.head, cfg.n_head, "head")
     if req.target is not None:
         check_index(req.target, cfg.vocab_size, "target")
-    ids, dropped = prompt_ids(service, req.text, req.truncate)
+    if req.ids is not None:
+        ids, dropped = given_ids(service, req.ids), 0
+    else:
+        if not req.text:
+            raise InputError("text", "give a prompt (text) or token ids (ids)")
+        ids, dropped = prompt_ids(service, req.text, req.truncate)
     T = len(ids)
     pos = T - 1 if req.position is None else check_index(req.position, T, "position")
 
@@ -130,7 +145,7 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
         logits, _ = m(torch.tensor([ids], device=service.device), last_only=not every)
         logits = logits[0]  # (T, V), or (1, V) for the last position only
         out = ForwardResponse(model=service.name, tokens=token_pieces(service.encoding, ids), truncated=dropped,
-                              n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model, causal=cfg.causal,
+                              n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model, causal=cfg.causal, window=cfg.window,
                               position=pos)
         c = {k: v[0] for k, v in cache.items()}  # drop the batch dimension
         # the selected position's logits, computed the same way whatever else was asked for (a

@@ -22,7 +22,8 @@ def model_info(service: ModelService) -> ModelInfo:
         train_steps=int(meta.get("step", 0)),
         final_val_loss=evals[-1]["val_loss"] if evals else None,
         uniform_loss=round(math.log(cfg.vocab_size), 5), command=str(meta.get("command", "")),
-        source=str(meta.get("source", {}).get("kind", "trained")),
+        source=str(meta.get("source", {}).get("kind", "trained")), pos=cfg.pos, norm_type=cfg.norm_type, mlp=cfg.mlp,
+        n_kv_head=cfg.n_kv_head, window=cfg.window, n_expert=cfg.n_expert, top_k_experts=cfg.top_k_experts,
     )
 
 

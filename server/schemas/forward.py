@@ -19,9 +19,12 @@ Matrix = list[list[float]]
 
 
 class ForwardRequest(BaseModel):
-    text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS,
+    text: str = Field("", max_length=MAX_PROMPT_CHARS,
                       description="the prompt; its tokens must fit the model's context window",
                       examples=["ROMEO:\nBut soft, what light"])
+    ids: list[int] | None = Field(None, min_length=1, max_length=4096,
+                                  description="token ids to run instead of a text (for example /heads' test input); "
+                                              "`text` is then ignored")
     include: list[ForwardPart] = Field(default_factory=lambda: ["attention", "next_token"],
                                        description="which stages of the trace to return")
     layers: list[int] | None = Field(None, description="attention: only these layers (default all)")
@@ -231,6 +234,8 @@ class ForwardResponse(BaseModel):
     d_model: int
     causal: bool = Field(True, description="whether each position attends only to itself and earlier ones; "
                                            "False for a model trained without the mask, whose patterns fill the whole square")
+    window: int = Field(0, description="sliding-window attention: query q sees keys q-window+1..q only (0: all earlier "
+                                       "keys); the weights outside the window are 0")
     position: int = Field(description="the selected position")
     embeddings: EmbeddingsBlock | None = None
     attention: AttentionBlock | None = None

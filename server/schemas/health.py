@@ -23,6 +23,13 @@ class ModelInfo(BaseModel):
     final_val_loss: float | None
     uniform_loss: float = Field(description="ln(vocab size): the loss of a uniform guess")
     command: str = Field(description="the command that produced this checkpoint")
+    pos: str = Field("learned", description="positions: 'learned' rows (GPT-2), 'rope' (rotary) or 'none'")
+    norm_type: str = Field("layernorm", description="'layernorm' or 'rmsnorm'")
+    mlp: str = Field("gelu", description="'gelu' (GPT-2's MLP) or 'swiglu'")
+    n_kv_head: int = Field(0, description="key/value heads; fewer than n_head means grouped-query attention")
+    window: int = Field(0, description="sliding-window attention: keys each query sees (0: all earlier ones)")
+    n_expert: int = Field(0, description="mixture of experts: FFNs per block (0: one dense MLP)")
+    top_k_experts: int = Field(1, description="experts each token is sent to")
     source: str = Field(description="'trained' (here, with gptscope train), 'huggingface-gpt2' or 'nanogpt' (imported "
                                     "with gptscope import)")
 
