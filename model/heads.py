@@ -228,8 +228,11 @@ def _reference_heads(roles: list[list[list[str]]], limit: int = 12) -> list[tupl
     return [plain[int(k * step)] for k in range(limit)]
 
 
-def analyse(model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, ablate: bool = True) -> HeadsReport:
-    """Scores, baselines, roles and (for role heads and a sample of role-less ones) ablation costs."""
+def analyse(model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, ablate: bool = True,
+            max_ablated: int | None = None) -> HeadsReport:
+    """Scores, baselines, roles and (for role heads and a sample of role-less ones) ablation costs.
+    max_ablated: ablate at most this many role heads (those that beat their threshold by the most);
+    the rest keep ablation None (a large model's every ablation is a full forward pass)."""
     scores = all_scores(model, prompt, rep)
     base = baseline(model, prompt, rep)
     roles = assign_roles(scores, base)
@@ -244,13 +247,13 @@ def analyse(model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, ablate: bool 
     def cost(l: int, h: int, t: Task, how: str) -> float:
         return task_loss(model, t.ids, t.start, (l, h, how)) - clean[t.name]
 
-    refs = _reference_heads(roles)
+    refs = _reference_heads(roles, limit=12 if max_ablated is None else max(4, max_ablated // 2))
     for t in {t.name: t for t in tk.values()}.values():
         costs = [cost(l, h, t, "zero") for l, h in refs]
         report.reference_cost[t.name] = round(sum(costs) / len(costs), 4) if costs else 0.0
-    for hr in heads:
-        if not hr.roles:
-            continue
+    ranked = sorted((hr for hr in heads if hr.roles), reverse=True,
+                    key=lambda hr: hr.scores[hr.roles[0]] - threshold(base, hr.roles[0]))
+    for hr in ranked[:max_ablated]:
         t = tk[hr.roles[0]]
         zero, mean = cost(hr.layer, hr.head, t, "zero"), cost(hr.layer, hr.head, t, "mean")
         yard = max(CONFIRM_MIN_COST, 2 * abs(report.reference_cost.get(t.name, 0.0)))

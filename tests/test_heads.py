@@ -175,3 +175,10 @@ def test_heads_api_bad_input(client):
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "text"]
     assert client.get("/api/v1/training/0123456789ab/heads").status_code == 404
     assert client.get("/api/v1/training/..%2F..%2Fetc/heads").status_code in (404, 422)
+
+
+def test_a_large_models_ablations_stop_at_the_limit():
+    m = hand_built()
+    report = hd.analyse(m, alternating(), small_rep(), max_ablated=1)
+    tested = [h for h in report.heads if h.ablation is not None]
+    assert len(tested) == 1 and len([h for h in report.heads if h.roles]) == 2

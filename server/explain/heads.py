@@ -11,6 +11,7 @@ from model import corpus as corpus_mod
 from model import heads as hd
 from model.tokenizers import CharEncoding
 
+from ..config import LARGE_MODEL_PARAMS
 from ..errors import InputError, NotFound
 from ..runs import RUN_ID, RunManager
 from ..schemas.heads import (Ablation, HeadRole, HeadsResponse, InContext, RepeatedTokensInput, RoleDefinition,
@@ -50,10 +51,15 @@ def _definitions(base: dict[str, dict]) -> list[RoleDefinition]:
                            threshold=round(hd.threshold(base, r), 4)) for r in hd.ROLES]
 
 
+MAX_ABLATED_LARGE = 12  # role heads ablated in a large model (each ablation is a full forward pass)
+
+
 def _status(h: hd.HeadReport) -> str:
     if not h.roles:
         return "no clear role"
-    return "confirmed" if h.ablation and h.ablation["confirmed"] else "not confirmed"
+    if h.ablation is None:
+        return "untested"
+    return "confirmed" if h.ablation["confirmed"] else "not confirmed"
 
 
 def _summary(rep: hd.HeadsReport, n_heads: int) -> str:
@@ -74,8 +80,10 @@ def _summary(rep: hd.HeadsReport, n_heads: int) -> str:
 
 @lru_cache(maxsize=8)
 def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> hd.HeadsReport:
+    large = service.model.num_params() >= LARGE_MODEL_PARAMS
     with service.run() as m:
-        return hd.analyse(m, torch.tensor([ids], device=service.device), repeated(service), ablate=ablate)
+        return hd.analyse(m, torch.tensor([ids], device=service.device), repeated(service), ablate=ablate,
+                          max_ablated=MAX_ABLATED_LARGE if large else None)
 
 
 def heads(service: ModelService, text: str | None, ablate: bool = True) -> HeadsResponse:

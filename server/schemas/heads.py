@@ -45,7 +45,9 @@ class HeadRole(BaseModel):
     head: int
     scores: dict[RoleName, float] = Field(description="every role's score in [0, 1]")
     roles: list[RoleName] = Field(description="roles this head passes, the most decisive first")
-    status: Literal["confirmed", "not confirmed", "no clear role"]
+    status: Literal["confirmed", "not confirmed", "untested", "no clear role"] = Field(
+        description="untested: a role head past the ablation limit of a large model (the 12 clearest are tested), or "
+                    "ablate=false")
     ablation: Ablation | None = Field(None, description="what switching the head off costs (heads with a role only)")
 
 
