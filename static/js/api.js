@@ -10,10 +10,15 @@ export class ApiError extends Error {
 }
 
 // An error body's `detail` as one line: a string as it is, a validation list as "field: message; ...".
+// A check of the whole body (pydantic's "Value error, ..." with no field) is its message alone.
 export function formatDetail(detail) {
   if (typeof detail === "string") return detail;
   if (Array.isArray(detail)) {
-    return detail.map((d) => `${(d.loc || []).filter((x) => x !== "body").join(".")}: ${d.msg}`).join("; ");
+    return detail.map((d) => {
+      const where = (d.loc || []).filter((x) => x !== "body").join(".");
+      const msg = String(d.msg).replace(/^Value error, /, "");
+      return where ? `${where}: ${msg}` : msg;
+    }).join("; ");
   }
   return JSON.stringify(detail);
 }

@@ -1,4 +1,4 @@
-// KV-cache panel: cache memory against context length for multi-head and grouped-query attention,
+// KV-cache panel: cache memory against context length for multi-head and grouped-query attention (GQA),
 // from GET /api/v1/curves/kv-cache.
 import { apiGet, bindForms, formQuery } from "./api.js";
 import { $, OKABE, bytes, chart, int } from "./viz.js";
@@ -21,7 +21,8 @@ async function load(signal) {
     `Each token adds ${bytes(b.bytes_per_token_mha)} per sequence with one key/value head per query head ` +
     `(2 vectors × ${b.n_layer} layers × ${b.n_head} heads × ${b.d_head} numbers × ${b.bytes_per_value} bytes). ` +
     `At ${int(b.context)} tokens${b.batch > 1 ? ` for ${b.batch} sequences` : ""} that is ${bytes(b.bytes_mha)}; with ` +
-    `${b.group_size} query heads sharing each key/value head it is ${bytes(b.bytes_gqa)}, ${b.ratio} times smaller.`;
+    `${b.group_size} query heads sharing each key/value head (grouped-query attention${b.n_kv_head === 1 ? "; one for all of them is multi-query" : ""}) ` +
+    `it is ${bytes(b.bytes_gqa)}, ${b.ratio} times smaller.`;
 }
 
 bindForms(panel, form, load);

@@ -1,12 +1,13 @@
-// Optimisers panel: SGD, momentum, Adam and AdamW stepping on a narrow ravine; the contour grid
-// and every path come from GET /api/v1/curves/optimizers.
+// Optimisers panel: SGD, momentum, Adam, AdamW and Muon stepping on a narrow ravine; the contour
+// grid and every path come from GET /api/v1/curves/optimizers (a path this page has no colour for
+// still gets Plotly's own).
 import { apiGet, bindForms, formQuery } from "./api.js";
 import { $, OKABE, chart, fixed, int, sci } from "./viz.js";
 
 const panel = $("optimizers-panel");
 const form = $("optimizers-form");
-const COLORS = { sgd: OKABE.vermillion, momentum: OKABE.orange, adam: OKABE.blue, adamw: OKABE.green };
-const SYMBOLS = { sgd: "circle", momentum: "square", adam: "diamond", adamw: "triangle-up" };
+const COLORS = { sgd: OKABE.vermillion, momentum: OKABE.orange, adam: OKABE.blue, adamw: OKABE.green, muon: OKABE.purple };
+const SYMBOLS = { sgd: "circle", momentum: "square", adam: "diamond", adamw: "triangle-up", muon: "star" };
 
 function hyper(p) {
   return Object.entries(p.hyper).map(([k, v]) => `${k} ${v}`).join(", ");

@@ -1,12 +1,17 @@
 // Sizes panel: the parameter count of a preset or any config (GET /api/v1/params, which calls
-// model.gpt.count_params) and the table of known models (GET /api/v1/params/presets).
+// model.gpt.count_params), with today's block choices (RoPE, RMSNorm, SwiGLU, grouped-query
+// attention, experts) and the parts the API names; the table of known models (GET /api/v1/params/presets).
 import { apiGet, bindForms, formQuery, showError } from "./api.js";
-import { $, SERIES, chart, int, pct } from "./viz.js";
+import { $, SERIES, chart, el, int, pct } from "./viz.js";
 
 const panel = $("sizes-panel");
 const form = $("params-form");
 const preset = $("params-preset");
-const FIELDS = { n_layer: "params-layers", d_model: "params-d", n_head: "params-heads", vocab_size: "params-vocab", n_ctx: "params-ctx" };
+const FIELDS = { n_layer: "params-layers", d_model: "params-d", n_head: "params-heads", vocab_size: "params-vocab", n_ctx: "params-ctx",
+  n_kv_head: "params-kv", n_expert: "params-experts", top_k_experts: "params-top-k" };
+// The block's choices (selects whose first option, "preset", is filled with the preset's own value).
+const CHOICES = { pos: "params-pos", norm: "params-norm", norm_type: "params-norm-type", mlp: "params-mlp" };
+const edited = () => [...Object.values(FIELDS), ...Object.values(CHOICES)].some((id) => $(id).value !== "");
 
 function row(label, value, note = "") {
   return `<tr><th scope="row">${label}</th><td class="num">${value}</td><td class="cell-note">${note}</td></tr>`;
@@ -17,29 +22,42 @@ async function load(signal) {
   const c = b.counts;
   const cfg = b.config;
   for (const [k, id] of Object.entries(FIELDS)) $(id).placeholder = int(cfg[k]);
+  for (const [k, id] of Object.entries(CHOICES)) $(id).options[0].textContent = `preset: ${cfg[k]}`;
+  const gqa = cfg.n_kv_head && cfg.n_kv_head !== cfg.n_head;
   $("params-table").querySelector("tbody").innerHTML = [
     row("Every parameter", int(c.total), "what the model trains; a tied matrix counted once"),
     row("Paper convention", int(c.seed_convention), "weight matrices and embedding tables only"),
     row("Token embedding", int(c.token_embedding), `${int(cfg.vocab_size)} × ${int(cfg.d_model)}: ${pct(b.token_embedding_share)} of the paper count`),
-    row("Position embedding", int(c.position_embedding), `${int(cfg.n_ctx)} × ${int(cfg.d_model)}`),
+    row("Position embedding", int(c.position_embedding),
+      cfg.pos === "learned" ? `${int(cfg.n_ctx)} × ${int(cfg.d_model)}` : `none stored: positions are ${cfg.pos === "rope" ? "rotations of q and k (RoPE)" : "not given at all"}`),
     row("One block's weights", int(c.per_block_seed_convention),
-      `attention ${int(c.attention_weights_per_block)} + MLP ${int(c.mlp_weights_per_block)}; 12d² = ${int(b.twelve_d_squared)}`),
+      `attention ${int(c.attention_weights_per_block)} + ${cfg.n_expert ? `${int(cfg.n_expert)} experts` : cfg.mlp === "swiglu" ? "SwiGLU MLP" : "MLP"} ` +
+      `${int(c.mlp_weights_per_block)}; 12d² = ${int(b.twelve_d_squared)}`),
+    row("Attention heads", `${int(cfg.n_head)} / ${int(cfg.n_kv_head || cfg.n_head)}`,
+      gqa ? `query / key-value heads: grouped-query attention, the ${int(cfg.n_head)} query heads share ${int(cfg.n_kv_head)} key/value heads`
+        : "query / key-value heads: one key/value head per query head (multi-head attention)"),
+    row("MLP", cfg.n_expert ? `${int(cfg.n_expert)} × ${int(cfg.d_mlp)}` : int(cfg.d_mlp),
+      `${cfg.mlp === "swiglu" ? "SwiGLU: gate, up and down matrices" : "GELU: up and down matrices"}, ${int(cfg.d_mlp)} wide` +
+      (cfg.n_expert ? `; ${int(cfg.n_expert)} experts per block, each token routed to ${int(cfg.top_k_experts)}` : "")),
     row(`All ${int(cfg.n_layer)} blocks`, int(b.non_embedding), "the non-embedding parameters (N in the scaling law)"),
-    row("Biases and LayerNorm", int(c.biases_and_norms), "the difference between the first two rows"),
+    row(`Biases and ${cfg.norm_type === "rmsnorm" ? "RMSNorm" : "LayerNorm"}`, int(c.biases_and_norms), "the difference between the first two rows"),
   ].join("");
+  $("params-parts").querySelector("tbody").replaceChildren(...b.parts.map((p) => el("tr", {},
+    el("td", { text: p.label }), el("td", { class: "num", text: int(p.count) }), el("td", { class: "num", text: pct(p.share) }))));
+  panel.dataset.total = String(c.total);
   await chart($("params-plot"), b.parts.map((p, i) => ({
     x: [p.count], y: ["parameters"], type: "bar", orientation: "h", name: p.label, marker: { color: SERIES[i % SERIES.length] },
     customdata: [p.share], hovertemplate: `${p.label}<br>%{x:,} parameters<br>%{customdata:.2%} of all<extra></extra>`,
   })), { barmode: "stack", height: 240, xaxis: { title: { text: "parameters" }, exponentformat: "SI" },
     yaxis: { showticklabels: false }, legend: { orientation: "h", y: -0.45, x: 0 }, margin: { l: 10, r: 10, t: 10, b: 40 } });
   $("params-summary").textContent =
-    `${preset.options[preset.selectedIndex].text}${[...Object.values(FIELDS)].some((id) => $(id).value !== "") ? " (edited)" : ""}: ` +
+    `${preset.options[preset.selectedIndex].text}${edited() ? " (edited)" : ""}: ` +
     `${int(c.seed_convention)} by the paper's convention, ${int(c.total)} counting everything. ` +
     `The token embedding table alone is ${pct(b.token_embedding_share)} of it, embeddings together ${pct(b.embedding_share)}; ` +
     "that share shrinks as models get wider and deeper, because blocks grow with d² and the table only with d.";
 }
 
-preset.addEventListener("change", () => { for (const id of Object.values(FIELDS)) $(id).value = ""; });
+preset.addEventListener("change", () => { for (const id of [...Object.values(FIELDS), ...Object.values(CHOICES)]) $(id).value = ""; });
 bindForms(panel, form, load);
 
 async function loadPresets() {

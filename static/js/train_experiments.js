@@ -1,7 +1,9 @@
 // Panel 6 · Experiments from GET /api/v1/experiments: "Run" starts the variants one after another
 // (POST /api/v1/training, then poll to the end; an identical finished request comes back at once),
-// then draws them side by side. Extras: per-block gradient norms (norm-warmup), samples at the
-// final snapshot from /replay (causal-mask), parameters and final validation loss (weight-tying).
+// then draws them side by side: the loss curves against the step, a table of each variant's steps
+// reached, parameters and final validation loss (GET /api/v1/checkpoints), and links to /compare
+// their final checkpoints (two variants: one link; more: each against the first). Extras: per-block
+// gradient norms (norm-warmup), samples at the final snapshot from /replay (causal-mask).
 import { apiGet, formatDetail } from "./api.js";
 import { $, OKABE, draw, el, fmt, int } from "./viz.js";
 import * as runs from "./train_runs.js";
@@ -29,9 +31,12 @@ async function runVariant(card, exp, i) {
   if (status === 409) throw new Error(`${body.detail}. Panel 1 can cancel it.`);
   if (status !== 202) throw new Error(formatDetail(body.detail));
   const id = body.id;
+  const budget = v.request.time_budget;
   const progress = (e) => {
     const r = e.detail;
-    if (r.id === id && runs.isRunning(r)) setStatus(card, i, `training run ${id}: step ${r.body.step} / ${r.body.total_steps ?? "?"}`);
+    if (r.id !== id || !runs.isRunning(r)) return;
+    setStatus(card, i, budget ? `training run ${id}: step ${r.body.step}, ${Math.round(r.body.elapsed_s)} of ${budget} s`
+      : `training run ${id}: step ${r.body.step} / ${r.body.total_steps ?? "?"}`);
   };
   runs.bus.addEventListener("run-update", progress);
   runs.show(id, label); // panel 2 follows it
@@ -113,18 +118,37 @@ async function samples(box, exp, results) {
       el("pre", { class: "sample" }, el("span", { class: "prompt-part", text: prompt }), el("span", { class: "gen-part", text: f.sample }))))));
 }
 
-async function paramTable(box, exp, results) {
+// Each variant's run, steps reached, parameters and final validation loss (its final checkpoint's).
+async function summaryTable(box, exp, results) {
   const list = await apiGet("/checkpoints");
   const byName = new Map(list.map((c) => [c.name, c]));
-  box.replaceChildren(el("table", { class: "ckpt-table exp-table" },
-    el("thead", {}, el("tr", {}, el("th", { text: "variant" }), el("th", { class: "num", text: "parameters" }),
+  const timed = exp.variants.some((v) => v.request.time_budget);
+  const note = timed ? el("p", { class: "muted small", text: `Every run had the same ${exp.variants[0].request.time_budget} s of ` +
+    "training, so a cheaper block reaches more steps in it." }) : null;
+  box.replaceChildren(...[el("table", { class: "ckpt-table exp-table" },
+    el("thead", {}, el("tr", {}, el("th", { text: "variant" }), el("th", { text: "run" }),
+      el("th", { class: "num", text: timed ? "steps reached" : "steps" }), el("th", { class: "num", text: "parameters" }),
       el("th", { class: "num", text: "final validation loss" }))),
     el("tbody", {}, results.map((run, i) => {
-      const c = byName.get(run.id);
-      return el("tr", {}, el("td", { text: exp.variants[i].label }),
+      const c = byName.get(run.body.checkpoint);
+      const val = c ? c.val_loss : null;
+      return el("tr", { dataset: { run: run.id, steps: run.body.step, valLoss: val ?? "" } },
+        el("td", { text: exp.variants[i].label }), el("td", {}, el("code", { text: run.id })),
+        el("td", { class: "num", text: int(run.body.step) }),
         el("td", { class: "num", text: c ? int(c.params) : "—" }),
-        el("td", { class: "num", text: c && c.val_loss !== null ? fmt(c.val_loss, 4) : "—" }));
-    }))));
+        el("td", { class: "num", text: val !== null ? fmt(val, 4) : "—" }));
+    }))), note].filter(Boolean));
+}
+
+// Links to /compare the variants' final checkpoints: the first variant is a, the other b.
+function compareLinks(box, exp, results) {
+  const first = results[0].body.checkpoint;
+  const pairs = results.slice(1).map((run, j) => [j + 1, run.body.checkpoint]).filter(([, b]) => first && b);
+  box.replaceChildren(...(pairs.length ? [
+    el("span", { class: "muted small", text: results.length > 2 ? "Compare each with the first on one text: " : "Compare the two on one text: " }),
+    ...pairs.map(([i, b]) => el("a", { class: "exp-compare-link", href: `/compare?${new URLSearchParams({ a: first, b })}`,
+      dataset: { a: first, b }, text: `“${exp.variants[i].label}” vs “${exp.variants[0].label}” →` })),
+  ] : []));
 }
 
 async function runExperiment(card, exp) {
@@ -143,6 +167,8 @@ async function runExperiment(card, exp) {
     const out = card.querySelector(".exp-results");
     out.hidden = false;
     lossPlot(card.querySelector(".exp-loss"), exp, results);
+    await summaryTable(card.querySelector(".exp-summary"), exp, results);
+    compareLinks(card.querySelector(".exp-compare"), exp, results);
     const extra = card.querySelector(".exp-extra");
     if (exp.name === "norm-warmup") {
       const gd = el("div", { class: "plot exp-grad" });
@@ -150,8 +176,6 @@ async function runExperiment(card, exp) {
       gradPanels(gd, exp, results);
     } else if (exp.name === "causal-mask") {
       await samples(extra, exp, results);
-    } else if (exp.name === "weight-tying") {
-      await paramTable(extra, exp, results);
     }
     card.dataset.state = "done";
     card.querySelector(".exp-run").textContent = "Run again (the finished runs are reused)";
@@ -165,18 +189,27 @@ async function runExperiment(card, exp) {
   }
 }
 
+// "Run (2 short runs)" or, for a time budget, "Run (3 runs of 60 s each)".
+function runText(exp) {
+  const n = exp.variants.length;
+  const budgets = [...new Set(exp.variants.map((v) => v.request.time_budget))];
+  return budgets.length === 1 && budgets[0] ? `Run (${n} runs of ${budgets[0]} s each)` : `Run (${n} short runs)`;
+}
+
 function card(exp) {
-  const c = el("article", { class: "exp-card", id: `exp-${exp.name}`, dataset: { name: exp.name } },
+  const c = el("article", { class: "exp-card", id: `exp-${exp.name}`, dataset: { name: exp.name, variants: exp.variants.length } },
     el("h3", { text: exp.title }),
     el("p", { class: "exp-question", text: exp.question }),
     el("ol", { class: "variants" }, exp.variants.map((v) => el("li", { class: "variant" },
       el("span", { text: v.label }), " ",
       el("span", { class: "muted small", text: `(${runs.describeRequest(v.request)})` }), " ",
       el("span", { class: "variant-status" })))),
-    el("div", { class: "form-actions" }, el("button", { type: "button", class: "exp-run", text: `Run (${exp.variants.length} short runs)` }),
+    el("div", { class: "form-actions" }, el("button", { type: "button", class: "exp-run", text: runText(exp) }),
       el("span", { class: "exp-msg start-msg", role: "status" })),
     el("div", { class: "exp-results", hidden: true },
       el("div", { class: "plot exp-loss" }),
+      el("div", { class: "exp-summary" }),
+      el("p", { class: "exp-compare" }),
       el("div", { class: "exp-extra" }),
       el("p", { class: "caption look-for" }, el("b", { text: "What to look for: " }), exp.what_to_look_for)));
   c.querySelector(".exp-run").addEventListener("click", () => runExperiment(c, exp));

@@ -25,8 +25,30 @@ function getFrame(run, text, step) {
 function stepLabel(i) {
   const s = state.steps[i];
   const run = runs.getRun(state.run);
-  const total = run && run.body.total_steps;
+  // a finished run took exactly body.step steps (a time budget's plan may have said one more)
+  const total = run && (run.body.status === "done" ? run.body.step : run.body.total_steps);
   return total ? `step ${s} of ${total}` : `step ${s}`;
+}
+
+// "compare this snapshot with the final model": /compare with a = the snapshot on the slider and
+// b = the run's final checkpoint; only once the run is done (a running or cancelled run has none).
+export function snapshotName(run, step) {
+  return `${run}/step-${String(step).padStart(6, "0")}`;
+}
+
+function updateCompareLink() {
+  const link = $("replay-compare");
+  const run = runs.getRun(state.run);
+  const final = run && run.body.status === "done" ? run.body.checkpoint : null;
+  const step = state.steps[state.index];
+  if (!final || step === undefined) { link.hidden = true; link.removeAttribute("href"); return; }
+  const a = snapshotName(state.run, step);
+  link.href = `/compare?${new URLSearchParams({ a, b: final })}`;
+  link.dataset.a = a;
+  link.dataset.b = final;
+  link.title = step === run.body.step ? `the snapshot at step ${step} holds the final weights: the two sides will match`
+    : `${a} (step ${step}) against ${final} (step ${run.body.step}) on one text, side by side`;
+  link.hidden = false;
 }
 
 function drawTicks() {
@@ -50,6 +72,7 @@ function setSteps(steps) {
   slider.value = String(state.index);
   $("replay-step-label").textContent = steps.length ? stepLabel(state.index) : "";
   drawTicks();
+  updateCompareLink();
 }
 
 function fillSelect(sel, n, value, word) {
@@ -137,6 +160,7 @@ async function showIndex(i) {
   state.index = Math.max(0, Math.min(i, state.steps.length - 1));
   $("replay-step").value = String(state.index);
   $("replay-step-label").textContent = stepLabel(state.index);
+  updateCompareLink();
   const run = state.run;
   const text = state.text;
   const step = state.steps[state.index];
@@ -190,6 +214,7 @@ function onRun(run) {
   $("replay-empty").hidden = steps.length > 0;
   $("replay-body").hidden = steps.length === 0;
   if (!steps.length) return;
+  updateCompareLink();   // the run may just have finished
   if (!changedRun && steps.join() === state.steps.join()) return;
   const before = state.steps[state.index];
   setSteps(steps);
@@ -201,7 +226,7 @@ export function init() {
   state.text = $("replay-text").value;
   runs.on("run-update", onRun);
   runs.on("run-shown", ({ id }) => {
-    if (id !== state.run) { $("replay-body").hidden = true; $("replay-empty").hidden = false; }
+    if (id !== state.run) { $("replay-body").hidden = true; $("replay-empty").hidden = false; $("replay-compare").hidden = true; }
   });
   $("replay-step").addEventListener("input", (e) => { stop(); showIndex(+e.target.value); });
   $("replay-layer").addEventListener("change", (e) => { state.layer = +e.target.value; state.head = 0; if (state.frame) drawAttention(state.frame); });

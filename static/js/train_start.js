@@ -1,11 +1,34 @@
-// Panel 1 · Start a run: corpus (built in or uploaded), preset, length, seed, optimizer, learning rates, warmup.
-// Defaults and limits are read from the API's own schema (/openapi.json, TrainingRequest).
-import { apiGet, apiRequest, formatDetail, openapi } from "./api.js";
+// Panel 1 · Start a run: corpus (built in or uploaded), preset, architecture overrides, length, seed,
+// optimizer, learning rates, warmup. Defaults and limits are read from the API's own schema
+// (/openapi.json, TrainingRequest and ModelOverrides); the preset's shape and parameter count from
+// GET /api/v1/params.
+import { apiGet, apiRequest, debounced, formatDetail, isAbort, openapi } from "./api.js";
 import { $, el, int } from "./viz.js";
 import * as runs from "./train_runs.js";
 
 const PAGE_DEFAULTS = { max_steps: 300, time_budget: 60, snapshots: [0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1] };
 let runningId = null;
+
+// What each preset is, in words (its numbers come from /params).
+const PRESET_WORDS = {
+  tiny: "A toy model that trains in seconds.",
+  cpu: "The built-in model's size and block.",
+  "gpt2-style": "GPT-2's block at the CPU size: learned position rows, LayerNorm, a GELU MLP, one key/value head per " +
+    "query head, biases everywhere.",
+  "llama-style": "Today's block (LLaMA and its kin) at the same size: rotary positions (RoPE), RMSNorm, a gated SwiGLU " +
+    "MLP, grouped-query attention (query heads share key/value heads) and no biases.",
+};
+const PRESET_OPTION = { tiny: "tiny: trains in seconds", cpu: "cpu: the built-in model's size (slower)",
+  "gpt2-style": "gpt2-style: GPT-2's block, cpu size", "llama-style": "llama-style: RoPE, RMSNorm, SwiGLU, GQA" };
+// The words for each architecture choice (the choices themselves come from ModelOverrides' schema).
+const ARCH_WORDS = {
+  pos: { learned: "learned rows (GPT-2)", rope: "rotary, RoPE (LLaMA)", none: "none" },
+  norm: { pre: "before each sublayer (GPT-2)", post: "after the residual add (GPT-1)", both: "before and after (Gemma 2)" },
+  norm_type: { layernorm: "LayerNorm", rmsnorm: "RMSNorm" },
+  mlp: { gelu: "GELU", swiglu: "SwiGLU (gated)" },
+  bias: { true: "with biases", false: "no biases" },
+};
+const archInputs = () => [...document.querySelectorAll("#arch-box [data-override]")];
 
 function say(node, text, kind = "") {
   node.replaceChildren(...(Array.isArray(text) ? text : [text]));
@@ -30,15 +53,30 @@ function setNumber(input, f, fallback) {
 
 async function loadSchema() {
   const api = await openapi();
-  return api.components.schemas.TrainingRequest;
+  return { request: api.components.schemas.TrainingRequest, overrides: api.components.schemas.ModelOverrides || {} };
 }
 
-function fillForm(schema) {
+// The architecture fields: each select offers "as the preset" (not sent) and the schema's choices.
+function fillArchitecture(schema) {
+  for (const input of archInputs()) {
+    const name = input.dataset.override;
+    const f = field(schema, name);
+    if (input.tagName === "SELECT") {
+      const values = f.type === "boolean" ? ["true", "false"] : f.enum || [];
+      const words = ARCH_WORDS[name] || {};
+      input.replaceChildren(el("option", { value: "", text: "as the preset" }),
+        ...values.map((v) => el("option", { value: String(v), text: words[v] || String(v) })));
+    } else {
+      setNumber(input, { ...f, default: null });
+    }
+  }
+}
+
+function fillForm({ request: schema, overrides }) {
   const preset = field(schema, "preset");
-  const words = { tiny: "tiny: trains in seconds", cpu: "cpu: the built-in model's size (slower)" };
-  $("preset").replaceChildren(...(preset.enum || ["tiny", "cpu"]).map((p) => el("option", { value: p, text: words[p] || p })));
+  $("preset").replaceChildren(...(preset.enum || ["tiny", "cpu"]).map((p) => el("option", { value: p, text: PRESET_OPTION[p] || p })));
   $("preset").value = preset.default || "tiny";
-  $("preset-info").textContent = "The preset sets the model's size: its number of layers, heads and width.";
+  fillArchitecture(overrides);
   setNumber($("max-steps"), field(schema, "max_steps"), PAGE_DEFAULTS.max_steps);
   setNumber($("time-budget"), field(schema, "time_budget"), PAGE_DEFAULTS.time_budget);
   setNumber($("seed"), field(schema, "seed"));
@@ -104,6 +142,62 @@ async function upload() {
   }
 }
 
+// The architecture fields that differ from the preset, as TrainingRequest.overrides (null: none).
+export function readOverrides() {
+  const out = {};
+  for (const input of archInputs()) {
+    const v = input.value.trim();
+    if (v === "") continue;
+    const name = input.dataset.override;
+    out[name] = input.tagName === "SELECT" ? (v === "true" ? true : v === "false" ? false : v) : Number(v);
+  }
+  return Object.keys(out).length ? out : null;
+}
+
+// The preset's shape (and the changed model's) from GET /api/v1/params: the preset's words and
+// numbers, "as the preset (X)" in each select, and a refusal named before anything is sent.
+async function describeModel(signal) {
+  const preset = $("preset").value;
+  const vocab = $("vocab-size").value;
+  const base = new URLSearchParams({ preset });
+  if (vocab) base.set("vocab_size", vocab);
+  const over = readOverrides();
+  const changed = new URLSearchParams(base);
+  for (const [k, v] of Object.entries(over || {})) if (k !== "window") changed.set(k, String(v));
+  try {
+    const [b, c] = await Promise.all([apiGet(`/params?${base}`, signal), over ? apiGet(`/params?${changed}`, signal) : null]);
+    const cfg = b.config;
+    $("preset-info").textContent = `${PRESET_WORDS[preset] || ""} ${int(cfg.n_layer)} layers × ${int(cfg.n_head)} heads, ` +
+      `width ${int(cfg.d_model)}, context ${int(cfg.n_ctx)}: ${int(b.counts.total)} parameters with a ` +
+      `${int(cfg.vocab_size)}-token vocabulary.`;
+    for (const input of archInputs()) {
+      const name = input.dataset.override;
+      if (!(name in cfg)) continue;
+      const words = ARCH_WORDS[name] || {};
+      if (input.tagName === "SELECT") input.options[0].textContent = `as the preset: ${words[cfg[name]] || cfg[name]}`;
+      else input.placeholder = `preset: ${cfg[name]}`;
+    }
+    $("arch-box").dataset.preset = preset;
+    showArchError(null);
+    $("arch-info").textContent = c ? `With your changes: ${int(c.counts.total)} parameters (the preset has ${int(b.counts.total)}). ` +
+      `Sent as overrides: ${Object.entries(over).map(([k, v]) => `${k}=${v}`).join(", ")}.` : "";
+  } catch (err) {
+    if (isAbort(err) || signal.aborted) return;
+    if (err.status === 422 && over) showArchError(formatDetail(err.detail));
+    else $("arch-info").textContent = `Could not describe the model: ${err.message}`;
+  }
+}
+
+// A refusal without the request's plumbing ("overrides: ", "overrides.", "query.").
+const bare = (text) => text.replace(/(^|; )(?:overrides: |overrides\.|query\.)/g, "$1");
+
+function showArchError(text) {
+  const box = $("arch-error");
+  box.hidden = !text;
+  box.textContent = text ? `This combination cannot be built: ${bare(text)}` : "";
+  if (text) { $("arch-box").open = true; $("arch-info").textContent = ""; }
+}
+
 function readRequest() {
   const num = (id) => Number($(id).value);
   const req = {
@@ -114,6 +208,8 @@ function readRequest() {
   };
   if ($("len-steps").checked) req.max_steps = num("max-steps");
   else req.time_budget = num("time-budget");
+  const over = readOverrides();
+  if (over) req.overrides = over;   // only what differs from the preset
   return req;
 }
 
@@ -138,7 +234,11 @@ async function start(ev) {
       say(msg, [`Not started: ${body.detail}. `,
         el("button", { type: "button", class: "link-btn", id: "follow-running", onclick: () => runs.show(id), text: `Show run ${id}` })], "bad");
     } else {
-      say(msg, `Not started: ${formatDetail(body.detail)}`, "bad");
+      const text = formatDetail(body.detail);
+      // the model_validator's refusal: the preset with these overrides is no model that can exist
+      const arch = status === 422 && /(^|; )overrides[:.]/.test(text);
+      if (arch) showArchError(text);
+      say(msg, arch ? `Not started: this architecture cannot be built (${bare(text)}).` : `Not started: ${text}`, "bad");
     }
   } catch (err) {
     say(msg, `Not started: ${err.message || err}`, "bad");
@@ -196,4 +296,11 @@ export async function init() {
   runs.on("run-finished", onUpdate);
   const [schema] = await Promise.all([loadSchema(), loadCorpora()]);
   fillForm(schema);
+  const describe = debounced(describeModel, 250);
+  for (const input of [$("preset"), $("vocab-size"), ...archInputs()]) {
+    input.addEventListener("input", () => describe());
+    input.addEventListener("change", () => describe());
+  }
+  $("arch-reset").addEventListener("click", () => { for (const input of archInputs()) input.value = ""; describe(); });
+  describe();
 }

@@ -1,6 +1,7 @@
 """The learning page (/learn) in a real headless Chromium: every panel draws what its /api/v1
 endpoint returns, an edited schedule parameter redraws the curve, the GELU markers sit where the
-API puts them, and a refused value names its field."""
+API puts them, a refused value names its field, the parameter counter takes today's block
+(SwiGLU, grouped-query attention, experts) and the ravine draws Muon's path."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_learn_page_draws_every_panel_from_the_api(page, live_url, screenshot):
     sm = page.inner_text("#softmax-summary")
     assert "d_k = 64" in sm and "variance 63.8" in sm
     assert "4 times smaller" in page.inner_text("#kv-summary")
-    assert len([t for t in traces(page, "optimizers-plot") if t["mode"] == "lines+markers"]) == 4
+    assert len([t for t in traces(page, "optimizers-plot") if t["mode"] == "lines+markers"]) == 5
 
     path = screenshot(page, "learn")
     assert path.exists() and path.stat().st_size > 50_000
@@ -142,3 +143,80 @@ def test_a_refused_value_names_its_field_and_clears_when_fixed(page, live_url):
     edit(page, "kv-panel", "#kv-kvheads", "16")
     assert not box.is_visible()
     assert "2 query heads sharing each" in page.inner_text("#kv-summary")
+
+
+def int_text(n: int) -> str:
+    """A whole number as the page writes it (viz.int): 1,234,567."""
+    return f"{n:,}"
+
+
+def test_the_parameter_counter_takes_todays_block(page, live_url):
+    open_learn(page, live_url)
+    # the KV-cache panel says what its key/value heads field is: grouped-query attention
+    assert "grouped-query attention" in page.inner_text("#kv-panel h2").lower()
+    assert page.is_visible("#kv-kvheads") and "grouped-query" in page.inner_text('label:has(#kv-kvheads)')
+    assert trace(page, "kv-plot", "grouped-query: 8 key/value heads")
+
+    page.select_option("#params-mlp", "swiglu")
+    wait_ready(page, "sizes-panel")
+    with page.expect_request(lambda r: "/api/v1/params?" in r.url and "n_kv_head=2" in r.url) as sent:
+        edit(page, "sizes-panel", "#params-kv", "2")
+    assert "mlp=swiglu" in sent.value.url and "preset=gpt1" in sent.value.url
+    wait_ready(page, "sizes-panel")
+    b = api(page, live_url, "/params?preset=gpt1&mlp=swiglu&n_kv_head=2")
+    assert b["config"]["mlp"] == "swiglu" and b["config"]["n_kv_head"] == 2
+    # the page shows the API's own total, not GPT-1's
+    assert page.get_attribute("#sizes-panel", "data-total") == str(b["counts"]["total"])
+    every = page.locator("#params-table tr", has_text="Every parameter").inner_text()
+    assert int_text(b["counts"]["total"]) in every
+    assert int_text(b["counts"]["total"]) != int_text(api(page, live_url, "/params?preset=gpt1")["counts"]["total"])
+    assert "12 / 2" in page.inner_text("#params-table") and "grouped-query" in page.inner_text("#params-table")
+    # every part the API names, with its count, in the table and in the chart's legend
+    rows = page.eval_on_selector_all("#params-parts tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+    assert [(r[0], r[1]) for r in rows] == [(p["label"], int_text(p["count"])) for p in b["parts"]]
+    assert any("SwiGLU" in p["label"] for p in b["parts"]) and any("n_kv_head" in p["label"] for p in b["parts"])
+    assert [t["name"] for t in traces(page, "params-plot")] == [p["label"] for p in b["parts"]]
+    assert "(edited)" in page.inner_text("#params-summary")
+
+    # experts: the counter follows the API again
+    page.evaluate("() => { delete document.getElementById('sizes-panel').dataset.ready; }")
+    page.fill("#params-experts", "4")
+    page.fill("#params-top-k", "2")
+    page.wait_for_function("(n) => document.getElementById('sizes-panel').dataset.total === n", arg=str(
+        api(page, live_url, "/params?preset=gpt1&mlp=swiglu&n_kv_head=2&n_expert=4&top_k_experts=2")["counts"]["total"]))
+    assert "routed to 2" in page.inner_text("#params-table")
+    # a new preset starts from its own block again
+    page.select_option("#params-preset", "llama-style")
+    page.wait_for_function("(n) => document.getElementById('sizes-panel').dataset.total === n",
+                           arg=str(api(page, live_url, "/params?preset=llama-style")["counts"]["total"]))
+    assert page.input_value("#params-mlp") == "" and page.input_value("#params-kv") == ""
+    assert page.locator("#params-mlp option").first.inner_text() == "preset: swiglu"
+    assert not page.console_errors, page.console_errors
+
+
+def test_the_ravine_draws_muon_beside_the_other_four(page, live_url):
+    open_learn(page, live_url)
+    b = api(page, live_url, "/curves/optimizers")
+    assert len(b["paths"]) == 5
+    drawn = [t for t in traces(page, "optimizers-plot") if t["mode"] == "lines+markers"]
+    assert [t["name"] for t in drawn] == [p["label"] for p in b["paths"]]
+    muon = next(p for p in b["paths"] if p["name"] == "muon")
+    mine = trace(page, "optimizers-plot", muon["label"])
+    assert mine["x"] == muon["x"] and mine["y"] == muon["y"]
+    # its own colour and a legend entry, in both charts
+    style = page.evaluate("""(name) => { const t = document.getElementById('optimizers-plot').data.find((d) => d.name === name);
+        return { color: t.line.color, legend: t.showlegend !== false }; }""", muon["label"])
+    others = page.evaluate("() => document.getElementById('optimizers-plot').data.filter((d) => d.mode === 'lines+markers').map((d) => d.line.color)")
+    assert style["legend"] and style["color"] and others.count(style["color"]) == 1
+    assert trace(page, "optimizers-loss-plot", muon["label"])["y"] == muon["loss"]
+    caption = page.inner_text("#optimizers-panel .caption")
+    assert "Muon" in caption and "orthogonal" in caption and "diagonal" in caption
+    assert f"{muon['label']} (lr {muon['hyper']['lr']}, momentum {muon['hyper']['momentum']})" in page.inner_text("#optimizers-summary")
+
+    # Muon's own field is sent: a smaller step moves its path
+    edit(page, "optimizers-panel", "#opt-lr-muon", "0.1")
+    slow = next(p for p in api(page, live_url, "/curves/optimizers?lr_muon=0.1")["paths"] if p["name"] == "muon")
+    assert slow["x"] != muon["x"]
+    assert trace(page, "optimizers-plot", muon["label"])["x"] == slow["x"]
+    assert "Muon (lr 0.1," in page.inner_text("#optimizers-summary")
+    assert not page.console_errors, page.console_errors

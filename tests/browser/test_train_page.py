@@ -1,11 +1,15 @@
 """The training page (/train) in a real headless Chromium: start a short run and watch its curves
 grow, get the 409 for a second start, cancel a long run and serve its step-0 snapshot, replay
-snapshots with the slider, serve a finished checkpoint and switch back to the built-in model,
-and run one experiment. Every number the page shows is checked against the API."""
+snapshots with the slider (and open one on /compare against the final model), serve a finished
+checkpoint and switch back to the built-in model, start a llama-style run with an architecture
+override (and get an impossible one refused), and run experiments, each ending in links to /compare
+its runs. Every number the page shows is checked against the API."""
 
 from __future__ import annotations
 
+import json
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import expect
@@ -62,7 +66,7 @@ def set_form(page, steps):
     assert not page.is_visible("#muon-lr")  # Muon's rate is shown only when Muon is chosen
     page.fill("#max-lr", str(SHORT["max_lr"]))
     page.fill("#max-steps", str(steps))
-    page.click("#start-form details:not(#upload-box) summary")  # "more"
+    page.click("#more-box summary")  # "more"
     page.fill("#vocab-size", str(SHORT["vocab_size"]))
     page.fill("#batch-size", str(SHORT["batch_size"]))
 
@@ -84,6 +88,17 @@ def loss_points(page):
 def unexpected_errors(page, allowed=()):
     """Console errors other than the failed-request lines Chromium logs for answers we provoked."""
     return [e for e in page.console_errors if not any(f"status of {s}" in e for s in allowed)]
+
+
+def compare_pairs(root) -> list[tuple[str, str]]:
+    """The (a, b) checkpoint pairs of the /compare links under `root`, read from their href."""
+    out = []
+    for href in root.locator("a.exp-compare-link").evaluate_all("links => links.map(l => l.getAttribute('href'))"):
+        parts = urlsplit(href)
+        q = parse_qs(parts.query)
+        assert parts.path == "/compare" and set(q) == {"a", "b"}, href
+        out.append((q["a"][0], q["b"][0]))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -204,6 +219,7 @@ def test_cancel_keeps_the_step0_snapshot_servable(page, live_url, short_run, scr
     # panel 3 replays what was saved; panel 5 lists the snapshot (no final weights) and serves it
     page.wait_for_function("(id) => document.getElementById('replay-panel').dataset.run === id", arg=run_id)
     assert page.get_attribute("#replay-panel", "data-step") == "0"
+    assert not page.is_visible("#replay-compare")  # a cancelled run has no final model to compare with
     row = page.locator(f'#ckpt-table tr[data-run="{run_id}"]')
     expect(row).to_contain_text("no final checkpoint")
     row.locator("select").select_option(f"{run_id}/step-000000")
@@ -305,6 +321,14 @@ def test_the_causal_mask_experiment_compares_its_variants(page, live_url, screen
         body = api(page, live_url, "GET", f"/training/{run_id}")
         train = next(t for t in traces if t["name"] == f"{v['label']} · train")
         assert train["y"] == [h["loss"] for h in body["history"]]
+    # each variant's steps and final validation loss, and one link to /compare the two runs
+    rows = card.locator(".exp-summary tbody tr")
+    checkpoints = {c["name"]: c for c in api(page, live_url, "GET", "/checkpoints")}
+    for i, run_id in enumerate(ids):
+        assert rows.nth(i).get_attribute("data-run") == run_id
+        assert rows.nth(i).get_attribute("data-steps") == str(exp["variants"][i]["request"]["max_steps"])
+        assert f"{checkpoints[run_id]['val_loss']:.4f}" in rows.nth(i).inner_text()
+    assert compare_pairs(card) == [(ids[0], ids[1])]
     samples = card.locator(".sample-grid figure")
     assert samples.count() == 2
     for i, run_id in enumerate(ids):
@@ -312,4 +336,158 @@ def test_the_causal_mask_experiment_compares_its_variants(page, live_url, screen
         frame = api(page, live_url, "GET", f"/training/{run_id}/replay", params={"step": final})
         assert frame["sample"] in samples.nth(i).inner_text()
     screenshot(page, "train-experiment")
+    assert unexpected_errors(page) == []
+
+
+def test_the_snapshot_compare_link_follows_the_slider(page, live_url, short_run, screenshot):
+    run_id, steps = short_run["id"], short_run["snapshots"]
+    assert short_run["status"] == "done" and short_run["checkpoint"] == run_id
+    open_page(page, live_url)
+    page.select_option("#run-select", run_id)
+    page.wait_for_function("(id) => document.getElementById('replay-panel').dataset.run === id", arg=run_id)
+    link = page.locator("#replay-compare")
+    assert link.is_visible() and link.inner_text() == "compare this snapshot with the final model"
+
+    def target():
+        parts = urlsplit(link.get_attribute("href"))
+        q = parse_qs(parts.query)
+        assert parts.path == "/compare" and set(q) == {"a", "b"}
+        return q["a"][0], q["b"][0]
+
+    for i in (0, len(steps) // 2, 1):
+        page.eval_on_selector("#replay-step", "(s, i) => { s.value = i; s.dispatchEvent(new Event('input')); }", i)
+        assert target() == (f"{run_id}/step-{steps[i]:06d}", run_id)
+    # the link opens /compare on the snapshot and the final model
+    with page.expect_navigation():
+        link.click()
+    page.wait_for_selector('body[data-ready="1"]', state="attached", timeout=60_000)
+    shown = parse_qs(page.get_attribute("body", "data-shown"))
+    assert shown["a"] == [f"{run_id}/step-{steps[1]:06d}"] and shown["b"] == [run_id]
+    assert page.input_value("#ckpt-a") == f"{run_id}/step-{steps[1]:06d}" and page.input_value("#ckpt-b") == run_id
+    screenshot(page, "train-replay-compare")
+    assert unexpected_errors(page) == []
+
+
+def test_the_start_form_sends_llama_style_and_an_override(page, live_url, short_run, screenshot):
+    open_page(page, live_url)
+    vocab = page.input_value("#vocab-size")
+    page.select_option("#preset", "llama-style")
+    llama = api(page, live_url, "GET", f"/params?preset=llama-style&vocab_size={vocab}")
+    assert llama["config"]["pos"] == "rope" and llama["config"]["mlp"] == "swiglu"
+    page.wait_for_function("(n) => document.getElementById('preset-info').textContent.includes(n)",
+                           arg=f"{llama['counts']['total']:,} parameters")
+    assert "RoPE" in page.inner_text("#preset-info") and "grouped-query" in page.inner_text("#preset-info")
+    # the architecture box starts closed, its fields "as the preset" (the preset's own choice named)
+    assert not page.is_visible("#arch-pos")
+    page.click("#arch-box summary")
+    assert page.input_value("#arch-pos") == "" and "RoPE" in page.locator("#arch-pos option").first.inner_text()
+    assert page.get_attribute("#arch-kv", "placeholder") == f"preset: {llama['config']['n_kv_head']}"
+
+    # an impossible combination: named before sending, and the API's 422 shown when sent anyway
+    page.fill("#arch-kv", "3")
+    page.wait_for_selector("#arch-error:not([hidden])")
+    assert "must be divisible by n_kv_head (3)" in page.inner_text("#arch-error")
+    page.fill("#max-steps", "5")
+    refused = start(page)
+    assert refused.status == 422 and refused.request.post_data_json["overrides"] == {"n_kv_head": 3}
+    detail = refused.json()["detail"][0]["msg"]
+    assert detail.startswith("Value error, overrides: ")
+    msg = page.inner_text("#start-msg")
+    assert "cannot be built" in msg and detail.removeprefix("Value error, overrides: ") in msg and "Value error" not in msg
+    screenshot(page, "train-arch-refused")
+
+    # a possible one: llama-style with one key/value head (multi-query), sent as the only override
+    page.fill("#arch-kv", "1")
+    page.wait_for_function("document.getElementById('arch-error').hidden && "
+                           "document.getElementById('arch-info').textContent.includes('n_kv_head=1')")
+    page.click("#more-box summary")
+    page.fill("#vocab-size", str(SHORT["vocab_size"]))
+    page.fill("#batch-size", "4")
+    resp = start(page)
+    assert resp.status == 202, resp.text()
+    sent = resp.request.post_data_json
+    assert sent["preset"] == "llama-style" and sent["overrides"] == {"n_kv_head": 1} and sent["max_steps"] == 5
+    body = wait_run(page, live_url, resp.json()["id"], timeout=180)
+    assert body["status"] == "done", body
+    assert body["request"]["preset"] == "llama-style" and body["request"]["overrides"]["n_kv_head"] == 1
+    assert all(v is None for k, v in body["request"]["overrides"].items() if k != "n_kv_head")
+    # back to the preset: nothing is sent as overrides any more
+    page.click("#arch-reset")
+    page.wait_for_function("document.getElementById('arch-info').textContent === ''")
+    page.fill("#seed", "1338")
+    again = start(page)
+    assert again.status == 202 and "overrides" not in again.request.post_data_json
+    assert wait_run(page, live_url, again.json()["id"], timeout=180)["request"]["overrides"]["n_kv_head"] is None
+    assert unexpected_errors(page, allowed=("422",)) == []
+
+
+def fast_gqa(experiments: list[dict]) -> dict:
+    """The real gqa experiment (three variants, a time budget each), with every request made tiny
+    and 3 s long so the page can train it in a test; the labels and overrides are the API's."""
+    exp = json.loads(json.dumps(next(e for e in experiments if e["name"] == "gqa")))
+    for v in exp["variants"]:
+        v["request"].update(preset="tiny", vocab_size=SHORT["vocab_size"], batch_size=8, time_budget=3.0, max_steps=None)
+    return exp
+
+
+def test_every_experiment_is_listed_with_its_variants(page, live_url):
+    open_page(page, live_url)
+    listed = api(page, live_url, "GET", "/experiments")
+    names = {e["name"] for e in listed}
+    assert {"positions", "rmsnorm", "swiglu", "gqa", "moe", "muon", "llama-style"} <= names
+    for exp in listed:
+        card = page.locator(f'#exp-{exp["name"]}')
+        assert card.locator(".variant").count() == len(exp["variants"])
+        for i, v in enumerate(exp["variants"]):
+            assert v["label"] in card.locator(".variant").nth(i).inner_text()
+        budget = exp["variants"][0]["request"]["time_budget"]
+        want = f"Run ({len(exp['variants'])} runs of {budget:g} s each)" if budget else f"Run ({len(exp['variants'])} short runs)"
+        assert card.locator("button.exp-run").inner_text() == want
+    gqa = page.locator("#exp-gqa")
+    assert gqa.get_attribute("data-variants") == "3" and "60 s budget" in gqa.inner_text()
+    assert "n_kv_head=2" in gqa.locator(".variant").nth(1).inner_text()
+    assert unexpected_errors(page) == []
+
+
+def test_a_finished_three_variant_experiment_links_its_runs_to_compare(page, live_url, short_run, screenshot):
+    exp = fast_gqa(api(page, live_url, "GET", "/experiments"))
+    page.route("**/api/v1/experiments", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps([exp])))
+    answers = []  # the page's POST /api/v1/training answers, in order
+    page.on("response", lambda r: answers.append(r) if r.url.endswith("/api/v1/training") and r.request.method == "POST" else None)
+    open_page(page, live_url)
+    card = page.locator("#exp-gqa")
+    assert card.locator("button.exp-run").inner_text() == "Run (3 runs of 3 s each)"
+    card.locator("button.exp-run").click()
+    page.wait_for_function("['done', 'failed'].includes(document.getElementById('exp-gqa').dataset.state)", timeout=300_000)
+    assert card.get_attribute("data-state") == "done", card.locator(".exp-msg").inner_text()
+    assert [r.status for r in answers] == [202] * 3 or all(r.status in (200, 202) for r in answers)
+    started = [r.json()["id"] for r in answers]
+    assert len(started) == 3
+    bodies = [api(page, live_url, "GET", f"/training/{i}") for i in started]
+    for v, body in zip(exp["variants"], bodies):
+        assert body["status"] == "done" and body["request"]["time_budget"] == 3.0
+        assert body["request"]["overrides"]["n_kv_head"] == v["request"]["overrides"]["n_kv_head"]
+
+    # the loss curves against the step, one pair per variant
+    traces = page.evaluate("() => document.querySelector('#exp-gqa .exp-loss').data.map(t => ({name: t.name, x: t.x, y: t.y}))")
+    for v, body in zip(exp["variants"], bodies):
+        train = next(t for t in traces if t["name"] == f"{v['label']} · train")
+        assert train["x"] == [h["step"] for h in body["history"]] and train["y"] == [h["loss"] for h in body["history"]]
+        val = next(t for t in traces if t["name"] == f"{v['label']} · validation")
+        assert val["y"] == [e["val_loss"] for e in body["evals"]]
+    # each variant's steps reached and final validation loss, as the API has them
+    checkpoints = {c["name"]: c for c in api(page, live_url, "GET", "/checkpoints")}
+    rows = card.locator(".exp-summary tbody tr")
+    assert rows.count() == 3 and "steps reached" in card.locator(".exp-summary thead").inner_text()
+    for i, body in enumerate(bodies):
+        row = rows.nth(i)
+        assert row.get_attribute("data-run") == body["id"] and row.get_attribute("data-steps") == str(body["step"])
+        assert exp["variants"][i]["label"] in row.inner_text() and f"{body['step']:,}" in row.inner_text()
+        assert f"{checkpoints[body['checkpoint']]['val_loss']:.4f}" in row.inner_text()
+    # three variants: the second and the third, each against the first
+    assert compare_pairs(card) == [(bodies[0]["checkpoint"], bodies[1]["checkpoint"]),
+                                   (bodies[0]["checkpoint"], bodies[2]["checkpoint"])]
+    assert [b["checkpoint"] for b in bodies] == started
+    screenshot(page, "train-experiment-gqa")
     assert unexpected_errors(page) == []
