@@ -1,29 +1,40 @@
 // The forward-pass page: one POST /api/v1/forward per prompt or selection change (debounced; a
 // newer request aborts the stale one), asking only for the parts that change; each stage panel
 // draws its part. The URL carries the prompt and every setting, so a view can be shared.
+// The modern block's parts (rope, moe) are asked for only when the model has them: the page shell
+// carries /health's model info (#prompt-panel's data-pos, data-n-expert, ...). Head roles
+// (panel_heads, GET /api/v1/heads) load after each new prompt's trace.
 import { apiPost, isAbort, latest, showError } from "./api.js";
 import { renderTokens } from "./tokens_panel.js";
 import { $, drawNearby, tokenLabels } from "./viz.js";
 import { renderEmbeddings } from "./panel_embeddings.js";
 import { initEmbeddingSpace, loadEmbeddingSpace, setPromptTokens } from "./panel_embedding_space.js";
 import { initBlock, renderBlock } from "./panel_block.js";
-import { initAttentionOverview, renderAttentionOverview, setAttentionSelection } from "./panel_attention_overview.js";
+import { initAttentionOverview, renderAttentionOverview, setAttentionSelection, setGridDecorator } from "./panel_attention_overview.js";
+import { decorateGrid, initHeads, loadHeads } from "./panel_heads.js";
+import { initRope, renderRope } from "./panel_rope.js";
 import { initMlp, renderMlp } from "./panel_mlp.js";
+import { initMoe, renderMoe, setMoePosition } from "./panel_moe.js";
 import { initResidual, renderResidual, setResidualPosition } from "./panel_residual.js";
 import { initSampling, renderNext, samplingSettings, setSamplingText } from "./panel_sampling.js";
 import { initGenerate, setGeneratePrompt } from "./panel_generate.js";
 import { initIntervene, setInterveneTrace } from "./panel_intervene.js";
 import { initDecomposition, renderDecomposition } from "./panel_decomposition.js";
 
-const ALL_PARTS = ["embeddings", "attention", "layernorm", "head_detail", "mlp", "residual", "logit_lens",
-  "next_token", "prompt_loss", "decomposition"];
-// What a selection change makes stale (everything else stays as it is).
-const DEPENDS = {
-  layer: ["layernorm", "head_detail", "mlp"],
-  head: ["head_detail"],
-  position: ["layernorm", "head_detail", "mlp", "next_token", "decomposition"],
+// The loaded model, as /health's info describes it (the page shell writes it into #prompt-panel).
+const MODEL = (() => {
+  const d = document.getElementById("prompt-panel").dataset;
+  return { pos: d.pos || "learned", nKvHead: +d.nKvHead || 0, nExpert: +d.nExpert || 0 };
+})();
+const ALL_PARTS = ["embeddings", "attention", "layernorm", "head_detail", MODEL.nExpert ? "moe" : "mlp", "residual",
+  "logit_lens", "next_token", "prompt_loss", "decomposition", ...(MODEL.pos === "rope" ? ["rope"] : [])];
+// What a selection change makes stale (everything else stays as it is); parts this model lacks drop out.
+const DEPENDS = Object.fromEntries(Object.entries({
+  layer: ["layernorm", "head_detail", "mlp", "rope"],
+  head: ["head_detail", "rope"],
+  position: ["layernorm", "head_detail", "mlp", "next_token", "decomposition", "rope"],
   target: ["decomposition"],
-};
+}).map(([k, parts]) => [k, parts.filter((p) => ALL_PARTS.includes(p))]));
 
 const state = {
   layer: 0, head: 0, position: null, target: null, feature: 0,
@@ -170,7 +181,9 @@ function apply(res, parts, text) {
   }
   markPosition();
   renderBlock(trace, parts);
+  if (parts.includes("rope")) renderRope(trace);
   if (parts.includes("mlp")) renderMlp(trace, labels);
+  if (parts.includes("moe")) renderMoe(trace);
   if (parts.includes("next_token") || parts.includes("prompt_loss")) renderNext(trace);
   if (parts.includes("decomposition")) renderDecomposition(trace, trace.next_token, state.target, labels);
   writeUrl();
@@ -178,6 +191,7 @@ function apply(res, parts, text) {
   document.body.dataset.parts = parts.join(",");
 
   if (promptChanged) {
+    loadHeads(text, T);
     setSamplingText(text);
     setGeneratePrompt(trace.tokens);
     setInterveneTrace(trace, text);
@@ -214,6 +228,7 @@ function selectPosition(p) {
   markPosition();
   setAttentionSelection({ layer: state.layer, head: state.head, position: p });
   setResidualPosition(p);
+  setMoePosition(p);
   writeUrl();
   requestForward(DEPENDS.position, 120);
 }
@@ -271,10 +286,15 @@ function onKey(e) {
 
 readUrl();
 initEmbeddingSpace();
-initBlock({ feature: state.feature, onFeatureChange: (f) => { state.feature = f; writeUrl(); } });
+initBlock({ feature: state.feature, kvHeads: MODEL.nKvHead, onFeatureChange: (f) => { state.feature = f; writeUrl(); } });
+initRope();
 initAttentionOverview({ onSelectHead: (l, h) => { selectHead(l, h); $("attention-plot").scrollIntoView({ block: "center" }); },
-  onSelectPosition: selectPosition });
+  onSelectPosition: selectPosition, kvHeads: MODEL.nKvHead });
+// a prompt role's head opens in the stage's own head view; a test-input role's head in panel_heads' view
+initHeads({ onSelectHead: (l, h, where) => { selectHead(l, h); if (where === "prompt") $("attention-plot").scrollIntoView({ block: "center" }); },
+  redecorate: () => setGridDecorator(decorateGrid) });
 initMlp();
+initMoe();
 initResidual();
 initSampling({ temperature: state.temperature, top_k: state.top_k, top_p: state.top_p }, {
   onChange: (s) => { Object.assign(state, s); writeUrl(); },

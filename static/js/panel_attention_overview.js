@@ -1,9 +1,13 @@
 // Stage 4: every layer x head as a grid of small maps (model view), the selected head large
 // (#attention-plot), a head view with lines, and the selected query's weights as bars.
 // Data: the `attention` part of POST /api/v1/forward. Whether a query may read later keys is the
-// response's `causal`: with the mask the upper triangle is covered, without it every key is drawn.
-import { $, MONO, OKABE, SEQ, addDownloads, draw, fmt, heatGrid, heatGridImage, later, squareHeatmap, tokenAxis,
-  tokenLabels } from "./viz.js";
+// response's `causal`: with the mask the upper triangle is covered, without it every key is drawn;
+// a sliding window (the response's `window`) masks the keys too far back the same way. With
+// grouped-query attention (/health's n_kv_head < n_head) a bracket over the grid's columns names
+// the key/value head each group of query heads shares. Other panels may put marks on the grid's
+// cells (setGridDecorator: panel_heads' role marks).
+import { $, MONO, OKABE, SEQ, addDownloads, draw, fmt, heatGrid, heatGridImage, later, outsideWindow, squareHeatmap,
+  tokenAxis, tokenLabels } from "./viz.js";
 
 const SVGNS = "http://www.w3.org/2000/svg";
 const BANDS = 50;        // head view: lines drawn as one path per band of weight 0.02 wide
@@ -11,9 +15,12 @@ let trace = null;
 let sel = { layer: 0, head: 0, position: 0 };
 let handlers = {};
 let grid = null;         // the model view's grid (viz.heatGrid), for moving the selection outline
+let nKvHead = 0;         // key/value heads (/health); 0 or n_head: every head has its own
+let decorate = null;     // (marksOf(layer, head) -> element | null) => void, after each grid build
 
-export function initAttentionOverview({ onSelectHead, onSelectPosition } = {}) {
+export function initAttentionOverview({ onSelectHead, onSelectPosition, kvHeads = 0 } = {}) {
   handlers = { onSelectHead, onSelectPosition };
+  nKvHead = kvHeads;
   addDownloads($("model-view-plot"), "attention-all-heads", () => trace && trace.attention, { canvas: gridImage });
   addDownloads($("attention-plot"), "attention-head", () => trace && trace.attention);
   addDownloads($("head-view"), "head-view", () => trace && trace.attention, { svgEl: () => $("head-view").querySelector("svg") });
@@ -30,6 +37,24 @@ export function renderAttentionOverview(t, selection) {
   drawSelected();
 }
 
+// Marks on the grid's cells: `fn(marksOf)` now (if the grid is built) and after every rebuild.
+export function setGridDecorator(fn) {
+  decorate = fn;
+  applyDecorator();
+}
+
+function applyDecorator() {
+  if (!grid || !decorate || !trace || !trace.attention) return;
+  const a = trace.attention;
+  const g = grid;
+  decorate((layer, head) => g.marks(a.layers.indexOf(layer), a.heads.indexOf(head)));
+}
+
+// Query heads per key/value head (1 without grouped-query attention).
+export function kvGroupSize(nHead) {
+  return nKvHead > 0 && nKvHead < nHead ? nHead / nKvHead : 1;
+}
+
 // Only the selection changed (layer / head / position): redraw what depends on it.
 export function setAttentionSelection(selection) {
   sel = selection;
@@ -38,6 +63,7 @@ export function setAttentionSelection(selection) {
 
 // The model masks later keys unless the response says it was trained without the mask.
 const causal = () => trace.causal !== false;
+const windowOf = () => trace.window || 0;
 
 function drawSelected() {
   if (!trace || !trace.attention) return;
@@ -58,8 +84,10 @@ function pattern() {
 function drawHead() {
   const z = pattern();
   if (!z) return;
+  const group = kvGroupSize(trace.n_head);
+  const kv = group > 1 ? ` (key/value head ${Math.floor(sel.head / group)})` : "";
   squareHeatmap($("attention-plot"), z, tokenLabels(trace.tokens), {
-    fit: true, causalMask: causal(), traceName: "attention", title: `Layer ${sel.layer}, head ${sel.head}`,
+    fit: true, causalMask: causal(), window: windowOf(), traceName: "attention", title: `Layer ${sel.layer}, head ${sel.head}${kv}`,
     xTitle: "key: the token being read", yTitle: "query: the token reading", colorTitle: "weight", hoverName: "weight",
     name: "attention-head",
   });
@@ -70,22 +98,38 @@ function drawModelView() {
   const a = trace.attention;
   const labels = tokenLabels(trace.tokens);
   const gd = $("model-view-plot");
+  const win = windowOf();
+  const maskedName = win ? `masked (${causal() ? "a later token, or " : ""}more than ${win - 1} back: the window)`
+    : causal() ? "masked (a later token)" : null;
   grid = heatGrid(gd, a.pattern, labels.length, {
     rowNames: a.layers.map((l) => `L${l}`), colNames: a.heads.map((h) => `H${h}`),
     cellName: (li, hi) => `layer ${a.layers[li]}, head ${a.heads[hi]}: open it large`,
-    zmin: 0, zmax: 1, colorTitle: "weight", maskedName: causal() ? "masked (a later token)" : null,
+    zmin: 0, zmax: 1, colorTitle: "weight", maskedName, window: win, colGroups: kvGroups(a.heads),
     hoverText: (li, hi, q, k, w) => `layer ${a.layers[li]}, head ${a.heads[hi]} · query ${q} “${labels[q]}” → key ${k} “${labels[k]}” · ` +
-      `weight ${w === null ? "masked" : w}`,
+      `weight ${w === null ? "masked" : outsideWindow(win, q, k) ? "masked (outside the window)" : w}`,
     onSelect: (li, hi) => { if (handlers.onSelectHead) handlers.onSelectHead(a.layers[li], a.heads[hi]); },
   });
+  gd.dataset.window = String(win);
   highlightModelView();
+  applyDecorator();
+}
+
+// Grouped-query attention: one bracket per key/value head over the query heads that share it
+// (only when every head is in the grid, as the page asks for).
+function kvGroups(heads) {
+  const group = kvGroupSize(trace.n_head);
+  if (group <= 1 || heads.length !== trace.n_head) return null;
+  return Array.from({ length: trace.n_head / group }, (_, g) => ({
+    label: `KV ${g}`, from: g * group, to: (g + 1) * group - 1,
+    title: `query heads ${g * group}–${(g + 1) * group - 1} share key/value head ${g}: the same keys and values, their own queries`,
+  }));
 }
 
 function gridImage() {
   if (!trace || !trace.attention) return null;
   const a = trace.attention;
   return heatGridImage(a.pattern, trace.tokens.length,
-    { rowNames: a.layers.map((l) => `L${l}`), colNames: a.heads.map((h) => `H${h}`) });
+    { rowNames: a.layers.map((l) => `L${l}`), colNames: a.heads.map((h) => `H${h}`), window: windowOf() });
 }
 
 function highlightModelView() {

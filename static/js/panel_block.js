@@ -1,5 +1,7 @@
 // Stage 3: one block's attention half for the selected layer / head / position:
-// LayerNorm -> Q, K, V -> scores -> causal mask -> softmax -> z -> head result -> residual add.
+// LayerNorm (or RMSNorm: `layernorm.kind`) -> Q, K, V (after RoPE's turn when `head_detail.rotated`;
+// K and V those of the shared key/value head `kv_head` with grouped-query attention) -> scores ->
+// causal mask (and a sliding window, the trace's `window`) -> softmax -> z -> head result -> residual add.
 // Data: the `layernorm` and `head_detail` parts of POST /api/v1/forward.
 import { $, MONO, OKABE, SIGNED, addDownloads, draw, el, fmt, later, rowBox, signedLimit, squareHeatmap,
   tokenAxis, tokenFeatureHeatmap, tokenLabels } from "./viz.js";
@@ -9,9 +11,13 @@ let hd = null;
 let labels = [];
 let feature = 0;
 let onFeature = null;
+let win = 0;             // sliding window (0: none)
+let nHead = 1;
+let nKvHead = 0;         // /health's n_kv_head (0: as many as query heads)
 
-export function initBlock({ feature: f = 0, onFeatureChange } = {}) {
+export function initBlock({ feature: f = 0, onFeatureChange, kvHeads = 0 } = {}) {
   feature = f;
+  nKvHead = kvHeads;
   onFeature = onFeatureChange || null;
   const input = $("ln-feature");
   input.value = String(feature);
@@ -32,17 +38,28 @@ function setFeature(i) {
   if (onFeature) onFeature(feature);
 }
 
+// Query heads per key/value head (1 without grouped-query attention).
+const groupSize = () => (nKvHead > 0 && nKvHead < nHead ? nHead / nKvHead : 1);
+
 export function renderBlock(trace, parts = ["layernorm", "head_detail"]) {
   if (trace.tokens) labels = tokenLabels(trace.tokens);
+  win = trace.window || 0;
+  nHead = trace.n_head || 1;
   if (trace.layernorm && parts.includes("layernorm")) { ln = trace.layernorm; later("ln", $("ln-plot"), drawLayerNorm); }
   if (trace.head_detail && parts.includes("head_detail")) { hd = trace.head_detail; drawHead(trace.d_model); }
   const l = (hd || ln || {}).layer;
   const p = (hd || ln || {}).position;
-  $("block-tag").textContent = hd ? `layer ${hd.layer} · head ${hd.head} · position ${p} “${labels[p] ?? ""}”`
+  const kv = hd && groupSize() > 1 ? ` (key/value head ${hd.kv_head})` : "";
+  $("block-tag").textContent = hd ? `layer ${hd.layer} · head ${hd.head}${kv} · position ${p} “${labels[p] ?? ""}”`
     : (l !== undefined ? `layer ${l}` : "");
 }
 
 function drawLayerNorm() {
+  const rms = ln.kind === "rmsnorm";
+  const step = $("step-ln");
+  step.dataset.kind = ln.kind || "layernorm";
+  $("ln-title").textContent = `a · ${rms ? "RMSNorm" : "LayerNorm"}`;
+  for (const c of step.querySelectorAll("[data-kind]")) c.hidden = c.dataset.kind !== step.dataset.kind;
   const d = ln.input.length;
   if (feature >= d) feature = d - 1;
   $("ln-feature").max = String(d - 1);
@@ -53,13 +70,14 @@ function drawLayerNorm() {
   const data = [
     { type: "scatter", mode: "markers", name: "input x", x: idx, y: ln.input, xaxis: "x", yaxis: "y",
       marker: { color: pointColors(OKABE.blue), size: sizes }, hovertemplate: "feature %{x}<br>input %{y}<extra></extra>" },
-    { type: "scatter", mode: "markers", name: "normalised (x − mean) / std", x: idx, y: ln.normalized, xaxis: "x2", yaxis: "y2",
+    { type: "scatter", mode: "markers", name: rms ? "normalised x / rms" : "normalised (x − mean) / std", x: idx, y: ln.normalized, xaxis: "x2", yaxis: "y2",
       marker: { color: pointColors(OKABE.grey), size: sizes, symbol: "circle-open" }, hovertemplate: "feature %{x}<br>normalised %{y}<extra></extra>" },
-    { type: "scatter", mode: "markers", name: "output γ·normalised + β", x: idx, y: ln.output, xaxis: "x2", yaxis: "y2",
+    { type: "scatter", mode: "markers", name: ln.shift ? "output γ·normalised + β" : "output γ·normalised", x: idx, y: ln.output, xaxis: "x2", yaxis: "y2",
       marker: { color: pointColors(OKABE.orange), size: sizes }, hovertemplate: "feature %{x}<br>output %{y}<extra></extra>" },
   ];
+  const hasMean = ln.mean !== null && ln.mean !== undefined;   // RMSNorm subtracts no mean
   const shapes = [
-    { type: "line", xref: "x", yref: "y", x0: -0.5, x1: d - 0.5, y0: ln.mean, y1: ln.mean, line: { color: OKABE.black, dash: "dash", width: 1 } },
+    ...(hasMean ? [{ type: "line", xref: "x", yref: "y", x0: -0.5, x1: d - 0.5, y0: ln.mean, y1: ln.mean, line: { color: OKABE.black, dash: "dash", width: 1 } }] : []),
     { type: "line", xref: "x", yref: "paper", x0: sel, x1: sel, y0: 0, y1: 1, line: { color: OKABE.vermillion, width: 1 } },
   ];
   draw($("ln-plot"), data, {
@@ -68,8 +86,10 @@ function drawLayerNorm() {
     xaxis: { title: { text: "" }, range: [-1, d], showgrid: false, matches: "x2" },
     xaxis2: { title: { text: `feature (0..${d - 1})` }, range: [-1, d], showgrid: false },
     yaxis: { title: { text: "input" } }, yaxis2: { title: { text: "after" } },
-    annotations: [{ xref: "paper", yref: "y", x: 1, y: ln.mean, xanchor: "right", yanchor: "bottom", showarrow: false,
-      text: `mean ${fmt(ln.mean, 4)}`, font: { size: 11 } }],
+    annotations: hasMean ? [{ xref: "paper", yref: "y", x: 1, y: ln.mean, xanchor: "right", yanchor: "bottom", showarrow: false,
+      text: `mean ${fmt(ln.mean, 4)}`, font: { size: 11 } }]
+      : [{ xref: "paper", yref: "paper", x: 1, y: 1, xanchor: "right", yanchor: "bottom", showarrow: false,
+        text: `no mean subtracted · rms ${fmt(ln.std, 4)}`, font: { size: 11 } }],
     shapes, margin: { l: 60, r: 10, t: 40, b: 40 },
   }, "layernorm");
   const gd = $("ln-plot");
@@ -79,8 +99,19 @@ function drawLayerNorm() {
   }
   const i = sel;
   const row = (k, v, title) => el("tr", { title: title || "" }, el("th", { text: k }), el("td", { class: "mono", text: v }));
-  $("ln-table").replaceChildren(
-    el("caption", { text: `ln1 of layer ${ln.layer}, position ${ln.position} “${labels[ln.position] ?? ""}”, feature ${i}` }),
+  const caption = el("caption", { text: `ln1 (${rms ? "RMSNorm" : "LayerNorm"}) of layer ${ln.layer}, position ${ln.position} “${labels[ln.position] ?? ""}”, feature ${i}` });
+  const shift = row(`shift β[${i}]`, ln.shift ? fmt(ln.shift[i], 5) : "none");
+  const out = row(ln.shift ? "output γ·normalised + β" : "output γ·normalised", fmt(ln.output[i], 5));
+  $("ln-table").replaceChildren(...(rms ? [caption,
+    row(`input x[${i}]`, fmt(ln.input[i], 5)),
+    row("mean subtracted", "none (RMSNorm)", "RMSNorm keeps the mean: it only rescales"),
+    row("mean of squares x²", fmt(ln.variance, 5)),
+    row("ε", String(ln.eps)),
+    row("rms = √(mean x² + ε)", fmt(ln.std, 5)),
+    row(`normalised x[${i}] / rms`, fmt(ln.normalized[i], 5)),
+    row(`gain γ[${i}]`, fmt(ln.gain[i], 5)),
+    shift, out,
+  ] : [caption,
     row(`input x[${i}]`, fmt(ln.input[i], 5)),
     row("mean μ (over all features)", fmt(ln.mean, 5)),
     row("variance σ²", fmt(ln.variance, 5)),
@@ -88,18 +119,24 @@ function drawLayerNorm() {
     row("std = √(σ² + ε)", fmt(ln.std, 5)),
     row(`normalised (x[${i}] − μ) / std`, fmt(ln.normalized[i], 5)),
     row(`gain γ[${i}]`, fmt(ln.gain[i], 5)),
-    row(`shift β[${i}]`, ln.shift ? fmt(ln.shift[i], 5) : "none"),
-    row(`output γ·normalised + β`, fmt(ln.output[i], 5)),
-  );
+    shift, out,
+  ]));
   $("step-ln").dataset.feature = String(i);
 }
 
 function drawHead(dModel) {
   const T = hd.pattern.length;
   const p = hd.position;
+  const g = groupSize();
+  const first = Math.floor(hd.head / g) * g;
   $("block-shapes").innerHTML = `<b>T</b> = ${T}, <b>d</b> = ${dModel}, <b>d<sub>head</sub></b> = ${hd.d_head}: ` +
     `Q, K, V are T × d<sub>head</sub>; scores and pattern T × T; z is T × d<sub>head</sub>; the head result T × d. ` +
-    `Scale 1/√d<sub>head</sub> = ${fmt(hd.scale, 5)}.`;
+    `Scale 1/√d<sub>head</sub> = ${fmt(hd.scale, 5)}.` +
+    (g > 1 ? ` <span id="kv-note">Grouped-query attention: query head ${hd.head} reads <b>key/value head ${hd.kv_head}</b>, ` +
+      `shared by query heads ${first}–${first + g - 1}; K and V below are that shared head's.</span>` : "") +
+    (hd.rotated ? " Q and K are shown after RoPE has turned them by their positions (b′)." : "") +
+    (win ? ` Sliding window: each query sees its last ${win} keys.` : "");
+  $("block-panel").dataset.kvHead = String(hd.kv_head ?? hd.head);
 
   const h = hd;
   later("qkv", $("qkv-plot"), () => drawQKV(h, T, p));
@@ -110,8 +147,9 @@ function drawHead(dModel) {
   const sq = across ? { row: p, cell: 10, maxSide: Math.floor(room), minSide: Math.floor(room), xTitle: "key", yTitle: "query" }
     : { row: p, cell: 14, maxSide: 560, xTitle: "key", yTitle: "query" };
   later("scores", $("scores-plot"), () => squareHeatmap($("scores-plot"), h.scores, labels, { ...sq, signed: true, colorbar: !across, colorTitle: "score", hoverName: "score", name: "scores" }));
-  later("masked", $("masked-plot"), () => squareHeatmap($("masked-plot"), h.masked_scores, labels, { ...sq, signed: true, limit: signedLimit(h.scores), colorTitle: "score", hoverName: "masked score", name: "masked-scores" }));
-  later("pattern", $("pattern-plot"), () => squareHeatmap($("pattern-plot"), h.pattern, labels, { ...sq, zmin: 0, zmax: 1, colorTitle: "weight", hoverName: "weight", name: "pattern" }));
+  const w = win;
+  later("masked", $("masked-plot"), () => squareHeatmap($("masked-plot"), h.masked_scores, labels, { ...sq, signed: true, limit: signedLimit(h.scores), colorTitle: "score", hoverName: "masked score", name: "masked-scores", window: w }));
+  later("pattern", $("pattern-plot"), () => squareHeatmap($("pattern-plot"), h.pattern, labels, { ...sq, zmin: 0, zmax: 1, colorTitle: "weight", hoverName: "weight", name: "pattern", window: w }));
   later("z", $("z-plot"), () => tokenFeatureHeatmap($("z-plot"), h.z, { rowLabels: labels, signed: true, row: p, colTitle: `z: dim 0..${h.d_head - 1}`, colName: "dim", colorTitle: "z", hoverName: "z", name: "z" }));
   later("result", $("result-plot"), () => tokenFeatureHeatmap($("result-plot"), h.result, { rowLabels: labels, signed: true, row: p, colTitle: `feature 0..${dModel - 1}`, colorTitle: "result", hoverName: "head result", name: "head-result" }));
   later("resid-add", $("resid-add-plot"), () => drawResidAdd(h, p, dModel));
@@ -123,7 +161,9 @@ function drawHead(dModel) {
 function drawQKV(hd, T, p) {
   const lim = Math.max(signedLimit(hd.q), signedLimit(hd.k), signedLimit(hd.v));
   const height = Math.max(240, Math.min(1000, 100 + T * 15));
-  const mats = [["q", "Q (queries)"], ["k", "K (keys)"], ["v", "V (values)"]];
+  const kv = groupSize() > 1 ? `, key/value head ${hd.kv_head}` : "";
+  const turned = hd.rotated ? ", turned" : "";
+  const mats = [["q", `Q (queries${turned})`], ["k", `K (keys${turned}${kv})`], ["v", `V (values${kv})`]];
   const data = mats.map(([key, name], j) => ({
     type: "heatmap", z: hd[key], name, xaxis: `x${j ? j + 1 : ""}`, yaxis: "y", coloraxis: "coloraxis",
     customdata: labels.map((t) => hd[key][0].map(() => t)),

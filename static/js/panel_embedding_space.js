@@ -12,6 +12,7 @@ const nbSlot = latest();   // one neighbour search at a time: a newer one aborts
 export function initEmbeddingSpace() {
   $("nb-search").addEventListener("input", () => nbSlot.soon((signal) => findNeighbours($("nb-search").value, null, signal), 250));
   addDownloads($("proj-plot"), "embedding-pca", () => projection);
+  if (!$("pos-learned-plot")) return;   // no learned position table (RoPE): the page says so instead
   addDownloads($("pos-learned-plot"), "position-similarity-learned", () => positions);
   addDownloads($("pos-sin-plot"), "position-similarity-sinusoidal", () => positions);
 }
@@ -22,6 +23,7 @@ export async function loadEmbeddingSpace() {
   try {
     if (!projection) projection = await apiGet("/embeddings/projection");
     later("projection", $("proj-plot"), drawProjection);
+    if (!$("pos-learned-plot")) { setNote($("space-note"), ""); panel.dataset.state = "ready"; return; }
     if (!positions) positions = await apiGet("/embeddings/positions");
     later("pos-learned", $("pos-learned-plot"), () => drawPositions("learned"));
     later("pos-sin", $("pos-sin-plot"), () => drawPositions("sin"));

@@ -1,5 +1,7 @@
 // Stage 5: the distribution of real MLP pre-activations per layer over the model's GELU curve,
 // and the neurons that fire most for the selected token. Data: the `mlp` part of POST /api/v1/forward.
+// A SwiGLU MLP (`mlp.gelu` is "silu"): the histograms are the gate's pre-activations under the SiLU
+// curve, and a neuron's output is silu(gate) × value. (A mixture-of-experts model has no `mlp`: panel_moe.)
 import { $, MONO, OKABE, addDownloads, draw, fmt, later, pct } from "./viz.js";
 
 let part = null;
@@ -12,15 +14,23 @@ export function initMlp() {
   addDownloads($("mlp-top-plot"), "mlp-top-neurons", () => part);
 }
 
+const swiglu = () => part && part.gelu === "silu";
+const actName = () => (swiglu() ? "SiLU" : "GELU");
+
 export function renderMlp(trace, tokenLabelsList) {
   if (!trace.mlp) return;
   part = trace.mlp;
   labels = tokenLabelsList;
   const m = part;
   const T = trace.tokens ? trace.tokens.length : labels.length;
-  $("mlp-shapes").innerHTML = `<b>d</b> = ${trace.d_model} → <b>d<sub>mlp</sub></b> = ${m.d_mlp} → <b>d</b> = ${trace.d_model} at each of the ` +
-    `<b>T</b> = ${T} positions; GELU variant: ${m.gelu === "tanh" ? "the tanh approximation" : "exact x·Φ(x)"}. ` +
-    `Each histogram counts T × d<sub>mlp</sub> = every neuron at every position.`;
+  $("mlp-panel").dataset.kind = swiglu() ? "swiglu" : "gelu";
+  $("mlp-shapes").innerHTML = swiglu()
+    ? `<b>SwiGLU</b>: two projections <b>d</b> = ${trace.d_model} → <b>d<sub>mlp</sub></b> = ${m.d_mlp}, a gate and a value; ` +
+      `each neuron outputs silu(gate) × value, and W<sub>down</sub> maps d<sub>mlp</sub> → <b>d</b> = ${trace.d_model} at each of the ` +
+      `<b>T</b> = ${T} positions. The histograms count the gate's T × d<sub>mlp</sub> pre-activations.`
+    : `<b>d</b> = ${trace.d_model} → <b>d<sub>mlp</sub></b> = ${m.d_mlp} → <b>d</b> = ${trace.d_model} at each of the ` +
+      `<b>T</b> = ${T} positions; GELU variant: ${m.gelu === "tanh" ? "the tanh approximation" : "exact x·Φ(x)"}. ` +
+      `Each histogram counts T × d<sub>mlp</sub> = every neuron at every position.`;
   later("mlp-hist", $("mlp-hist-plot"), drawHistograms);
   later("mlp-top", $("mlp-top-plot"), drawTop);
 }
@@ -58,18 +68,19 @@ function drawHistograms() {
     const top = Math.max(1, ...L.histogram.counts) * 1.05;
     layout[`yaxis${2 * j + 1}`] = { anchor: xa, domain: vdom, showgrid: false, title: col === 0 ? { text: "count" } : undefined, range: [top * G0 / G1, top] };
     layout[`yaxis${2 * j + 2}`] = { anchor: xa, overlaying: ya, side: "right", showgrid: false, range: [G0, G1], dtick: 1,
-      title: col === cols - 1 || j === n - 1 ? { text: "GELU(x)" } : undefined, zeroline: false, showticklabels: col === cols - 1 || j === n - 1 };
+      title: col === cols - 1 || j === n - 1 ? { text: `${actName()}(x)` } : undefined, zeroline: false, showticklabels: col === cols - 1 || j === n - 1 };
     const sel = L.layer === m.layer;
     data.push({
       type: "scatter", mode: "lines", line: { shape: "hv", color: sel ? OKABE.blue : OKABE.sky, width: 1 }, fill: "tozeroy",
       fillcolor: sel ? "rgba(0,114,178,0.55)" : "rgba(86,180,233,0.45)",
       x: L.histogram.edges, y: [...L.histogram.counts, L.histogram.counts[L.histogram.counts.length - 1]],
-      xaxis: xa, yaxis: ya, name: "pre-activations (this prompt)", showlegend: j === 0, legendgroup: "h",
+      xaxis: xa, yaxis: ya, name: swiglu() ? "gate pre-activations (this prompt)" : "pre-activations (this prompt)", showlegend: j === 0, legendgroup: "h",
       hovertemplate: `layer ${L.layer}<br>bin from %{x}<br>count %{y}<extra></extra>`,
     });
     data.push({
-      type: "scatter", mode: "lines", x: m.curve_x, y: m.curve_y, xaxis: xa, yaxis: yg, name: "GELU", showlegend: j === 0, legendgroup: "g",
-      line: { color: OKABE.vermillion, width: 2 }, hovertemplate: "GELU(%{x}) = %{y}<extra></extra>",
+      type: "scatter", mode: "lines", x: m.curve_x, y: m.curve_y, xaxis: xa, yaxis: yg, name: swiglu() ? "SiLU (the gate)" : "GELU",
+      showlegend: j === 0, legendgroup: "g",
+      line: { color: OKABE.vermillion, width: 2 }, hovertemplate: `${actName()}(%{x}) = %{y}<extra></extra>`,
     });
     layout.annotations.push({
       xref: `${xa} domain`, yref: "paper", x: 0.5, y: vdom[1] + (rows === 1 ? 0.02 : 4 / plotH),
@@ -79,7 +90,7 @@ function drawHistograms() {
     });
   });
   layout.annotations.push({ xref: "paper", yref: "paper", x: 1, y: below, xanchor: "right", yanchor: "top", showarrow: false,
-    text: `lowest point of the curve: GELU(${fmt(m.curve_x[minI], 2)}) = ${fmt(m.curve_y[minI], 3)}`, font: { size: 11, color: "#555" } });
+    text: `lowest point of the curve: ${actName()}(${fmt(m.curve_x[minI], 2)}) = ${fmt(m.curve_y[minI], 3)}`, font: { size: 11, color: "#555" } });
   draw($("mlp-hist-plot"), data, layout, "mlp-preactivations");
   $("mlp-hist-plot").dataset.grid = `${rows}x${cols}`;
 }
@@ -87,16 +98,17 @@ function drawHistograms() {
 function drawTop() {
   const m = part;
   const top = [...m.top_neurons].reverse();
+  const after = swiglu() ? "silu(gate) × value" : "after GELU";
   draw($("mlp-top-plot"), [{
-    type: "bar", orientation: "h", name: "after GELU",
+    type: "bar", orientation: "h", name: after,
     x: top.map((n) => n.post), y: top.map((n) => `neuron ${n.index}`),
     marker: { color: OKABE.blue }, customdata: top.map((n) => n.pre),
-    hovertemplate: "%{y}<br>pre-activation %{customdata}<br>after GELU %{x}<extra></extra>",
-    text: top.map((n) => `pre ${fmt(n.pre, 2)} → ${fmt(n.post, 2)}`), textposition: "outside", cliponaxis: false,
+    hovertemplate: `%{y}<br>${swiglu() ? "gate pre-activation" : "pre-activation"} %{customdata}<br>${after} %{x}<extra></extra>`,
+    text: top.map((n) => `${swiglu() ? "gate" : "pre"} ${fmt(n.pre, 2)} → ${fmt(n.post, 2)}`), textposition: "outside", cliponaxis: false,
   }], {
     height: 60 + 28 * top.length,
     title: { text: `layer ${m.layer}, position ${m.position} “${labels[m.position] ?? ""}”: top ${top.length} of ${m.d_mlp} neurons`, x: 0, xanchor: "left", font: { size: 12 } },
-    xaxis: { title: { text: "value after GELU" }, rangemode: "tozero" },
+    xaxis: { title: { text: swiglu() ? "silu(gate) × value" : "value after GELU" }, rangemode: "tozero" },
     yaxis: { automargin: true, tickfont: { family: MONO } },
     margin: { l: 10, r: 120, t: 36, b: 40 },
   }, "mlp-top-neurons");

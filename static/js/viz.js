@@ -13,7 +13,15 @@ export const OKABE = { blue: "#0072B2", orange: "#E69F00", green: "#009E73", sky
 // The same colours in the order a list of series takes them.
 export const SERIES = [OKABE.blue, OKABE.orange, OKABE.green, OKABE.vermillion, OKABE.purple, OKABE.sky, OKABE.black];
 // The masked cells of an attention map: drawn empty, not as a (dark) weight of 0.
-export const MASKED = "#eeeeee";  // cells a causal mask hides
+export const MASKED = "#eeeeee";  // cells a causal mask (or a sliding window) hides
+// A cyclic scale for angles (-π..π: both ends the same colour, so a turn past π does not jump),
+// light -> blue -> dark -> vermillion -> light, after matplotlib's "twilight".
+export const CYCLIC = [[0, "#e2d9e2"], [0.125, "#9db1cf"], [0.25, "#5f78b5"], [0.375, "#4b3b8f"], [0.5, "#2f1436"],
+  [0.625, "#6d1f4a"], [0.75, "#a84f52"], [0.875, "#cf9a8c"], [1, "#e2d9e2"]];
+
+// Whether a sliding window of `window` keys (0: none) hides key k from query q: k is more than
+// window - 1 positions back. (Keys after q are the causal mask's.)
+export const outsideWindow = (window, q, k) => window > 0 && k <= q - window;
 
 export const $ = (id) => document.getElementById(id);
 
@@ -343,6 +351,9 @@ export function padRows(rows, n, fill = null) {
 //   fit: size the square to the element's width, margins to the longest label (the big head map),
 //   causalMask: cover the cells above the diagonal (a key after its query) with a light overlay
 //     named "causal mask"; only for a model that has the mask (the response's `causal` says so).
+//   window: a sliding window's width (the response's `window`; 0 none): the keys it hides are
+//     covered by an overlay named "window mask" the same way.
+//   shapes, annotations: more layout shapes / annotations (e.g. marks on the square)
 export function squareHeatmap(gd, z, labels, opts = {}) {
   const n = labels.length;
   const signed = !!opts.signed;
@@ -402,11 +413,21 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
       hovertemplate: "token %{y} “%{customdata[0]}” cannot see the later token %{x} “%{customdata[1]}” (causal mask)<extra></extra>",
     });
   }
+  if (opts.window > 0) {
+    data.push({
+      type: "heatmap", name: "window mask", x: data[0].x, y: data[0].y,
+      z: z.map((r, q) => r.map((_, k) => (outsideWindow(opts.window, q, k) ? 1 : null))),
+      colorscale: [[0, MASKED], [1, MASKED]], showscale: false, hoverongaps: false, customdata: pairs,
+      hovertemplate: opts.plain ? `${opts.yTitle} %{y} · ${opts.xTitle} %{x}: outside the sliding window of ${opts.window} (masked)<extra></extra>`
+        : `token %{y} “%{customdata[0]}” cannot see %{x} “%{customdata[1]}”: outside the sliding window of ${opts.window} (masked)<extra></extra>`,
+    });
+  }
   if (hasNull && side / n >= 16) {
-    // write −∞ into the masked cells while they are large enough to read
+    // write −∞ into the masked cells (a sliding window's too) while they are large enough to read
     const cells = { type: "scatter", mode: "text", hoverinfo: "skip", showlegend: false,
       x: [], y: [], text: [], textfont: { family: MONO, size: n > 14 ? 9 : 11, color: "#444" } };
-    z.forEach((r, q) => r.forEach((v, k) => { if (v === null) { cells.x.push(k); cells.y.push(q); cells.text.push("−∞"); } }));
+    const masked = (v, q, k) => v === null || outsideWindow(opts.window || 0, q, k);
+    z.forEach((r, q) => r.forEach((v, k) => { if (masked(v, q, k)) { cells.x.push(k); cells.y.push(q); cells.text.push("−∞"); } }));
     data.push(cells);
   }
   const title = !opts.title ? undefined : opts.fit
@@ -417,7 +438,8 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
   return draw(gd, data, {
     title, width, height, margin,
     plot_bgcolor: hasNull ? "#e9e9e9" : "#fff",
-    shapes: opts.row === undefined || opts.row === null ? [] : [rowBox(opts.row, n)],
+    shapes: [...(opts.row === undefined || opts.row === null ? [] : [rowBox(opts.row, n)]), ...(opts.shapes || [])],
+    annotations: opts.annotations || [],
     xaxis: { ...axis, side: "top", tickangle: opts.tickangle ?? -60, range: [-0.5, n - 0.5], constrain: "domain", title: axisTitle(opts.xTitle) },
     yaxis: { ...axis, range: [n - 0.5, -0.5], constrain: "domain", scaleanchor: "x", title: axisTitle(opts.yTitle) },
   }, opts.name || gd.id);
@@ -450,8 +472,9 @@ function viridis() {
   return viridisLut;
 }
 
-// Paint one map (rows of values; a missing or null value is a masked cell) into a canvas.
-function paintMap(canvas, rows, n, zmin, zmax) {
+// Paint one map (rows of values; a missing or null value is a masked cell, and so is a key outside
+// a sliding window of `window` keys) into a canvas.
+function paintMap(canvas, rows, n, zmin, zmax, window = 0) {
   canvas.width = n;
   canvas.height = n;
   const ctx = canvas.getContext("2d");
@@ -464,7 +487,7 @@ function paintMap(canvas, rows, n, zmin, zmax) {
     for (let k = 0; k < n; k++) {
       const v = row[k];
       const o = 4 * (q * n + k);
-      if (v === null || v === undefined) {
+      if (v === null || v === undefined || outsideWindow(window, q, k)) {
         img.data[o] = masked[0]; img.data[o + 1] = masked[1]; img.data[o + 2] = masked[2];
       } else {
         const i = 3 * Math.max(0, Math.min(255, Math.round((255 * (v - zmin)) / span)));
@@ -491,9 +514,12 @@ function gridColorbar(zmin, zmax, title, maskedName) {
 // opts: rowNames, colNames (the headers), cellName(r, c) (its accessible name), zmin/zmax,
 //   colorTitle, maskedName (the colour key's name for masked cells; none without it),
 //   hoverText(r, c, q, k, value) (the tooltip's text), onSelect(r, c) (click, Enter or Space),
-//   maxCell (the widest a map is drawn, 200 px).
+//   maxCell (the widest a map is drawn, 200 px), window (a sliding window: keys it hides are
+//   painted as masked), colGroups ([{ label, title, from, to }]: a bracket over columns from..to,
+//   e.g. the query heads sharing one key/value head).
 // The box gets data-grid "RxC", data-drawn (+1 per build) and data-painted (maps painted so far);
-// each canvas data-row, data-col and data-painted="1" once painted. Returns { select(r, c) }.
+// each canvas data-row, data-col and data-painted="1" once painted; each sits in a div.hg-cell
+// whose div.hg-marks holds small marks a panel adds (marks(r, c)). Returns { select(r, c), marks(r, c) }.
 export function heatGrid(box, maps, n, opts = {}) {
   if (box._grid) box._grid.observer.disconnect();
   const nR = maps.length;
@@ -506,22 +532,34 @@ export function heatGrid(box, maps, n, opts = {}) {
       if (!e.isIntersecting) continue;
       const c = e.target;
       observer.unobserve(c);
-      paintMap(c, maps[+c.dataset.row][+c.dataset.col], n, zmin, zmax);
+      paintMap(c, maps[+c.dataset.row][+c.dataset.col], n, zmin, zmax, opts.window || 0);
       c.dataset.painted = "1";
       painted += 1;
     }
     box.dataset.painted = String(painted);
   }, { rootMargin: "300px 0px" });
-  const cells = [el("span", {})];
+  const cells = [];
+  if (opts.colGroups && opts.colGroups.length) {
+    cells.push(el("span", {}));
+    for (const g of opts.colGroups) {
+      cells.push(el("span", { class: "hg-group", style: `grid-column: span ${g.to - g.from + 1}`, title: g.title || null,
+        dataset: { from: g.from, to: g.to }, text: g.label }));
+    }
+  }
+  cells.push(el("span", {}));
   for (let c = 0; c < nC; c++) cells.push(el("span", { class: "hg-col", text: (opts.colNames || [])[c] ?? String(c) }));
   const canvases = [];
+  const overlays = [];
   for (let r = 0; r < nR; r++) {
     cells.push(el("span", { class: "hg-row", text: (opts.rowNames || [])[r] ?? String(r) }));
+    overlays.push([]);
     for (let c = 0; c < nC; c++) {
       const cv = el("canvas", { class: "hg-map", width: n, height: n, tabindex: 0, role: "button",
         "aria-label": opts.cellName ? opts.cellName(r, c) : `row ${r}, column ${c}`, dataset: { row: r, col: c } });
+      const marks = el("div", { class: "hg-marks" });
       canvases.push(cv);
-      cells.push(cv);
+      overlays[r].push(marks);
+      cells.push(el("div", { class: "hg-cell" }, cv, marks));
     }
   }
   const grid = el("div", { class: "hg-grid",   // maps at most maxCell (200) px wide
@@ -552,8 +590,8 @@ export function heatGrid(box, maps, n, opts = {}) {
     if (cv && opts.onSelect) opts.onSelect(+cv.dataset.row, +cv.dataset.col);
   };
   grid.addEventListener("click", choose);
-  grid.addEventListener("keydown", (ev) => {
-    if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); choose(ev); }
+  grid.addEventListener("keydown", (ev) => {   // a mark inside a cell is a button: it keeps its own keys
+    if ((ev.key === "Enter" || ev.key === " ") && at(ev)) { ev.preventDefault(); choose(ev); }
   });
   // a map shown at least as large as its cells: crisp pixels; smaller: smoothed
   requestAnimationFrame(() => {
@@ -568,6 +606,9 @@ export function heatGrid(box, maps, n, opts = {}) {
   return {
     select(r, c) {
       for (const cv of canvases) cv.classList.toggle("sel", +cv.dataset.row === r && +cv.dataset.col === c);
+    },
+    marks(r, c) {
+      return (overlays[r] || [])[c] || null;
     },
   };
 }
@@ -593,7 +634,7 @@ export function heatGridImage(maps, n, opts = {}) {
   for (let r = 0; r < nR; r++) {
     ctx.fillText((opts.rowNames || [])[r] ?? String(r), 2, top + r * (cell + gap) + cell / 2);
     for (let c = 0; c < nC; c++) {
-      paintMap(one, maps[r][c], n, opts.zmin ?? 0, opts.zmax ?? 1);
+      paintMap(one, maps[r][c], n, opts.zmin ?? 0, opts.zmax ?? 1, opts.window || 0);
       ctx.imageSmoothingEnabled = false;
       ctx.drawImage(one, left + c * (cell + gap), top + r * (cell + gap), cell, cell);
     }
@@ -623,6 +664,39 @@ export const ROLE_COLOURS = { "previous-token": OKABE.blue, "first-token": OKABE
   local: OKABE.green, "duplicate-token": OKABE.orange, induction: OKABE.vermillion };
 export const ROLE_SYMBOLS = { "previous-token": "circle", "first-token": "square", "current-token": "diamond",
   local: "triangle-up", "duplicate-token": "cross", induction: "star" };
+
+// The outline of each ROLE_SYMBOLS marker in a 16 x 16 box (as SVG path data).
+const star = Array.from({ length: 10 }, (_, i) => {
+  const a = -Math.PI / 2 + (i * Math.PI) / 5;
+  const r = i % 2 ? 3 : 7;
+  return `${(8 + r * Math.cos(a)).toFixed(2)},${(8.6 + r * Math.sin(a)).toFixed(2)}`;
+});
+const SYMBOL_PATHS = {
+  circle: "M8,2.5a5.5,5.5 0 1,0 0.001,0z", square: "M2.8,2.8h10.4v10.4h-10.4z", diamond: "M8,1.5L14.5,8L8,14.5L1.5,8z",
+  "triangle-up": "M8,2L14.5,13.5H1.5z", cross: "M6,1.8h4v4.2h4.2v4h-4.2v4.2h-4v-4.2h-4.2v-4h4.2z", star: `M${star.join("L")}z`,
+};
+
+// A head role's marker as a small SVG: the role's colour and symbol; filled when the role is
+// confirmed by ablation, hollow when ablation did not confirm it, hollow and dashed when untested.
+export function roleMark(role, status = "confirmed", size = 14) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", size);
+  svg.setAttribute("height", size);
+  svg.setAttribute("viewBox", "0 0 16 16");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("class", "role-symbol");
+  const path = document.createElementNS(ns, "path");
+  const colour = ROLE_COLOURS[role] || OKABE.grey;
+  path.setAttribute("d", SYMBOL_PATHS[ROLE_SYMBOLS[role]] || SYMBOL_PATHS.circle);
+  path.setAttribute("fill", status === "confirmed" ? colour : "#fff");
+  path.setAttribute("stroke", colour);
+  path.setAttribute("stroke-width", status === "confirmed" ? "1" : "2");
+  path.setAttribute("stroke-linejoin", "round");
+  if (status === "untested") path.setAttribute("stroke-dasharray", "2.2 1.6");
+  svg.append(path);
+  return svg;
+}
 
 // --- colours as CSS strings (cells drawn as HTML, e.g. /compare's character strips) ----------------
 // A diverging, colour-blind-safe scale for signed differences: Okabe–Ito blue below 0, near-white
