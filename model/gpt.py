@@ -94,6 +94,8 @@ class GPTConfig:
             problems.append("window and n_expert must be >= 0")
         if self.n_expert and self.top_k_experts > self.n_expert:
             problems.append(f"top_k_experts ({self.top_k_experts}) must be <= n_expert ({self.n_expert})")
+        if not self.n_expert and self.top_k_experts != 1:
+            problems.append(f"top_k_experts ({self.top_k_experts}) needs experts: set n_expert too")
         if not 0.0 <= self.dropout < 1.0:
             problems.append("dropout must be in [0, 1)")
         for name, allowed in (("norm", ("pre", "post", "both")), ("gelu", ("exact", "tanh")),

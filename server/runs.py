@@ -107,7 +107,7 @@ class RunManager:
                 meta = None
             if meta and meta.get("final"):
                 job.status, job.step = "done", int(meta["step"])
-                job.total_steps = int(meta["schedule"]["total_steps"])
+                job.total_steps = int(meta["step"])  # finished: the steps it took (the schedule keeps the plan)
                 job.history, job.evals = None, meta.get("evals", [])
                 job.uniform_loss = meta.get("uniform_loss")
                 job.reference_losses = meta.get("reference_losses")
@@ -229,6 +229,7 @@ class RunManager:
             train(tc, out=job.out, progress=False, on_event=on_event, should_stop=job.cancel.is_set,
                   command=f"POST /api/v1/training {job.request.model_dump_json(exclude_none=True)}")
             job.status = "done"
+            job.total_steps = job.step  # a time budget's plan may have been a step longer than the run
         except Cancelled:
             job.status = "cancelled"
         except Exception as e:  # noqa: BLE001 - report any failure of the run to the user

@@ -306,7 +306,7 @@ def params(service: ModelService, preset: str | None, overrides: dict) -> S.Para
              (("MLP weights (2 d × d_mlp per block)" if cfg.mlp == "gelu" else "SwiGLU weights (3 d × d_mlp per block)")
               if not cfg.n_expert else f"{cfg.n_expert} experts' weights + router (per block)", L * counts["mlp_weights_per_block"]),
              ("unembedding (untied)", counts["unembedding"]),
-             ("biases and LayerNorm", counts["biases_and_norms"])]
+             ("biases and norms" if cfg.bias else "norm gains (no biases)", counts["biases_and_norms"])]
     parts_out = [S.Part(label=lab, count=n, share=n / counts["total"]) for lab, n in parts if n]
     return S.ParamsResponse(preset=preset, config=_config_model(cfg), counts=counts, token_embedding_share=tok_share,
                             embedding_share=emb_share, non_embedding=non_emb, twelve_d_squared=12 * cfg.d_model ** 2,
