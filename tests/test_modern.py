@@ -215,3 +215,13 @@ def test_forward_explains_rope_and_the_experts(tmp_path):
         assert all(len(c) == 2 for c in layer["choice"]) and sum(layer["load"]) == pytest.approx(1.0, abs=1e-3)
         top = [sorted(range(4), key=lambda e: -row[e])[:2] for row in layer["probs"]]
         assert [sorted(c) for c in layer["choice"]] == [sorted(t) for t in top]
+
+
+def test_the_head_detail_masks_the_window(tmp_path):
+    m = model(window=3)
+    chars = [chr(32 + i) for i in range(61)]
+    ckpt.save(tmp_path / "w", m, {"name": "w", "tokenizer": {"kind": "chars", "chars": chars}, "step": 0, "final": True})
+    app = create_app(Settings(checkpoint=tmp_path / "w", allow_hosts=["testserver"], data_dir=tmp_path / "data"))
+    with TestClient(app) as client:
+        hd = client.post("/api/v1/forward", json={"text": "ABCDEFGH", "include": ["head_detail"]}).json()["head_detail"]
+    assert hd["masked_scores"][6][:4] == [None] * 4 and None not in hd["masked_scores"][6][4:7]

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from model.gpt import apply_rope, rope_angles
+from model.gpt import apply_rope, causal_allowed, rope_angles
 
 from ..errors import InputError
 from ..schemas.forward import (AttentionBlock, Contribution, Decomposition, EmbeddingsBlock, ExpertLayer, ForwardRequest,
@@ -245,7 +245,7 @@ def _head_detail(m, c, layer: int, head: int, pos: int) -> HeadDetail:
     rope, kvh = m.cfg.pos == "rope", head // (m.cfg.n_head // m.cfg.n_kv_head)
     scores = c[a + "hook_attn_scores"][head]  # (T, T)
     T = scores.size(0)
-    allowed = torch.ones(T, T, dtype=torch.bool).tril() if m.cfg.causal else torch.ones(T, T, dtype=torch.bool)
+    allowed = causal_allowed(T, T, window=m.cfg.window) if m.cfg.causal else torch.ones(T, T, dtype=torch.bool)
     masked = [[round(float(scores[i, j]), 5) if allowed[i, j] else None for j in range(T)] for i in range(T)]
     return HeadDetail(
         layer=layer, head=head, d_head=m.cfg.d_head, scale=1 / math.sqrt(m.cfg.d_head),

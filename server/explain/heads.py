@@ -65,8 +65,9 @@ def _status(h: hd.HeadReport) -> str:
 def _summary(rep: hd.HeadsReport, n_heads: int) -> str:
     with_role = [h for h in rep.heads if h.roles]
     confirmed = [h for h in with_role if _status(h) == "confirmed"]
-    parts = [f"{len(with_role)} of {n_heads} heads have a role that beats random weights"
-             f" ({len(confirmed)} confirmed by ablation)" if with_role else
+    tested = [h for h in with_role if h.ablation is not None]
+    how = f" ({len(confirmed)} of the {len(tested)} tested confirmed by ablation)" if tested else " (ablation not run)"
+    parts = [f"{len(with_role)} of {n_heads} heads have a role that beats random weights{how}" if with_role else
              f"none of the {n_heads} heads has a role that clearly beats random weights"]
     best_ind = max(rep.heads, key=lambda h: h.scores["induction"])
     if "induction" not in {r for h in with_role for r in h.roles}:
