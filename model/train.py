@@ -281,16 +281,17 @@ def evaluate_ids(model: GPT, ids: torch.Tensor, seq_len: int, batch_size: int = 
     return total, count
 
 
-def evaluate_text(model: GPT, enc, text: str, batch_size: int = 16) -> dict:
+def evaluate_text(model: GPT, enc, text: str, batch_size: int = 16, window: int | None = None) -> dict:
     """Loss of the model on a whole text: nats per token and bits per character.
 
     Bits per character divide the total loss by the number of characters the predicted tokens
     cover (every token but the first), so models with different tokenizers compare fairly.
+    window: the length of the pieces the text is scored in (default the context length n_ctx).
     """
     ids = torch.tensor(enc.encode_ordinary(text), dtype=torch.long)
     if len(ids) < 2:
         raise ValueError("text is too short to evaluate (needs at least two tokens)")
-    nats, n = evaluate_ids(model, ids, model.cfg.n_ctx, batch_size)
+    nats, n = evaluate_ids(model, ids, min(window or model.cfg.n_ctx, model.cfg.n_ctx), batch_size)
     chars = len(text) - len(enc.decode([int(ids[0])]))
     return {"tokens": int(n), "chars": int(chars), "nats_per_token": nats / n,
             "bits_per_char": nats / math.log(2) / max(1, chars),
