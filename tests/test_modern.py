@@ -225,3 +225,27 @@ def test_the_head_detail_masks_the_window(tmp_path):
     with TestClient(app) as client:
         hd = client.post("/api/v1/forward", json={"text": "ABCDEFGH", "include": ["head_detail"]}).json()["head_detail"]
     assert hd["masked_scores"][6][:4] == [None] * 4 and None not in hd["masked_scores"][6][4:7]
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory):
+    p = tmp_path_factory.mktemp("modern") / "story.txt"
+    lines = [f"The {a} {v} the {b}." for a in ("cat", "dog", "king", "fox") for v in ("saw", "met", "found")
+             for b in ("mat", "river", "crown", "garden")]
+    p.write_text("\n".join(lines * 6) + "\n", encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize("name", list(COMBOS))
+def test_every_combination_trains_and_its_loss_falls(name, story, tmp_path):
+    from model.train import TrainConfig, train
+
+    over = {k: v for k, v in {**BASE, **COMBOS[name]}.items() if k != "vocab_size"}
+    tc = TrainConfig(corpus=str(story), preset="tiny", tokenizer="bpe", vocab_size=300, batch_size=8, seq_len=16,
+                     warmup_steps=3, max_lr=1e-2, eval_batches=1, device="cpu", precision="fp32", seed=3,
+                     optimizer="muon" if name == "everything" else "adamw", max_steps=30, overrides=over)
+    res = train(tc, out=tmp_path / name, progress=False, command="pytest")
+    losses = [h["loss"] for h in res.read_history()]
+    assert len(losses) == 30 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5, (name, losses[:5], losses[-5:])
+    again = ckpt.load(tmp_path / name)  # and the checkpoint loads as the same architecture
+    assert again.config.to_dict() == res.model.cfg.to_dict()
