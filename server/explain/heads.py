@@ -18,6 +18,7 @@ from ..schemas.heads import (Ablation, HeadRole, HeadsResponse, InContext, Repea
                              SnapshotHeads, TrainingHeads)
 from ..service import ModelService
 from .forward import prompt_ids, token_text
+from .training import _snapshot_service
 from .tokens import token_pieces
 
 DEFAULT_TEXT_CHARS = 1200
@@ -109,7 +110,7 @@ def heads(service: ModelService, text: str | None, ablate: bool = True) -> Heads
 
 @lru_cache(maxsize=64)
 def _snapshot_scores(path: str) -> tuple[dict, dict, float | None, int]:
-    svc = ModelService(Path(path))
+    svc = _snapshot_service(path)  # the replay's loaded snapshot, not a second copy
     ids, _ = prompt_ids(svc, text_for(svc, None), truncate=True)
     with svc.run() as m:
         prompt = torch.tensor([ids])

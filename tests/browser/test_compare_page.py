@@ -9,11 +9,11 @@ The /train checkpoint list links each checkpoint to /compare against the served 
 from __future__ import annotations
 
 import json
-import time
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
+from apihelp import api_json, finished_run
 from server.config import BUILTIN_CHECKPOINT
 
 pytestmark = pytest.mark.browser
@@ -24,7 +24,6 @@ CORPUS = "compare-small"
 RUN = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": CORPUS, "max_steps": 60,
        "snapshots": [0, 0.5, 1], "seed": 5}
 SAMPLE = "The quick brown fox jumps over the lazy dog.\nA stitch in time"
-TERMINAL = ("done", "cancelled", "failed")
 STRIPS = {"strip-a": "char_bits_a", "strip-b": "char_bits_b", "strip-diff": "char_bits_diff"}
 
 
@@ -37,14 +36,8 @@ def fmt(x, digits: int) -> str:
     return f"{x:.{digits}f}"
 
 
-def fetch(ctx, url, method, path, **kw):
-    resp = ctx.request.fetch(f"{url}/api/v1{path}", method=method, **kw)
-    assert resp.status < 300, f"{method} {path}: {resp.status} {resp.text()}"
-    return resp.json()
-
-
 def compare_api(page, url, **params) -> dict:
-    return fetch(page, url, "GET", f"/compare?{urlencode(params)}")
+    return api_json(page, url, "GET", f"/compare?{urlencode(params)}")
 
 
 def query_of(url: str) -> dict[str, str]:
@@ -57,14 +50,8 @@ def trained(browser, serve_app, tmp_path_factory):
     with serve_app(BUILTIN_CHECKPOINT, tmp_path_factory.mktemp("gptscope-compare-data")) as url:
         ctx = browser.new_context()
         try:
-            fetch(ctx, url, "POST", "/corpora", multipart={
-                "file": {"name": "small.txt", "mimeType": "text/plain", "buffer": CORPUS_TEXT.encode()}, "name": CORPUS})
-            run_id = fetch(ctx, url, "POST", "/training", data=RUN)["id"]
-            deadline = time.monotonic() + 300  # the CPU may be shared: generous
-            while (body := fetch(ctx, url, "GET", f"/training/{run_id}"))["status"] not in TERMINAL:
-                assert time.monotonic() < deadline, f"run {run_id} did not end: {body['status']} at step {body['step']}"
-                time.sleep(0.3)
-            assert body["status"] == "done", body
+            body = finished_run(ctx, url, CORPUS, CORPUS_TEXT, RUN)
+            run_id = body["id"]
             assert body["snapshots"] == [0, 30, 60]
         finally:
             ctx.close()

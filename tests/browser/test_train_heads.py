@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from apihelp import TERMINAL, api_json, finished_run
 from server.config import BUILTIN_CHECKPOINT
 
 pytestmark = pytest.mark.browser
@@ -23,18 +24,11 @@ RUN = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": CORPUS, "
 ROLES = {"previous-token", "first-token", "current-token", "local", "duplicate-token", "induction"}
 # Okabe–Ito: the only colours a role may be drawn in
 OKABE_ITO = {"#0072B2", "#E69F00", "#009E73", "#56B4E9", "#D55E00", "#CC79A7", "#F0E442", "#222222", "#999999"}
-TERMINAL = ("done", "cancelled", "failed")
 
 
 def fmt(x: float, digits: int) -> str:
     """viz.js's fmt: fixed digits, or scientific notation below 1e-3 (and at 1e5 or more)."""
     return f"{x:.2e}".replace("e-0", "e-").replace("e+0", "e+") if x != 0 and not 1e-3 <= abs(x) < 1e5 else f"{x:.{digits}f}"
-
-
-def api(ctx, url, method, path, **kw):
-    resp = ctx.request.fetch(f"{url}/api/v1{path}", method=method, **kw)
-    assert resp.status < 300, f"{method} {path}: {resp.status} {resp.text()}"
-    return resp.json()
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +42,7 @@ def trained(browser, serve_app, data_dir):
     with serve_app(BUILTIN_CHECKPOINT, data_dir) as url:
         ctx = browser.new_context()
         try:
-            api(ctx, url, "POST", "/corpora", multipart={
-                "file": {"name": "small.txt", "mimeType": "text/plain", "buffer": TEXT.encode()}, "name": CORPUS})
-            run_id = api(ctx, url, "POST", "/training", data=RUN)["id"]
-            deadline = time.monotonic() + 300  # the CPU may be shared: generous
-            while (body := api(ctx, url, "GET", f"/training/{run_id}"))["status"] not in TERMINAL:
-                assert time.monotonic() < deadline, f"run {run_id} did not end: {body['status']} at step {body['step']}"
-                time.sleep(0.3)
-            assert body["status"] == "done", body
+            body = finished_run(ctx, url, CORPUS, TEXT, RUN)
             assert body["snapshots"] == [0, 15, 30, 45, 60]
         finally:
             ctx.close()
@@ -131,7 +118,7 @@ def test_roles_and_in_context_score_over_training(page, trained, screenshot):
     url, body = trained
     run_id = body["id"]
     open_run(page, url, run_id)
-    heads = api(page, url, "GET", f"/training/{run_id}/heads")
+    heads = api_json(page, url, "GET", f"/training/{run_id}/heads")
     assert [s["step"] for s in heads["snapshots"]] == body["snapshots"]
     check_heads_panel(page, heads)
 
@@ -159,20 +146,20 @@ def test_a_run_on_disk_gets_the_same_panel(page, trained, serve_app, data_dir):
     _, body = trained
     run_id = body["id"]
     with serve_app(BUILTIN_CHECKPOINT, data_dir) as url:
-        restored = api(page, url, "GET", f"/training/{run_id}")
+        restored = api_json(page, url, "GET", f"/training/{run_id}")
         assert restored["snapshots"] == body["snapshots"]
         assert restored["unigram_loss"] == body["unigram_loss"] and restored["bigram_loss"] == body["bigram_loss"]
         open_run(page, url, run_id)
-        heads = api(page, url, "GET", f"/training/{run_id}/heads")
+        heads = api_json(page, url, "GET", f"/training/{run_id}/heads")
         check_heads_panel(page, heads)
         assert page.console_errors == []
 
 
 def test_a_run_without_snapshots_says_so(page, trained):
     url, _ = trained
-    run_id = api(page, url, "POST", "/training", data={**RUN, "max_steps": 3, "snapshots": [], "seed": 8})["id"]
+    run_id = api_json(page, url, "POST", "/training", data={**RUN, "max_steps": 3, "snapshots": [], "seed": 8})["id"]
     deadline = time.monotonic() + 120
-    while api(page, url, "GET", f"/training/{run_id}")["status"] not in TERMINAL:
+    while api_json(page, url, "GET", f"/training/{run_id}")["status"] not in TERMINAL:
         assert time.monotonic() < deadline
         time.sleep(0.3)
     open_run(page, url, run_id)
