@@ -20,14 +20,17 @@ import { initSampling, renderNext, samplingSettings, setSamplingText } from "./p
 import { initGenerate, setGeneratePrompt } from "./panel_generate.js";
 import { initIntervene, setInterveneTrace } from "./panel_intervene.js";
 import { initDecomposition, renderDecomposition } from "./panel_decomposition.js";
+import { classifierPrompt, initClassifier, renderClassifier } from "./panel_classifier.js";
 
 // The loaded model, as /health's info describes it (the page shell writes it into #prompt-panel).
 const MODEL = (() => {
   const d = document.getElementById("prompt-panel").dataset;
-  return { pos: d.pos || "learned", nKvHead: +d.nKvHead || 0, nExpert: +d.nExpert || 0 };
+  const classifier = d.clsTask ? { task: d.clsTask, start: d.clsStart, delimiter: d.clsDelimiter, extract: d.clsExtract } : null;
+  return { pos: d.pos || "learned", nKvHead: +d.nKvHead || 0, nExpert: +d.nExpert || 0, classifier };
 })();
 const ALL_PARTS = ["embeddings", "attention", "layernorm", "head_detail", MODEL.nExpert ? "moe" : "mlp", "residual",
-  "logit_lens", "next_token", "prompt_loss", "decomposition", ...(MODEL.pos === "rope" ? ["rope"] : [])];
+  "logit_lens", "next_token", "prompt_loss", "decomposition", ...(MODEL.pos === "rope" ? ["rope"] : []),
+  ...(MODEL.classifier ? ["classifier"] : [])];
 // What a selection change makes stale (everything else stays as it is); parts this model lacks drop out.
 const DEPENDS = Object.fromEntries(Object.entries({
   layer: ["layernorm", "head_detail", "mlp", "rope"],
@@ -186,6 +189,7 @@ function apply(res, parts, text) {
   if (parts.includes("moe")) renderMoe(trace);
   if (parts.includes("next_token") || parts.includes("prompt_loss")) renderNext(trace);
   if (parts.includes("decomposition")) renderDecomposition(trace, trace.next_token, state.target, labels);
+  if (parts.includes("classifier")) renderClassifier(trace, labels);
   writeUrl();
   document.body.dataset.ready = "1";
   document.body.dataset.parts = parts.join(",");
@@ -306,6 +310,7 @@ initIntervene({ heads: state.heads, mlps: state.mlps, edits: state.edits }, {
   onConfigChange: (c) => { state.heads = c.heads; state.mlps = c.mlps; state.edits = c.edits; writeUrl(); },
 });
 initDecomposition({ onTargetChange: (t) => { state.target = t; writeUrl(); requestForward(DEPENDS.target, 0); } });
+initClassifier();
 
 $("prompt-form").addEventListener("submit", (e) => { e.preventDefault(); requestForward(ALL_PARTS); });
 $("prompt").addEventListener("input", () => {
@@ -326,4 +331,10 @@ addEventListener("scroll", () => {
   cancelAnimationFrame(navFrame);
   navFrame = requestAnimationFrame(() => markNav(currentStage()));
 }, { passive: true });
-requestForward(ALL_PARTS, 0);
+// A classifier's default prompt is one of its task's examples in the format it was trained on (start
+// token, text, extract token); a prompt in the URL is kept as it is.
+if (MODEL.classifier && !new URLSearchParams(location.search).has("text")) {
+  classifierPrompt(MODEL.classifier, $("prompt").value).then((t) => { $("prompt").value = t; requestForward(ALL_PARTS, 0); });
+} else {
+  requestForward(ALL_PARTS, 0);
+}

@@ -42,12 +42,22 @@ export function renderDecomposition(trace, candidates, target, labels) {
   }
   $("dc-stats").replaceChildren(
     el("span", {}, `Logit of “${visible(d.target_text)}” (id ${d.target_id}) at ${where}: `),
-    el("span", { class: "pill", id: "dc-total", "data-value": d.total }, `sum of the parts `, el("b", { text: fmt(d.total, 4) })),
-    el("span", { class: "pill", id: "dc-logit", "data-value": d.logit }, `model's logit `, el("b", { text: fmt(d.logit, 4) })),
-    el("span", { class: "pill", id: "dc-error", "data-value": d.residual_error }, `difference `, el("b", { text: fmt(d.residual_error, 6) })),
-    el("br"), el("span", { class: "muted", text: d.note }),
+    ...decompositionPills(d, "dc"), el("br"), el("span", { class: "muted", text: d.note }),
   );
-  later("decomposition", $("dc-plot"), () => drawBars(d));
+  later("decomposition", $("dc-plot"), () => {
+    drawDecomposition($("dc-plot"), d, `what each part adds to the logit of “${visible(d.target_text)}”`, "decomposition");
+    $("decomposition-panel").dataset.target = String(d.target_id);
+  });
+}
+
+// The sum of the parts, the model's own logit and their difference, as pills #<prefix>-total,
+// #<prefix>-logit and #<prefix>-error (data-value: the API's number). Also the classifier panel's.
+export function decompositionPills(d, prefix) {
+  return [
+    el("span", { class: "pill", id: `${prefix}-total`, "data-value": d.total }, `sum of the parts `, el("b", { text: fmt(d.total, 4) })),
+    el("span", { class: "pill", id: `${prefix}-logit`, "data-value": d.logit }, `model's logit `, el("b", { text: fmt(d.logit, 4) })),
+    el("span", { class: "pill", id: `${prefix}-error`, "data-value": d.residual_error }, `difference `, el("b", { text: fmt(d.residual_error, 6) })),
+  ];
 }
 
 // One label per bar while they fit (up to 60 parts: a 4-layer model has 30); for more (GPT-2 small
@@ -60,7 +70,9 @@ function partTicks(c) {
   return { vals: starts, text: starts.map((i) => `L${c[i].layer}`), layerStarts: starts, byLayer: true };
 }
 
-function drawBars(d) {
+// One bar per part (coloured by kind), then the sum of the parts and the model's logit. Also the
+// classifier panel's (a label's logit).
+export function drawDecomposition(gd, d, title, name) {
   const c = d.contributions;
   const x = c.map((_, i) => i);
   // the two totals after the parts, one bar's width apart; with many parts each bar is narrow, so
@@ -82,14 +94,13 @@ function drawBars(d) {
   }];
   const ticks = partTicks(c);
   const sep = (at) => ({ type: "line", xref: "x", yref: "paper", x0: at, x1: at, y0: 0, y1: 1, line: { color: "#bbb", dash: "dot" } });
-  draw($("dc-plot"), data, {
+  return draw(gd, data, {
     height: 420, showlegend: false, bargap: c.length > 60 ? 0.1 : 0.2,
-    title: { text: `what each part adds to the logit of “${visible(d.target_text)}”`, x: 0, xanchor: "left", font: { size: 13 } },
+    title: { text: title, x: 0, xanchor: "left", font: { size: 13 } },
     xaxis: { tickmode: "array", tickvals: [...ticks.vals, xSum, xLogit], ticktext: [...ticks.text, "<b>sum</b>", "<b>logit</b>"],
       tickangle: -60, tickfont: { family: MONO, size: 11 }, automargin: !ticks.byLayer },
     yaxis: { title: { text: "contribution to the logit" }, zeroline: true, zerolinecolor: "#888" },
     shapes: [sep(c.length - 0.25), ...ticks.layerStarts.map((i) => sep(i - 0.5))],
     margin: { l: 60, r: 10, t: 40, b: ticks.byLayer ? 70 : 110 },
-  }, "decomposition");
-  $("decomposition-panel").dataset.target = String(d.target_id);
+  }, name);
 }

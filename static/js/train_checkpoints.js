@@ -88,7 +88,8 @@ export async function refresh() {
   return list;
 }
 
-function updateBadge(health) {
+// The header's model badge, from POST /model's answer (also used by the fine-tune panel).
+export function updateBadge(health) {
   const i = health.info;
   const badge = document.querySelector(".model-badge");
   if (!badge) return;

@@ -335,6 +335,29 @@ export function tokenFeatureHeatmap(gd, z, opts) {
   }, opts.name || gd.id);
 }
 
+// A heat strip over a prompt's tokens: one row per entry of z (a layer, or one head of a layer),
+// one column per token, Viridis from zmin to zmax (0..1). opts: rowNames, colorTitle, hoverName,
+// name (download name), mark (a column outlined, e.g. the position read).
+export function tokenStrip(gd, z, labels, opts = {}) {
+  const names = opts.rowNames || z.map((_, r) => String(r));
+  const height = Math.max(170, Math.min(900, 130 + z.length * 22));
+  const data = [{
+    type: "heatmap", z, x: labels.map((_, i) => i), y: z.map((_, r) => r), colorscale: SEQ,
+    zmin: opts.zmin ?? 0, zmax: opts.zmax ?? 1, xgap: 1, ygap: 1,
+    colorbar: { title: { text: opts.colorTitle || "", side: "right" }, thickness: 10 },
+    customdata: z.map((_, r) => labels.map((t) => [names[r], t])),
+    hovertemplate: `%{customdata[0]} · token %{x} “%{customdata[1]}”<br>${opts.hoverName || "value"} %{z}<extra></extra>`,
+  }];
+  const shapes = opts.mark === undefined || opts.mark === null ? [] : [{ type: "rect", xref: "x", yref: "paper",
+    x0: opts.mark - 0.5, x1: opts.mark + 0.5, y0: 0, y1: 1, line: { color: OKABE.vermillion, width: 2 }, fillcolor: "rgba(0,0,0,0)" }];
+  return draw(gd, data, {
+    height, shapes, margin: { l: 20, r: 10, t: 10, b: 10 },
+    xaxis: { ...tokenAxis(labels, Math.max(300, (gd.clientWidth || 900) - 220), {}, SLANTED_TICK_PX), side: "bottom", tickangle: -60 },
+    yaxis: { tickmode: "array", tickvals: names.map((_, r) => r), ticktext: names, autorange: "reversed",
+      tickfont: { family: MONO, size: 11 }, showgrid: false, zeroline: false, automargin: true },
+  }, opts.name || gd.id);
+}
+
 const plainAxis = { tickmode: "auto", nticks: 9, showgrid: false, zeroline: false, automargin: true };
 
 // Rows of a causal model's attention stop at the diagonal (the API leaves out the masked keys,
