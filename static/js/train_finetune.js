@@ -193,6 +193,8 @@ async function loadJobs(select = null) {
 
 function show(job) {
   const changed = !shown || shown.id !== job.id;
+  // a job that has just saved its classifier: the checkpoints table (panel 5) lists it now
+  if (!changed && shown.status === "running" && job.status !== "running" && job.saved_as) refreshCheckpoints();
   shown = job;
   urlSet("job", job.id);
   const opt = [...$("ft-job").options].find((o) => o.value === job.id);
