@@ -14,7 +14,8 @@ from model import corpus as corpus_mod
 
 from . import __version__, errors
 from .config import STATIC_DIR, Settings
-from .routers import compare, docs, embeddings, forward, heads, health, intervene, learn, pages, sampling, tokenize, training
+from .routers import (compare, docs, embeddings, forward, heads, health, intervene, learn, lessons, pages, sampling, tokenize,
+                      training)
 from .security import GuardMiddleware
 from .service import ModelService
 from .runs import RunManager
@@ -55,7 +56,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
     app.state.runs = RunManager(settings.data_dir)
     errors.install(app)
     for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router,
-              training.router, learn.router, heads.router, compare.router):
+              training.router, learn.router, lessons.router, heads.router, compare.router):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)
     app.include_router(docs.router)

@@ -11,6 +11,7 @@ from typing import Sequence
 import torch
 
 from model import formulas as C
+from model import lessons as LS
 from model.gpt import PRESETS, GPTConfig, count_params
 from model.schedules import warmup_cosine
 
@@ -254,7 +255,57 @@ CONFIG_FIELDS = ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp",
 
 
 def preset_names() -> list[str]:
-    return ["model", *PRESETS, *C.REFERENCE_SHAPES]
+    return ["model", *PRESETS, *C.REFERENCE_SHAPES, "transformer-base"]
+
+
+# Vaswani et al.'s base model: 6 + 6 layers of width 512, 8 heads, FFN 2,048, a 37,000-token shared
+# vocabulary; the paper states 65M parameters, the texts about 84M with a separate output matrix.
+TRANSFORMER_BASE = dict(vocab_size=37_000, n_ctx=512, n_layer=6, n_head=8, d_model=512, d_mlp=2048, tie_weights=True)
+ENC_DEC_FIELDS = ("vocab_size", "n_layer", "n_head", "d_model", "d_mlp", "tie_weights")
+STATED_TIED, STATED_UNTIED = 65_000_000, 84_000_000
+
+
+def encoder_decoder_params(overrides: dict) -> S.ParamsResponse:
+    """preset=transformer-base: model.lessons.encoder_decoder_counts, tied and untied, as a ParamsResponse."""
+    other = next((k for k in CONFIG_FIELDS if k not in ENC_DEC_FIELDS and overrides.get(k) is not None), None)
+    if other:
+        raise query_error(other, f"the encoder-decoder preset transformer-base takes only {', '.join(ENC_DEC_FIELDS)}")
+    p = {**TRANSFORMER_BASE, **{k: v for k, v in overrides.items() if v is not None}}
+    if p["d_model"] % p["n_head"]:
+        raise query_error("n_head", f"d_model={p['d_model']} is not divisible by n_head={p['n_head']}")
+    d_ff = p["d_mlp"] or 4 * p["d_model"]
+    tied = LS.encoder_decoder_counts(p["vocab_size"], p["d_model"], p["n_layer"], d_ff, tie=True)
+    untied = LS.encoder_decoder_counts(p["vocab_size"], p["d_model"], p["n_layer"], d_ff, tie=False)
+    c = tied if p["tie_weights"] else untied
+    d, L = p["d_model"], p["n_layer"]
+    weights = c["embedding"] + c["output"] + L * (4 * d * d + 2 * d * d_ff) + L * (8 * d * d + 2 * d * d_ff)
+    counts = {"total": c["total"], "seed_convention": weights, "token_embedding": c["embedding"], "position_embedding": 0,
+              "encoder": c["encoder"], "decoder": c["decoder"], "per_block": c["decoder_layer"],
+              "per_block_seed_convention": 8 * d * d + 2 * d * d_ff, "attention_weights_per_block": 8 * d * d,
+              "mlp_weights_per_block": 2 * d * d_ff, "unembedding": c["output"], "biases_and_norms": c["total"] - weights}
+    parts = [("shared embedding (V × d): source, target" + (" and output" if p["tie_weights"] else ""), c["embedding"]),
+             (f"encoder ({L} layers: self-attention, FFN)", c["encoder"]),
+             (f"decoder ({L} layers: self-attention, cross-attention, FFN)", c["decoder"]),
+             ("output matrix (untied, V × d)", c["output"])]
+    cfg = S.ParamsConfig(vocab_size=p["vocab_size"], n_ctx=p["n_ctx"], n_layer=L, n_head=p["n_head"], d_model=d,
+                         d_mlp=d_ff, bias=True, norm="post", tie_weights=p["tie_weights"], pos="sinusoidal",
+                         mlp="relu", n_kv_head=p["n_head"])
+    return S.ParamsResponse(
+        preset="transformer-base", config=cfg, counts=counts, token_embedding_share=c["embedding"] / weights,
+        embedding_share=(c["embedding"] + c["output"]) / weights, non_embedding=weights - c["embedding"] - c["output"],
+        twelve_d_squared=12 * d * d, parts=[S.Part(label=lab, count=n, share=n / c["total"]) for lab, n in parts if n],
+        encoder_decoder=S.EncoderDecoderCount(
+            encoder_layer=c["encoder_layer"], decoder_layer=c["decoder_layer"], encoder=c["encoder"], decoder=c["decoder"],
+            embedding=c["embedding"], tied_total=tied["total"], untied_total=untied["total"],
+            difference=untied["total"] - tied["total"], stated_tied=STATED_TIED, stated_untied=STATED_UNTIED))
+
+
+def model_batch(service: ModelService) -> tuple[int, int] | None:
+    """(batch, context) the loaded model was trained with, from its checkpoint.json (None if not recorded)."""
+    tc = service.meta.get("train_config")
+    if not isinstance(tc, dict) or not isinstance(tc.get("batch_size"), int):
+        return None
+    return tc["batch_size"], int(tc.get("seq_len") or service.model.cfg.n_ctx)
 
 
 def _preset_dict(service: ModelService, name: str) -> dict:
@@ -294,6 +345,8 @@ def _shares(c: dict) -> tuple[float, float, int]:
 
 
 def params(service: ModelService, preset: str | None, overrides: dict) -> S.ParamsResponse:
+    if preset == "transformer-base":
+        return encoder_decoder_params(overrides)
     base = _preset_dict(service, preset) if preset else {}
     cfg = _config(base, overrides)
     counts = count_params(cfg)
@@ -320,7 +373,10 @@ def presets(service: ModelService) -> S.PresetsResponse:
         c = count_params(cfg)
         tok_share, _, non_emb = _shares(c)
         label = f"{PRESET_LABELS[name]} ({service.name})" if name == "model" else PRESET_LABELS[name]
+        batch = model_batch(service) if name == "model" else LS.PAPER_BATCHES.get(name)
         rows.append(S.PresetRow(name=name, label=label, config=_config_model(cfg), total=c["total"],
+                                batch_size=batch[0] if batch else None, context=batch[1] if batch else None,
+                                tokens_per_update=LS.tokens_per_update(*batch) if batch else None,
                                 seed_convention=c["seed_convention"], per_block=c["per_block_seed_convention"],
                                 token_embedding_share=tok_share,
                                 non_embedding=non_emb))
@@ -416,5 +472,14 @@ def curves_index() -> S.CurvesIndex:
         ("/api/v1/curves/kv-cache", "KV-cache memory, multi-head versus grouped-query"),
         ("/api/v1/curves/scaling-law", "Kaplan's loss-versus-parameters power law"),
         ("/api/v1/curves/optimizers", "SGD, momentum, Adam, AdamW and Muon on a narrow ravine"),
+        ("/api/v1/curves/initialisation", "N(0, 0.02) against Xavier and He, and the variance of a pre-activation"),
+        ("/api/v1/curves/dropout", "dropout's mask and its 1/(1 - p) rescale on a real embedding row"),
+        ("/api/v1/curves/adam", "Adam's moving averages: memory 1/(1 - beta), bias correction, epsilon"),
+        ("/api/v1/params?preset=transformer-base", "the original encoder-decoder Transformer, tied and untied"),
+        ("/api/v1/curves/embedding-scale", "embeddings times sqrt(d_model) against sinusoidal positions"),
+        ("/api/v1/curves/masked-lm", "BERT's bidirectional mask and masked-LM corruption against GPT's causal mask"),
+        ("/api/v1/curves/teacher-forcing", "inputs and targets one position apart, scored in one forward pass"),
+        ("/api/v1/curves/head-gradients", "how the loss reaches an attention head: real gradients of the loaded model"),
+        ("/api/v1/curves/tokens-per-update", "predictions per update and over pretraining, against SNLI"),
     ]
     return S.CurvesIndex(endpoints=[{"path": p, "what": w} for p, w in e])

@@ -13,12 +13,13 @@ from functools import lru_cache
 
 import tiktoken
 
+from model import lessons as L
 from model.bpe import BPEMerges
 from model.tokenizers import CharEncoding
 
 from ..config import MAX_MERGES_PRETOKEN_BYTES
 from ..errors import InputError
-from ..schemas.tokenize import (CompareResponse, EncodingComparison, EncodingInfo, EncodingsResponse,
+from ..schemas.tokenize import (CharacterLevel, CompareResponse, EncodingComparison, EncodingInfo, EncodingsResponse,
                                 MergesCounts, MergesResponse, MergeStep, ModelMerge, ModelMergesResponse,
                                 PreTokenMerges, SpecialToken, TokenBytes, TokenCounts, TokenInfo)
 from ..service import ModelService
@@ -190,9 +191,11 @@ def compare(service: ModelService, text: str, d_model: int, allow_special: bool 
                                characters_per_token=round(n_chars / n, 4) if n else None),
             bytes_per_token=round(n_bytes / n, 4) if n else None,
             tokens_vs_fewest=round(n / fewest, 4) if fewest else None,
-            embedding_params=enc.n_vocab * d_model, attention_scores=n * n,
+            embedding_params=enc.n_vocab * d_model, attention_scores=L.attention_scores(n),
+            character_attention_ratio=round(L.attention_scores(n_chars) / L.attention_scores(n), 4) if n else None,
             tokens=tok.token_pieces(enc, ids, text) if include_tokens else None))
-    return CompareResponse(characters=n_chars, bytes=n_bytes, d_model=d_model, encodings=out)
+    chars = CharacterLevel(positions=n_chars, attention_scores=L.attention_scores(n_chars))
+    return CompareResponse(characters=n_chars, character_level=chars, bytes=n_bytes, d_model=d_model, encodings=out)
 
 
 # --- the built-in tokenizer's training record -------------------------------------------------

@@ -196,8 +196,25 @@ class Part(BaseModel):
     share: float = Field(description="count / counts.total")
 
 
+class EncoderDecoderCount(BaseModel):
+    """preset=transformer-base: the original encoder-decoder Transformer, counted both ways."""
+
+    encoder_layer: int = Field(description="self-attention 4 d^2 + 4 d, FFN 2 d d_ff + d_ff + d, two LayerNorms")
+    decoder_layer: int = Field(description="an encoder layer plus cross-attention and a third LayerNorm")
+    encoder: int
+    decoder: int
+    embedding: int = Field(description="V x d: one table for source, target and output when tied")
+    tied_total: int = Field(description="every parameter with the one shared table (the paper: about 65M)")
+    untied_total: int = Field(description="the same with its own V x d output matrix (the texts: about 84M)")
+    difference: int = Field(description="untied_total - tied_total = V x d, about 19M at V 37,000, d 512")
+    stated_tied: int = Field(description="the size the paper and the texts state for the base model (65M)")
+    stated_untied: int = Field(description="the untied size the texts state (84M)")
+
+
 class ParamsResponse(BaseModel):
     preset: str | None = Field(description="the preset the config started from (None: fields only)")
+    encoder_decoder: EncoderDecoderCount | None = Field(None, description="preset=transformer-base only: the "
+                                                        "encoder-decoder count, tied and untied")
     config: ParamsConfig
     counts: dict[str, int] = Field(description="model.gpt.count_params: total (every trainable number), "
                                                "seed_convention (weight matrices and tables only), and parts")
@@ -217,6 +234,10 @@ class PresetRow(BaseModel):
     per_block: int = Field(description="weights of one block (seed convention): attention 4 d^2 + MLP 2 d d_mlp")
     token_embedding_share: float
     non_embedding: int
+    batch_size: int | None = Field(None, description="sequences per update in its paper (GPT-1 64, GPT-2 512) or, for the "
+                                                     "loaded model, its checkpoint; null when not known")
+    context: int | None = Field(None, description="tokens per training sequence (GPT-1 512, GPT-2 1,024)")
+    tokens_per_update: int | None = Field(None, description="batch_size x context (GPT-1: 32,768)")
 
 
 class PresetsResponse(BaseModel):

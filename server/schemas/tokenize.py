@@ -135,11 +135,21 @@ class EncodingComparison(BaseModel):
     tokens_vs_fewest: float | None = Field(description="this encoding's token count divided by the smallest count here; null when a count is 0")
     embedding_params: int = Field(description="vocab_size × d_model: the token embedding matrix (an untied output layer costs as much again)")
     attention_scores: int = Field(description="tokens²: query-key scores one attention head computes for this text (the causal mask then hides about half)")
+    character_attention_ratio: float | None = Field(None, description="characters² / tokens²: how many times more attention "
+                                                    "scores a character-level model computes for the same text; null for 0 tokens")
     tokens: list[TokenPiece] | None = None
+
+
+class CharacterLevel(BaseModel):
+    """The same text read one character per position, as a character-level model would."""
+
+    positions: int = Field(description="one per character (code point)")
+    attention_scores: int = Field(description="characters²: query-key scores per head")
 
 
 class CompareResponse(BaseModel):
     characters: int
+    character_level: CharacterLevel | None = Field(None, description="the character 'encoding': one position per character")
     bytes: int
     d_model: int
     encodings: list[EncodingComparison]
