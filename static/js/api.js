@@ -126,7 +126,8 @@ export function formQuery(forms, prefix = null) {
         if (!name.startsWith(`${prefix}:`)) continue;
         name = name.slice(prefix.length + 1);
       } else if (name.includes(":")) continue;  // a prefixed field belongs to one curve only
-      const v = input.type === "checkbox" ? String(input.checked) : input.value.replace(/\s+/g, "");
+      // a field marked data-raw (a text to tokenize) is sent as typed; others lose their spaces ("2, 1" -> "2,1")
+      const v = input.type === "checkbox" ? String(input.checked) : "raw" in input.dataset ? input.value : input.value.replace(/\s+/g, "");
       if (v !== "") q.set(name, v);
     }
   }

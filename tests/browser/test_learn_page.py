@@ -10,7 +10,8 @@ import pytest
 pytestmark = pytest.mark.browser
 
 PANELS = ["schedule-panel", "model-schedule-box", "gelu-panel", "loss-panel", "smoothing-panel", "softmax-panel",
-          "sizes-panel", "kv-panel", "scaling-panel", "optimizers-panel"]
+          "sizes-panel", "kv-panel", "scaling-panel", "optimizers-panel", "init-panel", "dropout-panel", "adam-panel",
+          "embscale-panel", "bert-panel", "shift-panel", "backprop-panel", "batch-panel"]
 
 
 def api(page, live_url: str, path: str) -> dict:
@@ -219,4 +220,61 @@ def test_the_ravine_draws_muon_beside_the_other_four(page, live_url):
     assert slow["x"] != muon["x"]
     assert trace(page, "optimizers-plot", muon["label"])["x"] == slow["x"]
     assert "Muon (lr 0.1," in page.inner_text("#optimizers-summary")
+    assert not page.console_errors, page.console_errors
+
+
+def test_the_training_lessons_draw_what_the_api_returns(page, live_url):
+    """Initialisation, dropout, Adam, the embedding scale, BERT vs GPT, teacher forcing, the gradient at a
+    head, tokens per update and the encoder-decoder count: each panel draws its endpoint's numbers."""
+    open_learn(page, live_url)
+    init = api(page, live_url, "/curves/initialisation?width=768&rows=128&seed=0")
+    gpt1 = init["schemes"][0]
+    assert trace(page, "init-plot", f"{gpt1['label']}: N(0")["y"] == gpt1["density_formula"]
+    table = page.inner_text("#init-table")
+    assert "0.020" in table and "0.036" in table and "0.051" in table and "± 3.6 σ" in table
+    summary = page.inner_text("#init-summary")
+    assert "0.307" in summary and "0.554" in summary
+
+    d = api(page, live_url, "/curves/dropout?p=0.2&size=16&seed=0")
+    assert trace(page, "dropout-plot", "after dropout")["y"] == d["out"]
+    assert trace(page, "dropout-avg-plot", "mean of")["y"] == d["average_rescaled"]
+    assert "1/(1 − p) = 1.2500" in page.inner_text("#dropout-summary")
+
+    a = api(page, live_url, "/curves/adam?beta1=0.9&beta2=0.999&eps=1e-8")
+    assert trace(page, "adam-memory-plot", "second moment")["y"] == a["weights_beta2"]
+    assert trace(page, "adam-bias-plot", "step without correction")["y"] == a["step_uncorrected"]
+    assert "about 1,000" in page.inner_text("#adam-summary")
+    assert "1e-8" in page.inner_text("#adam-table") and "50 steps" in page.inner_text("#adam-table")
+
+    e = api(page, live_url, "/curves/embedding-scale?d_model=512")
+    assert trace(page, "embscale-plot", "sinusoidal")["y"] == e["position_norms"]
+    assert "√d = 22.6" in page.inner_text("#embscale-summary") and "√(d/2) = 16.0" in page.inner_text("#embscale-summary")
+
+    text = "Once more unto the breach, dear friends, once more"
+    m = api(page, live_url, f"/curves/masked-lm?text={text}&rate=0.15&seed=0")
+    z = page.evaluate("() => document.getElementById('bert-causal-plot').data[0].z")
+    assert z == [[int(v) for v in row] for row in m["causal"]]
+    assert page.locator("#bert-table tbody tr.picked").count() == m["picked"]
+    assert f"{100 * m['shares']['mask']:.1f}% become [MASK]" in page.inner_text("#bert-summary")
+    assert m["shares"]["mask"] == pytest.approx(0.8, abs=0.01)
+
+    t = api(page, live_url, f"/curves/teacher-forcing?text={text}")
+    assert trace(page, "shift-plot", "−ln p(target)")["y"] == t["loss"]
+    assert f"{t['predictions']} next-token problems" in page.inner_text("#shift-summary")
+
+    g = api(page, live_url, f"/curves/head-gradients?text={text}&layer=0&head=0")
+    drawn = page.evaluate("() => document.getElementById('backprop-norms-plot').data[0].z")
+    assert drawn == [[n["total"] for n in row] for row in g["norms"]]
+    assert "matches G Vᵀ" in page.inner_text("#backprop-summary")
+
+    b = api(page, live_url, "/curves/tokens-per-update")
+    assert "64 × 512 = 32,768 predictions per update" in page.inner_text("#batch-summary")
+    assert trace(page, "batch-plot", "predictions")["x"] == [b["per_update"], b["labelled_examples"], b["total_predictions"]]
+    assert "524,288" in page.inner_text("#batch-table") and "524,288" in page.inner_text("#presets-table")
+
+    page.select_option("#params-preset", "transformer-base")
+    ed = api(page, live_url, "/params?preset=transformer-base")["encoder_decoder"]
+    page.wait_for_function("(n) => document.getElementById('sizes-panel').dataset.total === n", arg=str(ed["tied_total"]))
+    note = page.inner_text("#params-encdec")
+    assert f"{ed['untied_total']:,}" in note and f"{ed['difference']:,}" in note
     assert not page.console_errors, page.console_errors
