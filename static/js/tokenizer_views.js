@@ -59,6 +59,26 @@ function cell(tr, text, cls) {
   return td;
 }
 
+// The character "encoding": one position per character, so the most attention scores of all.
+function characterRow(cmp) {
+  const tr = document.createElement("tr");
+  tr.dataset.encoding = "characters";
+  const b = document.createElement("b");
+  b.textContent = "characters";
+  const small = document.createElement("div");
+  small.className = "muted small";
+  small.textContent = "character level: one position per character";
+  cell(tr, "").append(b, small);
+  cell(tr, "–", "num vocab");
+  cell(tr, fmt(cmp.character_level.positions), "num ntokens");
+  cell(tr, "–", "num");
+  cell(tr, "–", "num");
+  cell(tr, "–", "num params");
+  cell(tr, fmt(cmp.character_level.attention_scores), "num");
+  cell(tr, "–", "num char-ratio");
+  return tr;
+}
+
 export function renderCompare(tbody, blocks, cmp, current, showIds) {
   const rows = document.createDocumentFragment();
   const grids = document.createDocumentFragment();
@@ -79,6 +99,7 @@ export function renderCompare(tbody, blocks, cmp, current, showIds) {
     cell(tr, e.tokens_vs_fewest === null ? "–" : `× ${e.tokens_vs_fewest.toFixed(2)}`, "num");
     cell(tr, fmt(e.embedding_params), "num params");
     cell(tr, fmt(e.attention_scores), "num");
+    cell(tr, e.character_attention_ratio === null ? "–" : `× ${e.character_attention_ratio.toFixed(1)}`, "num char-ratio");
     rows.appendChild(tr);
 
     if (e.tokens) {
@@ -94,6 +115,7 @@ export function renderCompare(tbody, blocks, cmp, current, showIds) {
       grids.appendChild(box);
     }
   }
+  if (cmp.character_level) rows.prepend(characterRow(cmp));
   tbody.replaceChildren(rows);
   blocks.replaceChildren(grids);
 }

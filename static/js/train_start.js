@@ -23,7 +23,7 @@ const PRESET_OPTION = { tiny: "tiny: trains in seconds", cpu: "cpu: the built-in
 // The words for each architecture choice (the choices themselves come from ModelOverrides' schema).
 const ARCH_WORDS = {
   pos: { learned: "learned rows (GPT-2)", rope: "rotary, RoPE (LLaMA)", none: "none" },
-  norm: { pre: "before each sublayer (GPT-2)", post: "after the residual add (GPT-1)", both: "before and after (Gemma 2)" },
+  norm: { pre: "before each sublayer (GPT-2)", post: "after the residual add (GPT-1; one source says before: sources disagree)", both: "before and after (Gemma 2)" },
   norm_type: { layernorm: "LayerNorm", rmsnorm: "RMSNorm" },
   mlp: { gelu: "GELU", swiglu: "SwiGLU (gated)" },
   bias: { true: "with biases", false: "no biases" },

@@ -131,11 +131,16 @@ def test_tokens_encodings_ids_merges_and_comparison(page, live_url):
     # The comparison table: one row per encoding, numbers from POST /api/v1/tokenize/compare.
     cmp = api(page, live_url, "/tokenize/compare", text=SENTENCE, d_model=768)
     rows = page.locator("#compare-table tbody tr")
-    assert rows.evaluate_all("els => els.map(e => e.dataset.encoding)") == ["gpt2", "cl100k_base", "o200k_base", "model"]
+    assert rows.evaluate_all("els => els.map(e => e.dataset.encoding)") == ["characters", "gpt2", "cl100k_base", "o200k_base", "model"]
     assert page.locator("#compare-table tbody td.ntokens").evaluate_all("els => els.map(e => e.textContent)") == [
-        f"{e['counts']['tokens']:,}" for e in cmp["encodings"]]
+        f"{cmp['character_level']['positions']:,}", *(f"{e['counts']['tokens']:,}" for e in cmp["encodings"])]
     assert page.locator("#compare-table tbody td.params").evaluate_all("els => els.map(e => e.textContent)") == [
-        f"{e['embedding_params']:,}" for e in cmp["encodings"]]
+        "–", *(f"{e['embedding_params']:,}" for e in cmp["encodings"])]
+    # the character "encoding": 83 positions, about 30 times the attention scores of 15 sub-word tokens
+    assert cmp["character_level"] == {"positions": 83, "attention_scores": 83 * 83}
+    assert page.locator("#compare-table tbody td.char-ratio").evaluate_all("els => els.map(e => e.textContent)") == [
+        "–", *(f"× {e['character_attention_ratio']:.1f}" for e in cmp["encodings"])]
+    assert page.text_content('#compare-table tr[data-encoding="o200k_base"] td.char-ratio') == "× 30.6"
     assert page.get_attribute("#compare-table tr.current", "data-encoding") == "o200k_base"
     blocks = page.locator("#compare-tokens .compare-block")
     assert blocks.count() == 4
