@@ -8,6 +8,7 @@ A checkpoint is a folder:
     weights-<sha12>.safetensors     the model's parameters (a tied matrix stored once)
     history-<sha12>.jsonl           one JSON line per update: loss, learning rate, gradient norms
     optimizer-<sha12>.safetensors   AdamW moments, only when saved for resuming
+    head-<sha12>.safetensors        a fine-tuned classifier's W_y (model/finetune.py), only for one
 
 Saving is atomic: each file goes to a new name made from its hash, is flushed to disk, and only
 then is checkpoint.json replaced (temp file + fsync + os.replace). The JSON is the commit point:
@@ -46,6 +47,7 @@ class Checkpoint:
     path: Path | None = None
     optimizer_state: dict[str, torch.Tensor] = field(default_factory=dict)
     history: list[dict] | None = None  # per-update records; read from the folder on first use
+    head: dict[str, torch.Tensor] = field(default_factory=dict)  # a classifier's W_y and bias
 
     def read_history(self) -> list[dict]:
         if self.history is None:
@@ -107,8 +109,9 @@ def history_lines(history: list[dict]) -> bytes:
 
 
 def save(path: str | Path, model: GPT, meta: dict, optimizer_state: dict[str, torch.Tensor] | None = None,
-         dtype: torch.dtype | None = None, history: list[dict] | None = None) -> Path:
-    """Write a checkpoint folder atomically; returns the folder."""
+         dtype: torch.dtype | None = None, history: list[dict] | None = None,
+         head: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write a checkpoint folder atomically; returns the folder. `head`: a classifier's extra tensors."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     meta = {**meta, "format": FORMAT, "version": 2, "config": model.cfg.to_dict()}
@@ -118,12 +121,14 @@ def save(path: str | Path, model: GPT, meta: dict, optimizer_state: dict[str, to
     _write_hashed(folder, meta, "optimizer", ".safetensors",
                   st_save({k: v.detach().cpu().contiguous() for k, v in optimizer_state.items()})
                   if optimizer_state else None)
+    _write_hashed(folder, meta, "head", ".safetensors",
+                  st_save({k: v.detach().cpu().contiguous() for k, v in head.items()}) if head else None)
     _fsync_dir(folder)
     _fsync_write(folder / META_NAME, json.dumps(meta, indent=1).encode("utf-8"))
     _fsync_dir(folder)
-    keep = {meta.get(k) for k in ("weights", "history", "optimizer")}
+    keep = {meta.get(k) for k in ("weights", "history", "optimizer", "head")}
     for old in [*folder.glob("weights-*.safetensors"), *folder.glob("history-*.jsonl"),
-                *folder.glob("optimizer-*.safetensors")]:
+                *folder.glob("optimizer-*.safetensors"), *folder.glob("head-*.safetensors")]:
         if old.name not in keep:
             old.unlink(missing_ok=True)
     for tmp in folder.glob(".*.tmp"):
@@ -206,4 +211,5 @@ def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: b
     opt = {}
     if with_optimizer and meta.get("optimizer"):
         opt = _read_tensors(folder, meta["optimizer"], meta.get("optimizer_sha256"), "optimizer")
-    return Checkpoint(model, meta, folder, opt)
+    head = _read_tensors(folder, meta["head"], meta.get("head_sha256"), "head") if meta.get("head") else {}
+    return Checkpoint(model, meta, folder, opt, head=head)

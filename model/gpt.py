@@ -574,6 +574,17 @@ class GPT(nn.Module):
         cached ones, and the cache grows by T. last_only: logits (B, 1, V) of the last position
         only (generation needs no more, and the unembedding is the widest matmul).
         """
+        x = self.hidden(idx, kv_cache, last_only)  # (B, T, d)
+        logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                                   ignore_index=-1)
+        return logits, loss
+
+    def hidden(self, idx: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
+        """idx (B, T) -> the final hidden states (B, T, d): the residual stream after the last block
+        and the final norm, what the unembedding reads (and a fine-tuned classifier's W_y)."""
         B, T = idx.shape
         start = kv_cache.length if kv_cache is not None else 0
         if start + T > self.cfg.n_ctx:
@@ -586,14 +597,9 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, kv_cache.layer(i) if kv_cache is not None else None)
         x = self.ln_final(x[:, -1:] if last_only else x)
-        logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
         if kv_cache is not None:
             kv_cache.length += T
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
-                                   ignore_index=-1)
-        return logits, loss
+        return x
 
     # ---- hooks -----------------------------------------------------------------------------
 

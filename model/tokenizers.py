@@ -184,7 +184,12 @@ class CharEncoding(tiktoken.Encoding):
 
 
 def encoding_from_spec(spec: dict, name: str = "model") -> tiktoken.Encoding:
-    """Rebuild a checkpoint's tokenizer from its JSON description."""
+    """Rebuild a checkpoint's tokenizer from its JSON description (with the special tokens a
+    fine-tuned classifier added, under "added_special_tokens": {text: id})."""
+    added = spec.get("added_special_tokens")
+    if added:
+        base = encoding_from_spec({k: v for k, v in spec.items() if k != "added_special_tokens"}, name)
+        return with_special_tokens(base, {str(k): int(v) for k, v in added.items()})
     kind = spec.get("kind")
     if kind == "chars":
         return CharEncoding(spec["chars"], name=name)
@@ -193,3 +198,12 @@ def encoding_from_spec(spec: dict, name: str = "model") -> tiktoken.Encoding:
     if kind == "tiktoken":
         return get_public_encoding(spec["name"])
     raise ValueError(f"unknown tokenizer kind {kind!r}")
+
+
+def with_special_tokens(enc: tiktoken.Encoding, added: dict[str, int]) -> tiktoken.Encoding:
+    """The same encoding with more special tokens (ids at or after its last one)."""
+    if isinstance(enc, CharEncoding):
+        raise ValueError("a character-level vocabulary cannot take special tokens")
+    specials = {**enc._special_tokens, **added}
+    return tiktoken.Encoding(name=enc.name, pat_str=enc._pat_str, mergeable_ranks=enc._mergeable_ranks,
+                             special_tokens=specials)

@@ -14,7 +14,8 @@ from model import corpus as corpus_mod
 
 from . import __version__, errors
 from .config import STATIC_DIR, Settings
-from .routers import (compare, docs, embeddings, forward, heads, health, intervene, learn, lessons, pages, sampling, tokenize,
+from .finetune_jobs import FinetuneManager
+from .routers import (compare, docs, embeddings, finetune, forward, heads, health, intervene, learn, lessons, pages, sampling, tokenize,
                       training)
 from .security import GuardMiddleware
 from .service import ModelService
@@ -37,6 +38,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         torch.set_num_threads(settings.threads_for(app.state.service.model.num_params()))
         yield
         app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
+        app.state.finetune.shutdown()
 
     app = FastAPI(
         title="gptscope",
@@ -54,9 +56,10 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
     app.state.settings = settings
     app.state.service = service
     app.state.runs = RunManager(settings.data_dir)
+    app.state.finetune = FinetuneManager(settings.data_dir)
     errors.install(app)
     for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router,
-              training.router, learn.router, lessons.router, heads.router, compare.router):
+              training.router, learn.router, lessons.router, heads.router, compare.router, finetune.router):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)
     app.include_router(docs.router)

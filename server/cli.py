@@ -113,6 +113,48 @@ def cmd_generate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_finetune(a: argparse.Namespace) -> int:
+    """Fine-tune a checkpoint on a labelled task by each method and size; progress on stderr, one
+    JSON line with every result on stdout."""
+    from pydantic import ValidationError
+
+    from model import checkpoint as ckpt
+    from model import finetune as ft
+    from model import tasks as tasks_mod
+
+    from .errors import InputError
+    from .finetune_jobs import FinetuneJobState, FinetuneManager, check_request, run_comparison
+    from .schemas.finetune import FinetuneRequest
+
+    data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
+    manager = FinetuneManager(data_dir)
+    try:
+        task = tasks_mod.from_csv(Path(a.csv).read_bytes(), Path(a.csv).stem) if a.csv else manager.task(a.task)
+        req = FinetuneRequest(task=task.name, methods=a.methods.split(","), lm_weight=a.lm_weight, seed=a.seed,
+                              sizes=[0 if s == "all" else int(s) for s in a.sizes.split(",")], steps=a.steps,
+                              save_as=a.save_as)
+        base = ckpt.load(checkpoint_folder(a.checkpoint))
+        check_request(req, base)
+    except (OSError, ValueError, ValidationError, InputError, tasks_mod.TaskError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"fine-tuning {base.meta.get('name')} on {task.name}: {len(task.train)} training and {len(task.test)} test "
+          f"examples, labels {', '.join(task.labels)} (chance {task.chance:.3f})", file=sys.stderr)
+    job = FinetuneJobState("cli", req, str(a.checkpoint), task)
+
+    def on_cell(r: dict) -> None:
+        print(f"  {r['method']:<15} n={r['n_train']:<5} accuracy {r['accuracy']:.3f}  test loss {r['test_loss']:.3f}  "
+              f"{r['steps']} steps, {r['seconds']:.1f} s{' (cached)' if r['cached'] else ''}", file=sys.stderr)
+
+    try:
+        run_comparison(job, base, manager.cache_dir, manager.models_dir, on_cell=on_cell)
+    except ft.Cancelled:
+        return 1
+    print(json.dumps({"task": task.name, "checkpoint": str(a.checkpoint), "labels": task.labels,
+                      "chance": round(task.chance, 4), "cells": job.cells, "saved_as": job.saved_as}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="gptscope", description="Train a small GPT and see inside it.")
@@ -159,11 +201,27 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--seed", type=int, default=0)
 
+    f = sub.add_parser("finetune", help="fine-tune a checkpoint on a labelled task (GPT-1's second stage) and compare "
+                                        "with training from scratch and a linear probe")
+    f.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the pretrained model (default: the built-in one)")
+    src = f.add_mutually_exclusive_group()
+    src.add_argument("--task", default="genre", help="a built-in task (genre, speaker) or an uploaded CSV task's name")
+    src.add_argument("--csv", default=None, help="a CSV file with header text,label[,text_b]")
+    f.add_argument("--methods", default="finetune,finetune_no_lm,scratch,probe",
+                   help="comma-separated: finetune, finetune_no_lm, scratch, probe")
+    f.add_argument("--sizes", default="16,64,256,1024,all", help="labelled examples per run, comma-separated ('all': every one)")
+    f.add_argument("--lm-weight", type=float, default=0.5, help="lambda, the auxiliary LM loss's weight in finetune")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--steps", type=int, default=None, help="updates per run (default: 3 epochs, 60 to 400)")
+    f.add_argument("--save-as", default=None, help="save the finetune classifier of the largest size as models/NAME")
+    f.add_argument("--data-dir", default=None, help="data folder for the cache and saved models (default: "
+                                                  "GPTSCOPE_DATA_DIR or ~/.gptscope)")
+
     if argv[:1] == ["train"]:
         return cmd_train(argv[1:])
     a = p.parse_args(argv)
     return {"serve": cmd_serve, "eval": cmd_eval, "corpus": cmd_corpus, "generate": cmd_generate,
-            "import": cmd_import}[a.cmd](a)
+            "import": cmd_import, "finetune": cmd_finetune}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ it also covers static files and the docs):
   server under its own host name and gets 400.
 - Origin: a POST / PUT / PATCH / DELETE that carries an Origin (browsers always send one on
   cross-site requests) must come from the page's own origin, else 403. So must Sec-Fetch-Site.
-- Content-Type: a body sent to /api/ must be JSON (multipart only for the corpus upload), else 415.
+- Content-Type: a body sent to /api/ must be JSON (multipart only for the corpus and task uploads), else 415.
   This also stops "simple" cross-site form posts, which cannot send application/json.
 - Size: a body larger than the limit gets 413 before the app sees any of it.
 - Load: at most `max_concurrent` API requests are worked on at once; past that the answer is an
@@ -24,7 +24,7 @@ import threading
 from urllib.parse import urlsplit
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
-UPLOAD_PATHS = ("/api/v1/corpora",)
+UPLOAD_PATHS = ("/api/v1/corpora", "/api/v1/finetune/tasks")
 
 
 def host_name(value: str) -> str:

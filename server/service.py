@@ -16,6 +16,7 @@ from typing import Iterator
 import torch
 
 from model import checkpoint as ckpt
+from model import finetune
 from model.gpt import GPT, KVCache
 
 
@@ -28,6 +29,8 @@ class ModelService:
         # show the same digits for the same prompt whichever parts a request captures.
         self.model.set_mode("explain")
         self.encoding = self.checkpoint.encoding()
+        # a fine-tuned classifier (GPT-1's second stage) also has W_y; None for a language model
+        self.classifier = finetune.load_classifier(self.checkpoint)
         self.meta = self.checkpoint.meta
         self.path = Path(path)
         self._lock = threading.Lock()

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from model.gpt import apply_rope, causal_allowed, rope_angles
 
 from ..errors import InputError
-from ..schemas.forward import (AttentionBlock, Contribution, Decomposition, EmbeddingsBlock, ExpertLayer, ForwardRequest,
+from ..schemas.forward import (AttentionBlock, ClassifierBlock, Contribution, Decomposition, EmbeddingsBlock, ExpertLayer, ForwardRequest,
                                ForwardResponse, HeadDetail, Histogram, LayerNormDetail, LensCandidate,
                                LogitLensBlock, MLPBlock, MLPLayer, MoEBlock, Neuron, NextToken, PositionLoss, PromptLoss,
                                ResidualBlock, RopeBlock, RopeDistanceCheck)
@@ -45,7 +45,8 @@ def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "t
     """Token ids of a prompt for the loaded model; refuses (or, if asked, truncates) a prompt that
     does not fit the context window."""
     check_text(text, field)
-    ids = encode(service.encoding, text, field=field)
+    # a classifier's prompt is written with its special tokens (<|start|> ... <|extract|>)
+    ids = encode(service.encoding, text, allow_special=service.classifier is not None, field=field)
     n_ctx = service.model.cfg.n_ctx
     if not ids:
         raise InputError(field, "the prompt has no tokens")
@@ -111,7 +112,9 @@ def _needed_hooks(parts: set[str], cfg, layers: list[int], layer: int) -> set[st
         names |= {f"blocks.{layer}.attn.{h}" for h in ("hook_q", "hook_k", "hook_q_rot", "hook_k_rot")}
     if "moe" in parts and cfg.n_expert:
         names |= {f"blocks.{l}.mlp.{h}" for l in L for h in ("hook_router_probs", "hook_router_choice")}
-    if "decomposition" in parts:
+    if "classifier" in parts:
+        names |= {f"blocks.{l}.attn.hook_pattern" for l in L}
+    if parts & {"decomposition", "classifier"}:
         names |= {"hook_embed", "hook_pos_embed", "ln_final.hook_scale"}
         names |= {f"blocks.{l}.attn.hook_result" for l in L} | {f"blocks.{l}.hook_mlp_out" for l in L}
         names |= {f"blocks.{l}.hook_attn_out" for l in L}
@@ -129,6 +132,9 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
     head = check_index(req.head, cfg.n_head, "head")
     if req.target is not None:
         check_index(req.target, cfg.vocab_size, "target")
+    if "classifier" in parts and service.classifier is None:
+        raise InputError("include", "'classifier' needs a fine-tuned classifier; the served model is a language model "
+                                    "(fine-tune one with POST /api/v1/finetune, then serve it)")
     if req.ids is not None:
         ids, dropped = given_ids(service, req.ids), 0
     else:
@@ -141,7 +147,7 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
     with service.run() as m, m.capture(_needed_hooks(parts, cfg, layers, layer)) as cache:
         # every position's logits only when a part reads them; else the selected (last) one: the
         # unembedding is the widest matmul (GPT-2: 50,257 x 768 per position)
-        every = bool(parts & {"prompt_loss", "decomposition"}) or pos != T - 1
+        every = bool(parts & {"prompt_loss", "decomposition", "classifier"}) or pos != T - 1
         logits, _ = m(torch.tensor([ids], device=service.device), last_only=not every)
         logits = logits[0]  # (T, V), or (1, V) for the last position only
         out = ForwardResponse(model=service.name, tokens=token_pieces(service.encoding, ids), truncated=dropped,
@@ -185,7 +191,25 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
             out.rope = _rope(m, c, layer, head, pos)
         if "moe" in parts and cfg.n_expert:
             out.moe = _moe(m, c)
+        if "classifier" in parts:
+            out.classifier = _classifier(service, m, c, ids)
     return out
+
+
+def _classifier(service: ModelService, m, c, ids: list[int]) -> ClassifierBlock:
+    """W_y on the final hidden state of the last position, the attention that fed that position,
+    and the winning label's logit split into its parts."""
+    clf, info = service.classifier, service.meta["classifier"]
+    pos = len(ids) - 1
+    h = m.ln_final(c[f"blocks.{m.cfg.n_layer - 1}.hook_resid_post"][pos:pos + 1][None])[0, 0]  # (d,)
+    logits = clf.head(h)  # (L,)
+    win = int(torch.argmax(logits))
+    return ClassifierBlock(
+        task=info["task"], labels=info["labels"], position=pos, at_extract=ids[-1] == clf.specials["extract"],
+        logits=rounded(logits), probs=rounded(torch.softmax(logits, -1)), predicted=win,
+        attention=[rounded(c[f"blocks.{l}.attn.hook_pattern"][:, pos, :pos + 1], 4) for l in range(m.cfg.n_layer)],
+        decomposition=decomposition(m, c, pos, clf.head.weight[win], float(logits[win]), win, info["labels"][win],
+                                    bias_out=float(clf.head.bias[win])))
 
 
 def _rope(m, c, layer: int, head: int, pos: int) -> RopeBlock:
@@ -317,22 +341,41 @@ def _prompt_loss(service, logits: torch.Tensor, ids: list[int]) -> PromptLoss:
 
 
 def _decompose(service, m, c, logits, pos: int, target: int | None) -> Decomposition:
-    """Split one logit into what each component wrote into the residual stream.
+    """Split the logit of `target` (default: the top prediction) at `pos` into its parts."""
+    tid = int(torch.argmax(logits[pos])) if target is None else target
+    return decomposition(m, c, pos, m.lm_head.weight[tid], float(logits[pos, tid]), tid, token_text(service, tid))
+
+
+def decomposition(m, c, pos: int, w_out: torch.Tensor, logit: float, target_id: int, target_text: str,
+                  bias_out: float = 0.0) -> Decomposition:
+    """Split one logit (w_out . h + bias_out) into what each component wrote into the residual stream.
 
     For a pre-norm model the final residual is embed + sum over layers of (heads + attention bias
     + MLP). Holding the final LayerNorm's scale at its real value makes the map from stream to
-    logit linear: logit = sum_c ((c - mean c) / scale) . (g * w_U) + b . w_U.
+    logit linear: logit = sum_c ((c - mean c) / scale) . (g * w_out) + b . w_out + bias_out.
     """
-    cfg = m.cfg
-    tid = int(torch.argmax(logits[pos])) if target is None else target
-    logit = float(logits[pos, tid])
-    if cfg.norm == "post":
-        return Decomposition(position=pos, target_id=tid, target_text=token_text(service, tid), logit=round(logit, 5),
+    if m.cfg.norm == "post":
+        return Decomposition(position=pos, target_id=target_id, target_text=target_text, logit=round(logit, 5),
                              contributions=[], total=0.0, residual_error=round(logit, 5), exact=False,
                              note="post-norm (GPT-1 style) models normalise inside every block, so the stream "
                                   "does not split into independent parts; no decomposition is given")
+    rows = split_logit(m, c, pos, w_out, bias_out)
+    total = sum(r.value for r in rows)
+    for r in rows:
+        r.value = round(r.value, 5)
+    return Decomposition(position=pos, target_id=target_id, target_text=target_text, logit=round(logit, 5),
+                         contributions=rows, total=round(total, 5), residual_error=round(logit - total, 6), exact=True,
+                         note="the final LayerNorm's scale is held at its value for this prompt, which makes the "
+                              "map from residual stream to logit linear, so the parts add up exactly")
+
+
+def split_logit(m, c, pos: int, w_out: torch.Tensor, bias_out: float = 0.0) -> list[Contribution]:
+    """What each component wrote into the residual stream at `pos`, read through the final norm
+    (its scale held at its real value) and the output row w_out: the rows sum to the logit w_out . h
+    (+ bias_out, listed as "output bias" when non-zero). Pre-norm and sandwich models only."""
+    cfg = m.cfg
     ln = m.ln_final
-    w_u = m.lm_head.weight[tid]  # (d,)
+    w_u = w_out  # (d,)
     scale = c["ln_final.hook_scale"][pos, 0]
     direction = ln.weight * w_u / scale
 
@@ -358,10 +401,6 @@ def _decompose(service, m, c, logits, pos: int, target: int | None) -> Decomposi
         rows.append(Contribution(name=f"MLP{l}", kind="mlp", layer=l, value=contrib(c[f"blocks.{l}.hook_mlp_out"][pos])))
     if ln.bias is not None:
         rows.append(Contribution(name="final LayerNorm shift", kind="bias", value=float((ln.bias * w_u).sum())))
-    total = sum(r.value for r in rows)
-    for r in rows:
-        r.value = round(r.value, 5)
-    return Decomposition(position=pos, target_id=tid, target_text=token_text(service, tid), logit=round(logit, 5),
-                         contributions=rows, total=round(total, 5), residual_error=round(logit - total, 6), exact=True,
-                         note="the final LayerNorm's scale is held at its value for this prompt, which makes the "
-                              "map from residual stream to logit linear, so the parts add up exactly")
+    if bias_out:
+        rows.append(Contribution(name="output bias", kind="bias", value=float(bias_out)))
+    return rows

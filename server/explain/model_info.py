@@ -5,7 +5,7 @@ import math
 from model.gpt import count_params
 
 from .. import __version__
-from ..schemas.health import Health, ModelInfo
+from ..schemas.health import ClassifierInfo, Health, ModelInfo
 from ..service import ModelService
 
 
@@ -24,6 +24,8 @@ def model_info(service: ModelService) -> ModelInfo:
         uniform_loss=round(math.log(cfg.vocab_size), 5), command=str(meta.get("command", "")),
         source=str(meta.get("source", {}).get("kind", "trained")), pos=cfg.pos, norm_type=cfg.norm_type, mlp=cfg.mlp,
         n_kv_head=cfg.n_kv_head, window=cfg.window, n_expert=cfg.n_expert, top_k_experts=cfg.top_k_experts,
+        classifier=ClassifierInfo(**{k: v for k, v in meta["classifier"].items() if k in ClassifierInfo.model_fields})
+        if service.classifier is not None else None,
     )
 
 

@@ -12,7 +12,7 @@ from .common import TokenPiece
 MAX_PROMPT_CHARS = 20_000
 
 ForwardPart = Literal["embeddings", "attention", "layernorm", "head_detail", "mlp", "residual",
-                      "logit_lens", "next_token", "prompt_loss", "decomposition", "rope", "moe"]
+                      "logit_lens", "next_token", "prompt_loss", "decomposition", "rope", "moe", "classifier"]
 ALL_PARTS: tuple[str, ...] = ForwardPart.__args__  # type: ignore[attr-defined]
 
 Matrix = list[list[float]]
@@ -225,6 +225,21 @@ class MoEBlock(BaseModel):
     layers: list[ExpertLayer]
 
 
+class ClassifierBlock(BaseModel):
+    """A served classifier's reading of the prompt: W_y applied to the final hidden state at the last position."""
+
+    task: str
+    labels: list[str]
+    position: int = Field(description="the position read (the last one)")
+    at_extract: bool = Field(description="whether the last token is the extract token the classifier was trained to read")
+    logits: list[float] = Field(description="one per label: W_y . h_last + b")
+    probs: list[float]
+    predicted: int = Field(description="index of the winning label")
+    attention: list[list[list[float]]] = Field(description="[layer][head][key]: the last position's attention row")
+    decomposition: Decomposition = Field(description="the winning label's logit split into what each component "
+                                                     "wrote into the residual stream (target_id is the label index)")
+
+
 class ForwardResponse(BaseModel):
     model: str
     tokens: list[TokenPiece]
@@ -249,3 +264,5 @@ class ForwardResponse(BaseModel):
     next_token: list[NextToken] | None = Field(None, description="top-k next tokens after the selected position")
     prompt_loss: PromptLoss | None = None
     decomposition: Decomposition | None = None
+    classifier: ClassifierBlock | None = Field(None, description="fine-tuned classifiers only (GET /api/v1/health: "
+                                               "info.classifier): the label W_y reads at the last position")

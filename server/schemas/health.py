@@ -3,6 +3,20 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
+class ClassifierInfo(BaseModel):
+    """What a fine-tuned classifier (GPT-1's second stage) labels, and how its input is written."""
+
+    task: str
+    labels: list[str]
+    special_tokens: dict[str, str] = Field(description="start, delimiter and extract: the token strings that frame an "
+                                                       "input, e.g. <|start|>text<|extract|>")
+    base: str | None = Field(description="the language model it was fine-tuned from")
+    method: str
+    lm_weight: float
+    n_train: int
+    accuracy: float = Field(description="its accuracy on the task's test half when it was saved")
+
+
 class ModelInfo(BaseModel):
     name: str
     checkpoint: str = Field(description="folder the weights were loaded from")
@@ -32,6 +46,7 @@ class ModelInfo(BaseModel):
     top_k_experts: int = Field(1, description="experts each token is sent to")
     source: str = Field(description="'trained' (here, with gptscope train), 'huggingface-gpt2' or 'nanogpt' (imported "
                                     "with gptscope import)")
+    classifier: ClassifierInfo | None = Field(None, description="a fine-tuned classifier's labels; null for a language model")
 
 
 class Health(BaseModel):

@@ -1,0 +1,215 @@
+"""Fine-tuning jobs inside the app: one at a time, in a background thread, on copies of a model.
+
+A job runs every (method, size) cell of a comparison in turn (model/finetune.py) and, when asked,
+saves the `finetune` classifier of its largest size as models/<save_as>. Cells are cached on disk
+(<data>/finetune-cache), so asking again for the same comparison returns at once. Users' CSV tasks
+live in <data>/tasks/<name>.csv and are referred to by name only.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from model import checkpoint as ckpt
+from model import finetune as ft
+from model import tasks as tasks_mod
+
+from .errors import Conflict, InputError, NotFound
+from .schemas.finetune import MAX_CSV_BYTES, TASK_PATTERN, FinetuneRequest
+
+JOB_ID = re.compile(r"^[0-9a-f]{12}$")
+
+
+@dataclass
+class FinetuneJobState:
+    id: str
+    request: FinetuneRequest
+    checkpoint: str
+    task: tasks_mod.Task
+    status: str = "running"
+    cells: list[dict] = field(default_factory=list)
+    current: dict | None = None
+    saved_as: str | None = None
+    error: str | None = None
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    @property
+    def total_cells(self) -> int:
+        return len(self.request.methods) * len(self.request.sizes)
+
+    @property
+    def elapsed(self) -> float:
+        return (self.finished or time.time()) - self.started
+
+
+@lru_cache(maxsize=8)
+def _csv_task(path: str, mtime: float, name: str) -> tasks_mod.Task:
+    return tasks_mod.from_csv(Path(path).read_bytes(), name)
+
+
+class FinetuneManager:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        self.tasks_dir = self.data_dir / "tasks"
+        self.cache_dir = self.data_dir / "finetune-cache"
+        self.models_dir = self.data_dir / "models"
+        self.jobs: dict[str, FinetuneJobState] = {}
+        self._lock = threading.Lock()
+
+    # ---- tasks ------------------------------------------------------------------------------
+
+    def task_names(self) -> list[str]:
+        users = sorted(p.stem for p in self.tasks_dir.glob("*.csv")) if self.tasks_dir.is_dir() else []
+        return [*tasks_mod.BUILTIN_TASKS, *(n for n in users if n not in tasks_mod.BUILTIN_TASKS)]
+
+    def task(self, name: str, field_name: str = "task") -> tasks_mod.Task:
+        if name in tasks_mod.BUILTIN_TASKS:
+            return tasks_mod.builtin(name)
+        if not re.fullmatch(TASK_PATTERN, name):
+            raise InputError(field_name, f"task name {name!r} is not valid")
+        p = self.tasks_dir / f"{name}.csv"
+        if not p.is_file():
+            raise InputError(field_name, f"no task named {name!r}; choose one of {', '.join(self.task_names())} "
+                                         "or upload a CSV to /api/v1/finetune/tasks")
+        try:
+            return _csv_task(str(p), p.stat().st_mtime, name)
+        except tasks_mod.TaskError as e:
+            raise InputError(field_name, str(e)) from None
+
+    def save_csv(self, name: str, data: bytes) -> tasks_mod.Task:
+        """Check a CSV (refusing a bad row by its number) and keep it as task `name`."""
+        if name in tasks_mod.BUILTIN_TASKS or not re.fullmatch(TASK_PATTERN, name):
+            raise InputError("name", f"{name!r} is a built-in task's name or not a valid name", where="form")
+        if len(data) > MAX_CSV_BYTES:
+            raise InputError("file", f"the CSV is {len(data):,} bytes; the limit is {MAX_CSV_BYTES:,}", status=413,
+                             where="form")
+        try:
+            task = tasks_mod.from_csv(data, name)
+        except tasks_mod.TaskError as e:
+            raise InputError("file", str(e), where="form") from None
+        self.tasks_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.tasks_dir / f".{name}.{uuid.uuid4().hex[:6]}.tmp"
+        tmp.write_bytes(data)
+        tmp.replace(self.tasks_dir / f"{name}.csv")
+        return task
+
+    # ---- jobs -------------------------------------------------------------------------------
+
+    def running(self) -> FinetuneJobState | None:
+        return next((j for j in self.jobs.values() if j.status == "running"), None)
+
+    def start(self, req: FinetuneRequest, base: ckpt.Checkpoint, checkpoint_name: str) -> FinetuneJobState:
+        task = self.task(req.task)
+        check_request(req, base)
+        if req.save_as and (self.models_dir / req.save_as).exists():
+            raise InputError("save_as", f"models/{req.save_as} already exists; choose another name")
+        with self._lock:
+            busy = self.running()
+            if busy:
+                raise Conflict(f"a fine-tuning job is already going: {busy.id}; cancel it "
+                               f"(POST /api/v1/finetune/{busy.id}/cancel) or wait", running_id=busy.id)
+            job = FinetuneJobState(uuid.uuid4().hex[:12], req, checkpoint_name, task)
+            self.jobs[job.id] = job
+        job.thread = threading.Thread(target=self._run, args=(job, base), name=f"finetune-{job.id}", daemon=True)
+        job.thread.start()
+        return job
+
+    def _run(self, job: FinetuneJobState, base: ckpt.Checkpoint) -> None:
+        req = job.request
+        try:
+            run_comparison(job, base, self.cache_dir, self.models_dir)
+            job.status = "done"
+        except ft.Cancelled:
+            job.status = "cancelled"
+        except Exception as e:  # noqa: BLE001 - report any failure of the job to the user
+            job.status, job.error = "failed", f"{type(e).__name__}: {e}"
+            if req.save_as:
+                shutil.rmtree(self.models_dir / f".{req.save_as}.partial", ignore_errors=True)
+        finally:
+            job.current, job.finished = None, time.time()
+
+    def get(self, job_id: str) -> FinetuneJobState:
+        if not JOB_ID.fullmatch(job_id) or job_id not in self.jobs:
+            raise NotFound(f"no fine-tuning job {job_id!r}")
+        return self.jobs[job_id]
+
+    def cancel(self, job_id: str, wait: float = 30.0) -> FinetuneJobState:
+        job = self.get(job_id)
+        job.cancel.set()
+        if job.thread is not None:
+            job.thread.join(timeout=wait)
+        return job
+
+    def shutdown(self) -> None:
+        for job in self.jobs.values():
+            job.cancel.set()
+
+
+def check_request(req: FinetuneRequest, base: ckpt.Checkpoint) -> None:
+    """The limits the schema cannot state alone, each refused naming its field."""
+    if base.meta.get("classifier"):
+        raise InputError("checkpoint", "this checkpoint is already a fine-tuned classifier; fine-tune a language model")
+    if base.meta.get("tokenizer", {}).get("kind") == "chars":
+        raise InputError("checkpoint", "a character-level model has no room for the special tokens fine-tuning adds")
+    for i, s in enumerate(req.sizes):
+        if not 0 <= s <= 100_000:
+            raise InputError(f"sizes.{i}", f"size {s} must be 0 (all) or 1..100000")
+    if len(set(req.sizes)) != len(req.sizes) or len(set(req.methods)) != len(req.methods):
+        raise InputError("sizes", "sizes and methods must not repeat")
+    if req.save_as and "finetune" not in req.methods:
+        raise InputError("save_as", "save_as saves the `finetune` classifier: include 'finetune' in methods")
+
+
+def _largest(sizes: list[int], n_train: int) -> int:
+    return max(sizes, key=lambda s: n_train if s <= 0 or s >= n_train else s)
+
+
+def run_comparison(job: FinetuneJobState, base: ckpt.Checkpoint, cache_dir: Path, models_dir: Path,
+                   on_cell: Callable[[dict], None] | None = None) -> None:
+    """Every (method, size) cell in turn, appending each result to job.cells; saves the classifier."""
+    req = job.request
+    base_id = base.meta.get("weights_sha256") or str(base.path)
+    prepared = ft.prepare(base.model, base_id, base.encoding(), job.task)
+    keep_size = _largest(req.sizes, len(prepared.train.labels)) if req.save_as else None
+    for method in req.methods:
+        for size in req.sizes:
+            n = len(ft.subset(prepared.train, len(job.task.labels), size, req.seed).labels)
+            job.current = {"method": method, "n_train": n, "step": 0, "steps": req.steps or ft.RECIPE.steps_for(n)}
+            keep = method == "finetune" and size == keep_size
+
+            def on_step(step: int, steps: int, cur=job.current) -> None:
+                cur["step"], cur["steps"] = step, steps
+
+            result, clf = ft.run_cell(prepared, method, size, req.lm_weight, req.seed, req.steps, cache_dir,
+                                      keep_model=keep, on_step=on_step, cancel=job.cancel.is_set)
+            job.cells.append(result)
+            if on_cell is not None:
+                on_cell(result)
+            if clf is not None:
+                _save(job, clf, base, result, models_dir)
+
+
+def _save(job: FinetuneJobState, clf: ft.Classifier, base: ckpt.Checkpoint, result: dict, models_dir: Path) -> None:
+    """Write the classifier in a hidden folder, load it back as the app would, then rename it into place."""
+    name = job.request.save_as
+    partial = models_dir / f".{name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    ft.save_classifier(partial, clf, base.meta, job.task, result,
+                       command=f"POST /api/v1/finetune {job.request.model_dump_json(exclude_none=True)}", name=name)
+    ft.load_classifier(ckpt.load(partial))
+    final = models_dir / name
+    if final.exists():
+        raise FileExistsError(f"models/{name} appeared while the job ran; the classifier was not saved")
+    partial.rename(final)
+    job.saved_as = f"models/{name}"
