@@ -145,6 +145,12 @@ def classifier_encoding(enc, vocab_size: int):
     return with_special_tokens(enc, {SPECIAL_TOKENS[k]: i for k, i in special_ids(vocab_size).items()})
 
 
+def format_text(text: str, text_b: str | None = None) -> str:
+    """An input written out with the special tokens' strings (what format_ids encodes, uncut)."""
+    t = SPECIAL_TOKENS
+    return t["start"] + text + (t["delimiter"] + text_b if text_b is not None else "") + t["extract"]
+
+
 def format_ids(enc, specials: dict[str, int], text: str, text_b: str | None, n_ctx: int,
                max_text: int | None = MAX_TEXT_TOKENS) -> list[int]:
     """<|start|> text [<|delim|> text_b] <|extract|>, each text cut to its first max_text tokens
@@ -365,7 +371,9 @@ def save_classifier(path: Path, clf: Classifier, base_meta: dict, task: Task, re
                 classifier={"task": task.name, "labels": list(task.labels), "special_tokens": dict(SPECIAL_TOKENS),
                             "special_ids": dict(clf.specials), "base": base_meta.get("name"),
                             "method": result["method"], "lm_weight": result["lm_weight"],
-                            "n_train": result["n_train"], "accuracy": result["accuracy"]})
+                            "n_train": result["n_train"], "accuracy": result["accuracy"],
+                            # a test-half input, framed as the classifier reads it (the forward page's default prompt)
+                            "example": format_text(task.test[0].text, task.test[0].text_b) if task.test else None})
     return ckpt.save(path, clf.gpt, meta, head={"weight": clf.head.weight, "bias": clf.head.bias})
 
 

@@ -208,6 +208,7 @@ def _classifier(service: ModelService, m, c, ids: list[int]) -> ClassifierBlock:
         task=info["task"], labels=info["labels"], position=pos, at_extract=ids[-1] == clf.specials["extract"],
         logits=rounded(logits), probs=rounded(torch.softmax(logits, -1)), predicted=win,
         attention=[rounded(c[f"blocks.{l}.attn.hook_pattern"][:, pos, :pos + 1], 4) for l in range(m.cfg.n_layer)],
+        attention_mean=[rounded(c[f"blocks.{l}.attn.hook_pattern"][:, pos, :pos + 1].mean(0), 4) for l in range(m.cfg.n_layer)],
         decomposition=decomposition(m, c, pos, clf.head.weight[win], float(logits[win]), win, info["labels"][win],
                                     bias_out=float(clf.head.bias[win])))
 

@@ -42,7 +42,9 @@ def render(request: Request, service: Service, template: str, active: str, twin:
 
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request, service: Service) -> Response:
-    prompt = request.query_params.get("text") or DEFAULT_PROMPT
+    # a classifier's default is a test-half input framed by its special tokens, as it was trained to read
+    classifier_example = (service.meta.get("classifier") or {}).get("example") if service.classifier else None
+    prompt = request.query_params.get("text") or classifier_example or DEFAULT_PROMPT
     return render(request, service, "index.html", "forward", f"/api/v1/forward?{urlencode({'text': prompt})}",
                   prompt=prompt)
 

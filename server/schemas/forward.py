@@ -236,6 +236,7 @@ class ClassifierBlock(BaseModel):
     probs: list[float]
     predicted: int = Field(description="index of the winning label")
     attention: list[list[list[float]]] = Field(description="[layer][head][key]: the last position's attention row")
+    attention_mean: list[list[float]] = Field(description="[layer][key]: that row averaged over the layer's heads")
     decomposition: Decomposition = Field(description="the winning label's logit split into what each component "
                                                      "wrote into the residual stream (target_id is the label index)")
 

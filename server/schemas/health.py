@@ -15,6 +15,7 @@ class ClassifierInfo(BaseModel):
     lm_weight: float
     n_train: int
     accuracy: float = Field(description="its accuracy on the task's test half when it was saved")
+    example: str | None = Field(None, description="a test-half input written with the special tokens")
 
 
 class ModelInfo(BaseModel):

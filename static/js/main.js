@@ -20,7 +20,7 @@ import { initSampling, renderNext, samplingSettings, setSamplingText } from "./p
 import { initGenerate, setGeneratePrompt } from "./panel_generate.js";
 import { initIntervene, setInterveneTrace } from "./panel_intervene.js";
 import { initDecomposition, renderDecomposition } from "./panel_decomposition.js";
-import { classifierPrompt, initClassifier, renderClassifier } from "./panel_classifier.js";
+import { initClassifier, renderClassifier } from "./panel_classifier.js";
 
 // The loaded model, as /health's info describes it (the page shell writes it into #prompt-panel).
 const MODEL = (() => {
@@ -331,10 +331,5 @@ addEventListener("scroll", () => {
   cancelAnimationFrame(navFrame);
   navFrame = requestAnimationFrame(() => markNav(currentStage()));
 }, { passive: true });
-// A classifier's default prompt is one of its task's examples in the format it was trained on (start
-// token, text, extract token); a prompt in the URL is kept as it is.
-if (MODEL.classifier && !new URLSearchParams(location.search).has("text")) {
-  classifierPrompt(MODEL.classifier, $("prompt").value).then((t) => { $("prompt").value = t; requestForward(ALL_PARTS, 0); });
-} else {
-  requestForward(ALL_PARTS, 0);
-}
+// (a classifier's default prompt, a test-half input framed by its special tokens, comes with the page)
+requestForward(ALL_PARTS, 0);

@@ -3,28 +3,12 @@
 // the last position's final hidden state), which tokens the last position's attention read (a heat
 // strip per layer, one head or every head), and the winning label's logit split into the parts of
 // the residual stream (drawn as stage 10 draws a token's). Data: the `classifier` part of POST
-// /api/v1/forward; the default prompt comes from POST /api/v1/classify on one of the task's examples.
-import { apiGet, apiPost } from "./api.js";
+// /api/v1/forward; the page comes with a default prompt in the classifier's format (a test-half input).
 import { $, OKABE, PROB_TICKS, addDownloads, chart, el, fmt, later, pct, tokenStrip } from "./viz.js";
 import { decompositionPills, drawDecomposition } from "./panel_decomposition.js";
 
 let block = null;
 let labels = [];
-
-// The classifier's prompt format, as the server writes it: one of the task's training examples through
-// POST /classify (its `text` has the special tokens written out). Without the task (an uploaded CSV
-// since removed) or on any refusal: start token + the given text + extract token.
-export async function classifierPrompt(cls, text) {
-  try {
-    const { tasks } = await apiGet("/finetune/tasks");
-    const task = tasks.find((t) => t.name === cls.task);
-    const ex = task && task.examples[0];
-    const res = await apiPost("/classify", ex ? { text: ex.text, text_b: ex.text_b ?? null } : { text });
-    return res.text;
-  } catch {
-    return `${cls.start}${text}${cls.extract}`;
-  }
-}
 
 export function initClassifier() {
   if (!$("classifier-panel")) return;
@@ -93,10 +77,10 @@ function drawProbs(b) {
 function fillHeads(b) {
   const sel = $("cl-head");
   const nHead = b.attention.length ? b.attention[0].length : 0;
-  const want = sel.value || "all";
-  const opts = [["all", "every head (one row each)"], ...Array.from({ length: nHead }, (_, h) => [String(h), `head ${h} of each layer`])];
+  const want = sel.value || "mean";
+  const opts = [["mean", "mean of each layer's heads"], ["all", "every head (one row each)"], ...Array.from({ length: nHead }, (_, h) => [String(h), `head ${h} of each layer`])];
   if (sel.options.length !== opts.length) sel.replaceChildren(...opts.map(([v, t]) => new Option(t, v)));
-  sel.value = opts.some(([v]) => v === want) ? want : "all";
+  sel.value = opts.some(([v]) => v === want) ? want : "mean";
 }
 
 // One row per layer for the chosen head, or one row per (layer, head): the weight the last position
@@ -106,8 +90,11 @@ function drawAttention() {
   const pick = $("cl-head").value;
   const rows = [];
   const names = [];
+  if (pick === "mean") {  // the API's attention_mean: each layer's heads averaged
+    b.attention_mean.forEach((row, l) => { rows.push(row); names.push(`layer ${l} (mean)`); });
+  }
   b.attention.forEach((heads, l) => heads.forEach((row, h) => {
-    if (pick !== "all" && +pick !== h) return;
+    if (pick === "mean" || (pick !== "all" && +pick !== h)) return;
     rows.push(row);
     names.push(pick === "all" ? `L${l}H${h}` : `layer ${l}`);
   }));

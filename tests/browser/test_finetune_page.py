@@ -115,6 +115,8 @@ def test_finetune_from_the_page_then_serve_the_classifier(page, live_url, screen
         assert abs(float(page.get_attribute("#cl-dc-error", "data-value"))) < 1e-3
         page.locator("#cl-attn-plot").scroll_into_view_if_needed()
         n_layer, n_head = len(res["attention"]), len(res["attention"][0])
+        expect(page.locator("#cl-attn-plot")).to_have_attribute("data-rows", str(n_layer))  # the heads' mean per layer
+        page.select_option("#cl-head", "all")
         expect(page.locator("#cl-attn-plot")).to_have_attribute("data-rows", str(n_layer * n_head))
         page.select_option("#cl-head", "0")
         expect(page.locator("#cl-attn-plot")).to_have_attribute("data-rows", str(n_layer))
