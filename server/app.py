@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from model import corpus as corpus_mod
 
-from . import __version__, errors
+from . import __version__, contract, errors
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
 from .routers import (compare, docs, embeddings, finetune, forward, heads, health, intervene, learn, lessons, pages, sampling, tokenize,
@@ -58,6 +58,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
     errors.install(app)
+    contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
     for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router,
               training.router, learn.router, lessons.router, heads.router, compare.router, finetune.router):
         app.include_router(r, prefix=API_PREFIX)

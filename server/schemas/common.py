@@ -1,6 +1,53 @@
+"""What several areas share, and what a NEW ENDPOINT MUST USE so /openapi.json stays a true contract
+(issue #17; tests/test_fuzz.py runs schemathesis with every check over every operation):
+
+- a JSON request body subclasses `StrictRequest`, not BaseModel (no 0 taken as false, no "1" as 1;
+  tests/test_fuzz.py checks every body model); nested models in it too;
+- a fixed set of values is a `Literal[...]`, so the schema lists them (a str that the endpoint
+  checks against a list is a schema-valid request it rejects);
+- a limit that depends on another field or on the loaded model (a token id below vocab_size, a
+  prompt within n_ctx, x_max above x_min) is said in that field's `description`, and the check
+  raises `errors.InputError(field, message)` naming the field and the limit (a 422);
+- error answers: 400, 413/415 (with a body), 422, 503, and 404 on a path with a parameter are added
+  to every /api/ operation by server/contract.py; declare only others (409, a 404 on a path without
+  a parameter) with `responses=`, each with `"model": ErrorResponse`;
+- an answer is JSON: raise InputError / NotFound / Conflict (server/errors.py), never return a
+  bare status.
+"""
+
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import types
+import typing
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def _integral(value, annotation):
+    """JSON Schema's "integer" includes 3.0: an integral float becomes an int where an int (or a
+    list of ints) is asked; everything else is left for strict validation to judge."""
+    arms = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
+    if isinstance(value, float) and value.is_integer() and int in arms:
+        return int(value)
+    if isinstance(value, list) and any(typing.get_origin(a) is list and typing.get_args(a) == (int,) for a in arms):
+        return [int(v) if isinstance(v, float) and v.is_integer() else v for v in value]
+    return value
+
+
+class StrictRequest(BaseModel):
+    """A JSON request body, validated as its schema says: a boolean is true or false, a number is a
+    JSON number (no "1", no 0 for false); an integer may be given where a float is asked, and an
+    integral float (3.0) where an integer is."""
+
+    model_config = ConfigDict(strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_floats(cls, data):
+        if isinstance(data, dict):
+            fields = cls.model_fields
+            return {k: _integral(v, fields[k].annotation) if k in fields else v for k, v in data.items()}
+        return data
 
 
 class ErrorResponse(BaseModel):
