@@ -93,7 +93,8 @@ def softmax_scale(
             summary="Exact and seed-convention parameter counts of a preset or any config (model.gpt.count_params)")
 def params(
     service: Service,
-    preset: Annotated[str | None, Query(max_length=40, description="model, tiny, cpu, gpt1, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3")] = None,
+    preset: Annotated[Literal[tuple(ex.preset_names())] | None,  # type: ignore[valid-type]  # the schema lists them
+                      Query(description="model (the loaded one), a training preset, gpt1, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3")] = None,
     vocab_size: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
     n_ctx: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
     n_layer: Annotated[int | None, Query(ge=1, le=1000)] = None,

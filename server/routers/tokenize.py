@@ -10,7 +10,7 @@ from ..errors import InputError
 from ..explain import merges as bpe
 from ..explain import tokens
 from ..schemas.common import ERROR_RESPONSES
-from ..schemas.tokenize import (CompareRequest, CompareResponse, EncodingsResponse, MergesRequest, MergesResponse,
+from ..schemas.tokenize import (CompareRequest, CompareResponse, Encoding, EncodingsResponse, MergesRequest, MergesResponse,
                                 ModelMergesResponse, TokenInfo, TokenizeRequest, TokenizeResponse)
 
 router = APIRouter(tags=["tokenize"])
@@ -35,7 +35,7 @@ def tokenize(req: TokenizeRequest, service: Service) -> TokenizeResponse:
             summary="The same, for a text given in the URL (the tokenizer page's JSON twin)")
 def tokenize_get(service: Service,
                  text: Annotated[str, Query(max_length=MAX_TEXT_CHARS)] = "",
-                 encoding: Annotated[str, Query(description="gpt2, cl100k_base, o200k_base or model")] = "gpt2",
+                 encoding: Annotated[Encoding, Query(description="gpt2, cl100k_base, o200k_base or model")] = "gpt2",
                  allow_special: bool = False) -> TokenizeResponse:
     return _in("query", tokens.tokenize, service, text, encoding, allow_special)
 
@@ -61,7 +61,7 @@ def compare(req: CompareRequest, service: Service) -> CompareResponse:
 @router.get("/tokens/{encoding}/{id}", response_model=TokenInfo, responses=ERROR_RESPONSES,
             summary="One token: its bytes, its text, and the two tokens it was merged from")
 def token(service: Service,
-          encoding: Annotated[str, Path(description="gpt2, cl100k_base, o200k_base or model")],
+          encoding: Annotated[Encoding, Path(description="gpt2, cl100k_base, o200k_base or model")],
           id: Annotated[int, Path(description="the token id; out of range (or unassigned) is a 422")]) -> TokenInfo:  # noqa: A002
     return _in("path", bpe.token_info, service, encoding, id)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .common import TokenPiece
+from .common import StrictRequest, TokenPiece
 from .forward import MAX_PROMPT_CHARS, LogitLensBlock, Matrix, NextToken
 from .training import CHECKPOINT_PATTERN
 
 
-class CompareRequest(BaseModel):
+class CompareRequest(StrictRequest):
     a: str = Field(pattern=CHECKPOINT_PATTERN, description="a checkpoint name from GET /api/v1/checkpoints")
     b: str = Field(pattern=CHECKPOINT_PATTERN, description="the checkpoint to compare it with")
     text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="the text both models read; its tokens must fit "

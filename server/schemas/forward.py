@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from .common import TokenPiece
+from .common import StrictRequest, TokenPiece
 
 MAX_PROMPT_CHARS = 20_000
 
@@ -18,13 +18,20 @@ ALL_PARTS: tuple[str, ...] = ForwardPart.__args__  # type: ignore[attr-defined]
 Matrix = list[list[float]]
 
 
-class ForwardRequest(BaseModel):
+class ForwardRequest(StrictRequest):
+    # a prompt or token ids: the schema says one of them must be there
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["text"], "properties": {"text": {"minLength": 1}}},
+        {"required": ["ids"], "properties": {"ids": {"type": "array"}}}]})
+
     text: str = Field("", max_length=MAX_PROMPT_CHARS,
-                      description="the prompt; its tokens must fit the model's context window",
+                      description="the prompt (give it or `ids`); its tokens must fit the loaded model's context window "
+                                  "(n_ctx, in /api/v1/health) unless `truncate` is true",
                       examples=["ROMEO:\nBut soft, what light"])
     ids: list[int] | None = Field(None, min_length=1, max_length=4096,
                                   description="token ids to run instead of a text (for example /heads' test input); "
-                                              "`text` is then ignored")
+                                              "`text` is then ignored. Each id must be below the loaded model's vocab_size, "
+                                              "and there may be at most n_ctx of them (see /api/v1/health)")
     include: list[ForwardPart] = Field(default_factory=lambda: ["attention", "next_token"],
                                        description="which stages of the trace to return")
     layers: list[int] | None = Field(None, description="attention: only these layers (default all)")

@@ -2,21 +2,21 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .common import TokenPiece
+from .common import StrictRequest, TokenPiece
 from .forward import MAX_PROMPT_CHARS, NextToken
 
 
-class HeadRef(BaseModel):
+class HeadRef(StrictRequest):
     layer: int = Field(ge=0)
     head: int = Field(ge=0)
 
 
-class TokenEdit(BaseModel):
+class TokenEdit(StrictRequest):
     position: int = Field(ge=0)
     id: int = Field(ge=0, description="the token id to put at that position")
 
 
-class InterveneRequest(BaseModel):
+class InterveneRequest(StrictRequest):
     text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     ablate_heads: list[HeadRef] = Field(default_factory=list, description="heads whose output is set to zero")
     ablate_mlps: list[int] = Field(default_factory=list, description="layers whose MLP output is set to zero")

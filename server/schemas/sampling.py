@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .common import TokenPiece
+from .common import StrictRequest, TokenPiece
 from .forward import MAX_PROMPT_CHARS, NextToken
 
 MAX_TEMPERATURE = 100.0
 
 
-class SamplingSettings(BaseModel):
+class SamplingSettings(StrictRequest):
     temperature: float = Field(1.0, gt=0, le=MAX_TEMPERATURE, allow_inf_nan=False,
                                description=f"divide the logits by this before softmax: a finite number in (0, {MAX_TEMPERATURE:g}]; "
                                            "small values approach greedy decoding")

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from ..config import MAX_MERGES_PRETOKEN_BYTES, MAX_MERGES_TEXT_CHARS, MAX_TEXT_CHARS
-from .common import TokenPiece
+from .common import StrictRequest, TokenPiece
+
+Encoding = Literal["gpt2", "cl100k_base", "o200k_base", "model"]  # 'model': the loaded model's own tokenizer
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(StrictRequest):
     text: str = Field(max_length=MAX_TEXT_CHARS, description=f"any text, at most {MAX_TEXT_CHARS:,} characters; empty gives zero tokens",
                       examples=["Every effort moves you"])
-    encoding: str = Field("gpt2", description="gpt2, cl100k_base, o200k_base, or 'model' for the loaded model's own tokenizer")
+    encoding: Encoding = Field("gpt2", description="gpt2, cl100k_base, o200k_base, or 'model' for the loaded model's own tokenizer")
     allow_special: bool = Field(False, description="treat '<|endoftext|>' and other special-token strings as special tokens; otherwise they are ordinary text")
 
 
@@ -67,13 +71,13 @@ class TokenBytes(BaseModel):
     special: bool = False
 
 
-class MergesRequest(BaseModel):
+class MergesRequest(StrictRequest):
     text: str = Field(min_length=1, max_length=MAX_MERGES_TEXT_CHARS,
                       description=f"1 to {MAX_MERGES_TEXT_CHARS:,} characters (the merge walk lists every intermediate step, so it "
                                   f"takes less text than /tokenize); empty text is a 422 naming `text`. Each pre-token may be "
                                   f"at most {MAX_MERGES_PRETOKEN_BYTES} bytes.",
                       examples=[" uncharacteristically"])
-    encoding: str = Field("gpt2", description="gpt2, cl100k_base, o200k_base, or 'model'")
+    encoding: Encoding = Field("gpt2", description="gpt2, cl100k_base, o200k_base, or 'model'")
     allow_special: bool = Field(False, description="as in /tokenize")
 
 
@@ -116,7 +120,7 @@ class MergesResponse(BaseModel):
 
 # --- compare: one text under every encoding ----------------------------------------------------
 
-class CompareRequest(BaseModel):
+class CompareRequest(StrictRequest):
     text: str = Field(max_length=MAX_TEXT_CHARS,
                       description=f"at most {MAX_TEXT_CHARS:,} characters; empty text gives zero tokens everywhere "
                                   "(the vocabulary costs are still reported)",

