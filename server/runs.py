@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import threading
 import time
 import uuid
@@ -193,7 +194,7 @@ class RunManager:
             busy = self.running()
             if busy:
                 raise Conflict(f"a training run is already going: {busy.id}; cancel it "
-                               f"(DELETE /api/v1/training/{busy.id}) or wait", running_id=busy.id)
+                               f"(POST /api/v1/training/{busy.id}/cancel) or wait", running_id=busy.id)
             run_id = uuid.uuid4().hex[:12]
             tc = TrainConfig(**{**req.model_dump(exclude_none=True), "corpus": corpus,
                                 "name": req.name or f"run-{run_id}", "device": "cpu"})
@@ -249,6 +250,20 @@ class RunManager:
         if job.thread is not None:
             job.thread.join(timeout=wait)
         return job
+
+    def delete(self, run_id: str, serving: Path) -> None:
+        """Forget a run and remove its folder (final checkpoint, snapshots); a run still going is
+        cancelled first. Refused while the app serves one of its checkpoints."""
+        job = self.get(run_id)
+        if Path(serving).resolve().is_relative_to(job.out.resolve()):
+            raise Conflict(f"the app is serving a checkpoint of run {run_id}; switch to another model "
+                           f"(POST /api/v1/model) before deleting the run", running_id=run_id)
+        job = self.cancel(run_id)
+        if job.thread is not None and job.thread.is_alive():
+            raise Conflict(f"run {run_id} has not stopped yet; try again", running_id=run_id)
+        with self._lock:
+            self.jobs.pop(run_id, None)
+        shutil.rmtree(job.out, ignore_errors=True)
 
     def shutdown(self) -> None:
         for job in self.jobs.values():

@@ -90,7 +90,7 @@ def test_cancel_keeps_the_last_snapshot_loadable(tclient):
     deadline = time.time() + 60
     while tclient.get(f"/api/v1/training/{run_id}").json()["step"] < 3 and time.time() < deadline:
         time.sleep(0.1)
-    body = tclient.delete(f"/api/v1/training/{run_id}").json()
+    body = tclient.post(f"/api/v1/training/{run_id}/cancel").json()
     assert body["status"] == "cancelled" and body["snapshots"] == [0]
     assert body["checkpoint"] is None
     names = [c["name"] for c in tclient.get("/api/v1/checkpoints").json()]
@@ -190,5 +190,24 @@ def test_the_served_model_is_untouched_while_a_run_trains(tclient, service):
                 seen += 1
         assert seen == 20, "the run never got going"
     finally:
-        assert tclient.delete(f"/api/v1/training/{run_id}").json()["status"] == "cancelled"
+        assert tclient.post(f"/api/v1/training/{run_id}/cancel").json()["status"] == "cancelled"
     assert all(torch.equal(v, service.model.state_dict()[k]) for k, v in weights.items())
+
+
+def test_delete_removes_a_run_and_its_checkpoints_cancel_keeps_it(tclient):
+    r = tclient.post("/api/v1/training", json={**FAST, "max_steps": 8, "snapshots": [0, 1], "seed": 4242})
+    run_id = r.json()["id"]
+    assert wait(tclient, run_id)["status"] == "done"
+    assert tclient.post(f"/api/v1/training/{run_id}/cancel").json()["status"] == "done"  # a finished run stays as it is
+    assert tclient.post("/api/v1/model", json={"checkpoint": run_id}).status_code == 200
+    r = tclient.delete(f"/api/v1/training/{run_id}")  # the served model is this run's: refused, nothing removed
+    assert r.status_code == 409 and "switch to another model" in r.json()["detail"]
+    assert tclient.get(f"/api/v1/training/{run_id}").status_code == 200
+    assert tclient.post("/api/v1/model", json={"checkpoint": "builtin"}).status_code == 200
+    assert tclient.delete(f"/api/v1/training/{run_id}").status_code == 204
+    for path in (f"/api/v1/training/{run_id}", f"/api/v1/training/{run_id}/replay?step=0"):
+        assert tclient.get(path).status_code == 404, path
+    assert tclient.delete(f"/api/v1/training/{run_id}").status_code == 404
+    names = [c["name"] for c in tclient.get("/api/v1/checkpoints").json()]
+    assert not [n for n in names if n.startswith(run_id)]
+    assert tclient.post("/api/v1/model", json={"checkpoint": run_id}).status_code == 404

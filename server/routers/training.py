@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import torch
-from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
 from fastapi.responses import JSONResponse
 
 from model import checkpoint as ckpt
@@ -27,7 +27,8 @@ router = APIRouter(tags=["training"])
 
 
 @router.post("/training", status_code=202, response_model=TrainingStatus,
-             responses={**ERROR_RESPONSES, 409: {"model": ErrorResponse, "description": "a run is already going"}},
+             responses={**ERROR_RESPONSES, 409: {"model": ErrorResponse, "description": "a run is already going"},
+                        200: {"model": TrainingStatus, "description": "an identical request already finished: that run, `cached` true"}},
              summary="Start a training run (one at a time); the app keeps serving its model meanwhile")
 def start_training(req: TrainingRequest, runs: Runs):
     job = runs.start(req)
@@ -47,10 +48,20 @@ def get_training(run_id: str, runs: Runs, since: Annotated[int, Query(ge=0)] = 0
     return ex.status(runs.get(run_id), since)
 
 
-@router.delete("/training/{run_id}", response_model=TrainingStatus, responses=NOT_FOUND,
-               summary="Cancel a run; the snapshots it saved stay loadable")
+@router.post("/training/{run_id}/cancel", response_model=TrainingStatus, responses=NOT_FOUND,
+             summary="Cancel a run (a finished one is left as it is); the run and the snapshots it saved stay loadable")
 def cancel_training(run_id: str, runs: Runs) -> TrainingStatus:
     return ex.status(runs.cancel(run_id))
+
+
+@router.delete("/training/{run_id}", status_code=204, response_class=Response,
+               responses={**NOT_FOUND, 409: {"model": ErrorResponse, "description": "the app serves one of the run's "
+                                             "checkpoints: switch model first"}},
+               summary="Delete a run: cancel it if it is going, then remove it and its checkpoints (the run, its "
+                       "replay and its snapshots answer 404 from then on)")
+def delete_training(run_id: str, runs: Runs, service: Service) -> Response:
+    runs.delete(run_id, service.path)
+    return Response(status_code=204)
 
 
 @router.get("/training/{run_id}/replay", response_model=ReplayFrame, responses={**ERROR_RESPONSES, **NOT_FOUND},

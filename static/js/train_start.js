@@ -253,7 +253,7 @@ async function cancel() {
   const msg = $("start-msg");
   $("cancel-btn").disabled = true;
   say(msg, `Cancelling run ${id}…`);
-  const { ok, body } = await apiRequest("DELETE", `/training/${id}`);
+  const { ok, body } = await apiRequest("POST", `/training/${id}/cancel`);
   if (!ok) { say(msg, `Could not cancel: ${formatDetail(body.detail)}`, "bad"); return; }
   const n = body.snapshots.length;
   const kept = n ? `${n === 1 ? "its snapshot (step" : "its snapshots (steps"} ${body.snapshots.join(", ")}) ${n === 1 ? "stays" : "stay"} usable in panels 3 and 4`
