@@ -34,7 +34,8 @@ def tokenize(req: TokenizeRequest, service: Service) -> TokenizeResponse:
 @router.get("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES,
             summary="The same, for a text given in the URL (the tokenizer page's JSON twin)")
 def tokenize_get(service: Service,
-                 text: Annotated[str, Query(max_length=MAX_TEXT_CHARS)] = "",
+                 text: Annotated[str, Query(max_length=MAX_TEXT_CHARS, description="the text; a long one goes in the "
+                                            "POST body: the HTTP server refuses a request head over 16 KiB (a plain-text 400)")] = "",
                  encoding: Annotated[Encoding, Query(description="gpt2, cl100k_base, o200k_base or model")] = "gpt2",
                  allow_special: bool = False) -> TokenizeResponse:
     return _in("query", tokens.tokenize, service, text, encoding, allow_special)

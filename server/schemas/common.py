@@ -23,13 +23,18 @@ import typing
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+def _is_int(annotation) -> bool:
+    """int, or Annotated[int, ...] (an int with constraints)."""
+    return annotation is int or (typing.get_origin(annotation) is typing.Annotated and typing.get_args(annotation)[0] is int)
+
+
 def _integral(value, annotation):
     """JSON Schema's "integer" includes 3.0: an integral float becomes an int where an int (or a
     list of ints) is asked; everything else is left for strict validation to judge."""
     arms = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
-    if isinstance(value, float) and value.is_integer() and int in arms:
+    if isinstance(value, float) and value.is_integer() and any(_is_int(a) for a in arms):
         return int(value)
-    if isinstance(value, list) and any(typing.get_origin(a) is list and typing.get_args(a) == (int,) for a in arms):
+    if isinstance(value, list) and any(typing.get_origin(a) is list and _is_int(typing.get_args(a)[0]) for a in arms):
         return [int(v) if isinstance(v, float) and v.is_integer() else v for v in value]
     return value
 
@@ -54,6 +59,9 @@ class ErrorResponse(BaseModel):
     """Every 4xx/5xx answer: `detail` says what was wrong, naming the field and the limit."""
 
     detail: str | list = Field(description="a message, or FastAPI's list of {loc, msg, type} for invalid fields")
+
+
+TokenId = typing.Annotated[int, Field(ge=0)]  # an id in a request; below vocab_size is checked against the model
 
 
 class TokenPiece(BaseModel):

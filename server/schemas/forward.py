@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import StrictRequest, TokenPiece
+from .common import StrictRequest, TokenId, TokenPiece
 
 MAX_PROMPT_CHARS = 20_000
 
@@ -28,7 +28,7 @@ class ForwardRequest(StrictRequest):
                       description="the prompt (give it or `ids`); its tokens must fit the loaded model's context window "
                                   "(n_ctx, in /api/v1/health) unless `truncate` is true",
                       examples=["ROMEO:\nBut soft, what light"])
-    ids: list[int] | None = Field(None, min_length=1, max_length=4096,
+    ids: list[TokenId] | None = Field(None, min_length=1, max_length=4096,
                                   description="token ids to run instead of a text (for example /heads' test input); "
                                               "`text` is then ignored. Each id must be below the loaded model's vocab_size, "
                                               "and there may be at most n_ctx of them (see /api/v1/health)")

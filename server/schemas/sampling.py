@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .common import StrictRequest, TokenPiece
+from .common import StrictRequest, TokenId, TokenPiece
 from .forward import MAX_PROMPT_CHARS, NextToken
 
 MAX_TEMPERATURE = 100.0
@@ -49,7 +49,8 @@ class NextTokenResponse(BaseModel):
 
 
 class GenerateStepRequest(SamplingSettings):
-    ids: list[int] = Field(min_length=1, description="token ids so far: the prompt followed by the tokens generated")
+    ids: list[TokenId] = Field(min_length=1, description="token ids so far: the prompt followed by the tokens generated; "
+                                                         "each below the loaded model's vocab_size, at most n_ctx of them")
     step: int = Field(0, ge=0, le=100_000, description="how many tokens were generated before this one; with `seed` it picks the random stream, "
                                                        "so a run of steps 0, 1, 2, ... equals `gptscope generate` with that seed")
     seed: int = Field(0, ge=0, le=2**31 - 1)
