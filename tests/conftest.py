@@ -40,3 +40,34 @@ def tiny_config() -> GPTConfig:
 def tiny_model(tiny_config) -> GPT:
     torch.manual_seed(0)
     return GPT(tiny_config).eval()
+
+
+@pytest.fixture(scope="session")
+def executed_tour(tmp_path_factory):
+    """examples/tour.ipynb run top to bottom in a fresh kernel (nbclient), as a user would; the
+    server it starts keeps its data in a temporary folder. Shared by tests/test_notebook.py and
+    the browser test that loads its embed URLs."""
+    from unittest import mock
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    from server.config import REPO_ROOT
+
+    nb = nbformat.read(REPO_ROOT / "examples" / "tour.ipynb", as_version=4)
+    env = {"GPTSCOPE_DATA_DIR": str(tmp_path_factory.mktemp("gptscope-tour"))}
+    with mock.patch.dict("os.environ", env):
+        NotebookClient(nb, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(REPO_ROOT / "examples")}}).execute()
+    return nb
+
+
+@pytest.fixture(scope="session")
+def tour_embeds(executed_tour) -> list[str]:
+    """The src of every IFrame the executed tour displayed, in order."""
+    import re
+
+    nb = executed_tour
+    return [re.search(r'src="([^"]+)"', out["data"]["text/html"]).group(1).replace("&amp;", "&")
+            for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+            if out.get("output_type") in ("display_data", "execute_result") and "<iframe" in out.get("data", {}).get("text/html", "")]

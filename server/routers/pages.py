@@ -11,6 +11,7 @@ response carries a Link header to that JSON twin (rel="alternate"), and the page
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from urllib.parse import urlencode
 
@@ -33,8 +34,14 @@ DEFAULT_TOKENIZER_TEXT = ("Every effort moves you forward, uncharacteristically.
                           "Naïve café owners say “héllo” 👋 in 2024!")
 
 
+EMBED = re.compile(r"^[a-z0-9-]{1,40}$")
+
+
 def render(request: Request, service: Service, template: str, active: str, twin: str, **context) -> Response:
-    """A page shell with the loaded model's info, and a Link header to its JSON twin."""
+    """A page shell with the loaded model's info, and a Link header to its JSON twin. `?embed=NAME`
+    shows only the panel `NAME-panel`, without the header (gptscope.notebook puts it in an IFrame)."""
+    embed = request.query_params.get("embed") or ""
+    context["embed"] = embed if EMBED.fullmatch(embed) else None
     resp = templates.TemplateResponse(request, template, {"info": model_info(service), "active": active, "twin": twin, **context})
     resp.headers["Link"] = f'<{twin}>; rel="alternate"; type="application/json"'
     return resp
