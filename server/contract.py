@@ -7,8 +7,8 @@ without declaring anything:
 - every /api/ operation documents 400 (a Host that is not allowed, a body that is not JSON),
   422 (a field that fails the schema or a limit that depends on another field or on the loaded
   model) and 503 (busy: more than `max_concurrent` requests at once, with Retry-After);
-- an operation that takes a body also documents 413 (over the size limit) and 415 (not JSON;
-  multipart for the corpus upload);
+- a POST, PUT, PATCH or DELETE also documents 413 (a body over the size limit) and 415 (a body
+  that is not JSON; multipart for the uploads);
 - an operation with a path parameter also documents 404 (no such run, checkpoint, token, ...).
 
 All of them have the one error shape, `ErrorResponse`: `{"detail": ...}`. What an endpoint answers
@@ -45,7 +45,7 @@ def _error(description: str) -> dict:
 def errors_for(path: str, method: str, operation: dict) -> list[str]:
     """The statuses every operation of this kind can answer, whatever its router declared."""
     codes = ["400", "503"]
-    if method in ("post", "put", "patch") or "requestBody" in operation:
+    if method in ("post", "put", "patch", "delete") or "requestBody" in operation:  # the guard reads any such body
         codes += ["413", "415"]
     if operation.get("parameters") or "requestBody" in operation:
         codes.append("422")
