@@ -132,9 +132,6 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
     head = check_index(req.head, cfg.n_head, "head")
     if req.target is not None:
         check_index(req.target, cfg.vocab_size, "target")
-    if "classifier" in parts and service.classifier is None:
-        raise InputError("include", "'classifier' needs a fine-tuned classifier; the served model is a language model "
-                                    "(fine-tune one with POST /api/v1/finetune, then serve it)")
     if req.ids is not None:
         ids, dropped = given_ids(service, req.ids), 0
     else:
@@ -191,7 +188,7 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
             out.rope = _rope(m, c, layer, head, pos)
         if "moe" in parts and cfg.n_expert:
             out.moe = _moe(m, c)
-        if "classifier" in parts:
+        if "classifier" in parts and service.classifier is not None:  # as rope and moe: null where it does not apply
             out.classifier = _classifier(service, m, c, ids)
     return out
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -50,12 +50,15 @@ class FinetuneRequest(StrictRequest):
     checkpoint: str | None = Field(None, description="the pretrained model, by name from /api/v1/checkpoints "
                                                      "(default: the one being served); it must not be a classifier")
     methods: list[Method] = Field(default_factory=lambda: list(ALL_METHODS), min_length=1, max_length=4,
+                                  json_schema_extra={"uniqueItems": True},
                                   description="finetune: pretrained, all weights trained, loss = label CE + lm_weight * LM loss; "
                                               "finetune_no_lm: the same with lm_weight 0; scratch: the same architecture "
                                               "from random weights, labels only; probe: pretrained and frozen, only W_y trained")
-    sizes: list[int] = Field(default_factory=lambda: [16, 64, 256, 1024, 0], min_length=1, max_length=MAX_SIZES,
-                             description="labelled training examples per run, each 1..100000 or 0 for the whole training "
-                                         "half; a size above the training half's is run as the whole half")
+    sizes: list[Annotated[int, Field(ge=0, le=100_000)]] = Field(
+        default_factory=lambda: [16, 64, 256, 1024, 0], min_length=1, max_length=MAX_SIZES,
+        json_schema_extra={"uniqueItems": True},
+        description="labelled training examples per run, each 1..100000 or 0 for the whole training half (no size twice); "
+                    "a size above the training half's is run as the whole half")
     lm_weight: float = Field(0.5, ge=0, le=10, description="lambda: weight of the auxiliary LM loss in `finetune`")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="picks the subset of examples, the head's init and the batches")
     steps: int | None = Field(None, ge=1, le=5000, description="updates per run (default: 3 epochs, at least 60, at most 400)")

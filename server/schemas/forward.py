@@ -273,4 +273,5 @@ class ForwardResponse(BaseModel):
     prompt_loss: PromptLoss | None = None
     decomposition: Decomposition | None = None
     classifier: ClassifierBlock | None = Field(None, description="fine-tuned classifiers only (GET /api/v1/health: "
-                                               "info.classifier): the label W_y reads at the last position")
+                                               "info.classifier; null for a language model): the label W_y reads at "
+                                               "the last position")
