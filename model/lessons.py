@@ -320,7 +320,7 @@ def head_gradients(model, ids: Sequence[int], layer: int, head: int) -> dict:
     heads = range(kvh * group, (kvh + 1) * group)
     dV_formula = sum(kept["hook_pattern"][0, h].detach().double().T @ G_all[:, h] for h in heads)
     dA_formula = G_all[:, head] @ V.T
-    return {"loss": float(loss), "A": A, "V": V, "Z": Z, "G": G_all[:, head], "dA": dA, "dV": dV,
+    return {"loss": loss.item(), "A": A, "V": V, "Z": Z, "G": G_all[:, head], "dA": dA, "dV": dV,
             "dA_formula_max_abs_diff": float((dA - dA_formula).abs().max()),
             "dV_formula_max_abs_diff": float((dV - dV_formula).abs().max()),
             "norms": head_weight_grad_norms(model, dict(zip(wanted, grads[3:])))}
