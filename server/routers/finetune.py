@@ -6,6 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 
+from model import checkpoint as ckpt
+
 from ..config import BUILTIN_CHECKPOINT
 from ..deps import Runs, Service
 from ..errors import InputError
@@ -14,7 +16,6 @@ from ..finetune_jobs import FinetuneManager
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
 from ..schemas.finetune import (MAX_CSV_BYTES, TASK_PATTERN, ClassifyRequest, ClassifyResponse, FinetuneJob,
                                 FinetuneRequest, TaskInfo, TasksResponse)
-from ..service import ModelService
 
 router = APIRouter(tags=["fine-tuning"])
 
@@ -42,14 +43,14 @@ async def upload_task(jobs: Jobs, file: Annotated[UploadFile, File(description="
 
 @router.post("/finetune", status_code=202, response_model=FinetuneJob, responses={**ERROR_RESPONSES, **CONFLICT, **NOT_FOUND},
              summary="Fine-tune a pretrained model on a task, by every method and size asked for (in the background)")
-def start(req: FinetuneRequest, jobs: Jobs, runs: Runs, service: Service, request: Request) -> FinetuneJob:
+def start(req: FinetuneRequest, jobs: Jobs, runs: Runs, service: Service) -> FinetuneJob:
     if req.checkpoint is None:
         base, name = service.checkpoint, service.name
     else:
         path = runs.checkpoint_path(req.checkpoint, BUILTIN_CHECKPOINT)
         try:
-            base, name = ModelService(path, request.app.state.settings.device).checkpoint, req.checkpoint
-        except ValueError as e:  # CheckpointError
+            base, name = ckpt.load(path), req.checkpoint
+        except ckpt.CheckpointError as e:
             raise InputError("checkpoint", str(e)) from None
     return ex.job_status(jobs.start(req, base, name))
 
