@@ -20,7 +20,6 @@ Every run is seeded; `run_cell` results are cached as JSON keyed by everything t
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
@@ -115,7 +114,7 @@ def grow_vocab(gpt: GPT, n_new: int, pretrained: bool) -> GPT:
     cfg = replace(gpt.cfg, vocab_size=gpt.cfg.vocab_size + n_new)
     new = GPT(cfg)
     if pretrained:
-        src = {k: v for k, v in gpt.state_dict().items()}
+        src = gpt.state_dict()
         V = gpt.cfg.vocab_size
         with torch.no_grad():
             for k, v in new.state_dict().items():
@@ -131,8 +130,8 @@ def build(base: GPT, method: str, n_labels: int, seed: int) -> Classifier:
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}")
     torch.manual_seed(seed)
-    src = copy.deepcopy(base).float().set_mode("fast") if base.mode != "fast" else base
-    gpt = grow_vocab(src, len(SPECIAL_TOKENS), pretrained=method != "scratch").set_mode("fast")
+    # a new GPT (fast mode), its weights copied from base's: base itself, served or not, is only read
+    gpt = grow_vocab(base, len(SPECIAL_TOKENS), pretrained=method != "scratch")
     clf = Classifier(gpt, n_labels, special_ids(base.cfg.vocab_size))
     if method == "probe":
         for p in gpt.parameters():
@@ -155,8 +154,16 @@ def format_ids(enc, specials: dict[str, int], text: str, text_b: str | None, n_c
                max_text: int | None = MAX_TEXT_TOKENS) -> list[int]:
     """<|start|> text [<|delim|> text_b] <|extract|>, each text cut to its first max_text tokens
     (and to what fits n_ctx)."""
-    a = enc.encode_ordinary(text)[:max_text]
-    b = enc.encode_ordinary(text_b)[:max_text] if text_b is not None else None
+    return frame(enc, specials, text, text_b, n_ctx, max_text)[0]
+
+
+def frame(enc, specials: dict[str, int], text: str, text_b: str | None, n_ctx: int,
+          max_text: int | None = MAX_TEXT_TOKENS) -> tuple[list[int], int]:
+    """format_ids's ids, and how many of the texts' tokens were cut to make them fit."""
+    a = enc.encode_ordinary(text)
+    b = enc.encode_ordinary(text_b) if text_b is not None else None
+    total = len(a) + (len(b) if b is not None else 0)
+    a, b = a[:max_text], (b[:max_text] if b is not None else None)
     room = n_ctx - 2 - (1 if b is not None else 0)
     if b is None:
         a = a[:room]
@@ -166,7 +173,7 @@ def format_ids(enc, specials: dict[str, int], text: str, text_b: str | None, n_c
     ids = [specials["start"], *a]
     if b is not None:
         ids += [specials["delimiter"], *b]
-    return ids + [specials["extract"]]
+    return ids + [specials["extract"]], total - len(a) - (len(b) if b is not None else 0)
 
 
 # --- batches ---------------------------------------------------------------------------------
@@ -202,11 +209,16 @@ def collate(rows: list[list[int]], labels: list[int], specials: dict[str, int] |
     return idx.to(device), last.to(device), torch.tensor(labels, device=device), lm
 
 
+def n_used(n_train: int, size: int) -> int:
+    """How many examples a run asked for `size` trains on (0, or more than there are: all)."""
+    return n_train if size <= 0 or size >= n_train else size
+
+
 def subset(encoded: Encoded, n_labels: int, size: int, seed: int) -> Encoded:
     """`size` training examples (0 or more than there are: all), drawn label by label in turn so
     that even 16 examples cover every label; seeded."""
     n = len(encoded.labels)
-    if size <= 0 or size >= n:
+    if n_used(n, size) == n:
         return encoded
     g = torch.Generator().manual_seed(seed)
     order = torch.randperm(n, generator=g).tolist()

@@ -166,14 +166,15 @@ def check_request(req: FinetuneRequest, base: ckpt.Checkpoint) -> None:
         raise InputError("checkpoint", "this checkpoint is already a fine-tuned classifier; fine-tune a language model")
     if base.meta.get("tokenizer", {}).get("kind") == "chars":
         raise InputError("checkpoint", "a character-level model has no room for the special tokens fine-tuning adds")
-    if len(set(req.sizes)) != len(req.sizes) or len(set(req.methods)) != len(req.methods):
-        raise InputError("sizes", "sizes and methods must not repeat")
+    for name, values in (("sizes", req.sizes), ("methods", req.methods)):
+        if len(set(values)) != len(values):
+            raise InputError(name, f"{name} must not repeat a value (got {values})")
     if req.save_as and "finetune" not in req.methods:
         raise InputError("save_as", "save_as saves the `finetune` classifier: include 'finetune' in methods")
 
 
 def _largest(sizes: list[int], n_train: int) -> int:
-    return max(sizes, key=lambda s: n_train if s <= 0 or s >= n_train else s)
+    return max(sizes, key=lambda s: ft.n_used(n_train, s))
 
 
 def run_comparison(job: FinetuneJobState, base: ckpt.Checkpoint, cache_dir: Path, models_dir: Path,
@@ -185,7 +186,7 @@ def run_comparison(job: FinetuneJobState, base: ckpt.Checkpoint, cache_dir: Path
     keep_size = _largest(req.sizes, len(prepared.train.labels)) if req.save_as else None
     for method in req.methods:
         for size in req.sizes:
-            n = len(ft.subset(prepared.train, len(job.task.labels), size, req.seed).labels)
+            n = ft.n_used(len(prepared.train.labels), size)
             job.current = {"method": method, "n_train": n, "step": 0, "steps": req.steps or ft.RECIPE.steps_for(n)}
             keep = method == "finetune" and size == keep_size
 

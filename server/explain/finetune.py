@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from model import tasks as tasks_mod
-from model.finetune import format_ids
+from model.finetune import frame
 
 from ..errors import InputError
 from ..finetune_jobs import FinetuneJobState, FinetuneManager
@@ -50,11 +50,9 @@ def classify(service: ModelService, req: ClassifyRequest) -> ClassifyResponse:
         if any(t in value for t in tok.values()):
             raise InputError(field, f"the text may not contain the special tokens {', '.join(tok.values())}")
     enc, specials, n_ctx = service.encoding, service.classifier.specials, service.model.cfg.n_ctx
-    full = len(enc.encode_ordinary(req.text)) + (len(enc.encode_ordinary(req.text_b)) + 1 if req.text_b is not None else 0)
-    ids = format_ids(enc, specials, req.text, req.text_b, n_ctx, max_text=None)
-    cut = full + 2 - len(ids)
+    ids, cut = frame(enc, specials, req.text, req.text_b, n_ctx, max_text=None)
     if cut and not req.truncate:
-        raise InputError("text", f"the framed text is {full + 2} tokens; the context window is n_ctx={n_ctx} "
+        raise InputError("text", f"the framed text is {len(ids) + cut} tokens; the context window is n_ctx={n_ctx} "
                                  "(send truncate=true to keep the start of each text)")
     trace = forward(service, ForwardRequest(ids=ids, include=["classifier"]))
     return ClassifyResponse(text=enc.decode(ids), tokens=trace.tokens, truncated=cut, result=trace.classifier)
