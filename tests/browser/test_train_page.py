@@ -143,6 +143,8 @@ def test_a_short_run_draws_its_curves_while_it_trains(page, live_url, screenshot
     # a second start while it runs: the 409's message names the running run
     second = start(page)
     if second.status == 409:
+        # the response reaches the test before the page's handler has written the message
+        page.wait_for_function("(id) => document.getElementById('start-msg').textContent.includes(id)", arg=run_id)
         msg = page.inner_text("#start-msg")
         assert run_id in msg and "already going" in msg
         assert page.locator("#follow-running").inner_text() == f"Show run {run_id}"
@@ -186,6 +188,7 @@ def test_a_file_that_is_not_utf8_gets_the_apis_message(page, live_url, tmp_path,
     with page.expect_response(lambda r: r.url.endswith("/api/v1/corpora") and r.request.method == "POST") as resp:
         page.click("#upload-btn")
     assert resp.value.status == 422
+    page.wait_for_function("document.getElementById('upload-msg').textContent.includes('UTF-8')")
     msg = page.inner_text("#upload-msg")
     assert resp.value.json()["detail"][0]["msg"] in msg and "UTF-8" in msg
     screenshot(page, "train-upload")
@@ -392,6 +395,7 @@ def test_the_start_form_sends_llama_style_and_an_override(page, live_url, short_
     assert refused.status == 422 and refused.request.post_data_json["overrides"] == {"n_kv_head": 3}
     detail = refused.json()["detail"][0]["msg"]
     assert detail.startswith("Value error, overrides: ")
+    page.wait_for_function("document.getElementById('start-msg').textContent.includes('cannot be built')")
     msg = page.inner_text("#start-msg")
     assert "cannot be built" in msg and detail.removeprefix("Value error, overrides: ") in msg and "Value error" not in msg
     screenshot(page, "train-arch-refused")
