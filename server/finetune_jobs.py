@@ -22,10 +22,9 @@ from model import checkpoint as ckpt
 from model import finetune as ft
 from model import tasks as tasks_mod
 
-from .errors import Conflict, InputError, NotFound
+from .background import BackgroundJobs
+from .errors import InputError
 from .schemas.finetune import MAX_CSV_BYTES, TASK_PATTERN, FinetuneRequest
-
-JOB_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
 @dataclass
@@ -58,14 +57,15 @@ def _csv_task(path: str, mtime: float, name: str) -> tasks_mod.Task:
     return tasks_mod.from_csv(Path(path).read_bytes(), name)
 
 
-class FinetuneManager:
+class FinetuneManager(BackgroundJobs[FinetuneJobState]):
+    noun, route = "fine-tuning job", "finetune"
+
     def __init__(self, data_dir: Path) -> None:
+        super().__init__()
         self.data_dir = Path(data_dir)
         self.tasks_dir = self.data_dir / "tasks"
         self.cache_dir = self.data_dir / "finetune-cache"
         self.models_dir = self.data_dir / "models"
-        self.jobs: dict[str, FinetuneJobState] = {}
-        self._lock = threading.Lock()
 
     # ---- tasks ------------------------------------------------------------------------------
 
@@ -106,24 +106,16 @@ class FinetuneManager:
 
     # ---- jobs -------------------------------------------------------------------------------
 
-    def running(self) -> FinetuneJobState | None:
-        return next((j for j in self.jobs.values() if j.status == "running"), None)
-
     def start(self, req: FinetuneRequest, base: ckpt.Checkpoint, checkpoint_name: str) -> FinetuneJobState:
         task = self.task(req.task)
         check_request(req, base)
         if req.save_as and (self.models_dir / req.save_as).exists():
             raise InputError("save_as", f"models/{req.save_as} already exists; choose another name")
         with self._lock:
-            busy = self.running()
-            if busy:
-                raise Conflict(f"a fine-tuning job is already going: {busy.id}; cancel it "
-                               f"(POST /api/v1/finetune/{busy.id}/cancel) or wait", running_id=busy.id)
+            self.refuse_if_busy()
             job = FinetuneJobState(uuid.uuid4().hex[:12], req, checkpoint_name, task)
             self.jobs[job.id] = job
-        job.thread = threading.Thread(target=self._run, args=(job, base), name=f"finetune-{job.id}", daemon=True)
-        job.thread.start()
-        return job
+        return self.launch(job, self._run, base)
 
     def _run(self, job: FinetuneJobState, base: ckpt.Checkpoint) -> None:
         req = job.request
@@ -139,25 +131,6 @@ class FinetuneManager:
         finally:
             job.current, job.finished = None, time.time()
 
-    def get(self, job_id: str) -> FinetuneJobState:
-        if not JOB_ID.fullmatch(job_id) or job_id not in self.jobs:
-            raise NotFound(f"no fine-tuning job {job_id!r}")
-        return self.jobs[job_id]
-
-    def cancel(self, job_id: str, wait: float = 30.0) -> FinetuneJobState:
-        job = self.get(job_id)
-        job.cancel.set()
-        if job.thread is not None:
-            job.thread.join(timeout=wait)
-        return job
-
-    def shutdown(self, wait: float = 30.0) -> None:
-        """Cancel a job still going and wait for its thread (torch must not be mid-update at exit)."""
-        for job in self.jobs.values():
-            job.cancel.set()
-        for job in self.jobs.values():
-            if job.thread is not None:
-                job.thread.join(timeout=wait)
 
 
 def check_request(req: FinetuneRequest, base: ckpt.Checkpoint) -> None:

@@ -21,10 +21,10 @@ from model import checkpoint as ckpt
 from model import corpus as corpus_mod
 from model.train import Cancelled, ConfigError, StepRecord, TrainConfig, train
 
+from .background import JOB_ID as RUN_ID
+from .background import BackgroundJobs
 from .errors import Conflict, InputError, NotFound
 from .schemas.training import CHECKPOINT_PATTERN, NAME_PATTERN, TrainingRequest
-
-RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
 @dataclass
@@ -69,14 +69,15 @@ class Job:
         return round(max(0.0, (self.total_steps - self.step) * per_step), 1)
 
 
-class RunManager:
+class RunManager(BackgroundJobs[Job]):
+    noun, route, active = "training run", "training", ("starting", "running")
+
     def __init__(self, data_dir: Path) -> None:
+        super().__init__()
         self.data_dir = Path(data_dir)
         self.runs_dir = self.data_dir / "runs"
         self.corpora_dir = self.data_dir / "corpora"
         self.models_dir = self.data_dir / "models"  # models brought in with `gptscope import`
-        self.jobs: dict[str, Job] = {}
-        self._lock = threading.Lock()
         self._restore()
 
     @staticmethod
@@ -181,9 +182,6 @@ class RunManager:
 
     # ---- runs ---------------------------------------------------------------------------------
 
-    def running(self) -> Job | None:
-        return next((j for j in self.jobs.values() if j.status in ("starting", "running")), None)
-
     def start(self, req: TrainingRequest) -> Job:
         corpus = self.corpus_path(req.corpus)  # raises before anything is written
         key = self.cache_key(req)
@@ -191,10 +189,7 @@ class RunManager:
             done = [j for j in self.jobs.values() if j.status == "done" and self.cache_key(j.request) == key]
             if done and req.corpus in corpus_mod.BUILTIN:  # an uploaded corpus may have been replaced since
                 return replace(done[-1], cached=True)
-            busy = self.running()
-            if busy:
-                raise Conflict(f"a training run is already going: {busy.id}; cancel it "
-                               f"(POST /api/v1/training/{busy.id}/cancel) or wait", running_id=busy.id)
+            self.refuse_if_busy()
             run_id = uuid.uuid4().hex[:12]
             tc = TrainConfig(**{**req.model_dump(exclude_none=True), "corpus": corpus,
                                 "name": req.name or f"run-{run_id}", "device": "cpu"})
@@ -206,9 +201,7 @@ class RunManager:
             self.jobs[run_id] = job
         job.out.mkdir(parents=True, exist_ok=True)
         (job.out / "request.json").write_text(json.dumps(req.model_dump(), indent=1), encoding="utf-8")
-        job.thread = threading.Thread(target=self._run, args=(job, tc), name=f"train-{run_id}", daemon=True)
-        job.thread.start()
-        return job
+        return self.launch(job, self._run, tc)
 
     def _run(self, job: Job, tc: TrainConfig) -> None:
         def on_event(e: dict) -> None:
@@ -239,18 +232,6 @@ class RunManager:
         finally:
             job.finished = time.time()
 
-    def get(self, run_id: str) -> Job:
-        if not RUN_ID.fullmatch(run_id) or run_id not in self.jobs:
-            raise NotFound(f"no training run {run_id!r}")
-        return self.jobs[run_id]
-
-    def cancel(self, run_id: str, wait: float = 30.0) -> Job:
-        job = self.get(run_id)
-        job.cancel.set()
-        if job.thread is not None:
-            job.thread.join(timeout=wait)
-        return job
-
     def delete(self, run_id: str, serving: Path) -> None:
         """Forget a run and remove its folder (final checkpoint, snapshots); a run still going is
         cancelled first. Refused while the app serves one of its checkpoints."""
@@ -264,10 +245,3 @@ class RunManager:
         with self._lock:
             self.jobs.pop(run_id, None)
         shutil.rmtree(job.out, ignore_errors=True)
-
-    def shutdown(self) -> None:
-        for job in self.jobs.values():
-            job.cancel.set()
-        for job in self.jobs.values():
-            if job.thread is not None:
-                job.thread.join(timeout=30)
