@@ -183,7 +183,8 @@ def test_stage_data_matches_the_api(page, live_url):
 def test_model_view_click_opens_that_head(page, live_url):
     open_page(page, live_url)
     go_stage(page, 4)
-    assert page.evaluate("document.getElementById('model-view-plot').dataset.grid") == "4x4"
+    info = page.request.get(f"{live_url}/api/v1/health").json()["info"]
+    assert page.evaluate("document.getElementById('model-view-plot').dataset.grid") == f"{info['n_layer']}x{info['n_head']}"
     layer, head = 2, 1
     cell = f"#model-view-plot canvas[data-row='{layer}'][data-col='{head}']"   # the small maps are canvases
     page.locator(cell).scroll_into_view_if_needed()

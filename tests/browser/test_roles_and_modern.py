@@ -72,10 +72,16 @@ def square(rows: list[list]) -> list[list]:
 
 
 def grid_painted(page) -> None:
-    """Scroll the model view into view and wait until every map is painted."""
-    page.locator("#model-view-plot").scroll_into_view_if_needed()
+    """Scroll every map of the model view into view (a map is painted when it first shows) and wait
+    until all are painted."""
+    grid = page.locator("#model-view-plot")
+    grid.scroll_into_view_if_needed()
+    page.wait_for_function("() => document.getElementById('model-view-plot').dataset.grid")
+    for canvas in grid.locator("canvas.hg-map").all():
+        canvas.scroll_into_view_if_needed()
     page.wait_for_function("() => { const g = document.getElementById('model-view-plot');"
-                           " return g.dataset.grid && [...g.querySelectorAll('canvas.hg-map')].every(c => c.dataset.painted === '1'); }")
+                           " return [...g.querySelectorAll('canvas.hg-map')].every(c => c.dataset.painted === '1'); }")
+    grid.scroll_into_view_if_needed()
 
 
 def roles_ready(page) -> None:
