@@ -34,12 +34,16 @@ function compareLink(name) {
   return a;
 }
 
-function snapCell(g) {
+// picked: run -> the snapshot its select showed before a refresh rebuilt the table (a refresh
+// comes whenever a run's status or snapshots change, and must not undo the user's choice)
+function snapCell(g, picked) {
   if (!g.snaps.length) return el("td", { class: "muted", text: g.run === "builtin" ? "" : "none" });
   const loaded = g.snaps.find((s) => s.loaded);
-  const sel = el("select", { "aria-label": `snapshot of ${g.run}`, class: "snap-select" },
+  const sel = el("select", { "aria-label": `snapshot of ${g.run}`, class: "snap-select", dataset: { run: g.run } },
     g.snaps.map((s) => el("option", { value: s.name, text: `step ${s.step}${s.val_loss === null ? "" : ` · val ${fmt(s.val_loss, 3)}`}` })));
-  if (loaded) sel.value = loaded.name;
+  const before = picked.get(g.run);
+  if (before && g.snaps.some((s) => s.name === before)) sel.value = before;
+  else if (loaded) sel.value = loaded.name;
   const box = el("div", { class: "snap-cell" }, sel);
   const cell = el("td", {}, box);
   const btn = () => serveButton(sel.value, g.snaps.some((s) => s.loaded && s.name === sel.value), "Serve snapshot");
@@ -56,7 +60,7 @@ function snapCell(g) {
   return cell;
 }
 
-function row(g, statusById) {
+function row(g, statusById, picked) {
   const c = g.final || g.snaps[0];
   const st = statusById.get(g.run);
   const label = runs.getRun(g.run) && runs.getRun(g.run).label;
@@ -71,7 +75,7 @@ function row(g, statusById) {
     el("td", { class: "num", text: g.final && g.final.val_loss !== null ? fmt(g.final.val_loss, 4) : "—" }),
     el("td", {}, g.final ? [serveButton(g.final.name, g.final.loaded), " ", compareLink(g.final.name)]
       : el("span", { class: "muted small", text: st && st.status === "running" ? "still training" : "no final checkpoint" })),
-    snapCell(g));
+    snapCell(g, picked));
 }
 
 export async function refresh() {
@@ -83,7 +87,8 @@ export async function refresh() {
   groups.sort((a, b) => (a === "builtin" ? -1 : b === "builtin" ? 1 : (order.get(b) ?? -1) - (order.get(a) ?? -1)));
   served = (list.find((c) => c.loaded) || {}).name || "builtin";
   const byRun = group(list);
-  $("ckpt-table").tBodies[0].replaceChildren(...groups.map((r) => row(byRun.get(r), statusById)));
+  const picked = new Map([...$("ckpt-table").querySelectorAll("select.snap-select")].map((s) => [s.dataset.run, s.value]));
+  $("ckpt-table").tBodies[0].replaceChildren(...groups.map((r) => row(byRun.get(r), statusById, picked)));
   $("ckpt-table").dataset.loaded = (list.find((c) => c.loaded) || {}).name || "";
   return list;
 }

@@ -236,6 +236,8 @@ def test_the_checkpoint_list_links_to_compare(page, trained):
     row = page.locator(f'#ckpt-table tr[data-run="{run_id}"]')
     row.locator("select.snap-select").select_option(f"{run_id}/step-000030")
     snap = row.locator(".snap-cell a.compare-link")
+    # the select's change handler rewrites the link: wait for it rather than read it at once
+    snap.and_(page.locator('a[href*="step-000030"]')).wait_for()
     assert query_of(snap.get_attribute("href")) == {"a": f"{run_id}/step-000030", "b": "builtin"}
 
     # two tokenizers: compared on the characters, no KL, no attention difference
