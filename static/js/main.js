@@ -255,13 +255,37 @@ function currentStage() {
   return idx;
 }
 
+// Put the stage just under the sticky bar, and keep it there for a moment: drawing the panels
+// near it (drawNearby) can make a panel above it taller and push it down the screen. Any other
+// scroll (the user's wheel, keys or scrollbar; a script's scrollIntoView) or a click ends that.
+let settling = null;
+function alignStage(s) {
+  settling?.();
+  let at = scrollY;
+  const align = () => {
+    scrollTo({ top: Math.max(0, s.getBoundingClientRect().top + scrollY - $("selection-bar").offsetHeight - 8), behavior: "instant" });
+    at = scrollY;
+  };
+  const onScroll = () => { if (Math.abs(scrollY - at) > 2) stop(); };
+  const ro = new ResizeObserver(align);
+  const stop = () => {
+    ro.disconnect(); clearTimeout(timer);
+    removeEventListener("scroll", onScroll); removeEventListener("pointerdown", stop);
+    settling = null;
+  };
+  const timer = setTimeout(stop, 2000);
+  align();
+  ro.observe(document.body);
+  addEventListener("scroll", onScroll, { passive: true });
+  addEventListener("pointerdown", stop, { passive: true });
+  settling = stop;
+}
+
 function goToStage(i) {
   const list = stages();
   i = Math.max(0, Math.min(list.length - 1, i));
   const s = list[i];
-  // put the stage just under the sticky bar
-  const y = s.getBoundingClientRect().top + scrollY - $("selection-bar").offsetHeight - 8;
-  scrollTo({ top: Math.max(0, y), behavior: "instant" });
+  alignStage(s);
   s.focus({ preventScroll: true });
   markNav(i);
   drawNearby();

@@ -114,10 +114,11 @@ def test_keyboard_walks_the_ten_stages_and_every_plot_gets_drawn(page, live_url,
         page.wait_for_function("(id) => document.activeElement && document.activeElement.id === id", arg=sid)
         assert page.evaluate("document.body.dataset.stage") == str(i)
         assert page.get_attribute(f'#stage-nav a[data-stage="{i}"]', "aria-current") == "step"
-        # the stage is on screen, just under the sticky bar
-        top = page.evaluate("(id) => document.getElementById(id).getBoundingClientRect().top", sid)
-        bar = page.evaluate("document.getElementById('selection-bar').getBoundingClientRect().bottom")
-        assert 0 <= top <= bar + 40 or page.evaluate("innerHeight + scrollY >= document.body.scrollHeight - 2")
+        # the stage is on screen, just under the sticky bar (and stays there while the panels near it draw)
+        page.wait_for_function("""(id) => { const top = document.getElementById(id).getBoundingClientRect().top;
+            const bar = document.getElementById('selection-bar').getBoundingClientRect().bottom;
+            return (0 <= top && top <= bar + 40) || innerHeight + scrollY >= document.body.scrollHeight - 2; }""",
+                               arg=sid, timeout=5_000)
         for plot in STAGE_PLOTS.get(sid, []):
             drawn(page, plot)
     page.keyboard.press("j")  # past the last stage: stays there
