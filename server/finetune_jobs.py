@@ -132,7 +132,6 @@ class FinetuneManager(BackgroundJobs[FinetuneJobState]):
             job.current, job.finished = None, time.time()
 
 
-
 def check_request(req: FinetuneRequest, base: ckpt.Checkpoint) -> None:
     """The limits the schema cannot state alone, each refused naming its field."""
     if base.meta.get("classifier"):

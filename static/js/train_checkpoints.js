@@ -34,15 +34,16 @@ function compareLink(name) {
   return a;
 }
 
-// picked: run -> the snapshot its select showed before a refresh rebuilt the table (a refresh
-// comes whenever a run's status or snapshots change, and must not undo the user's choice)
+// picked: run -> the snapshot the user chose in its select before a refresh rebuilt the table (a
+// refresh comes whenever a run's status or snapshots change, and must not undo the user's choice;
+// a select the user never touched follows the served snapshot)
 function snapCell(g, picked) {
   if (!g.snaps.length) return el("td", { class: "muted", text: g.run === "builtin" ? "" : "none" });
   const loaded = g.snaps.find((s) => s.loaded);
   const sel = el("select", { "aria-label": `snapshot of ${g.run}`, class: "snap-select", dataset: { run: g.run } },
     g.snaps.map((s) => el("option", { value: s.name, text: `step ${s.step}${s.val_loss === null ? "" : ` · val ${fmt(s.val_loss, 3)}`}` })));
   const before = picked.get(g.run);
-  if (before && g.snaps.some((s) => s.name === before)) sel.value = before;
+  if (before && g.snaps.some((s) => s.name === before)) [sel.value, sel.dataset.picked] = [before, "1"];
   else if (loaded) sel.value = loaded.name;
   const box = el("div", { class: "snap-cell" }, sel);
   const cell = el("td", {}, box);
@@ -51,6 +52,7 @@ function snapCell(g, picked) {
   let link = compareLink(sel.value);
   box.append(b, link);
   sel.addEventListener("change", () => {
+    sel.dataset.picked = "1";
     const nb = btn();
     const nl = compareLink(sel.value);
     b.replaceWith(nb);
@@ -87,7 +89,7 @@ export async function refresh() {
   groups.sort((a, b) => (a === "builtin" ? -1 : b === "builtin" ? 1 : (order.get(b) ?? -1) - (order.get(a) ?? -1)));
   served = (list.find((c) => c.loaded) || {}).name || "builtin";
   const byRun = group(list);
-  const picked = new Map([...$("ckpt-table").querySelectorAll("select.snap-select")].map((s) => [s.dataset.run, s.value]));
+  const picked = new Map([...$("ckpt-table").querySelectorAll("select.snap-select[data-picked]")].map((s) => [s.dataset.run, s.value]));
   $("ckpt-table").tBodies[0].replaceChildren(...groups.map((r) => row(byRun.get(r), statusById, picked)));
   $("ckpt-table").dataset.loaded = (list.find((c) => c.loaded) || {}).name || "";
   return list;
