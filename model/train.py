@@ -44,35 +44,25 @@ from . import checkpoint as ckpt
 from . import corpus as corpus_mod
 from .bpe import train_bpe
 from .gpt import GPT, PRESETS, GPTConfig, preset_config
+from .muon import Muon
+from .precision import native_precision
 from .schedules import warmup_cosine
 from .tokenizers import PUBLIC_ENCODINGS, encoding_from_spec
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX): only then does bf16
-    autocast make training faster (20-70% on our benchmark machine); elsewhere it is emulated."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 # The best recipe we know for a run of minutes on each kind of device: what `gptscope train` and
 # the app use for every field not given. The CPU recipe won README's 150-s benchmark sweep (Muon
 # for the blocks' matrices: 2.015 bits/char against AdamW's 2.13); the GPU one is a scaled-up
-# guess that has not been benchmarked here (no GPU was available).
+# guess that has not been benchmarked here (no GPU was available). `precision` is not part of
+# a recipe: model/precision.py measures what the device computes natively.
 RECIPES: dict[str, dict] = {
-    "cpu": dict(preset="cpu", batch_size=8, max_lr=5e-3, optimizer="muon", muon_lr=0.02, precision="bf16"),
-    "cuda": dict(preset="cpu", batch_size=64, max_lr=3e-3, optimizer="muon", muon_lr=0.02, precision="bf16"),
+    "cpu": dict(preset="cpu", batch_size=8, max_lr=5e-3, optimizer="muon", muon_lr=0.02),
+    "cuda": dict(preset="cpu", batch_size=64, max_lr=3e-3, optimizer="muon", muon_lr=0.02),
 }
 
 
 def recipe_for(device: torch.device) -> dict:
-    recipe = dict(RECIPES["cuda" if device.type == "cuda" else "cpu"])
-    if device.type == "cpu" and not cpu_has_bf16():
-        recipe["precision"] = "fp32"
-    return recipe
+    return {**RECIPES["cuda" if device.type == "cuda" else "cpu"], "precision": native_precision(device.type).precision}
 
 
 @dataclass
@@ -101,7 +91,9 @@ class TrainConfig:
     #                        the device); every update is still recorded. 0 = 1 on a CPU, 10 on a GPU
     seed: int = 1337
     device: str = "auto"  # auto = cuda when present, else cpu
-    precision: str | None = None  # bf16 (autocast) or fp32; None: bf16 on a GPU or a CPU with bf16 units
+    # bf16 (autocast, and Muon's orthogonalisation) or fp32; None: what the device computes natively
+    # (model/precision.py: bf16 on a GPU or a CPU with bf16 units; GPTSCOPE_PRECISION forces it)
+    precision: str | None = None
     val_fraction: float = corpus_mod.VAL_FRACTION
     snapshots: tuple[float, ...] = ()  # also save snapshots at these fractions of the run
     overrides: dict = field(default_factory=dict)  # model config fields that replace the preset's
@@ -217,16 +209,17 @@ def get_batch(data: torch.Tensor, batch_size: int, seq_len: int, seed: int, step
 
 def make_optimizers(model: GPT, tc: TrainConfig, fused: bool) -> list[torch.optim.Optimizer]:
     """AdamW for everything; or, with tc.optimizer == "muon", Muon for the blocks' weight matrices
-    and AdamW for the rest (embeddings, biases, LayerNorm gains). Weight decay applies to the
-    blocks' matrices only. Every group keeps its peak rate as "max_lr" for the schedule."""
+    (orthogonalised in tc.precision's dtype: model/muon.py) and AdamW for the rest (embeddings,
+    biases, LayerNorm gains). Weight decay applies to the blocks' matrices only. Every group keeps its peak rate as "max_lr" for the schedule."""
     matrices, rest = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
             (matrices if p.dim() == 2 and name.startswith("blocks.") else rest).append(p)
     adam = dict(lr=tc.max_lr, betas=(tc.beta1, tc.beta2), eps=1e-8, fused=fused)
     if tc.optimizer == "muon":
-        opts = [torch.optim.Muon([{"params": matrices, "max_lr": tc.muon_lr}], lr=tc.muon_lr,
-                                 weight_decay=tc.weight_decay, momentum=0.95, adjust_lr_fn="original"),
+        ortho = torch.bfloat16 if tc.precision == "bf16" else torch.float32  # the device's native dtype
+        opts = [Muon([{"params": matrices, "max_lr": tc.muon_lr}], lr=tc.muon_lr, ortho_dtype=ortho,
+                     weight_decay=tc.weight_decay, momentum=0.95, adjust_lr_fn="original"),
                 torch.optim.AdamW([{"params": rest, "max_lr": tc.max_lr}], weight_decay=0.0, **adam)]
     else:
         opts = [torch.optim.AdamW([{"params": matrices, "weight_decay": tc.weight_decay, "max_lr": tc.max_lr},
@@ -349,9 +342,15 @@ class Trainer:
         self.dd = setup_distributed()
         self.device = pick_device(tc.device, self.dd)
         tc, filled = tc.with_recipe(self.device)
-        if filled and self.dd.main and progress:
-            print(f"recipe for {self.device.type} (fields not given): " +
-                  ", ".join(f"{k}={v}" for k, v in filled.items()), file=sys.stderr)
+        why = native_precision(self.device.type).why if "precision" in filled else "precision given"
+        self.numerics = f"{tc.precision} ({why})"
+        if self.dd.main and progress:
+            if filled:
+                print(f"recipe for {self.device.type} (fields not given): " +
+                      ", ".join(f"{k}={v}" for k, v in filled.items()), file=sys.stderr)
+            print(f"autocast: {'bf16' if tc.precision == 'bf16' else 'off'}" +
+                  (f", muon orthogonalisation: {self.numerics}" if tc.optimizer == "muon" else f" ({why})"),
+                  file=sys.stderr)
         self.tc, self.out, self.command = tc, Path(out) if out else None, command
         self.weights_dtype, self.save_optimizer = weights_dtype, save_optimizer
         self.should_stop = should_stop
@@ -404,7 +403,9 @@ class Trainer:
         if self.dd.world > 1:
             self.ddp_model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.dd.local_rank] if self.device.type == "cuda" else None)
-        self.opts = make_optimizers(self.model, tc, fused=self.device.type == "cuda")
+        # fused AdamW (one kernel over all tensors) runs on CPUs too: 0.7 ms a step for the cpu preset
+        # against 5.5 ms for the loop over tensors
+        self.opts = make_optimizers(self.model, tc, fused=True)
         self.step, self.history, self.evals = 0, [], []
         if prev:
             load_optimizer_state(self.opts, self.model, prev.optimizer_state)
@@ -422,7 +423,7 @@ class Trainer:
                         disable=not (self.progress and self.dd.main))
         self.emit({"type": "start", "total_steps": self.total_steps, "setup_s": time.time() - self.t_setup,
                    "uniform_loss": math.log(self.cfg.vocab_size), "reference_losses": self.reference_losses,
-                   "config": self.cfg.to_dict()})
+                   "config": self.cfg.to_dict(), "precision": self.numerics})
         self.t0 = self.t_last = time.time()
         if tc.time_budget is not None:
             self.budget = BudgetPlan(tc.time_budget, self.t_setup, self.step, max(5, min(tc.warmup_steps, 20)))
@@ -553,6 +554,7 @@ class Trainer:
                          "warmup": tc.warmup_steps, "total_steps": self.total_steps or self.step},
             "evals": self.evals, "uniform_loss": math.log(self.cfg.vocab_size), "reference_losses": self.reference_losses,
             "device": self.device.type, "world_size": self.dd.world, "torch": torch.__version__,
+            "precision": self.numerics,
             "command": self.command or "python -m model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         }
 
@@ -649,7 +651,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default=d.device, choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", default=d.precision, choices=["bf16", "fp32"],
-                   help="bf16 autocast or float32; default: bf16 on a GPU or on a CPU with bf16 units")
+                   help="bf16 (autocast and Muon's orthogonalisation) or float32; default: what the device computes "
+                        "natively, measured (bf16 on a GPU or a CPU with bf16 units; GPTSCOPE_PRECISION=bf16|fp32 forces it)")
     p.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set n_layer=6 --set norm=post")
     p.add_argument("--snapshots", type=_fractions, default=d.snapshots,

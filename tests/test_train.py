@@ -240,15 +240,16 @@ def test_missing_weights_and_path_tricks_are_refused(ckpt_copy):
 # ---- resuming ----------------------------------------------------------------------------------
 
 
-def test_resume_from_a_final_checkpoint_continues_exactly(corpus_file, tmp_path):
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_resume_from_a_final_checkpoint_continues_exactly(corpus_file, tmp_path, optimizer):
     """N steps, then resume to 2N (max_steps is the total) == 2N in one go.
 
     The cosine schedule is planned from max_steps, so an N-step run anneals differently from the
     first half of a 2N-step run; min_lr_ratio=1 (flat after warmup) makes the schedules agree, so
-    everything else that resuming restores (weights, AdamW moments and step count, batch
-    streams) is what this compares."""
+    everything else that resuming restores (weights, AdamW moments and step count, Muon's momentum,
+    batch streams) is what this compares."""
     N = 12
-    kw = dict(min_lr_ratio=1.0)
+    kw = dict(min_lr_ratio=1.0, optimizer=optimizer, muon_lr=0.02)
     whole = train(tiny_tc(corpus_file, max_steps=2 * N, **kw), progress=False)
     train(tiny_tc(corpus_file, max_steps=N, **kw), out=tmp_path / "half", progress=False)
     resumed = train(tiny_tc(corpus_file, max_steps=2 * N, **kw), out=tmp_path / "resumed",

@@ -1,0 +1,79 @@
+"""Which floating-point type a device multiplies fast: decided once, in one place.
+
+bfloat16 halves the bytes a matmul moves and, where the hardware has bf16 units (a GPU, or a CPU
+with AVX-512 BF16 or AMX), runs faster than float32. Where it has none (AVX2-only CPUs: most laptops,
+AMD before Zen 4) PyTorch emulates it, and a bf16 matmul is 50-100x slower than a float32 one. Two
+things in training depend on the answer, and both read it from `native_precision()`:
+
+    autocast            the recipe's `precision` (bf16 autocast or fp32) when the user gives none
+    Muon                the dtype its Newton-Schulz orthogonalisation runs in (model/muon.py)
+
+On a CPU the answer is measured, not read from /proc/cpuinfo: a few small matmuls in each dtype,
+once per process (about 10 ms on an emulating CPU, less on a native one). Flags can be present
+while the library in use lacks the kernels, and a probe also works where cpuinfo does not exist.
+
+GPTSCOPE_PRECISION=bf16 or =fp32 forces the answer (to test or benchmark either path on any
+machine); unset or `auto` measures.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+ENV = "GPTSCOPE_PRECISION"
+PROBE_N = 128  # the probe's square matmul (a block of the cpu preset is 128 wide)
+NATIVE_IF_WITHIN = 3.0  # bf16 counts as native when its matmul is at most this many times slower than fp32
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The dtype a device computes natively, and why (the trainer prints `why`)."""
+
+    precision: str  # "bf16" or "fp32"
+    why: str  # e.g. "no native bf16: bf16 matmul 52x slower than fp32"
+    slowdown: float | None = None  # measured bf16 matmul time / fp32 matmul time (None: not measured)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.precision == "bf16" else torch.float32
+
+
+def _seconds_per_matmul(dtype: torch.dtype, n: int = PROBE_N, reps: int = 5) -> float:
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a @ b  # the first call may build the kernel
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return max(best, 1e-9)
+
+
+def measure_cpu() -> float:
+    """How many times slower a bf16 matmul is than a float32 one on this CPU (below 1: faster)."""
+    return _seconds_per_matmul(torch.bfloat16) / _seconds_per_matmul(torch.float32)
+
+
+@functools.cache
+def native_precision(device_type: str) -> Choice:
+    """bf16 where the device multiplies it natively, fp32 elsewhere; GPTSCOPE_PRECISION forces it."""
+    forced = os.environ.get(ENV, "auto").strip().lower()
+    if forced in ("bf16", "fp32"):
+        return Choice(forced, f"forced by {ENV}={forced}")
+    if forced not in ("", "auto"):
+        raise ValueError(f"{ENV} must be bf16, fp32 or auto, not {forced!r}")
+    if device_type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return Choice("bf16", "the GPU has bf16 units")
+        return Choice("fp32", "this GPU has no bf16 units")
+    if device_type != "cpu":
+        return Choice("fp32", f"{device_type}: bf16 not measured there")
+    slowdown = measure_cpu()
+    if slowdown <= NATIVE_IF_WITHIN:
+        return Choice("bf16", f"native bf16: bf16 matmul {1 / slowdown:.1f}x the speed of fp32", slowdown)
+    return Choice("fp32", f"no native bf16: bf16 matmul {slowdown:.0f}x slower than fp32", slowdown)
