@@ -39,6 +39,7 @@ class Job:
     finished: float | None = None
     uniform_loss: float | None = None
     reference_losses: dict | None = None  # {"unigram": .., "bigram": ..} nats/token of the training text
+    precision: str | None = None  # what the run computes in, and why (the trainer's choice)
     history: list[StepRecord] | None = field(default_factory=list)  # None: on disk, read on first use
     evals: list[dict] = field(default_factory=list)
     snapshots: list[int] = field(default_factory=list)
@@ -113,6 +114,7 @@ class RunManager(BackgroundJobs[Job]):
                 job.history, job.evals = None, meta.get("evals", [])
                 job.uniform_loss = meta.get("uniform_loss")
                 job.reference_losses = meta.get("reference_losses")
+                job.precision = meta.get("precision")
             job.finished = job.started
             self.jobs[d.name] = job
 
@@ -208,7 +210,7 @@ class RunManager(BackgroundJobs[Job]):
             kind = e["type"]
             if kind == "start":
                 job.status, job.uniform_loss = "running", e["uniform_loss"]
-                job.reference_losses = e.get("reference_losses")
+                job.reference_losses, job.precision = e.get("reference_losses"), e.get("precision")
             if kind in ("start", "schedule", "step"):
                 job.total_steps = e["total_steps"]
             if kind == "step":

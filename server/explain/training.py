@@ -29,7 +29,7 @@ def status(job: Job, since: int = 0) -> TrainingStatus:
     return TrainingStatus(
         id=job.id, status=job.status, request=job.request, step=job.step, total_steps=job.total_steps,
         elapsed_s=round(job.elapsed, 2), eta_s=job.eta(), tokens_per_s=last.tokens_per_s if last else None,
-        uniform_loss=job.uniform_loss,
+        uniform_loss=job.uniform_loss, precision=job.precision,
         unigram_loss=(job.reference_losses or {}).get("unigram"), bigram_loss=(job.reference_losses or {}).get("bigram"),
         # a diverged update's loss (inf or NaN) is not JSON: it is sent as 0 beside the run's error
         history=[h if math.isfinite(h.loss) else replace(h, loss=0.0) for h in recs if h.step > since],

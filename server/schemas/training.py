@@ -108,6 +108,9 @@ class TrainingStatus(BaseModel):
     eta_s: float | None
     tokens_per_s: float | None
     uniform_loss: float | None = Field(description="ln(vocab size): the loss of a uniform guess")
+    precision: str | None = Field(None, description="what the run computes in (bf16: autocast and Muon's orthogonalisation; "
+                                                    "fp32) and why, e.g. 'fp32 (no native bf16: bf16 matmul 52x slower "
+                                                    "than fp32)'; null until the run starts")
     unigram_loss: float | None = Field(None, description="entropy of the training text's token frequencies (nats per "
                                                          "token): the best loss of a model that knows only how often each token occurs")
     bigram_loss: float | None = Field(None, description="conditional entropy of a token given the one before, over the "

@@ -146,6 +146,7 @@ function drawStats(run) {
   if (b.status === "starting" || (b.status === "running" && !b.total_steps)) bar.removeAttribute("value");
   const parts = [`step ${int(b.step)} / ${b.total_steps ? int(b.total_steps) : "?"}`];
   if (b.tokens_per_s !== null) parts.push(`${int(b.tokens_per_s)} tokens/s`);
+  if (b.precision) parts.push(`computing in ${b.precision}`);
   parts.push(`elapsed ${duration(b.elapsed_s)}`);
   if (b.status === "running") parts.push(b.eta_s === null ? "time left: estimating…" : `about ${duration(b.eta_s)} left`);
   const lastEval = b.evals[b.evals.length - 1];

@@ -170,6 +170,8 @@ def test_a_short_run_draws_its_curves_while_it_trains(page, live_url, screenshot
     assert grad["block 1"]["y"] == [h["layer_grad_norms"][1] for h in body["history"]]
     stats = page.inner_text("#run-stats")
     assert f"step {SHORT['max_steps']} / {SHORT['max_steps']}" in stats and "tokens/s" in stats
+    # what the run computed in, and why (model/precision.py's choice: fp32 where bf16 is emulated)
+    assert body["precision"].split(" ")[0] in ("bf16", "fp32") and f"computing in {body['precision']}" in stats
     assert page.get_attribute("#run-progress", "value") == str(SHORT["max_steps"])
     assert page.is_disabled("#cancel-btn")
     # the finished run is listed as a checkpoint to serve
