@@ -104,6 +104,9 @@ const TICK_PX = 14;
 export const SLANTED_TICK_PX = 20;
 const TICK_STEPS = [1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000];
 
+// ticklabeloverflow "allow": the margins are sized for the labels, and Plotly's default ("hide
+// past div") measures every label once per label drawn, each measure a layout of the whole page
+// (2 s of one task for a 128-token map on a page of 17,000 elements).
 export function tokenAxis(labels, px, extra = {}, gap = TICK_PX) {
   const n = labels.length;
   const room = Math.max(1, Math.floor(px / gap));
@@ -113,7 +116,8 @@ export function tokenAxis(labels, px, extra = {}, gap = TICK_PX) {
   const text = (i) => (step === 1 || labels[i] === String(i) ? labels[i] : `${i} ${labels[i]}`);
   return {
     tickmode: "array", tickvals: vals, ticktext: vals.map(text),
-    tickfont: { family: MONO, size }, showgrid: false, zeroline: false, automargin: true, ...extra,
+    tickfont: { family: MONO, size }, showgrid: false, zeroline: false, automargin: true,
+    ticklabeloverflow: "allow", ...extra,
   };
 }
 
@@ -358,7 +362,7 @@ export function tokenStrip(gd, z, labels, opts = {}) {
   }, opts.name || gd.id);
 }
 
-const plainAxis = { tickmode: "auto", nticks: 9, showgrid: false, zeroline: false, automargin: true };
+const plainAxis = { tickmode: "auto", nticks: 9, showgrid: false, zeroline: false, automargin: true, ticklabeloverflow: "allow" };
 
 // Rows of a causal model's attention stop at the diagonal (the API leaves out the masked keys,
 // whose weight is exactly 0): pad each row to n columns with `fill` so a square can be drawn.
