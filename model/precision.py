@@ -9,7 +9,7 @@ things in training depend on the answer, and both read it from `native_precision
     Muon                the dtype its Newton-Schulz orthogonalisation runs in (model/muon.py)
 
 On a CPU the answer is measured, not read from /proc/cpuinfo: a few small matmuls in each dtype,
-once per process (about 10 ms on an emulating CPU, less on a native one). Flags can be present
+once per process (about 20 ms on an emulating CPU, less on a native one). Flags can be present
 while the library in use lacks the kernels, and a probe also works where cpuinfo does not exist.
 
 GPTSCOPE_PRECISION=bf16 or =fp32 forces the answer (to test or benchmark either path on any
