@@ -1,0 +1,132 @@
+"""Benchmark: training speed of the default recipe on both precision paths, against AdamW and against
+torch.optim.Muon as the trainer used it before (bf16 orthogonalisation on every CPU).
+
+Two parts, all in this one process on this machine:
+
+1. Updates: `model.train.train()` itself (the cpu preset, batch 8 x 128, the built-in corpus's BPE)
+   for --steps updates per row, after --warmup updates that are not counted; ms per update (median)
+   and tokens/s, for
+
+       default recipe, fp32 path     Muon orthogonalised in float32, no autocast
+       default recipe, bf16 path     Muon orthogonalised in bfloat16, bf16 autocast
+       AdamW, fp32 / bf16            the same run with --optimizer adamw
+       before, fp32 autocast         torch.optim.Muon (bf16 orthogonalisation) without autocast: the
+                                     default on a CPU without bf16 units until model/muon.py
+
+   The bf16 rows are what a CPU with bf16 units runs; on one without them every bf16 matmul is
+   emulated, so they are slow there, and that is the point of the fp32 path.
+2. One optimizer step over the cpu preset's 16 block matrices (random gradients): torch.optim.Muon,
+   ours in bf16, ours in fp32, AdamW.
+
+    python benchmarks/train_throughput.py [--steps 20] [--warmup 5] [--skip-bf16]
+
+Prints one JSON object; `native` says which path this machine's probe picks and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from model import train as trainer  # noqa: E402
+from model.gpt import GPT, preset_config  # noqa: E402
+from model.muon import Muon  # noqa: E402
+from model.precision import native_precision  # noqa: E402
+
+
+class TorchMuon(torch.optim.Muon):
+    """torch.optim.Muon with the trainer's keyword (ignored): what the trainer ran before."""
+
+    def __init__(self, params, *, ortho_dtype=None, **kw) -> None:
+        super().__init__(params, **kw)
+
+
+def run_updates(label: str, steps: int, warmup: int, **fields) -> dict:
+    """`warmup + steps` updates of train() with these TrainConfig fields; the last `steps` timed."""
+    tc = trainer.TrainConfig(corpus="shakespeare", max_steps=warmup + steps, eval_interval=10**9,
+                             device="cpu", **fields)
+    times: list[float] = []
+    last = [0.0]
+
+    def on_event(e: dict) -> None:
+        if e["type"] == "start":
+            last[0] = time.perf_counter()
+        elif e["type"] == "step":
+            now = time.perf_counter()
+            times.append(now - last[0])
+            last[0] = now
+
+    res = trainer.train(tc, progress=False, on_event=on_event)
+    timed = times[warmup:]
+    ms = statistics.median(timed) * 1e3
+    used = res.meta["train_config"]
+    tokens = used["batch_size"] * res.model.cfg.n_ctx
+    return {"run": label, "optimizer": used["optimizer"], "precision": used["precision"],
+            "ms_per_update": round(ms, 1), "tokens_per_s": round(tokens / ms * 1e3),
+            "updates_timed": len(timed)}
+
+
+def optimizer_step_ms(reps: int = 3) -> dict:
+    """One step over the cpu preset's block matrices, each optimizer timed on the same gradients."""
+    model = GPT(preset_config("cpu", vocab_size=2048))
+    mats = [p for n, p in model.named_parameters() if p.dim() == 2 and n.startswith("blocks.")]
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(p.shape, generator=g) for p in mats]
+    rows = {}
+    for name, make in [("torch.optim.Muon (bf16)", lambda ps: torch.optim.Muon(ps, lr=0.02, adjust_lr_fn="original")),
+                       ("model.muon.Muon, bf16", lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original",
+                                                                  ortho_dtype=torch.bfloat16)),
+                       ("model.muon.Muon, fp32", lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original",
+                                                                  ortho_dtype=torch.float32)),
+                       ("AdamW", lambda ps: torch.optim.AdamW(ps, lr=5e-3))]:
+        ps = [torch.nn.Parameter(p.detach().clone()) for p in mats]
+        opt = make(ps)
+        for p, gr in zip(ps, grads):
+            p.grad = gr
+        opt.step()  # state allocated, kernels built
+        t = time.perf_counter()
+        for _ in range(reps):
+            opt.step()
+        rows[name] = round((time.perf_counter() - t) / reps * 1e3, 2)
+    return {"matrices": len(mats), "ms": rows}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=20, help="timed updates per row")
+    p.add_argument("--warmup", type=int, default=5, help="updates before the timed ones")
+    p.add_argument("--skip-bf16", action="store_true", help="leave out the bf16 rows (slow on a CPU without bf16 units)")
+    a = p.parse_args()
+
+    native = native_precision("cpu")
+    recipe = trainer.RECIPES["cpu"]
+    rows = []
+    paths = ["fp32"] if a.skip_bf16 else ["fp32", "bf16"]
+    for prec in paths:
+        rows.append(run_updates(f"default recipe, {prec} path", a.steps, a.warmup, precision=prec))
+        rows.append(run_updates(f"AdamW, {prec}", a.steps, a.warmup, precision=prec, optimizer="adamw"))
+    with mock.patch.object(trainer, "Muon", TorchMuon):
+        rows.append(run_updates("before: torch.optim.Muon, fp32 autocast", a.steps, a.warmup, precision="fp32"))
+    base = rows[-1]["ms_per_update"]
+    for r in rows:
+        r["speedup_vs_before"] = round(base / r["ms_per_update"], 2)
+    adamw = {r["precision"]: r["ms_per_update"] for r in rows if r["optimizer"] == "adamw"}
+    for r in rows:
+        if r["optimizer"] == "muon" and r["precision"] in adamw and not r["run"].startswith("before"):
+            r["updates_vs_adamw"] = round(adamw[r["precision"]] / r["ms_per_update"], 2)
+    print(json.dumps({"native": {"precision": native.precision, "why": native.why},
+                      "recipe": recipe, "threads": torch.get_num_threads(), "updates": rows,
+                      "optimizer_step": optimizer_step_ms()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
