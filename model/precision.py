@@ -27,7 +27,8 @@ import torch
 
 ENV = "GPTSCOPE_PRECISION"
 PROBE_N = 128  # the probe's square matmul (a block of the cpu preset is 128 wide)
-NATIVE_IF_WITHIN = 3.0  # bf16 counts as native when its matmul is at most this many times slower than fp32
+PROBE_REPS = 7
+NATIVE_IF_WITHIN = 2.0  # bf16 counts as native when its matmul is at most this many times slower than fp32
 
 
 @dataclass(frozen=True)
@@ -43,20 +44,28 @@ class Choice:
         return torch.bfloat16 if self.precision == "bf16" else torch.float32
 
 
-def _seconds_per_matmul(dtype: torch.dtype, n: int = PROBE_N, reps: int = 5) -> float:
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    a @ b  # the first call may build the kernel
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t)
-    return max(best, 1e-9)
+def measure_cpu(n: int = PROBE_N, reps: int = PROBE_REPS) -> float:
+    """How many times slower a bf16 matmul is than a float32 one on this CPU (below 1: faster).
 
-
-def measure_cpu() -> float:
-    """How many times slower a bf16 matmul is than a float32 one on this CPU (below 1: faster)."""
-    return _seconds_per_matmul(torch.bfloat16) / _seconds_per_matmul(torch.float32)
+    On one thread, the fastest of `reps` interleaved tries of each: a busy machine slows a try
+    (a tiny matmul split over two threads waits for whichever core is taken, up to 10x: a loaded
+    2-core machine once measured 3x here instead of 22x), but never speeds one up."""
+    x = torch.randn(n, n)
+    pairs = {dt: (x.to(dt), x.T.contiguous().to(dt)) for dt in (torch.float32, torch.bfloat16)}
+    best = dict.fromkeys(pairs, float("inf"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for dt, (a, b) in pairs.items():
+            a @ b  # the first call may build the kernel
+        for _ in range(reps):
+            for dt, (a, b) in pairs.items():
+                t = time.perf_counter()
+                a @ b
+                best[dt] = min(best[dt], time.perf_counter() - t)
+    finally:
+        torch.set_num_threads(threads)
+    return best[torch.bfloat16] / max(best[torch.float32], 1e-9)
 
 
 @functools.cache

@@ -35,7 +35,8 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         if getattr(app.state, "service", None) is None:
             app.state.service = ModelService(settings.checkpoint, settings.device)
             log.info("loaded %s from %s", app.state.service.name, settings.checkpoint)
-        torch.set_num_threads(settings.threads_for(app.state.service.model.num_params()))
+        app.state.service.threads = settings.threads_for(app.state.service.model.num_params())
+        torch.set_num_threads(app.state.service.threads)  # and for any other torch work of the app
         yield
         app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
         app.state.finetune.shutdown()

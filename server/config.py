@@ -20,6 +20,11 @@ MAX_MERGES_PAGE = 1_000
 LARGE_MODEL_PARAMS = 20_000_000  # from here on a request uses every core (see Settings.torch_threads)  # merges per page of the model tokenizer's merge list
 
 
+def default_threads(params: int) -> int:
+    """Torch threads for a request on a model of `params` parameters (see Settings.torch_threads)."""
+    return 1 if params < LARGE_MODEL_PARAMS else max(1, os.cpu_count() or 1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPTSCOPE_")
 
@@ -36,9 +41,7 @@ class Settings(BaseSettings):
     torch_threads: int = 0
 
     def threads_for(self, params: int) -> int:
-        if self.torch_threads > 0:
-            return self.torch_threads
-        return 1 if params < LARGE_MODEL_PARAMS else max(1, os.cpu_count() or 1)
+        return self.torch_threads if self.torch_threads > 0 else default_threads(params)
     # Host names the server answers to besides loopback (127.0.0.1, localhost, ::1). Binding to
     # 0.0.0.0 or :: without naming any accepts every Host header (the user chose to expose it).
     allow_hosts: list[str] = []

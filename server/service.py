@@ -19,6 +19,8 @@ from model import checkpoint as ckpt
 from model import finetune
 from model.gpt import GPT, KVCache
 
+from .config import default_threads
+
 
 class ModelService:
     def __init__(self, path: Path, device: str = "cpu") -> None:
@@ -34,6 +36,9 @@ class ModelService:
         self.meta = self.checkpoint.meta
         self.path = Path(path)
         self._lock = threading.Lock()
+        # torch threads for a request (the app sets it from Settings.threads_for); each request
+        # thread sets it for itself, since torch's count is per thread and a job's differs
+        self.threads = default_threads(self.model.num_params())
         # the generation stepper's last KV cache and the ids it holds: the next step's request
         # repeats them plus one token, so only that token needs the model (see kv_prefix)
         self._kv: tuple[list[int], KVCache] | None = None
@@ -67,4 +72,5 @@ class ModelService:
     @contextmanager
     def run(self) -> Iterator[GPT]:
         with self._lock, torch.inference_mode():
+            torch.set_num_threads(self.threads)
             yield self.model

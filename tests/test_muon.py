@@ -113,7 +113,9 @@ def test_a_forced_path_wins_and_a_bad_value_is_refused(monkeypatch, choice_cache
 
 def test_the_cpu_probe_measures_and_decides_by_its_measurement(monkeypatch, choice_cache):
     monkeypatch.delenv(precision.ENV, raising=False)
+    threads = torch.get_num_threads()
     c = precision.native_precision("cpu")
+    assert torch.get_num_threads() == threads  # the probe times one thread, then gives the count back
     assert c.slowdown is not None and c.slowdown > 0
     assert c.precision == ("bf16" if c.slowdown <= precision.NATIVE_IF_WITHIN else "fp32")
     assert f"{c.slowdown:.0f}x slower" in c.why or f"{1 / c.slowdown:.1f}x the speed" in c.why

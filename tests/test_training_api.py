@@ -211,3 +211,28 @@ def test_delete_removes_a_run_and_its_checkpoints_cancel_keeps_it(tclient):
     names = [c["name"] for c in tclient.get("/api/v1/checkpoints").json()]
     assert not [n for n in names if n.startswith(run_id)]
     assert tclient.post("/api/v1/model", json={"checkpoint": run_id}).status_code == 404
+
+
+def test_a_run_trains_on_every_core_while_requests_keep_their_own_thread_count(service):
+    """Torch's thread count belongs to the thread that sets it: a job's thread takes every core (as
+    `gptscope train` does), and a request thread made after it still runs the served model on the
+    service's own count (one for a small model), not on the count the job left behind."""
+    import threading
+
+    from server.background import JOB_THREADS, BackgroundJobs
+
+    class Job:
+        id, status, cancel, thread = "0" * 12, "running", threading.Event(), None
+
+    seen = {}
+    BackgroundJobs().launch(Job(), lambda job: seen.setdefault("job", torch.get_num_threads())).thread.join()
+    assert seen["job"] == JOB_THREADS == max(1, __import__("os").cpu_count() or 1)
+
+    def request() -> None:
+        with service.run():
+            seen["request"] = torch.get_num_threads()
+
+    t = threading.Thread(target=request)
+    t.start()
+    t.join()
+    assert seen["request"] == service.threads == 1  # the built-in model is small

@@ -106,6 +106,7 @@ def switch_model(req: SwitchModelRequest, runs: Runs, request: Request) -> Healt
         new = ModelService(path, request.app.state.settings.device)
     except ckpt.CheckpointError as e:
         raise InputError("checkpoint", str(e)) from None
+    new.threads = request.app.state.settings.threads_for(new.model.num_params())
     request.app.state.service = new  # requests already running finish on the old model
-    torch.set_num_threads(request.app.state.settings.threads_for(new.model.num_params()))
+    torch.set_num_threads(new.threads)
     return health(new)
