@@ -210,7 +210,8 @@ def get_batch(data: torch.Tensor, batch_size: int, seq_len: int, seed: int, step
 def make_optimizers(model: GPT, tc: TrainConfig, fused: bool) -> list[torch.optim.Optimizer]:
     """AdamW for everything; or, with tc.optimizer == "muon", Muon for the blocks' weight matrices
     (orthogonalised in tc.precision's dtype: model/muon.py) and AdamW for the rest (embeddings,
-    biases, LayerNorm gains). Weight decay applies to the blocks' matrices only. Every group keeps its peak rate as "max_lr" for the schedule."""
+    biases, LayerNorm gains). Weight decay applies to the blocks' matrices only. Every group keeps
+    its peak rate as "max_lr" for the schedule."""
     matrices, rest = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
