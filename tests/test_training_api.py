@@ -9,9 +9,9 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from model import corpus as corpus_mod
-from server.app import create_app
-from server.config import BUILTIN_CHECKPOINT, Settings
+from gptscope.model import corpus as corpus_mod
+from gptscope.server.app import create_app
+from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 
 FAST = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": "small"}
 TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
