@@ -31,7 +31,6 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def free_port() -> int:
@@ -56,10 +55,10 @@ def server_memory_mb(pid: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from model import checkpoint as ckpt
-    from model.tokenizers import encoding_from_spec
-    from server.config import BUILTIN_CHECKPOINT
-    from server.schemas.forward import ALL_PARTS
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.model.tokenizers import encoding_from_spec
+    from gptscope.server.config import BUILTIN_CHECKPOINT
+    from gptscope.server.schemas.forward import ALL_PARTS
 
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=200)
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     builtin = Path(a.checkpoint).resolve() == BUILTIN_CHECKPOINT.resolve()
     if builtin:
         shutil.copytree(a.checkpoint, data / "models" / "twin")  # a second model to compare with
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--checkpoint", a.checkpoint, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "gptscope", "serve", "--checkpoint", a.checkpoint, "--port", str(port)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "GPTSCOPE_DATA_DIR": str(data)})
     base = f"http://127.0.0.1:{port}"

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
@@ -49,7 +48,7 @@ def main() -> None:
             random_gpt2_small(folder)
         data = Path(tmp) / "data"
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "server.cli", "import", str(folder), "--name", "gpt2", "--data-dir", str(data)],
+        subprocess.run([sys.executable, "-m", "gptscope", "import", str(folder), "--name", "gpt2", "--data-dir", str(data)],
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         import_s = time.perf_counter() - t
         out = {"weights": "real GPT-2 (" + str(a.hf) + ")" if a.hf else "random weights, GPT-2 small's shape",

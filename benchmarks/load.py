@@ -93,7 +93,7 @@ def main() -> None:
     a = p.parse_args()
     port = free_port()
     data = tempfile.mkdtemp(prefix="gptscope-load-")
-    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+    cmd = [sys.executable, "-m", "gptscope", "serve", "--port", str(port)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "GPTSCOPE_DATA_DIR": data},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"

@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from model import corpus as corpus_mod  # noqa: E402
-from model import train as trainer  # noqa: E402
-from model.formulas import kv_cache_bytes  # noqa: E402
-from model.gpt import count_params  # noqa: E402
-from server.experiments import EXPERIMENTS  # noqa: E402
+from gptscope.model import corpus as corpus_mod
+from gptscope.model import train as trainer
+from gptscope.model.formulas import kv_cache_bytes
+from gptscope.model.gpt import count_params
+from gptscope.server.experiments import EXPERIMENTS
 
 MODERN = ("positions", "rmsnorm", "swiglu", "gqa", "moe", "muon", "llama-style")
 

@@ -18,15 +18,12 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from model import corpus as corpus_mod  # noqa: E402
-from model import train as trainer  # noqa: E402
-from model.gpt import count_params  # noqa: E402
+from gptscope.model import corpus as corpus_mod
+from gptscope.model import train as trainer
+from gptscope.model.gpt import count_params
 
 
 def matmul_gflops(n: int = 1024, seconds: float = 3.0) -> float:

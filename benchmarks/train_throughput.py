@@ -3,7 +3,7 @@ torch.optim.Muon as the trainer used it before (bf16 orthogonalisation on every 
 
 Two parts, all in this one process on this machine:
 
-1. Updates: `model.train.train()` itself (the cpu preset, batch 8 x 128, the built-in corpus's BPE)
+1. Updates: `gptscope.model.train.train()` itself (the cpu preset, batch 8 x 128, the built-in corpus's BPE)
    for --steps updates per row, after --warmup updates that are not counted; ms per update (median)
    and tokens/s, for
 
@@ -28,19 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 from unittest import mock
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from model import train as trainer  # noqa: E402
-from model.gpt import GPT, preset_config  # noqa: E402
-from model.muon import Muon  # noqa: E402
-from model.precision import native_precision  # noqa: E402
+from gptscope.model import train as trainer
+from gptscope.model.gpt import GPT, preset_config
+from gptscope.model.muon import Muon
+from gptscope.model.precision import native_precision
 
 
 class TorchMuon(torch.optim.Muon):
@@ -83,9 +79,9 @@ def optimizer_step_ms(reps: int = 3) -> dict:
     grads = [torch.randn(p.shape, generator=g) for p in mats]
     rows = {}
     for name, make in [("torch.optim.Muon (bf16)", lambda ps: torch.optim.Muon(ps, lr=0.02, adjust_lr_fn="original")),
-                       ("model.muon.Muon, bf16", lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original",
+                       ("gptscope.model.muon.Muon, bf16", lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original",
                                                                   ortho_dtype=torch.bfloat16)),
-                       ("model.muon.Muon, fp32", lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original",
+                       ("gptscope.model.muon.Muon, fp32", lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original",
                                                                   ortho_dtype=torch.float32)),
                        ("AdamW", lambda ps: torch.optim.AdamW(ps, lr=5e-3))]:
         ps = [torch.nn.Parameter(p.detach().clone()) for p in mats]

@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import urlencode
 
-from .server import BackgroundServer
+from .background_server import BackgroundServer
 
 # page -> its path on the server; each panel is the section `<name>-panel` of that page
 PAGES = {"forward": "/", "tokenizer": "/tokenizer", "learn": "/learn", "train": "/train", "compare": "/compare"}
@@ -50,7 +50,7 @@ def base_url() -> str:
     """The server's URL: the one connected to, or a background server started now (once per kernel)."""
     global _base_url, _server
     if _base_url is None:
-        from server.app import create_app
+        from gptscope.server.app import create_app
 
         _server = BackgroundServer(create_app()).start()
         _base_url = _server.url

@@ -1,7 +1,7 @@
 """Training: corpus -> tokenizer -> GPT, with AdamW, warmup + cosine, clipping, eval, checkpoints.
 
-One process:      python -m model.train --corpus shakespeare --max-steps 200 --out runs/a
-Several (DDP):    torchrun --nproc_per_node=2 -m model.train --corpus shakespeare --out runs/a
+One process:      python -m gptscope.model.train --corpus shakespeare --max-steps 200 --out runs/a
+Several (DDP):    torchrun --nproc_per_node=2 -m gptscope.model.train --corpus shakespeare --out runs/a
 
 (`gptscope train ...` is the same command.) Under torchrun every process trains a replica on its
 own batches and DDP averages the gradients (nccl on GPUs, gloo on CPU); rank 0 logs and saves.
@@ -556,7 +556,7 @@ class Trainer:
             "evals": self.evals, "uniform_loss": math.log(self.cfg.vocab_size), "reference_losses": self.reference_losses,
             "device": self.device.type, "world_size": self.dd.world, "torch": torch.__version__,
             "precision": self.numerics,
-            "command": self.command or "python -m model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            "command": self.command or "python -m gptscope.model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         }
 
     def snapshot(self, final: bool) -> None:
@@ -671,7 +671,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**{f.name: getattr(a, f.name) for f in fields(TrainConfig) if hasattr(a, f.name)})
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m model.train") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m gptscope.model.train") -> int:
     p = argparse.ArgumentParser(prog=prog, description="Train a gptscope GPT.")
     add_arguments(p)
     a = p.parse_args(argv)

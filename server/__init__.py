@@ -1,7 +1,6 @@
-"""gptscope's web side: FastAPI app, /api/v1 routers, pydantic schemas, the explain layer, CLI.
+"""gptscope's web side, installed as `gptscope.server`: FastAPI app, /api/v1 routers, pydantic
+schemas, the explain layer, CLI.
 
-Data flows one way:  model/ (torch)  ->  server/explain/ (tensors -> pydantic)  ->
+Data flows one way:  gptscope.model (torch)  ->  server/explain/ (tensors -> pydantic)  ->
 server/schemas/ (the JSON contract)  ->  server/routers/ (/api/v1 and the pages)  ->  static/ panels.
 """
-
-__version__ = "0.1.0"

@@ -10,9 +10,10 @@ from fastapi import FastAPI
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.staticfiles import StaticFiles
 
-from model import corpus as corpus_mod
+from gptscope import __version__
+from gptscope.model import corpus as corpus_mod
 
-from . import __version__, contract, errors
+from . import contract, errors
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
 from .routers import (compare, docs, embeddings, finetune, forward, heads, health, intervene, learn, lessons, pages, sampling, tokenize,

@@ -20,7 +20,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         print(f"warning: serving on {a.host}: anyone who can reach this machine on port {a.port} can use gptscope, "
               f"including starting training runs", file=sys.stderr)
     settings = Settings(host=a.host, port=a.port, checkpoint=checkpoint_folder(a.checkpoint), allow_hosts=a.allow_host)
-    from model import checkpoint as ckpt
+    from gptscope.model import checkpoint as ckpt
 
     try:
         ckpt.read_meta(settings.checkpoint)
@@ -44,7 +44,7 @@ def checkpoint_folder(given: str) -> Path:
 
 def cmd_import(a: argparse.Namespace) -> int:
     """Convert a Hugging Face GPT-2 folder or a nanoGPT ckpt.pt into a checkpoint the app serves."""
-    from model import importers
+    from gptscope.model import importers
 
     data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
     command = "gptscope import " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["import"] else [a.path, "--name", a.name])
@@ -60,15 +60,15 @@ def cmd_import(a: argparse.Namespace) -> int:
 
 
 def cmd_train(argv: list[str]) -> int:
-    from model import train
+    from gptscope.model import train
 
     return train.main(argv, prog="gptscope train")
 
 
 def cmd_eval(a: argparse.Namespace) -> int:
-    from model import checkpoint as ckpt
-    from model import corpus
-    from model.train import evaluate_text
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.model import corpus
+    from gptscope.model.train import evaluate_text
 
     try:
         c = ckpt.load(a.checkpoint)
@@ -83,7 +83,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
 def cmd_corpus(a: argparse.Namespace) -> int:
     """Write exactly the text a run on the built-in corpus trains on, holds out, or both."""
-    from model import corpus
+    from gptscope.model import corpus
 
     train_text, val_text = corpus.load(a.name).split(corpus.VAL_FRACTION)
     text = {"train": train_text, "val": val_text, "all": train_text + val_text}[a.split]
@@ -98,7 +98,7 @@ def cmd_corpus(a: argparse.Namespace) -> int:
 def cmd_generate(a: argparse.Namespace) -> int:
     import torch
 
-    from model import checkpoint as ckpt
+    from gptscope.model import checkpoint as ckpt
 
     try:
         c = ckpt.load(checkpoint_folder(a.checkpoint))
@@ -118,9 +118,9 @@ def cmd_finetune(a: argparse.Namespace) -> int:
     JSON line with every result on stdout."""
     from pydantic import ValidationError
 
-    from model import checkpoint as ckpt
-    from model import finetune as ft
-    from model import tasks as tasks_mod
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.model import finetune as ft
+    from gptscope.model import tasks as tasks_mod
 
     from .errors import InputError
     from .finetune_jobs import FinetuneJobState, FinetuneManager, check_request, run_comparison

@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+from contextlib import ExitStack
+from importlib import resources
 from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BUILTIN_CHECKPOINT = REPO_ROOT / "model" / "builtin"
-TEMPLATES_DIR = REPO_ROOT / "templates"
-STATIC_DIR = REPO_ROOT / "static"
+_extracted = ExitStack()  # folders copied out of a zipped install, removed at exit
+atexit.register(_extracted.close)
+
+
+def package_folder(package: str, *parts: str) -> Path:
+    """A folder shipped inside the gptscope package, found through importlib.resources: the
+    checkout's folder in an editable install, the installed copy otherwise; never a path relative
+    to the source tree. StaticFiles and Jinja2 read real folders, so an install that is not one on
+    disk (a zip) has it copied out once."""
+    folder = resources.files(package)
+    for part in parts:
+        folder = folder / part
+    if isinstance(folder, Path):
+        return folder.resolve()
+    return _extracted.enter_context(resources.as_file(folder))
+
+
+BUILTIN_CHECKPOINT = package_folder("gptscope.model", "builtin")
+TEMPLATES_DIR = package_folder("gptscope.templates")
+STATIC_DIR = package_folder("gptscope.static")
 
 # Limits that bad or huge input runs into; each refusal names the limit.
 MAX_TEXT_CHARS = 100_000  # tokenizer text

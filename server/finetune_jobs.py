@@ -18,9 +18,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from model import checkpoint as ckpt
-from model import finetune as ft
-from model import tasks as tasks_mod
+from gptscope.model import checkpoint as ckpt
+from gptscope.model import finetune as ft
+from gptscope.model import tasks as tasks_mod
 
 from .background import BackgroundJobs
 from .errors import InputError

@@ -17,9 +17,9 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from model import checkpoint as ckpt
-from model import corpus as corpus_mod
-from model.train import Cancelled, ConfigError, StepRecord, TrainConfig, train
+from gptscope.model import checkpoint as ckpt
+from gptscope.model import corpus as corpus_mod
+from gptscope.model.train import Cancelled, ConfigError, StepRecord, TrainConfig, train
 
 from .background import JOB_ID as RUN_ID
 from .background import BackgroundJobs

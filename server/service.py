@@ -15,9 +15,9 @@ from typing import Iterator
 
 import torch
 
-from model import checkpoint as ckpt
-from model import finetune
-from model.gpt import GPT, KVCache
+from gptscope.model import checkpoint as ckpt
+from gptscope.model import finetune
+from gptscope.model.gpt import GPT, KVCache
 
 from .config import default_threads
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from model.gpt import GPT, GPTConfig
-from server.app import create_app
-from server.config import BUILTIN_CHECKPOINT, Settings
-from server.service import ModelService
+from gptscope.model.gpt import GPT, GPTConfig
+from gptscope.server.app import create_app
+from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+from gptscope.server.service import ModelService
+
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout (examples/ is not package data)
 
 torch.set_num_threads(2)
 
@@ -51,8 +55,6 @@ def executed_tour(tmp_path_factory):
 
     import nbformat
     from nbclient import NotebookClient
-
-    from server.config import REPO_ROOT
 
     nb = nbformat.read(REPO_ROOT / "examples" / "tour.ipynb", as_version=4)
     env = {"GPTSCOPE_DATA_DIR": str(tmp_path_factory.mktemp("gptscope-tour"))}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import re
 
-from server.schemas.forward import ForwardResponse
-from server.schemas.tokenize import TokenizeResponse
+from gptscope.server.schemas.forward import ForwardResponse
+from gptscope.server.schemas.tokenize import TokenizeResponse
 
 
 def test_health_names_the_loaded_model(client, service):
@@ -119,7 +119,7 @@ def test_openapi_docs(client):
 
 
 def test_the_default_prompt_is_in_the_corpus_format_and_its_top_guess_is_a_word(client, service):
-    from server.routers.pages import DEFAULT_PROMPT
+    from gptscope.server.routers.pages import DEFAULT_PROMPT
 
     speaker, _, speech = DEFAULT_PROMPT.partition("\n")
     assert speaker.endswith(":") and speech  # a NAME: line, then the speech, as in the corpus
@@ -133,6 +133,6 @@ def test_the_default_prompt_is_in_the_corpus_format_and_its_top_guess_is_a_word(
 
 
 def corpus_text() -> str:
-    from model import corpus
+    from gptscope.model import corpus
 
     return corpus.shakespeare().text

@@ -43,7 +43,7 @@ def test_static_js_has_one_drawing_toolkit_and_one_api_module():
 
 
 def test_builtin_checkpoint_json_is_small_and_its_history_file_drives_the_curves():
-    from model import checkpoint as ckpt
+    from gptscope.model import checkpoint as ckpt
 
     folder = ROOT / "model" / "builtin"
     assert (folder / ckpt.META_NAME).stat().st_size <= 100_000

@@ -8,13 +8,13 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from model import checkpoint as ckpt
-from model.bpe import GPT2_PATTERN
-from model.gpt import GPT, GPTConfig
-from server.app import create_app
-from server.config import Settings
-from server.explain.compare import ModelCache
-from server.service import ModelService
+from gptscope.model import checkpoint as ckpt
+from gptscope.model.bpe import GPT2_PATTERN
+from gptscope.model.gpt import GPT, GPTConfig
+from gptscope.server.app import create_app
+from gptscope.server.config import Settings
+from gptscope.server.explain.compare import ModelCache
+from gptscope.server.service import ModelService
 
 TEXT = "KING HENRY V:\nOnce more unto the breach, dear friends, once"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from model import corpus
-from server.cli import main as cli_main
+from gptscope.model import corpus
+from gptscope.server.cli import main as cli_main
 
 
 @pytest.fixture(scope="module")

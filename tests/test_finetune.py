@@ -10,10 +10,10 @@ import time
 import pytest
 import torch
 
-from model import checkpoint as ckpt
-from model import finetune as ft
-from model import tasks
-from server import cli
+from gptscope.model import checkpoint as ckpt
+from gptscope.model import finetune as ft
+from gptscope.model import tasks
+from gptscope.server import cli
 
 # ---- the built-in tasks' splits -------------------------------------------------------------
 
@@ -33,7 +33,7 @@ def test_task_halves_share_no_line_and_training_has_no_held_out_play(name):
 
 
 def test_held_out_plays_are_exactly_those_reaching_into_the_last_tenth():
-    from model import corpus
+    from gptscope.model import corpus
 
     full = corpus.shakespeare().text
     cut = len(full) - len(corpus.shakespeare().split()[1])

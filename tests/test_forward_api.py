@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from server.schemas.forward import ALL_PARTS
+from gptscope.server.schemas.forward import ALL_PARTS
 
 PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 
@@ -224,10 +224,10 @@ def test_a_model_trained_without_the_mask_returns_full_attention_rows(service, t
     the diagonal (what the model really did)."""
     from fastapi.testclient import TestClient
 
-    from model import checkpoint as ckpt
-    from model.gpt import GPT, GPTConfig
-    from server.app import create_app
-    from server.config import Settings
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.model.gpt import GPT, GPTConfig
+    from gptscope.server.app import create_app
+    from gptscope.server.config import Settings
 
     torch.manual_seed(0)
     cfg = GPTConfig(**{**service.model.cfg.to_dict(), "n_layer": 1, "causal": False})

@@ -26,13 +26,13 @@ from pathlib import Path
 import pytest
 from fastapi import params
 
-from gptscope.server import BackgroundServer
-from server.app import create_app
-from server.config import BUILTIN_CHECKPOINT, Settings
-from server.finetune_jobs import FinetuneManager
-from server.runs import RunManager
-from server.schemas.common import StrictRequest
-from server.service import ModelService
+from gptscope.background_server import BackgroundServer
+from gptscope.server.app import create_app
+from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+from gptscope.server.finetune_jobs import FinetuneManager
+from gptscope.server.runs import RunManager
+from gptscope.server.schemas.common import StrictRequest
+from gptscope.server.service import ModelService
 
 MAX_EXAMPLES = 30
 SEED = int(os.environ.get("GPTSCOPE_FUZZ_SEED", "17"))

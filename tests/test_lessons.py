@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import lessons as L
-from model.gpt import GPT, GPTConfig
+from gptscope.model import lessons as L
+from gptscope.model.gpt import GPT, GPTConfig
 
 
 def get(client, path: str, **params) -> dict:

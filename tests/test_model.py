@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from model.gpt import GPT, GPTConfig, HookPoint, KVCache, count_params, preset_config
-from model.sampling import filter_logits, sample_next
+from gptscope.model.gpt import GPT, GPTConfig, HookPoint, KVCache, count_params, preset_config
+from gptscope.model.sampling import filter_logits, sample_next
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 from fastapi.testclient import TestClient
 
-from model import checkpoint as ckpt
-from model.formulas import kv_cache_bytes
-from model.gpt import GPT, MLP, GPTConfig, KVCache, RMSNorm, apply_rope, count_params, preset_config, rope_angles
-from server.app import create_app
-from server.config import Settings
-from server.schemas.forward import ALL_PARTS
+from gptscope.model import checkpoint as ckpt
+from gptscope.model.formulas import kv_cache_bytes
+from gptscope.model.gpt import GPT, MLP, GPTConfig, KVCache, RMSNorm, apply_rope, count_params, preset_config, rope_angles
+from gptscope.server.app import create_app
+from gptscope.server.config import Settings
+from gptscope.server.schemas.forward import ALL_PARTS
 
 BASE = dict(vocab_size=61, n_ctx=24, n_layer=2, n_head=4, d_model=32)
 COMBOS = {
@@ -238,7 +238,7 @@ def story(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(COMBOS))
 def test_every_combination_trains_and_its_loss_falls(name, story, tmp_path):
-    from model.train import TrainConfig, train
+    from gptscope.model.train import TrainConfig, train
 
     over = {k: v for k, v in {**BASE, **COMBOS[name]}.items() if k != "vocab_size"}
     tc = TrainConfig(corpus=str(story), preset="tiny", tokenizer="bpe", vocab_size=300, batch_size=8, seq_len=16,

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model import precision
-from model.muon import Muon, orthogonalise
-from model.train import TrainConfig, make_optimizers, recipe_for, train
+from gptscope.model import precision
+from gptscope.model.muon import Muon, orthogonalise
+from gptscope.model.train import TrainConfig, make_optimizers, recipe_for, train
 
 SHAPES = [(48, 16), (16, 48), (24, 24), (64, 32)]  # tall, wide, square: the iteration transposes tall ones
 
@@ -129,7 +129,7 @@ def test_the_cpu_probe_measures_and_decides_by_its_measurement(monkeypatch, choi
 
 @pytest.mark.parametrize("prec, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
 def test_the_trainer_orthogonalises_in_the_runs_precision(prec, dtype):
-    from model.gpt import GPT, preset_config
+    from gptscope.model.gpt import GPT, preset_config
 
     model = GPT(preset_config("tiny", vocab_size=64))
     tc = TrainConfig(optimizer="muon", muon_lr=0.02, max_lr=5e-3, precision=prec, max_steps=1)

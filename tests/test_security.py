@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from server.security import GuardMiddleware, host_name
+from gptscope.server.security import GuardMiddleware, host_name
 
 PROMPT = {"text": "ROMEO:"}
 
@@ -119,7 +119,7 @@ def test_overload_answers_503_instead_of_queueing():
 
 
 def test_exposed_server_settings():
-    from server.config import Settings
+    from gptscope.server.config import Settings
 
     assert Settings().allowed_hosts() == ["127.0.0.1", "::1", "localhost"]
     assert Settings(host="0.0.0.0").allowed_hosts() is None
@@ -130,8 +130,8 @@ def test_exposed_server_settings():
 def test_a_server_error_is_json_without_a_stack_trace(service, tmp_path, caplog):
     from fastapi.testclient import TestClient
 
-    from server.app import create_app
-    from server.config import BUILTIN_CHECKPOINT, Settings
+    from gptscope.server.app import create_app
+    from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 
     app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path, allow_hosts=["testserver"]), service=service)
 

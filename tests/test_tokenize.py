@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model.tokenizers import get_public_encoding
-from server.config import MAX_MERGES_PRETOKEN_BYTES, MAX_MERGES_TEXT_CHARS, MAX_TEXT_CHARS
-from server.explain import merges as bpe
-from server.explain import tokens as tok
-from server.schemas.tokenize import (CompareResponse, EncodingsResponse, MergesResponse, ModelMergesResponse, TokenInfo,
+from gptscope.model.tokenizers import get_public_encoding
+from gptscope.server.config import MAX_MERGES_PRETOKEN_BYTES, MAX_MERGES_TEXT_CHARS, MAX_TEXT_CHARS
+from gptscope.server.explain import merges as bpe
+from gptscope.server.explain import tokens as tok
+from gptscope.server.schemas.tokenize import (CompareResponse, EncodingsResponse, MergesResponse, ModelMergesResponse, TokenInfo,
                                      TokenizeResponse)
 
 ENCODINGS = ["gpt2", "cl100k_base", "o200k_base", "model"]

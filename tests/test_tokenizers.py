@@ -9,7 +9,7 @@ import pytest
 import tiktoken.load
 from tiktoken_ext import openai_public
 
-from model import tokenizers as tk
+from gptscope.model import tokenizers as tk
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_a_corrupted_packaged_file_is_refused(fresh_cache, tmp_path, monkeypatch
 
 
 def test_own_bpe_round_trips_and_is_a_tiktoken_encoding():
-    from model.bpe import train_bpe
+    from gptscope.model.bpe import train_bpe
 
     text = "the cat sat on the mat; the cat ate the rat. " * 50
     merges = train_bpe(text, 300)

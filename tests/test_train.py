@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from model import checkpoint as ckpt
-from model.corpus import Corpus, CorpusError
-from model.train import TrainConfig, evaluate_text, train
-from server.cli import main as cli_main
+from gptscope.model import checkpoint as ckpt
+from gptscope.model.corpus import Corpus, CorpusError
+from gptscope.model.train import TrainConfig, evaluate_text, train
+from gptscope.server.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(n_ctx=32, d_model=32, n_head=2)  # on top of the 'tiny' preset's 2 layers
@@ -293,10 +293,9 @@ def test_resume_with_a_time_budget_trains_more(trained, corpus_file, tmp_path):
 
 def test_ddp_two_ranks_end_with_identical_weights(corpus_file, tmp_path):
     out = tmp_path / "ddp"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GPTSCOPE_RANK_DIGESTS": "1",
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GPTSCOPE_RANK_DIGESTS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "model.train", "--corpus", str(corpus_file), "--preset", "tiny", "--tokenizer", "bpe",
+           "-m", "gptscope.model.train", "--corpus", str(corpus_file), "--preset", "tiny", "--tokenizer", "bpe",
            "--vocab-size", "300", "--max-steps", "6", "--batch-size", "4", "--warmup-steps", "2",
            "--device", "cpu", "--set", "n_ctx=32", "--set", "d_model=32", "--set", "n_head=2",
            "--no-progress", "--out", str(out)]

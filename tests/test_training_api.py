@@ -9,9 +9,9 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from model import corpus as corpus_mod
-from server.app import create_app
-from server.config import BUILTIN_CHECKPOINT, Settings
+from gptscope.model import corpus as corpus_mod
+from gptscope.server.app import create_app
+from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 
 FAST = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": "small"}
 TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
@@ -219,7 +219,7 @@ def test_a_run_trains_on_every_core_while_requests_keep_their_own_thread_count(s
     service's own count (one for a small model), not on the count the job left behind."""
     import threading
 
-    from server.background import JOB_THREADS, BackgroundJobs
+    from gptscope.server.background import JOB_THREADS, BackgroundJobs
 
     class Job:
         id, status, cancel, thread = "0" * 12, "running", threading.Event(), None

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from model.gpt import count_params
+from gptscope.model.gpt import count_params
 
 from ..config import BUILTIN_CHECKPOINT
 from ..errors import InputError

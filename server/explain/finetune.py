@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from model import tasks as tasks_mod
-from model.finetune import frame
+from gptscope.model import tasks as tasks_mod
+from gptscope.model.finetune import frame
 
 from ..errors import InputError
 from ..finetune_jobs import FinetuneJobState, FinetuneManager

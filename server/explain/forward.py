@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from model.gpt import apply_rope, causal_allowed, rope_angles
+from gptscope.model.gpt import apply_rope, causal_allowed, rope_angles
 
 from ..errors import InputError
 from ..schemas.forward import (AttentionBlock, ClassifierBlock, Contribution, Decomposition, EmbeddingsBlock, ExpertLayer, ForwardRequest,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from model import corpus as corpus_mod
-from model import heads as hd
-from model.tokenizers import CharEncoding
+from gptscope.model import corpus as corpus_mod
+from gptscope.model import heads as hd
+from gptscope.model.tokenizers import CharEncoding
 
 from ..config import LARGE_MODEL_PARAMS
 from ..errors import InputError, NotFound

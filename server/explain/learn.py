@@ -10,10 +10,10 @@ from typing import Sequence
 
 import torch
 
-from model import formulas as C
-from model import lessons as LS
-from model.gpt import PRESETS, GPTConfig, count_params
-from model.schedules import warmup_cosine
+from gptscope.model import formulas as C
+from gptscope.model import lessons as LS
+from gptscope.model.gpt import PRESETS, GPTConfig, count_params
+from gptscope.model.schedules import warmup_cosine
 
 from ..errors import InputError
 from ..schemas import learn as S
@@ -89,12 +89,12 @@ def lr_schedule(service: ModelService, kind: str, *, d_model: int | None, warmup
     steps = C.schedule_steps(total, points, extra=(w - 1, w))
     if kind == "transformer":
         lr = C.lr_curve("transformer", steps, d_model=p["d_model"], warmup=w)
-        function = "model.schedules.transformer"
+        function = "gptscope.model.schedules.transformer"
         formula = "lr(t) = d_model^-0.5 * min(t^-0.5, t * warmup^-1.5), t = max(step, 1)"
         params = S.ScheduleParams(d_model=p["d_model"], warmup=w, total_steps=total)
     else:
         lr = C.lr_curve("warmup_cosine", steps, max_lr=p["max_lr"], warmup=w, total_steps=total, min_lr=p["min_lr"])
-        function = "model.schedules.warmup_cosine"
+        function = "gptscope.model.schedules.warmup_cosine"
         formula = ("lr = max_lr * (step + 1) / warmup while step < warmup; then "
                    "min_lr + (max_lr - min_lr) * (1 + cos(pi * (step - warmup) / (total_steps - warmup))) / 2")
         params = S.ScheduleParams(warmup=w, max_lr=p["max_lr"], min_lr=p["min_lr"], total_steps=total)

@@ -10,8 +10,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from model import formulas as C
-from model import lessons as L
+from gptscope.model import formulas as C
+from gptscope.model import lessons as L
 
 from ..schemas import lessons as S
 from ..schemas.learn import Histogram

@@ -13,9 +13,9 @@ from functools import lru_cache
 
 import tiktoken
 
-from model import lessons as L
-from model.bpe import BPEMerges
-from model.tokenizers import CharEncoding
+from gptscope.model import lessons as L
+from gptscope.model.bpe import BPEMerges
+from gptscope.model.tokenizers import CharEncoding
 
 from ..config import MAX_MERGES_PRETOKEN_BYTES
 from ..errors import InputError

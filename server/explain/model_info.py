@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import math
 
-from model.gpt import count_params
+from gptscope import __version__
+from gptscope.model.gpt import count_params
 
-from .. import __version__
 from ..schemas.health import ClassifierInfo, Health, ModelInfo
 from ..service import ModelService
 

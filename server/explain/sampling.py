@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from model.sampling import filter_logits, sample_next
+from gptscope.model.sampling import filter_logits, sample_next
 
 from ..errors import InputError
 from ..schemas.forward import NextToken

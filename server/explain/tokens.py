@@ -5,7 +5,7 @@ from __future__ import annotations
 import regex
 import tiktoken
 
-from model.tokenizers import PUBLIC_ENCODINGS, UnknownCharacters, get_public_encoding
+from gptscope.model.tokenizers import PUBLIC_ENCODINGS, UnknownCharacters, get_public_encoding
 
 from ..errors import InputError
 from ..schemas.common import TokenPiece

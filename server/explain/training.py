@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from model import checkpoint as ckpt
-from model import corpus as corpus_mod
-from model.gpt import GPTConfig, count_params
+from gptscope.model import checkpoint as ckpt
+from gptscope.model import corpus as corpus_mod
+from gptscope.model.gpt import GPTConfig, count_params
 
 from ..errors import InputError, NotFound
 from ..runs import RUN_ID, Job, RunManager

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 
-from model import checkpoint as ckpt
+from gptscope.model import checkpoint as ckpt
 
 from ..config import BUILTIN_CHECKPOINT
 from ..deps import Runs, Service

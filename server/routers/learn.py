@@ -90,7 +90,7 @@ def softmax_scale(
 
 
 @router.get("/params", response_model=S.ParamsResponse, responses=ERROR_RESPONSES,
-            summary="Exact and seed-convention parameter counts of a preset or any config (model.gpt.count_params)")
+            summary="Exact and seed-convention parameter counts of a preset or any config (gptscope.model.gpt.count_params)")
 def params(
     service: Service,
     preset: Annotated[Literal[tuple(ex.preset_names())] | None,  # type: ignore[valid-type]  # the schema lists them

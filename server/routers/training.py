@@ -8,8 +8,8 @@ import torch
 from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
 from fastapi.responses import JSONResponse
 
-from model import checkpoint as ckpt
-from model import corpus as corpus_mod
+from gptscope.model import checkpoint as ckpt
+from gptscope.model import corpus as corpus_mod
 
 from ..config import BUILTIN_CHECKPOINT
 from ..deps import Runs, Service

@@ -35,7 +35,7 @@ class LrHistory(BaseModel):
 
 class ScheduleResponse(BaseModel):
     kind: str = Field(description="transformer, gpt1 or model")
-    function: str = Field(description="the model.schedules function that computed lr (the trainer calls the same one)")
+    function: str = Field(description="the gptscope.model.schedules function that computed lr (the trainer calls the same one)")
     formula: str
     params: ScheduleParams
     step: list[int]
@@ -216,7 +216,7 @@ class ParamsResponse(BaseModel):
     encoder_decoder: EncoderDecoderCount | None = Field(None, description="preset=transformer-base only: the "
                                                         "encoder-decoder count, tied and untied")
     config: ParamsConfig
-    counts: dict[str, int] = Field(description="model.gpt.count_params: total (every trainable number), "
+    counts: dict[str, int] = Field(description="gptscope.model.gpt.count_params: total (every trainable number), "
                                                "seed_convention (weight matrices and tables only), and parts")
     token_embedding_share: float = Field(description="token embedding / seed_convention total")
     embedding_share: float = Field(description="(token + position embeddings) / seed_convention total")

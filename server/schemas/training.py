@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 
-from model.gpt import preset_config
-from model.train import RECIPES, StepRecord, TrainConfig
+from gptscope.model.gpt import preset_config
+from gptscope.model.train import RECIPES, StepRecord, TrainConfig
 
 from .common import StrictRequest
 

@@ -102,7 +102,7 @@ async function loadModel(signal) {
   mpanel.dataset.schedule = "recorded";
   recorded = body.checkpoint_schedule;
   fillFields(recorded);
-  const data = [curveTrace(body, OKABE.blue, "solid", "schedule (model.schedules.warmup_cosine)")];
+  const data = [curveTrace(body, OKABE.blue, "solid", "schedule (gptscope.model.schedules.warmup_cosine)")];
   if (body.history) {
     data.push({
       x: body.history.step, y: body.history.lr, type: "scatter", mode: "markers", name: "rate the trainer set",

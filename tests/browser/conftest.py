@@ -22,12 +22,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.config import BUILTIN_CHECKPOINT, REPO_ROOT, Settings
+from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-ARTIFACTS = REPO_ROOT / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 STARTUP_TIMEOUT_S = 60
 
 
@@ -50,7 +50,7 @@ def serve(checkpoint: Path, data_dir: Path):
     yields its base URL once /api/v1/health answers, and stops it on exit."""
     import uvicorn
 
-    from server.app import create_app
+    from gptscope.server.app import create_app
 
     app = create_app(Settings(checkpoint=checkpoint, data_dir=data_dir))
     port = _free_port()

@@ -54,7 +54,7 @@ new PerformanceObserver((list) => { for (const e of list.getEntries()) if (e.nam
 
 def gpt2_prompt() -> str:
     """English text cut at exactly 128 GPT-2 tokens (the packaged gpt2 encoding, offline)."""
-    from model.tokenizers import get_public_encoding
+    from gptscope.model.tokenizers import get_public_encoding
 
     enc = get_public_encoding("gpt2")
     text = ("The quick brown fox jumps over the lazy dog while the old king counts his gold in the tower. "
@@ -73,8 +73,8 @@ def big(tmp_path_factory, serve_app):
     """A random GPT-2-small-shaped gptscope checkpoint (no importer involved), served on its own port."""
     import torch
 
-    from model import checkpoint
-    from model.gpt import GPT, GPTConfig
+    from gptscope.model import checkpoint
+    from gptscope.model.gpt import GPT, GPTConfig
 
     cfg = GPTConfig(vocab_size=50257, n_ctx=1024, n_layer=N_LAYER, n_head=N_HEAD, d_model=96, gelu="tanh")
     torch.manual_seed(0)
@@ -461,7 +461,7 @@ def test_generation_stepper_with_144_heads(bpage, big):
 # --- the other pages ------------------------------------------------------------------------------
 
 def test_learn_shows_the_loaded_models_parameter_count(bpage, big):
-    from model.gpt import count_params
+    from gptscope.model.gpt import count_params
 
     page, url = bpage, big["url"]
     total = count_params(big["cfg"])["total"]

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from apihelp import api_json, finished_run
-from server.config import BUILTIN_CHECKPOINT
+from gptscope.server.config import BUILTIN_CHECKPOINT
 
 pytestmark = pytest.mark.browser
 

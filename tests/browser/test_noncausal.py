@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from model.train import TrainConfig, train
+from gptscope.model.train import TrainConfig, train
 
 pytestmark = pytest.mark.browser
 

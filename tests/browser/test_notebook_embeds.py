@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from apihelp import finished_run
 
-from server.config import BUILTIN_CHECKPOINT
+from gptscope.server.config import BUILTIN_CHECKPOINT
 
 TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
         "All that glitters is not gold. Fortune favours the bold. ") * 60

@@ -255,8 +255,8 @@ def test_an_induction_mark_opens_its_head_on_the_repeated_test_input(page, live_
 def build_and_serve(tmp_path_factory, serve_app, name: str, **switches):
     import torch
 
-    from model import checkpoint
-    from model.gpt import GPT, GPTConfig
+    from gptscope.model import checkpoint
+    from gptscope.model.gpt import GPT, GPTConfig
 
     cfg = GPTConfig(vocab_size=50257, n_ctx=64, n_layer=2, n_head=4, d_model=32, **switches)
     torch.manual_seed(0)

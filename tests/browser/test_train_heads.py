@@ -12,7 +12,7 @@ import time
 import pytest
 
 from apihelp import TERMINAL, api_json, finished_run
-from server.config import BUILTIN_CHECKPOINT
+from gptscope.server.config import BUILTIN_CHECKPOINT
 
 pytestmark = pytest.mark.browser
 
