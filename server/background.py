@@ -8,13 +8,13 @@ subclass's business (server/runs.py, server/finetune_jobs.py).
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from typing import Callable, Generic, Protocol, TypeVar
 
 import torch
 
+from .config import ALL_CORES
 from .errors import Conflict, NotFound
 
 JOB_ID = re.compile(r"^[0-9a-f]{12}$")
@@ -22,7 +22,7 @@ JOB_ID = re.compile(r"^[0-9a-f]{12}$")
 # thread count belongs to the thread that sets it; requests set their own (ModelService.run), so
 # a small model's requests stay on one thread while a run trains beside them. (A job thread that
 # inherited the serving count of 1 trained at 5,600 tokens/s where the command line makes 9,300.)
-JOB_THREADS = max(1, os.cpu_count() or 1)
+JOB_THREADS = ALL_CORES
 
 
 class JobLike(Protocol):

@@ -39,9 +39,12 @@ MAX_MERGES_PAGE = 1_000
 LARGE_MODEL_PARAMS = 20_000_000  # from here on a request uses every core (see Settings.torch_threads)  # merges per page of the model tokenizer's merge list
 
 
+ALL_CORES = max(1, os.cpu_count() or 1)
+
+
 def default_threads(params: int) -> int:
     """Torch threads for a request on a model of `params` parameters (see Settings.torch_threads)."""
-    return 1 if params < LARGE_MODEL_PARAMS else max(1, os.cpu_count() or 1)
+    return 1 if params < LARGE_MODEL_PARAMS else ALL_CORES
 
 
 class Settings(BaseSettings):
