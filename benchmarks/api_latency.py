@@ -41,7 +41,7 @@ def free_port() -> int:
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def server_memory_mb(pid: int) -> dict:
@@ -50,7 +50,9 @@ def server_memory_mb(pid: int) -> dict:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return {}
-    kb = {line.split(":")[0]: int(line.split()[1]) for line in status.splitlines() if line.startswith(("VmRSS", "VmHWM"))}
+    kb = {
+        line.split(":")[0]: int(line.split()[1]) for line in status.splitlines() if line.startswith(("VmRSS", "VmHWM"))
+    }
     return {"rss_mb": round(kb.get("VmRSS", 0) / 1024, 1), "peak_rss_mb": round(kb.get("VmHWM", 0) / 1024, 1)}
 
 
@@ -69,8 +71,41 @@ def main(argv: list[str] | None = None) -> dict:
 
     meta = ckpt.read_meta(a.checkpoint)
     enc = encoding_from_spec(meta["tokenizer"])
-    words = ("But soft what light through yonder window breaks It is the east and Juliet is the sun "
-             "Arise fair sun and kill the envious moon who is already sick and pale with grief ").split()
+    words = [
+        "But",
+        "soft",
+        "what",
+        "light",
+        "through",
+        "yonder",
+        "window",
+        "breaks",
+        "It",
+        "is",
+        "the",
+        "east",
+        "and",
+        "Juliet",
+        "is",
+        "the",
+        "sun",
+        "Arise",
+        "fair",
+        "sun",
+        "and",
+        "kill",
+        "the",
+        "envious",
+        "moon",
+        "who",
+        "is",
+        "already",
+        "sick",
+        "and",
+        "pale",
+        "with",
+        "grief",
+    ]
     prompt, i = "", 0
     while len(enc.encode_ordinary(prompt)) < n_tokens:
         prompt += ("" if not prompt else " ") + words[i % len(words)]
@@ -85,9 +120,13 @@ def main(argv: list[str] | None = None) -> dict:
     builtin = Path(a.checkpoint).resolve() == BUILTIN_CHECKPOINT.resolve()
     if builtin:
         shutil.copytree(a.checkpoint, data / "models" / "twin")  # a second model to compare with
-    proc = subprocess.Popen([sys.executable, "-m", "gptscope", "serve", "--checkpoint", a.checkpoint, "--port", str(port)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "GPTSCOPE_DATA_DIR": str(data)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gptscope", "serve", "--checkpoint", a.checkpoint, "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "GPTSCOPE_DATA_DIR": str(data)},
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=base, timeout=30) as c:
@@ -99,14 +138,35 @@ def main(argv: list[str] | None = None) -> dict:
                     time.sleep(0.1)
             cases = {
                 f"forward_{n_tokens}_tokens": ("/api/v1/forward", {"text": prompt}),
-                f"forward_{n_tokens}_tokens_all_stages": ("/api/v1/forward", {"text": prompt, "include": list(ALL_PARTS)}),
-                f"generate_step_{n_tokens}_ids": ("/api/v1/generate/step", {"ids": ids, "step": 0, "seed": 1, "temperature": 0.8, "top_k": 40}),
-                "next_token_filters": ("/api/v1/next-token", {"text": prompt, "temperature": 0.8, "top_k": 50, "top_p": 0.9}),
-                **({f"compare_{n_tokens}_tokens_two_models": ("/api/v1/compare", {"a": "builtin", "b": "models/twin",
-                                                                                  "text": prompt})} if builtin else {}),
+                f"forward_{n_tokens}_tokens_all_stages": (
+                    "/api/v1/forward",
+                    {"text": prompt, "include": list(ALL_PARTS)},
+                ),
+                f"generate_step_{n_tokens}_ids": (
+                    "/api/v1/generate/step",
+                    {"ids": ids, "step": 0, "seed": 1, "temperature": 0.8, "top_k": 40},
+                ),
+                "next_token_filters": (
+                    "/api/v1/next-token",
+                    {"text": prompt, "temperature": 0.8, "top_k": 50, "top_p": 0.9},
+                ),
+                **(
+                    {
+                        f"compare_{n_tokens}_tokens_two_models": (
+                            "/api/v1/compare",
+                            {"a": "builtin", "b": "models/twin", "text": prompt},
+                        )
+                    }
+                    if builtin
+                    else {}
+                ),
             }
-            out = {"prompt_tokens": len(ids), "n": a.n, "checkpoint": a.checkpoint,
-                   "server_memory_after_load": server_memory_mb(proc.pid)}
+            out = {
+                "prompt_tokens": len(ids),
+                "n": a.n,
+                "checkpoint": a.checkpoint,
+                "server_memory_after_load": server_memory_mb(proc.pid),
+            }
             for name, (path, body) in cases.items():
                 for _ in range(10):  # warm up
                     c.post(path, json=body).raise_for_status()
@@ -116,8 +176,12 @@ def main(argv: list[str] | None = None) -> dict:
                     r = c.post(path, json=body)
                     times.append((time.perf_counter() - t) * 1000)
                     r.raise_for_status()
-                out[name] = {"p50_ms": round(pct(times, 50), 2), "p95_ms": round(pct(times, 95), 2),
-                             "p99_ms": round(pct(times, 99), 2), "bytes": len(r.content)}
+                out[name] = {
+                    "p50_ms": round(pct(times, 50), 2),
+                    "p95_ms": round(pct(times, 95), 2),
+                    "p99_ms": round(pct(times, 99), 2),
+                    "bytes": len(r.content),
+                }
             out["server_memory_after_requests"] = server_memory_mb(proc.pid)
         print(json.dumps(out, indent=1))
         return out

@@ -48,11 +48,17 @@ def main() -> None:
             random_gpt2_small(folder)
         data = Path(tmp) / "data"
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "gptscope", "import", str(folder), "--name", "gpt2", "--data-dir", str(data)],
-                       cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "gptscope", "import", str(folder), "--name", "gpt2", "--data-dir", str(data)],
+            cwd=ROOT,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         import_s = time.perf_counter() - t
-        out = {"weights": "real GPT-2 (" + str(a.hf) + ")" if a.hf else "random weights, GPT-2 small's shape",
-               "import_s": round(import_s, 1)}
+        out = {
+            "weights": "real GPT-2 (" + str(a.hf) + ")" if a.hf else "random weights, GPT-2 small's shape",
+            "import_s": round(import_s, 1),
+        }
         lat = api_latency.main(["--checkpoint", str(data / "models" / "gpt2"), "--n", str(a.n)])
         out.update({k: v for k, v in lat.items() if k != "checkpoint"})
     print(json.dumps(out, indent=1))

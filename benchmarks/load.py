@@ -38,13 +38,19 @@ def pct(xs: list[float], p: float) -> float | None:
     if not xs:
         return None
     xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))], 2)
+    return round(xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))], 2)
 
 
 async def client(c: httpx.AsyncClient, ids: list[int], stop: float, times: dict, errors: dict, k: int) -> None:
-    reqs = [("tokenize", "/api/v1/tokenize", {"text": "Now is the winter of our discontent made glorious summer", "encoding": "gpt2"}),
-            ("forward", "/api/v1/forward", {"text": "ROMEO:\nBut soft, what light through yonder window breaks?"}),
-            ("generate_step", "/api/v1/generate/step", {"ids": ids, "step": k, "seed": k, "temperature": 0.8, "top_k": 40})]
+    reqs = [
+        (
+            "tokenize",
+            "/api/v1/tokenize",
+            {"text": "Now is the winter of our discontent made glorious summer", "encoding": "gpt2"},
+        ),
+        ("forward", "/api/v1/forward", {"text": "ROMEO:\nBut soft, what light through yonder window breaks?"}),
+        ("generate_step", "/api/v1/generate/step", {"ids": ids, "step": k, "seed": k, "temperature": 0.8, "top_k": 40}),
+    ]
     i = k
     while time.perf_counter() < stop:
         name, path, body = reqs[i % 3]
@@ -64,10 +70,18 @@ async def client(c: httpx.AsyncClient, ids: list[int], stop: float, times: dict,
 
 async def run(base: str, clients: int, duration: float) -> dict:
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=httpx.Limits(max_connections=clients)) as c:
-        toks = (await c.post("/api/v1/tokenize", json={"text": "JULIET:\nO Romeo, Romeo, wherefore art thou", "encoding": "model"})).json()
+        toks = (
+            await c.post(
+                "/api/v1/tokenize", json={"text": "JULIET:\nO Romeo, Romeo, wherefore art thou", "encoding": "model"}
+            )
+        ).json()
         ids = [t["id"] for t in toks["tokens"]]
-        start = (await c.post("/api/v1/training", json={"preset": "tiny", "max_steps": 100_000, "snapshots": [],
-                                                         "vocab_size": 512, "batch_size": 8})).json()
+        start = (
+            await c.post(
+                "/api/v1/training",
+                json={"preset": "tiny", "max_steps": 100_000, "snapshots": [], "vocab_size": 512, "batch_size": 8},
+            )
+        ).json()
         run_id = start["id"]
         while (await c.get(f"/api/v1/training/{run_id}")).json()["status"] == "starting":
             await asyncio.sleep(0.2)
@@ -78,11 +92,21 @@ async def run(base: str, clients: int, duration: float) -> dict:
         wall = time.perf_counter() - t0
         status = (await c.get(f"/api/v1/training/{run_id}")).json()
         await c.delete(f"/api/v1/training/{run_id}")
-    out = {"clients": clients, "duration_s": round(wall, 1), "errors": sum(errors.values()), "errors_by_endpoint": errors,
-           "training_run": {"status_during_test": status["status"], "steps_done": status["step"]}}
+    out = {
+        "clients": clients,
+        "duration_s": round(wall, 1),
+        "errors": sum(errors.values()),
+        "errors_by_endpoint": errors,
+        "training_run": {"status_during_test": status["status"], "steps_done": status["step"]},
+    }
     for name, xs in times.items():
-        out[name] = {"requests": len(xs), "per_s": round(len(xs) / wall, 1), "p50_ms": pct(xs, 50),
-                     "p95_ms": pct(xs, 95), "p99_ms": pct(xs, 99)}
+        out[name] = {
+            "requests": len(xs),
+            "per_s": round(len(xs) / wall, 1),
+            "p50_ms": pct(xs, 50),
+            "p95_ms": pct(xs, 95),
+            "p99_ms": pct(xs, 99),
+        }
     return out
 
 
@@ -94,8 +118,13 @@ def main() -> None:
     port = free_port()
     data = tempfile.mkdtemp(prefix="gptscope-load-")
     cmd = [sys.executable, "-m", "gptscope", "serve", "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "GPTSCOPE_DATA_DIR": data},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env={**os.environ, "GPTSCOPE_DATA_DIR": data},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):

@@ -38,18 +38,31 @@ def main() -> None:
                 res = trainer.train(tc, out=out, progress=False, command="benchmarks/modern_block.py")
                 ev = trainer.evaluate_text(res.model, res.encoding(), held_out)
                 seq = req.seq_len or res.model.cfg.n_ctx  # scored again in windows as long as training's
-                ev_seq = trainer.evaluate_text(res.model, res.encoding(), held_out, window=seq) if seq < res.model.cfg.n_ctx else ev
+                ev_seq = (
+                    trainer.evaluate_text(res.model, res.encoding(), held_out, window=seq)
+                    if seq < res.model.cfg.n_ctx
+                    else ev
+                )
             cfg = res.model.cfg
-            row = {"experiment": exp.name, "variant": v.label, "params": count_params(cfg)["total"],
-                   "steps": res.meta["step"], "heldout_bits_per_char": round(ev["bits_per_char"], 4),
-                   "train_window": seq, "heldout_bits_per_char_train_window": round(ev_seq["bits_per_char"], 4),
-                   "kv_cache_bytes_128_tokens_fp32": kv_cache_bytes(cfg.n_layer, cfg.n_kv_head, cfg.d_head, cfg.n_ctx,
-                                                                    bytes_per_value=4)}
+            row = {
+                "experiment": exp.name,
+                "variant": v.label,
+                "params": count_params(cfg)["total"],
+                "steps": res.meta["step"],
+                "heldout_bits_per_char": round(ev["bits_per_char"], 4),
+                "train_window": seq,
+                "heldout_bits_per_char_train_window": round(ev_seq["bits_per_char"], 4),
+                "kv_cache_bytes_128_tokens_fp32": kv_cache_bytes(
+                    cfg.n_layer, cfg.n_kv_head, cfg.d_head, cfg.n_ctx, bytes_per_value=4
+                ),
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     print("\n| experiment | variant | parameters | updates | held-out bits/char |\n| --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['experiment']} | {r['variant']} | {r['params']:,} | {r['steps']:,} | {r['heldout_bits_per_char']:.3f} |")
+        print(
+            f"| {r['experiment']} | {r['variant']} | {r['params']:,} | {r['steps']:,} | {r['heldout_bits_per_char']:.3f} |"
+        )
 
 
 if __name__ == "__main__":

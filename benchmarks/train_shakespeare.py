@@ -50,9 +50,13 @@ def train_flops_per_token(cfg, seq_len: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--budget", type=float, default=150.0)
-    p.add_argument("--steps", type=int, default=None,
-                   help="train this many updates instead of for --budget seconds (to compare recipes step for "
-                        "step on a busy machine)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="train this many updates instead of for --budget seconds (to compare recipes step for "
+        "step on a busy machine)",
+    )
     p.add_argument("--out", default="runs/bench")
     a, rest = p.parse_known_args()
 
@@ -65,7 +69,9 @@ def main() -> None:
     tc = trainer.config_from_args(ta)
 
     t0 = time.time()
-    res = trainer.train(tc, out=a.out, progress=False, command="benchmarks/train_shakespeare.py " + " ".join(sys.argv[1:]))
+    res = trainer.train(
+        tc, out=a.out, progress=False, command="benchmarks/train_shakespeare.py " + " ".join(sys.argv[1:])
+    )
     wall = time.time() - t0
 
     text = corpus_mod.load(tc.corpus)
@@ -76,21 +82,40 @@ def main() -> None:
     used = res.meta["train_config"]  # the config as trained: the recipe's values filled in
     seq_len = tc.seq_len or cfg.n_ctx
     hist = res.history
-    steady = [h["tokens_per_s"] for h in hist[len(hist) // 5:]] or [0]
+    steady = [h["tokens_per_s"] for h in hist[len(hist) // 5 :]] or [0]
     tok_s = sorted(steady)[len(steady) // 2]
     achieved = tok_s * train_flops_per_token(cfg, seq_len) / 1e9
     out = {
-        "budget_s": a.budget, "wall_s": round(wall, 1), "train_s": res.meta["train_seconds"],
-        "steps": res.meta["step"], "config": cfg.to_dict(), "params": count_params(cfg)["total"],
-        "recipe": {k: used[k] for k in ("preset", "batch_size", "max_lr", "optimizer", "muon_lr", "precision",
-                                         "warmup_steps", "min_lr_ratio")},
+        "budget_s": a.budget,
+        "wall_s": round(wall, 1),
+        "train_s": res.meta["train_seconds"],
+        "steps": res.meta["step"],
+        "config": cfg.to_dict(),
+        "params": count_params(cfg)["total"],
+        "recipe": {
+            k: used[k]
+            for k in (
+                "preset",
+                "batch_size",
+                "max_lr",
+                "optimizer",
+                "muon_lr",
+                "precision",
+                "warmup_steps",
+                "min_lr_ratio",
+            )
+        },
         "seq_len": seq_len,
-        "vocab_size": cfg.vocab_size, "tokens_per_s_median": round(tok_s),
+        "vocab_size": cfg.vocab_size,
+        "tokens_per_s_median": round(tok_s),
         "heldout_bits_per_char": round(ev["bits_per_char"], 4),
-        "heldout_nats_per_token": round(ev["nats_per_token"], 4), "heldout_chars": ev["chars"],
+        "heldout_nats_per_token": round(ev["nats_per_token"], 4),
+        "heldout_chars": ev["chars"],
         "eval_s": round(time.time() - t1, 1),
-        "matmul_gflops_fp32": round(peak, 1), "train_gflops": round(achieved, 1),
-        "share_of_matmul_peak": round(achieved / peak, 3), "threads": torch.get_num_threads(),
+        "matmul_gflops_fp32": round(peak, 1),
+        "train_gflops": round(achieved, 1),
+        "share_of_matmul_peak": round(achieved / peak, 3),
+        "threads": torch.get_num_threads(),
     }
     print(json.dumps(out, indent=1))
 

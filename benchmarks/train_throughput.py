@@ -48,8 +48,9 @@ class TorchMuon(torch.optim.Muon):
 
 def run_updates(label: str, steps: int, warmup: int, **fields) -> dict:
     """`warmup + steps` updates of train() with these TrainConfig fields; the last `steps` timed."""
-    tc = trainer.TrainConfig(corpus="shakespeare", max_steps=warmup + steps, eval_interval=10**9,
-                             device="cpu", **fields)
+    tc = trainer.TrainConfig(
+        corpus="shakespeare", max_steps=warmup + steps, eval_interval=10**9, device="cpu", **fields
+    )
     times: list[float] = []
     last = [0.0]
 
@@ -66,9 +67,14 @@ def run_updates(label: str, steps: int, warmup: int, **fields) -> dict:
     ms = statistics.median(timed) * 1e3
     used = res.meta["train_config"]
     tokens = used["batch_size"] * res.model.cfg.n_ctx
-    return {"run": label, "optimizer": used["optimizer"], "precision": used["precision"],
-            "ms_per_update": round(ms, 1), "tokens_per_s": round(tokens / ms * 1e3),
-            "updates_timed": len(timed)}
+    return {
+        "run": label,
+        "optimizer": used["optimizer"],
+        "precision": used["precision"],
+        "ms_per_update": round(ms, 1),
+        "tokens_per_s": round(tokens / ms * 1e3),
+        "updates_timed": len(timed),
+    }
 
 
 def optimizer_step_ms(reps: int = 3) -> dict:
@@ -78,12 +84,18 @@ def optimizer_step_ms(reps: int = 3) -> dict:
     g = torch.Generator().manual_seed(0)
     grads = [torch.randn(p.shape, generator=g) for p in mats]
     rows = {}
-    for name, make in [("torch.optim.Muon (bf16)", lambda ps: torch.optim.Muon(ps, lr=0.02, adjust_lr_fn="original")),
-                       ("gptscope.model.muon.Muon, bf16", lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original",
-                                                                  ortho_dtype=torch.bfloat16)),
-                       ("gptscope.model.muon.Muon, fp32", lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original",
-                                                                  ortho_dtype=torch.float32)),
-                       ("AdamW", lambda ps: torch.optim.AdamW(ps, lr=5e-3))]:
+    for name, make in [
+        ("torch.optim.Muon (bf16)", lambda ps: torch.optim.Muon(ps, lr=0.02, adjust_lr_fn="original")),
+        (
+            "gptscope.model.muon.Muon, bf16",
+            lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original", ortho_dtype=torch.bfloat16),
+        ),
+        (
+            "gptscope.model.muon.Muon, fp32",
+            lambda ps: Muon(ps, lr=0.02, adjust_lr_fn="original", ortho_dtype=torch.float32),
+        ),
+        ("AdamW", lambda ps: torch.optim.AdamW(ps, lr=5e-3)),
+    ]:
         ps = [torch.nn.Parameter(p.detach().clone()) for p in mats]
         opt = make(ps)
         for p, gr in zip(ps, grads):
@@ -100,7 +112,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=20, help="timed updates per row")
     p.add_argument("--warmup", type=int, default=5, help="updates before the timed ones")
-    p.add_argument("--skip-bf16", action="store_true", help="leave out the bf16 rows (slow on a CPU without bf16 units)")
+    p.add_argument(
+        "--skip-bf16", action="store_true", help="leave out the bf16 rows (slow on a CPU without bf16 units)"
+    )
     a = p.parse_args()
 
     native = native_precision("cpu")
@@ -119,9 +133,18 @@ def main() -> None:
     for r in rows:
         if r["optimizer"] == "muon" and r["precision"] in adamw and not r["run"].startswith("before"):
             r["updates_vs_adamw"] = round(adamw[r["precision"]] / r["ms_per_update"], 2)
-    print(json.dumps({"native": {"precision": native.precision, "why": native.why},
-                      "recipe": recipe, "threads": torch.get_num_threads(), "updates": rows,
-                      "optimizer_step": optimizer_step_ms()}, indent=1))
+    print(
+        json.dumps(
+            {
+                "native": {"precision": native.precision, "why": native.why},
+                "recipe": recipe,
+                "threads": torch.get_num_threads(),
+                "updates": rows,
+                "optimizer_step": optimizer_step_ms(),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

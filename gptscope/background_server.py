@@ -19,7 +19,7 @@ class BackgroundServer:
         self._thread = threading.Thread(target=self._server.run, name="gptscope-server", daemon=True)
         self.host, self.port = host, port
 
-    def start(self, timeout: float = 120.0) -> "BackgroundServer":
+    def start(self, timeout: float = 120.0) -> BackgroundServer:
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:

@@ -63,8 +63,9 @@ def api(method: str, path: str, payload: dict | None = None, **query):
     if query:
         url += "?" + urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
     data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, method=method.upper(),
-                                 headers={"Content-Type": "application/json"} if data is not None else {})
+    req = urllib.request.Request(
+        url, data=data, method=method.upper(), headers={"Content-Type": "application/json"} if data is not None else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=600) as resp:
             body = resp.read()

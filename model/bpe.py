@@ -14,6 +14,7 @@ GPT-2's. Counts are kept so the app can show tokenizer training merge by merge.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -42,11 +43,15 @@ class BPEMerges:
         return out
 
     def to_dict(self) -> dict:
-        return {"kind": "bpe", "pattern": self.pattern, "merges": [list(m) for m in self.merges],
-                "special_tokens": dict(self.special_tokens)}
+        return {
+            "kind": "bpe",
+            "pattern": self.pattern,
+            "merges": [list(m) for m in self.merges],
+            "special_tokens": dict(self.special_tokens),
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BPEMerges":
+    def from_dict(cls, d: dict) -> BPEMerges:
         merges = [tuple(int(x) for x in m) for m in d["merges"]]
         for i, (a, b, _) in enumerate(merges):
             if not (0 <= a < 256 + i and 0 <= b < 256 + i):
@@ -54,8 +59,9 @@ class BPEMerges:
         return cls(d["pattern"], merges, {str(k): int(v) for k, v in d.get("special_tokens", {}).items()})
 
 
-def train_bpe(text: str, vocab_size: int, pattern: str = GPT2_PATTERN,
-              special_tokens: tuple[str, ...] = (ENDOFTEXT,)) -> BPEMerges:
+def train_bpe(
+    text: str, vocab_size: int, pattern: str = GPT2_PATTERN, special_tokens: tuple[str, ...] = (ENDOFTEXT,)
+) -> BPEMerges:
     """Learn vocab_size - 256 - len(special_tokens) merges from text."""
     n_merges = vocab_size - 256 - len(special_tokens)
     if n_merges < 0:
@@ -73,7 +79,7 @@ def train_bpe(text: str, vocab_size: int, pattern: str = GPT2_PATTERN,
     pair_count: dict[tuple[int, int], int] = defaultdict(int)
     where: dict[tuple[int, int], set[int]] = defaultdict(set)
     for w, (ids, n) in enumerate(zip(words, freqs)):
-        for pair in zip(ids, ids[1:]):
+        for pair in itertools.pairwise(ids):
             pair_count[pair] += n
             where[pair].add(w)
 
@@ -101,9 +107,9 @@ def train_bpe(text: str, vocab_size: int, pattern: str = GPT2_PATTERN,
         touched: set[tuple[int, int]] = set()
         for w in list(where.pop(pair, ())):
             ids, n = words[w], freqs[w]
-            if not any(x == a and y == b for x, y in zip(ids, ids[1:])):
+            if not any(x == a and y == b for x, y in itertools.pairwise(ids)):
                 continue
-            for p in zip(ids, ids[1:]):
+            for p in itertools.pairwise(ids):
                 pair_count[p] -= n
                 touched.add(p)
             merged, i = [], 0
@@ -115,7 +121,7 @@ def train_bpe(text: str, vocab_size: int, pattern: str = GPT2_PATTERN,
                     merged.append(ids[i])
                     i += 1
             words[w] = merged
-            for p in zip(merged, merged[1:]):
+            for p in itertools.pairwise(merged):
                 pair_count[p] += n
                 where[p].add(w)
                 touched.add(p)

@@ -88,8 +88,10 @@ def weights_dict(model: GPT, dtype: torch.dtype | None = None) -> dict[str, torc
     sd = model.state_dict()
     if model.cfg.tie_weights:
         sd.pop("lm_head.weight", None)  # the same tensor as wte.weight
-    return {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().cpu().contiguous()
-            for k, v in sd.items()}
+    return {
+        k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().cpu().contiguous()
+        for k, v in sd.items()
+    }
 
 
 def _write_hashed(folder: Path, meta: dict, key: str, suffix: str, blob: bytes | None) -> None:
@@ -108,27 +110,47 @@ def history_lines(history: list[dict]) -> bytes:
     return "".join(json.dumps(h, separators=(",", ":")) + "\n" for h in history).encode("utf-8")
 
 
-def save(path: str | Path, model: GPT, meta: dict, optimizer_state: dict[str, torch.Tensor] | None = None,
-         dtype: torch.dtype | None = None, history: list[dict] | None = None,
-         head: dict[str, torch.Tensor] | None = None) -> Path:
+def save(
+    path: str | Path,
+    model: GPT,
+    meta: dict,
+    optimizer_state: dict[str, torch.Tensor] | None = None,
+    dtype: torch.dtype | None = None,
+    history: list[dict] | None = None,
+    head: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Write a checkpoint folder atomically; returns the folder. `head`: a classifier's extra tensors."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     meta = {**meta, "format": FORMAT, "version": 2, "config": model.cfg.to_dict()}
-    _write_hashed(folder, meta, "weights", ".safetensors",
-                  st_save(weights_dict(model, dtype), metadata={"format": FORMAT}))
+    _write_hashed(
+        folder, meta, "weights", ".safetensors", st_save(weights_dict(model, dtype), metadata={"format": FORMAT})
+    )
     _write_hashed(folder, meta, "history", ".jsonl", history_lines(history) if history else None)
-    _write_hashed(folder, meta, "optimizer", ".safetensors",
-                  st_save({k: v.detach().cpu().contiguous() for k, v in optimizer_state.items()})
-                  if optimizer_state else None)
-    _write_hashed(folder, meta, "head", ".safetensors",
-                  st_save({k: v.detach().cpu().contiguous() for k, v in head.items()}) if head else None)
+    _write_hashed(
+        folder,
+        meta,
+        "optimizer",
+        ".safetensors",
+        st_save({k: v.detach().cpu().contiguous() for k, v in optimizer_state.items()}) if optimizer_state else None,
+    )
+    _write_hashed(
+        folder,
+        meta,
+        "head",
+        ".safetensors",
+        st_save({k: v.detach().cpu().contiguous() for k, v in head.items()}) if head else None,
+    )
     _fsync_dir(folder)
     _fsync_write(folder / META_NAME, json.dumps(meta, indent=1).encode("utf-8"))
     _fsync_dir(folder)
     keep = {meta.get(k) for k in ("weights", "history", "optimizer", "head")}
-    for old in [*folder.glob("weights-*.safetensors"), *folder.glob("history-*.jsonl"),
-                *folder.glob("optimizer-*.safetensors"), *folder.glob("head-*.safetensors")]:
+    for old in [
+        *folder.glob("weights-*.safetensors"),
+        *folder.glob("history-*.jsonl"),
+        *folder.glob("optimizer-*.safetensors"),
+        *folder.glob("head-*.safetensors"),
+    ]:
         if old.name not in keep:
             old.unlink(missing_ok=True)
     for tmp in folder.glob(".*.tmp"):
@@ -168,7 +190,7 @@ def _read_tensors(folder: Path, name: str, sha: str, label: str) -> dict[str, to
     blob = _read_hashed(folder, name, sha, label)
     try:
         return st_load(blob)
-    except Exception as e:  # noqa: BLE001 - any parse failure means a bad file
+    except Exception as e:
         raise CheckpointError(f"{label} file {name} is not a valid safetensors file: {e}") from None
 
 
@@ -199,7 +221,9 @@ def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: b
     expected = {k: v for k, v in model.state_dict().items() if not (cfg.tie_weights and k == "lm_head.weight")}
     missing, extra = set(expected) - set(tensors), set(tensors) - set(expected)
     if missing or extra:
-        raise CheckpointError(f"weights do not fit the config: missing {sorted(missing)[:5]}, unexpected {sorted(extra)[:5]}")
+        raise CheckpointError(
+            f"weights do not fit the config: missing {sorted(missing)[:5]}, unexpected {sorted(extra)[:5]}"
+        )
     for k, v in tensors.items():
         if v.shape != expected[k].shape:
             raise CheckpointError(f"weight {k} has shape {tuple(v.shape)}, the config needs {tuple(expected[k].shape)}")

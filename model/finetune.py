@@ -24,9 +24,9 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -52,8 +52,12 @@ class Recipe:
     epochs: float = 3.0  # the default number of updates: this many passes over the examples ...
     min_steps: int = 60  # ... but at least this many (16 examples would otherwise get 3 updates)
     max_steps: int = 400
-    lr: tuple[tuple[str, float], ...] = (("finetune", 3e-4), ("finetune_no_lm", 3e-4), ("scratch", 1e-3),
-                                         ("probe", 1e-2))
+    lr: tuple[tuple[str, float], ...] = (
+        ("finetune", 3e-4),
+        ("finetune_no_lm", 3e-4),
+        ("scratch", 1e-3),
+        ("probe", 1e-2),
+    )
     weight_decay: float = 0.01
     warmup_frac: float = 0.1
 
@@ -92,16 +96,18 @@ class Classifier(nn.Module):
         h_last = h[torch.arange(idx.size(0), device=idx.device), last]  # (B, d): h_l^m
         return self.head(h_last), h
 
-    def losses(self, idx: torch.Tensor, last: torch.Tensor, labels: torch.Tensor,
-               lm_targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def losses(
+        self, idx: torch.Tensor, last: torch.Tensor, labels: torch.Tensor, lm_targets: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(label cross-entropy, LM cross-entropy on the text tokens or None)."""
         logits, h = self(idx, last)
         l_cls = F.cross_entropy(logits.float(), labels)
         if lm_targets is None:
             return l_cls, None
         lm_logits = self.gpt.lm_head(h)  # (B, T, V)
-        return l_cls, F.cross_entropy(lm_logits.reshape(-1, lm_logits.size(-1)).float(), lm_targets.reshape(-1),
-                                      ignore_index=-1)
+        return l_cls, F.cross_entropy(
+            lm_logits.reshape(-1, lm_logits.size(-1)).float(), lm_targets.reshape(-1), ignore_index=-1
+        )
 
 
 def special_ids(vocab_size: int) -> dict[str, int]:
@@ -150,15 +156,17 @@ def format_text(text: str, text_b: str | None = None) -> str:
     return t["start"] + text + (t["delimiter"] + text_b if text_b is not None else "") + t["extract"]
 
 
-def format_ids(enc, specials: dict[str, int], text: str, text_b: str | None, n_ctx: int,
-               max_text: int | None = MAX_TEXT_TOKENS) -> list[int]:
+def format_ids(
+    enc, specials: dict[str, int], text: str, text_b: str | None, n_ctx: int, max_text: int | None = MAX_TEXT_TOKENS
+) -> list[int]:
     """<|start|> text [<|delim|> text_b] <|extract|>, each text cut to its first max_text tokens
     (and to what fits n_ctx)."""
     return frame(enc, specials, text, text_b, n_ctx, max_text)[0]
 
 
-def frame(enc, specials: dict[str, int], text: str, text_b: str | None, n_ctx: int,
-          max_text: int | None = MAX_TEXT_TOKENS) -> tuple[list[int], int]:
+def frame(
+    enc, specials: dict[str, int], text: str, text_b: str | None, n_ctx: int, max_text: int | None = MAX_TEXT_TOKENS
+) -> tuple[list[int], int]:
     """format_ids's ids, and how many of the texts' tokens were cut to make them fit."""
     a = enc.encode_ordinary(text)
     b = enc.encode_ordinary(text_b) if text_b is not None else None
@@ -169,11 +177,11 @@ def frame(enc, specials: dict[str, int], text: str, text_b: str | None, n_ctx: i
         a = a[:room]
     else:  # share the room: each text keeps at least half of it
         la = min(len(a), max(room // 2, room - len(b)))
-        a, b = a[:la], b[:room - la]
+        a, b = a[:la], b[: room - la]
     ids = [specials["start"], *a]
     if b is not None:
         ids += [specials["delimiter"], *b]
-    return ids + [specials["extract"]], total - len(a) - (len(b) if b is not None else 0)
+    return [*ids, specials["extract"]], total - len(a) - (len(b) if b is not None else 0)
 
 
 # --- batches ---------------------------------------------------------------------------------
@@ -195,7 +203,7 @@ def collate(rows: list[list[int]], labels: list[int], specials: dict[str, int] |
     T = max(len(r) for r in rows)
     idx = torch.zeros(len(rows), T, dtype=torch.long)
     for i, r in enumerate(rows):
-        idx[i, :len(r)] = torch.tensor(r)
+        idx[i, : len(r)] = torch.tensor(r)
     last = torch.tensor([len(r) - 1 for r in rows])
     lm = None
     if specials is not None:
@@ -239,8 +247,9 @@ def last_hidden(clf: Classifier, data: Encoded, batch_size: int = 64) -> torch.T
     """(N, d): each example's final hidden state at its extract token."""
     out = []
     for i in range(0, len(data.labels), batch_size):
-        idx, last, _, _ = collate(data.ids[i:i + batch_size], data.labels[i:i + batch_size], None,
-                                  next(clf.parameters()).device)
+        idx, last, _, _ = collate(
+            data.ids[i : i + batch_size], data.labels[i : i + batch_size], None, next(clf.parameters()).device
+        )
         h = clf.gpt.hidden(idx)
         out.append(h[torch.arange(idx.size(0)), last])
     return torch.cat(out)
@@ -253,8 +262,9 @@ def evaluate(clf: Classifier, data: Encoded, batch_size: int = 64) -> tuple[floa
     clf.eval()
     correct, loss = 0, 0.0
     for i in range(0, len(data.labels), batch_size):
-        idx, last, y, _ = collate(data.ids[i:i + batch_size], data.labels[i:i + batch_size], None,
-                                  next(clf.parameters()).device)
+        idx, last, y, _ = collate(
+            data.ids[i : i + batch_size], data.labels[i : i + batch_size], None, next(clf.parameters()).device
+        )
         logits, _ = clf(idx, last)
         correct += int((logits.argmax(-1) == y).sum())
         loss += float(F.cross_entropy(logits.float(), y, reduction="sum"))
@@ -266,9 +276,17 @@ class Cancelled(Exception):
     pass
 
 
-def train_classifier(clf: Classifier, data: Encoded, method: str, lm_weight: float, steps: int, seed: int,
-                     recipe: Recipe = RECIPE, on_step: Callable[[int, int], None] | None = None,
-                     cancel: Callable[[], bool] | None = None) -> list[float]:
+def train_classifier(
+    clf: Classifier,
+    data: Encoded,
+    method: str,
+    lm_weight: float,
+    steps: int,
+    seed: int,
+    recipe: Recipe = RECIPE,
+    on_step: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> list[float]:
     """`steps` AdamW updates on batches drawn (seeded) from data; returns the label losses."""
     params = [p for p in clf.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=recipe.lr_for(method), weight_decay=recipe.weight_decay)
@@ -289,11 +307,14 @@ def train_classifier(clf: Classifier, data: Encoded, method: str, lm_weight: flo
         for group in opt.param_groups:
             group["lr"] = warmup_cosine(step, peak, warmup, steps)
         if features is not None:
-            l_cls, l_lm = F.cross_entropy(clf.head(features[pick]), torch.tensor([data.labels[i] for i in pick],
-                                                                                 device=device)), None
+            l_cls, l_lm = (
+                F.cross_entropy(clf.head(features[pick]), torch.tensor([data.labels[i] for i in pick], device=device)),
+                None,
+            )
         else:
-            idx, last, y, lm = collate([data.ids[i] for i in pick], [data.labels[i] for i in pick],
-                                       clf.specials if lam else None, device)
+            idx, last, y, lm = collate(
+                [data.ids[i] for i in pick], [data.labels[i] for i in pick], clf.specials if lam else None, device
+            )
             l_cls, l_lm = clf.losses(idx, last, y, lm)
         loss = l_cls + lam * l_lm if l_lm is not None else l_cls
         opt.zero_grad(set_to_none=True)
@@ -329,21 +350,45 @@ def prepare(base: GPT, base_id: str, enc, task: Task) -> Prepared:
     specials = special_ids(base.cfg.vocab_size)
     enc2 = classifier_encoding(enc, base.cfg.vocab_size)
     n_ctx = base.cfg.n_ctx
-    return Prepared(base, base_id, task, enc2, specials, encode_examples(enc2, specials, task.train, n_ctx),
-                    encode_examples(enc2, specials, task.test, n_ctx))
+    return Prepared(
+        base,
+        base_id,
+        task,
+        enc2,
+        specials,
+        encode_examples(enc2, specials, task.train, n_ctx),
+        encode_examples(enc2, specials, task.test, n_ctx),
+    )
 
 
 def cell_key(p: Prepared, method: str, size: int, lm_weight: float, seed: int, steps: int) -> str:
-    spec = {"base": p.base_id, "task": p.task.sha256, "method": method, "size": size, "seed": seed, "steps": steps,
-            "lm_weight": lm_weight_for(method, lm_weight), "recipe": repr(RECIPE), "version": RECIPE_VERSION,
-            "max_text": MAX_TEXT_TOKENS}
+    spec = {
+        "base": p.base_id,
+        "task": p.task.sha256,
+        "method": method,
+        "size": size,
+        "seed": seed,
+        "steps": steps,
+        "lm_weight": lm_weight_for(method, lm_weight),
+        "recipe": repr(RECIPE),
+        "version": RECIPE_VERSION,
+        "max_text": MAX_TEXT_TOKENS,
+    }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def run_cell(p: Prepared, method: str, size: int, lm_weight: float = 0.5, seed: int = 0, steps: int | None = None,
-             cache_dir: Path | None = None, keep_model: bool = False,
-             on_step: Callable[[int, int], None] | None = None,
-             cancel: Callable[[], bool] | None = None) -> tuple[dict, Classifier | None]:
+def run_cell(
+    p: Prepared,
+    method: str,
+    size: int,
+    lm_weight: float = 0.5,
+    seed: int = 0,
+    steps: int | None = None,
+    cache_dir: Path | None = None,
+    keep_model: bool = False,
+    on_step: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> tuple[dict, Classifier | None]:
     """Train one method on `size` examples and score it on the whole test half. Returns the result
     (as CellResult's fields) and, with keep_model, the classifier (never from the cache)."""
     data = subset(p.train, len(p.task.labels), size, seed)
@@ -356,10 +401,17 @@ def run_cell(p: Prepared, method: str, size: int, lm_weight: float = 0.5, seed: 
     clf = build(p.base, method, len(p.task.labels), seed)
     losses = train_classifier(clf, data, method, lm_weight, n_steps, seed, on_step=on_step, cancel=cancel)
     acc, test_loss = evaluate(clf, p.test)
-    result = {"method": method, "lm_weight": lm_weight_for(method, lm_weight), "size": size,
-              "n_train": len(data.labels), "steps": n_steps, "accuracy": round(acc, 4),
-              "test_loss": round(test_loss, 4), "train_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4),
-              "seconds": round(time.time() - t0, 2)}
+    result = {
+        "method": method,
+        "lm_weight": lm_weight_for(method, lm_weight),
+        "size": size,
+        "n_train": len(data.labels),
+        "steps": n_steps,
+        "accuracy": round(acc, 4),
+        "test_loss": round(test_loss, 4),
+        "train_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4),
+        "seconds": round(time.time() - t0, 2),
+    }
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -371,21 +423,40 @@ def run_cell(p: Prepared, method: str, size: int, lm_weight: float = 0.5, seed: 
 # --- a classifier as a checkpoint ----------------------------------------------------------------
 
 
-def save_classifier(path: Path, clf: Classifier, base_meta: dict, task: Task, result: dict, command: str,
-                    name: str | None = None) -> Path:
+def save_classifier(
+    path: Path, clf: Classifier, base_meta: dict, task: Task, result: dict, command: str, name: str | None = None
+) -> Path:
     """A checkpoint the app can serve: the grown GPT, its tokenizer with the special tokens, and
     W_y in the head file; meta["classifier"] says what the labels are."""
-    tokenizer = {**base_meta["tokenizer"], "added_special_tokens": {SPECIAL_TOKENS[k]: i for k, i in clf.specials.items()}}
-    meta = {k: v for k, v in base_meta.items()
-            if k in ("corpus", "train_config", "step", "evals", "device", "torch", "train_seconds", "source")}
-    meta.update(name=name or path.name, tokenizer=tokenizer, command=command, final=True,
-                uniform_loss=math.log(clf.gpt.cfg.vocab_size),
-                classifier={"task": task.name, "labels": list(task.labels), "special_tokens": dict(SPECIAL_TOKENS),
-                            "special_ids": dict(clf.specials), "base": base_meta.get("name"),
-                            "method": result["method"], "lm_weight": result["lm_weight"],
-                            "n_train": result["n_train"], "accuracy": result["accuracy"],
-                            # a test-half input, framed as the classifier reads it (the forward page's default prompt)
-                            "example": format_text(task.test[0].text, task.test[0].text_b) if task.test else None})
+    tokenizer = {
+        **base_meta["tokenizer"],
+        "added_special_tokens": {SPECIAL_TOKENS[k]: i for k, i in clf.specials.items()},
+    }
+    meta = {
+        k: v
+        for k, v in base_meta.items()
+        if k in ("corpus", "train_config", "step", "evals", "device", "torch", "train_seconds", "source")
+    }
+    meta.update(
+        name=name or path.name,
+        tokenizer=tokenizer,
+        command=command,
+        final=True,
+        uniform_loss=math.log(clf.gpt.cfg.vocab_size),
+        classifier={
+            "task": task.name,
+            "labels": list(task.labels),
+            "special_tokens": dict(SPECIAL_TOKENS),
+            "special_ids": dict(clf.specials),
+            "base": base_meta.get("name"),
+            "method": result["method"],
+            "lm_weight": result["lm_weight"],
+            "n_train": result["n_train"],
+            "accuracy": result["accuracy"],
+            # a test-half input, framed as the classifier reads it (the forward page's default prompt)
+            "example": format_text(task.test[0].text, task.test[0].text_b) if task.test else None,
+        },
+    )
     return ckpt.save(path, clf.gpt, meta, head={"weight": clf.head.weight, "bias": clf.head.bias})
 
 
@@ -396,8 +467,15 @@ def load_classifier(c: ckpt.Checkpoint) -> Classifier | None:
         return None
     labels, head = info.get("labels") or [], c.head
     w, b = head.get("weight"), head.get("bias")
-    if w is None or b is None or tuple(w.shape) != (len(labels), c.model.cfg.d_model) or tuple(b.shape) != (len(labels),):
-        raise ckpt.CheckpointError(f"the classifier head does not fit {len(labels)} labels and d_model={c.model.cfg.d_model}")
+    if (
+        w is None
+        or b is None
+        or tuple(w.shape) != (len(labels), c.model.cfg.d_model)
+        or tuple(b.shape) != (len(labels),)
+    ):
+        raise ckpt.CheckpointError(
+            f"the classifier head does not fit {len(labels)} labels and d_model={c.model.cfg.d_model}"
+        )
     clf = Classifier(c.model, len(labels), {k: int(v) for k, v in info["special_ids"].items()})
     with torch.no_grad():
         clf.head.weight.copy_(w.float())

@@ -12,8 +12,8 @@ scale · sizes (KV cache, scaling law) · optimisers on a ravine.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 
@@ -32,8 +32,16 @@ def schedule_steps(total_steps: int, points: int, extra: Sequence[int] = ()) -> 
     return sorted(steps)
 
 
-def lr_curve(kind: str, steps: Sequence[int], *, d_model: int = 512, warmup: int = 4000,
-             max_lr: float = 2.5e-4, total_steps: int = 100_000, min_lr: float = 0.0) -> list[float]:
+def lr_curve(
+    kind: str,
+    steps: Sequence[int],
+    *,
+    d_model: int = 512,
+    warmup: int = 4000,
+    max_lr: float = 2.5e-4,
+    total_steps: int = 100_000,
+    min_lr: float = 0.0,
+) -> list[float]:
     """The learning rate at each step: kind 'transformer' (Vaswani et al.) or 'warmup_cosine'
     (GPT-1 and this project's trainer), by the very functions in model.schedules."""
     if kind == "transformer":
@@ -71,11 +79,11 @@ def gelu_exact_grad(x: float) -> float:
 
 def gelu_tanh(x: float) -> float:
     """The tanh approximation GPT-1's and GPT-2's code used: 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))."""
-    return 0.5 * x * (1.0 + math.tanh(SQRT_2_OVER_PI * (x + TANH_C * x ** 3)))
+    return 0.5 * x * (1.0 + math.tanh(SQRT_2_OVER_PI * (x + TANH_C * x**3)))
 
 
 def gelu_tanh_grad(x: float) -> float:
-    u = SQRT_2_OVER_PI * (x + TANH_C * x ** 3)
+    u = SQRT_2_OVER_PI * (x + TANH_C * x**3)
     t = math.tanh(u)
     du = SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_C * x * x)
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
@@ -129,7 +137,7 @@ def nll(p: float) -> float:
 
 def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
     """softmax(logits / T), computed stably by subtracting the largest scaled logit first."""
-    z = [l / temperature for l in logits]
+    z = [li / temperature for li in logits]
     m = max(z)
     e = [math.exp(v - m) for v in z]
     s = sum(e)
@@ -241,8 +249,9 @@ REFERENCE_SHAPES: dict[str, dict] = {
 }
 
 
-def kv_cache_bytes(n_layer: int, n_kv_head: int, d_head: int, context: int, batch: int = 1,
-                   bytes_per_value: int = 2) -> int:
+def kv_cache_bytes(
+    n_layer: int, n_kv_head: int, d_head: int, context: int, batch: int = 1, bytes_per_value: int = 2
+) -> int:
     """Memory of the KV cache: a key and a value vector of d_head numbers per layer, per
     key/value head, per token held, per sequence. Multi-head attention has n_kv_head = n_head;
     grouped-query attention shares each key/value head among several query heads."""
@@ -257,7 +266,7 @@ def kaplan_loss(n_params: float, n_c: float = 8.8e13, alpha: float = 0.076) -> f
 
 def logspace(lo: float, hi: float, n: int) -> list[float]:
     a, b = math.log10(lo), math.log10(hi)
-    return [10 ** v for v in linspace(a, b, n)]
+    return [10**v for v in linspace(a, b, n)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,17 +306,26 @@ def sgd_step(theta: Sequence[float], g: Sequence[float], state: OptState, lr: fl
     return [t - lr * gi for t, gi in zip(theta, g)], OptState(state.step + 1)
 
 
-def momentum_step(theta: Sequence[float], g: Sequence[float], state: OptState, lr: float,
-                  momentum: float = 0.9) -> tuple[list[float], OptState]:
+def momentum_step(
+    theta: Sequence[float], g: Sequence[float], state: OptState, lr: float, momentum: float = 0.9
+) -> tuple[list[float], OptState]:
     """Heavy-ball momentum as torch.optim.SGD does it: buf <- mu * buf + g; theta <- theta - lr * buf
     (the first step's buffer is g itself)."""
     buf = list(g) if state.step == 0 else [momentum * b + gi for b, gi in zip(state.m, g)]
     return [t - lr * b for t, b in zip(theta, buf)], OptState(state.step + 1, buf)
 
 
-def adam_step(theta: Sequence[float], g: Sequence[float], state: OptState, lr: float, beta1: float = 0.9,
-              beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
-              decoupled: bool = False) -> tuple[list[float], OptState]:
+def adam_step(
+    theta: Sequence[float],
+    g: Sequence[float],
+    state: OptState,
+    lr: float,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    decoupled: bool = False,
+) -> tuple[list[float], OptState]:
     """Adam (Kingma and Ba) as torch.optim.Adam / AdamW compute it.
 
     m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2, bias-corrected by 1 - b^t; the step is
@@ -324,7 +342,7 @@ def adam_step(theta: Sequence[float], g: Sequence[float], state: OptState, lr: f
     v0 = state.v or [0.0] * len(theta)
     m = [beta1 * mi + (1 - beta1) * gi for mi, gi in zip(m0, g)]
     v = [beta2 * vi + (1 - beta2) * gi * gi for vi, gi in zip(v0, g)]
-    bc1, bc2 = 1 - beta1 ** t, 1 - beta2 ** t
+    bc1, bc2 = 1 - beta1**t, 1 - beta2**t
     new = [p - lr * (mi / bc1) / (math.sqrt(vi / bc2) + eps) for p, mi, vi in zip(theta, m, v)]
     return new, OptState(t, m, v)
 
@@ -334,8 +352,9 @@ def adamw_step(theta, g, state, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_dec
     return adam_step(theta, g, state, lr, beta1, beta2, eps, weight_decay, decoupled=True)
 
 
-def muon_step(theta: Sequence[float], g: Sequence[float], state: OptState, lr: float,
-              momentum: float = 0.95) -> tuple[list[float], OptState]:
+def muon_step(
+    theta: Sequence[float], g: Sequence[float], state: OptState, lr: float, momentum: float = 0.95
+) -> tuple[list[float], OptState]:
     """Muon (Jordan et al.) on the two parameters held as a 2 x 2 diagonal matrix diag(x, y).
 
     Muon keeps Nesterov momentum, buf <- mu buf + g and u = g + mu buf, then replaces the update
@@ -350,8 +369,12 @@ def muon_step(theta: Sequence[float], g: Sequence[float], state: OptState, lr: f
 DIVERGED = 1e6  # a path leaving this box has blown up; it stops there
 
 
-def descend(ravine: Ravine, start: tuple[float, float], steps: int,
-            update: Callable[[list[float], list[float], OptState], tuple[list[float], OptState]]) -> dict:
+def descend(
+    ravine: Ravine,
+    start: tuple[float, float],
+    steps: int,
+    update: Callable[[list[float], list[float], OptState], tuple[list[float], OptState]],
+) -> dict:
     """Run `update` from `start` on the ravine for `steps` updates. Returns the path (x, y, loss
     at every point, start included) and whether it diverged (then it stops early)."""
     theta, state = [float(start[0]), float(start[1])], OptState()

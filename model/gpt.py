@@ -31,9 +31,10 @@ KV cache), d d_model, nh heads, hs head size (d / nh), V vocabulary, dm MLP widt
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Callable, Iterator, Literal
+from typing import Literal
 
 import torch
 import torch.nn as nn
@@ -98,9 +99,13 @@ class GPTConfig:
             problems.append(f"top_k_experts ({self.top_k_experts}) needs experts: set n_expert too")
         if not 0.0 <= self.dropout < 1.0:
             problems.append("dropout must be in [0, 1)")
-        for name, allowed in (("norm", ("pre", "post", "both")), ("gelu", ("exact", "tanh")),
-                              ("pos", ("learned", "rope", "none")), ("norm_type", ("layernorm", "rmsnorm")),
-                              ("mlp", ("gelu", "swiglu"))):
+        for name, allowed in (
+            ("norm", ("pre", "post", "both")),
+            ("gelu", ("exact", "tanh")),
+            ("pos", ("learned", "rope", "none")),
+            ("norm_type", ("layernorm", "rmsnorm")),
+            ("mlp", ("gelu", "swiglu")),
+        ):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {', '.join(repr(a) for a in allowed)}")
         if problems:
@@ -114,7 +119,7 @@ class GPTConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "GPTConfig":
+    def from_dict(cls, d: dict) -> GPTConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -132,12 +137,33 @@ PRESETS: dict[str, dict] = {
     # RMSNorm, SwiGLU, grouped-query attention (2 key/value heads for 4 query heads), no biases.
     # SwiGLU is 398 wide here (about 3.1d) so the two have the same parameter count (within 0.1%).
     "gpt2-style": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),
-    "llama-style": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0, pos="rope", norm_type="rmsnorm",
-                        mlp="swiglu", d_mlp=398, n_kv_head=2, bias=False),
-    "gpt1": dict(vocab_size=40478, n_ctx=512, n_layer=12, n_head=12, d_model=768, d_mlp=3072,
-                 norm="post", gelu="exact", dropout=0.1),
-    "gpt2": dict(vocab_size=50257, n_ctx=1024, n_layer=12, n_head=12, d_model=768, norm="pre",
-                 gelu="tanh", dropout=0.1),
+    "llama-style": dict(
+        n_ctx=128,
+        n_layer=4,
+        n_head=4,
+        d_model=128,
+        dropout=0.0,
+        pos="rope",
+        norm_type="rmsnorm",
+        mlp="swiglu",
+        d_mlp=398,
+        n_kv_head=2,
+        bias=False,
+    ),
+    "gpt1": dict(
+        vocab_size=40478,
+        n_ctx=512,
+        n_layer=12,
+        n_head=12,
+        d_model=768,
+        d_mlp=3072,
+        norm="post",
+        gelu="exact",
+        dropout=0.1,
+    ),
+    "gpt2": dict(
+        vocab_size=50257, n_ctx=1024, n_layer=12, n_head=12, d_model=768, norm="pre", gelu="tanh", dropout=0.1
+    ),
     "gpt2-medium": dict(vocab_size=50257, n_ctx=1024, n_layer=24, n_head=16, d_model=1024),
     "gpt2-large": dict(vocab_size=50257, n_ctx=1024, n_layer=36, n_head=20, d_model=1280),
     "gpt2-xl": dict(vocab_size=50257, n_ctx=1024, n_layer=48, n_head=25, d_model=1600),
@@ -202,6 +228,12 @@ class HookPoint(nn.Module):
         return x
 
 
+def hook_name(name: str, layer: int | None = None) -> str:
+    """The one place a hook's dotted name is spelled: ``hook_name("attn.hook_pattern", 0)`` is
+    ``"blocks.0.attn.hook_pattern"``; with no layer, a model-level hook such as ``"hook_embed"``."""
+    return name if layer is None else f"blocks.{layer}.{name}"
+
+
 # A hook function receives (tensor, hook_name) and returns None (look only) or a replacement.
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
 Mode = Literal["fast", "explain"]
@@ -262,7 +294,7 @@ class RMSNorm(nn.Module):
         return self.hook_normalized(x / scale * self.weight)
 
 
-def make_norm(cfg: "GPTConfig") -> nn.Module:
+def make_norm(cfg: GPTConfig) -> nn.Module:
     if cfg.norm_type == "rmsnorm":
         return RMSNorm(cfg.d_model, cfg.ln_eps)
     return LayerNorm(cfg.d_model, cfg.bias, cfg.ln_eps)
@@ -282,14 +314,14 @@ class NoNorm(nn.Module):
 class LayerKV:
     """One layer's view of a KVCache: appends new keys/values and returns all of them."""
 
-    def __init__(self, cache: "KVCache", layer: int) -> None:
+    def __init__(self, cache: KVCache, layer: int) -> None:
         self.cache, self.layer = cache, layer
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         c, start, T = self.cache, self.cache.length, k.size(2)
-        c.k[self.layer, :, :, start:start + T] = k
-        c.v[self.layer, :, :, start:start + T] = v
-        return c.k[self.layer, :, :, :start + T], c.v[self.layer, :, :, :start + T]
+        c.k[self.layer, :, :, start : start + T] = k
+        c.v[self.layer, :, :, start : start + T] = v
+        return c.k[self.layer, :, :, : start + T], c.v[self.layer, :, :, : start + T]
 
 
 class KVCache:
@@ -308,7 +340,7 @@ class KVCache:
         self.length = 0
         self.n_ctx = cfg.n_ctx
 
-    def copy(self, length: int | None = None) -> "KVCache":
+    def copy(self, length: int | None = None) -> KVCache:
         """A new cache holding this one's first `length` positions (all filled ones by default)."""
         n = self.length if length is None else min(length, self.length)
         new = object.__new__(KVCache)
@@ -350,7 +382,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     """Rotate x (..., hs) pair by pair: (x_i, x_{i+hs/2}) turns by angle i (cos and sin broadcast
     over x's leading dimensions, with the position axis lined up). Two rotated vectors' dot
     product then depends only on how far apart their positions are."""
-    a, b = x[..., : x.size(-1) // 2], x[..., x.size(-1) // 2:]
+    a, b = x[..., : x.size(-1) // 2], x[..., x.size(-1) // 2 :]
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).to(x.dtype)
 
 
@@ -403,12 +435,13 @@ class CausalSelfAttention(nn.Module):
         if not self.explain:
             if not causal or (T == 1 and not cfg.window):
                 mask, is_causal = None, False  # a single newest query may see every cached key
-            elif T == Tk and not cfg.window:
+            elif Tk == T and not cfg.window:
                 mask, is_causal = None, True
             else:
                 mask, is_causal = causal_allowed(T, Tk, x.device, cfg.window), False
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop,
-                                               is_causal=is_causal)  # (B, nh, T, hs)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal
+            )  # (B, nh, T, hs)
         else:
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, Tk)
             scores = self.hook_attn_scores(scores)
@@ -566,8 +599,13 @@ class GPT(nn.Module):
 
     # ---- forward ---------------------------------------------------------------------------
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                kv_cache: KVCache | None = None, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        kv_cache: KVCache | None = None,
+        last_only: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) token ids -> (logits (B, T, V), mean cross-entropy or None).
 
         With a kv_cache, idx holds only the new tokens; their positions continue after the
@@ -578,14 +616,13 @@ class GPT(nn.Module):
         logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
-                                   ignore_index=-1)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
     def hidden(self, idx: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
         """idx (B, T) -> the final hidden states (B, T, d): the residual stream after the last block
         and the final norm, what the unembedding reads (and a fine-tuned classifier's W_y)."""
-        B, T = idx.shape
+        _B, T = idx.shape
         start = kv_cache.length if kv_cache is not None else 0
         if start + T > self.cfg.n_ctx:
             raise ValueError(f"sequence of {start + T} tokens exceeds the context length n_ctx={self.cfg.n_ctx}")
@@ -604,7 +641,7 @@ class GPT(nn.Module):
     # ---- hooks -----------------------------------------------------------------------------
 
     @contextmanager
-    def hooks(self, fwd_hooks: list[tuple[object, HookFn]]) -> Iterator["GPT"]:
+    def hooks(self, fwd_hooks: list[tuple[object, HookFn]]) -> Iterator[GPT]:
         """Add forward hooks for the duration of a `with` block; they are always removed.
 
         Each entry is (name or predicate or None for all, fn(tensor, name) -> tensor | None).
@@ -617,8 +654,7 @@ class GPT(nn.Module):
                 if isinstance(flt, str) and not matched:
                     raise KeyError(f"no hook point named {flt!r}")
                 for hp in matched:
-                    handles.append(hp.register_forward_hook(
-                        lambda mod, _inp, out, fn=fn: fn(out, mod.name)))
+                    handles.append(hp.register_forward_hook(lambda mod, _inp, out, fn=fn: fn(out, mod.name)))
             self.set_mode("explain")
             yield self
         finally:
@@ -641,7 +677,7 @@ class GPT(nn.Module):
         with self.hooks([(flt, save)]):
             yield cache
 
-    def set_mode(self, mode: Mode) -> "GPT":
+    def set_mode(self, mode: Mode) -> GPT:
         """Choose the arithmetic: "fast" (fused kernels) or "explain" (step by step, every hook
         point fires). See the module docstring."""
         if mode not in ("fast", "explain"):
@@ -657,9 +693,16 @@ class GPT(nn.Module):
     # ---- generation ------------------------------------------------------------------------
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-                 use_cache: bool = True) -> torch.Tensor:
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int = 0,
+        use_cache: bool = True,
+    ) -> torch.Tensor:
         """Sample max_new_tokens after idx (1, T). Prefill once, then one token per step with
         the KV cache. Step i draws with seed (seed, i), so `sample_next` reproduces any step."""
         assert idx.size(0) == 1, "generate takes one sequence"
@@ -667,12 +710,15 @@ class GPT(nn.Module):
         cache = None
         for step in range(max_new_tokens):
             if not use_cache:
-                logits, _ = self(out[:, -self.cfg.n_ctx:], last_only=True)
+                logits, _ = self(out[:, -self.cfg.n_ctx :], last_only=True)
             elif cache is None or cache.length >= self.cfg.n_ctx:
                 # prefill (again, on the last n_ctx - 1 tokens, when the window is full)
                 cache = KVCache(self.cfg, 1, idx.device, self.wte.weight.dtype)
-                logits, _ = self(out[:, -(self.cfg.n_ctx - 1):] if step else out[:, -self.cfg.n_ctx:],
-                                 kv_cache=cache, last_only=True)
+                logits, _ = self(
+                    out[:, -(self.cfg.n_ctx - 1) :] if step else out[:, -self.cfg.n_ctx :],
+                    kv_cache=cache,
+                    last_only=True,
+                )
             else:
                 logits, _ = self(out[:, -1:], kv_cache=cache)
             nxt = sample_next(logits[0, -1], temperature, top_k, top_p, seed, step).token

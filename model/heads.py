@@ -43,9 +43,9 @@ DEFINITIONS = {
     "current-token": "share of attention on the position itself (i), averaged over positions i >= 1 of the prompt",
     "local": "share of attention on the 3 most recent positions (i-2..i), averaged over positions i >= 2 of the prompt",
     "duplicate-token": "on random tokens repeated twice, share of attention from each token of the second copy on its "
-                       "earlier copy (position i-n)",
+    "earlier copy (position i-n)",
     "induction": "on random tokens repeated twice, share of attention from each token of the second copy on the token "
-                 "right after its earlier copy (position i-n+1), as TransformerLens defines it",
+    "right after its earlier copy (position i-n+1), as TransformerLens defines it",
 }
 LOCAL_WINDOW = 3
 ROLE_MARGIN = 0.15  # a role's score must beat the best random head by this much ...
@@ -59,13 +59,20 @@ REPEAT_BATCH = 4
 @dataclass
 class RepeatedTokens:
     """The standard test input: `batch` rows of n random token ids, each row repeated twice."""
+
     ids: torch.Tensor  # (batch, 2n)
     n: int
     seed: int
 
 
-def repeated_tokens(vocab_size: int, n_ctx: int, n: int = 40, batch: int = REPEAT_BATCH, seed: int = REPEAT_SEED,
-                    exclude: tuple[int, ...] = ()) -> RepeatedTokens:
+def repeated_tokens(
+    vocab_size: int,
+    n_ctx: int,
+    n: int = 40,
+    batch: int = REPEAT_BATCH,
+    seed: int = REPEAT_SEED,
+    exclude: tuple[int, ...] = (),
+) -> RepeatedTokens:
     n = max(2, min(n, n_ctx // 2))
     g = torch.Generator().manual_seed(seed)
     allowed = torch.tensor([i for i in range(vocab_size) if i not in set(exclude)])
@@ -75,13 +82,16 @@ def repeated_tokens(vocab_size: int, n_ctx: int, n: int = 40, batch: int = REPEA
 
 # --- scores from attention patterns (pure functions) ----------------------------------------------
 
+
 def prompt_scores(pattern: torch.Tensor) -> dict[str, torch.Tensor]:
     """pattern (..., T, T) -> {role: (...) score} for the roles scored on a prompt (T >= 2)."""
     T = pattern.size(-1)
     i = torch.arange(1, T)
-    out = {"previous-token": pattern[..., i, i - 1].mean(-1),
-           "first-token": pattern[..., 1:, 0].mean(-1),
-           "current-token": pattern[..., i, i].mean(-1)}
+    out = {
+        "previous-token": pattern[..., i, i - 1].mean(-1),
+        "first-token": pattern[..., 1:, 0].mean(-1),
+        "current-token": pattern[..., i, i].mean(-1),
+    }
     if T > LOCAL_WINDOW - 1:
         q = torch.arange(LOCAL_WINDOW - 1, T)
         window = sum(pattern[..., q, q - k] for k in range(LOCAL_WINDOW))
@@ -101,7 +111,7 @@ def repeat_scores(pattern: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
 
 def patterns(model: GPT, ids: torch.Tensor) -> torch.Tensor:
     """Every head's attention pattern: ids (B, T) -> (B, n_layer, n_head, T, T)."""
-    names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layer)]
+    names = [f"blocks.{li}.attn.hook_pattern" for li in range(model.cfg.n_layer)]
     with torch.inference_mode(), model.capture(names) as cache:
         model(ids)
     return torch.stack([cache[n] for n in names], dim=1)
@@ -130,8 +140,13 @@ def baseline(model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, seeds=BASELI
             per_seed.append(all_scores(random_twin(model, s), prompt, rep))
     finally:
         torch.random.set_rng_state(state)
-    return {r: {"max": float(max(d[r].max() for d in per_seed)), "mean": float(sum(d[r].mean() for d in per_seed) / len(per_seed))}
-            for r in ROLES}
+    return {
+        r: {
+            "max": float(max(d[r].max() for d in per_seed)),
+            "mean": float(sum(d[r].mean() for d in per_seed) / len(per_seed)),
+        }
+        for r in ROLES
+    }
 
 
 # when a head passes several roles, the most specific names it: a previous-token head is local too
@@ -145,10 +160,13 @@ def threshold(base: dict[str, dict], role: str) -> float:
 def assign_roles(scores: dict[str, torch.Tensor], base: dict[str, dict]) -> list[list[list[str]]]:
     """[layer][head] -> roles that head passes, the most specific first."""
     L, H = scores[ROLES[0]].shape
-    return [[[r for r in SPECIFICITY if float(scores[r][l, h]) >= threshold(base, r)] for h in range(H)] for l in range(L)]
+    return [
+        [[r for r in SPECIFICITY if float(scores[r][li, h]) >= threshold(base, r)] for h in range(H)] for li in range(L)
+    ]
 
 
 # --- ablation ------------------------------------------------------------------------------------
+
 
 def _ablate_hook(head: int, how: str):
     def fn(z: torch.Tensor, _name: str) -> torch.Tensor:
@@ -158,6 +176,7 @@ def _ablate_hook(head: int, how: str):
         else:  # its mean over the batch and positions of this input
             z[:, :, head] = z[:, :, head].mean(dim=(0, 1))
         return z
+
     return fn
 
 
@@ -168,7 +187,7 @@ def task_loss(model: GPT, ids: torch.Tensor, start: int = 0, ablate: tuple[int, 
     with torch.inference_mode(), model.hooks(hooks):
         logits, _ = model(ids)
     lp = F.log_softmax(logits[:, start:-1].float(), -1)
-    tgt = ids[:, start + 1:]
+    tgt = ids[:, start + 1 :]
     return float(-lp.gather(-1, tgt.unsqueeze(-1)).mean())
 
 
@@ -181,8 +200,12 @@ class Task:
 
 
 def tasks(prompt: torch.Tensor, rep: RepeatedTokens) -> dict[str, Task]:
-    second = Task("repeated-second-copy", rep.ids, rep.n,
-                  "loss on the second copy of the repeated random tokens (its tokens 2..n, each predicted from the one before)")
+    second = Task(
+        "repeated-second-copy",
+        rep.ids,
+        rep.n,
+        "loss on the second copy of the repeated random tokens (its tokens 2..n, each predicted from the one before)",
+    )
     text = Task("prompt", prompt, 0, "loss on the prompt's tokens")
     return {r: (second if r in REPEAT_ROLES else text) for r in ROLES}
 
@@ -192,14 +215,18 @@ def in_context_score(model: GPT, rep: RepeatedTokens) -> dict[str, float]:
     (random tokens cannot be predicted the first time)."""
     first = task_loss_range(model, rep.ids, 0, rep.n - 1)  # tokens 2..n of the first copy
     second = task_loss(model, rep.ids, rep.n)  # the same tokens, seen once already
-    return {"first_copy_loss": round(first, 4), "second_copy_loss": round(second, 4), "in_context_score": round(second - first, 4)}
+    return {
+        "first_copy_loss": round(first, 4),
+        "second_copy_loss": round(second, 4),
+        "in_context_score": round(second - first, 4),
+    }
 
 
 def task_loss_range(model: GPT, ids: torch.Tensor, start: int, stop: int) -> float:
     with torch.inference_mode():
         logits, _ = model(ids)
     lp = F.log_softmax(logits[:, start:stop].float(), -1)
-    return float(-lp.gather(-1, ids[:, start + 1:stop + 1].unsqueeze(-1)).mean())
+    return float(-lp.gather(-1, ids[:, start + 1 : stop + 1].unsqueeze(-1)).mean())
 
 
 @dataclass
@@ -221,15 +248,16 @@ class HeadsReport:
 
 def _reference_heads(roles: list[list[list[str]]], limit: int = 12) -> list[tuple[int, int]]:
     """Up to `limit` role-less heads, evenly spread over the model (the yardstick for the costs)."""
-    plain = [(l, h) for l, row in enumerate(roles) for h, r in enumerate(row) if not r]
+    plain = [(li, h) for li, row in enumerate(roles) for h, r in enumerate(row) if not r]
     if len(plain) <= limit:
         return plain
     step = len(plain) / limit
     return [plain[int(k * step)] for k in range(limit)]
 
 
-def analyse(model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, ablate: bool = True,
-            max_ablated: int | None = None) -> HeadsReport:
+def analyse(
+    model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, ablate: bool = True, max_ablated: int | None = None
+) -> HeadsReport:
     """Scores, baselines, roles and (for role heads and a sample of role-less ones) ablation costs.
     max_ablated: ablate at most this many role heads (those that beat their threshold by the most);
     the rest keep ablation None (a large model's every ablation is a full forward pass)."""
@@ -237,27 +265,42 @@ def analyse(model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, ablate: bool 
     base = baseline(model, prompt, rep)
     roles = assign_roles(scores, base)
     L, H = model.cfg.n_layer, model.cfg.n_head
-    heads = [HeadReport(l, h, {r: round(float(scores[r][l, h]), 4) for r in ROLES}, roles[l][h]) for l in range(L) for h in range(H)]
-    report = HeadsReport(heads, {r: {k: round(v, 4) for k, v in b.items()} for r, b in base.items()}, in_context_score(model, rep))
+    heads = [
+        HeadReport(li, h, {r: round(float(scores[r][li, h]), 4) for r in ROLES}, roles[li][h])
+        for li in range(L)
+        for h in range(H)
+    ]
+    report = HeadsReport(
+        heads, {r: {k: round(v, 4) for k, v in b.items()} for r, b in base.items()}, in_context_score(model, rep)
+    )
     if not ablate:
         return report
     tk = tasks(prompt, rep)
     clean = {t.name: task_loss(model, t.ids, t.start) for t in tk.values()}
 
-    def cost(l: int, h: int, t: Task, how: str) -> float:
-        return task_loss(model, t.ids, t.start, (l, h, how)) - clean[t.name]
+    def cost(li: int, h: int, t: Task, how: str) -> float:
+        return task_loss(model, t.ids, t.start, (li, h, how)) - clean[t.name]
 
     refs = _reference_heads(roles, limit=12 if max_ablated is None else max(4, max_ablated // 2))
     for t in {t.name: t for t in tk.values()}.values():
-        costs = [cost(l, h, t, "zero") for l, h in refs]
+        costs = [cost(li, h, t, "zero") for li, h in refs]
         report.reference_cost[t.name] = round(sum(costs) / len(costs), 4) if costs else 0.0
-    ranked = sorted((hr for hr in heads if hr.roles), reverse=True,
-                    key=lambda hr: hr.scores[hr.roles[0]] - threshold(base, hr.roles[0]))
+    ranked = sorted(
+        (hr for hr in heads if hr.roles),
+        reverse=True,
+        key=lambda hr: hr.scores[hr.roles[0]] - threshold(base, hr.roles[0]),
+    )
     for hr in ranked[:max_ablated]:
         t = tk[hr.roles[0]]
         zero, mean = cost(hr.layer, hr.head, t, "zero"), cost(hr.layer, hr.head, t, "mean")
         yard = max(CONFIRM_MIN_COST, 2 * abs(report.reference_cost.get(t.name, 0.0)))
-        hr.ablation = {"task": t.name, "task_description": t.description, "clean_loss": round(clean[t.name], 4),
-                       "zero_cost": round(zero, 4), "mean_cost": round(mean, 4),
-                       "confirmed": max(zero, mean) >= yard, "needed": round(yard, 4)}
+        hr.ablation = {
+            "task": t.name,
+            "task_description": t.description,
+            "clean_loss": round(clean[t.name], 4),
+            "zero_cost": round(zero, 4),
+            "mean_cost": round(mean, 4),
+            "confirmed": max(zero, mean) >= yard,
+            "needed": round(yard, 4),
+        }
     return report

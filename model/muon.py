@@ -41,9 +41,14 @@ def adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: torch.Size) -> float
     return lr
 
 
-def orthogonalise(g: Tensor, dtype: torch.dtype, steps: int = DEFAULT_NS_STEPS,
-                  coefficients: tuple[float, float, float] = NS_COEFFICIENTS, eps: float = EPS,
-                  gram: bool | None = None) -> Tensor:
+def orthogonalise(
+    g: Tensor,
+    dtype: torch.dtype,
+    steps: int = DEFAULT_NS_STEPS,
+    coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+    eps: float = EPS,
+    gram: bool | None = None,
+) -> Tensor:
     """Newton-Schulz: X <- a X + (b A + c A^2) X with A = X X^T, from X = G / ||G||_F, in `dtype`.
 
     Each step pushes every singular value of X towards 1 (to within about 0.7-1.2; the coefficients
@@ -52,9 +57,14 @@ def orthogonalise(g: Tensor, dtype: torch.dtype, steps: int = DEFAULT_NS_STEPS,
     return orthogonalise_all([g], dtype, steps, coefficients, eps, gram)[0]
 
 
-def orthogonalise_all(gs: list[Tensor], dtype: torch.dtype, steps: int = DEFAULT_NS_STEPS,
-                      coefficients: tuple[float, float, float] = NS_COEFFICIENTS, eps: float = EPS,
-                      gram: bool | None = None) -> list[Tensor]:
+def orthogonalise_all(
+    gs: list[Tensor],
+    dtype: torch.dtype,
+    steps: int = DEFAULT_NS_STEPS,
+    coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+    eps: float = EPS,
+    gram: bool | None = None,
+) -> list[Tensor]:
     """orthogonalise() of each matrix in gs.
 
     gram: run the iteration on the small Gram matrix instead (`_gram_polynomial`): about half the
@@ -122,8 +132,9 @@ class Muon(torch.optim.Muon):
                 buf.lerp_(p.grad, 1 - mu)  # buf = mu buf + (1 - mu) g
                 params.append(p)
                 updates.append(p.grad.lerp(buf, mu) if group["nesterov"] else buf)
-            updates = orthogonalise_all(updates, group["ortho_dtype"], group["ns_steps"],
-                                        group["ns_coefficients"], group["eps"])
+            updates = orthogonalise_all(
+                updates, group["ortho_dtype"], group["ns_steps"], group["ns_coefficients"], group["eps"]
+            )
             for p, update in zip(params, updates):
                 p.mul_(1 - lr * wd)  # decoupled weight decay
                 p.add_(update, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], p.shape))

@@ -27,8 +27,9 @@ class Sampled:
     filtered: Filtered
 
 
-def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None) -> Filtered:
+def filter_logits(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> Filtered:
     """Apply temperature, then top-k, then top-p (nucleus) to logits (V,).
 
     temperature 0 means greedy: all mass on the arg-max. top-p keeps the smallest set of the
@@ -86,8 +87,14 @@ def step_generator(seed: int, step: int) -> torch.Generator:
     return g
 
 
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, seed: int = 0, step: int = 0) -> Sampled:
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    step: int = 0,
+) -> Sampled:
     f = filter_logits(logits, temperature, top_k, top_p)
     if temperature == 0:
         token = int(torch.argmax(f.probs_final))

@@ -26,7 +26,7 @@ def transformer(step: int, d_model: int = 512, warmup: int = 4000) -> float:
     """The original Transformer's schedule: d_model^-0.5 * min(t^-0.5, t * warmup^-1.5), t >= 1.
     With d_model 512 and warmup 4,000 it peaks near 7.0e-4 at step 4,000."""
     t = max(1, step)
-    return d_model ** -0.5 * min(t ** -0.5, t * warmup ** -1.5)
+    return d_model**-0.5 * min(t**-0.5, t * warmup**-1.5)
 
 
 def sample_steps(total: int, points: int = 400) -> list[int]:

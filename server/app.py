@@ -16,11 +16,25 @@ from gptscope.model import corpus as corpus_mod
 from . import contract, errors
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
-from .routers import (compare, docs, embeddings, finetune, forward, heads, health, intervene, learn, lessons, pages, sampling, tokenize,
-                      training)
+from .routers import (
+    compare,
+    docs,
+    embeddings,
+    finetune,
+    forward,
+    heads,
+    health,
+    intervene,
+    learn,
+    lessons,
+    pages,
+    sampling,
+    tokenize,
+    training,
+)
+from .runs import RunManager
 from .security import GuardMiddleware
 from .service import ModelService
-from .runs import RunManager
 
 log = logging.getLogger("gptscope")
 
@@ -47,22 +61,41 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         version=__version__,
         summary="See inside a small GPT trained on your own machine.",
         description="Every number the gptscope pages show comes from these endpoints. "
-                    "Errors are JSON: `{\"detail\": ...}` naming the field and the limit.",
+        'Errors are JSON: `{"detail": ...}` naming the field and the limit.',
         lifespan=lifespan,
         docs_url=None,  # served by routers.docs from local files: FastAPI's default loads Swagger UI from a CDN
         redoc_url=None,
     )
-    app.add_middleware(GZipMiddleware, minimum_size=4096, compresslevel=5)  # a full trace of 128 tokens is megabytes of JSON
-    app.add_middleware(GuardMiddleware, allowed_hosts=settings.allowed_hosts(), json_limit=settings.json_body_limit,
-                       upload_limit=corpus_mod.MAX_CORPUS_BYTES + 64 * 1024, max_concurrent=settings.max_concurrent)
+    app.add_middleware(
+        GZipMiddleware, minimum_size=4096, compresslevel=5
+    )  # a full trace of 128 tokens is megabytes of JSON
+    app.add_middleware(
+        GuardMiddleware,
+        allowed_hosts=settings.allowed_hosts(),
+        json_limit=settings.json_body_limit,
+        upload_limit=corpus_mod.MAX_CORPUS_BYTES + 64 * 1024,
+        max_concurrent=settings.max_concurrent,
+    )
     app.state.settings = settings
     app.state.service = service
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
-    for r in (health.router, tokenize.router, forward.router, sampling.router, embeddings.router, intervene.router,
-              training.router, learn.router, lessons.router, heads.router, compare.router, finetune.router):
+    for r in (
+        health.router,
+        tokenize.router,
+        forward.router,
+        sampling.router,
+        embeddings.router,
+        intervene.router,
+        training.router,
+        learn.router,
+        lessons.router,
+        heads.router,
+        compare.router,
+        finetune.router,
+    ):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)
     app.include_router(docs.router)

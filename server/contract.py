@@ -32,7 +32,7 @@ GUARD = {
     "413": "the request body is over its size limit (2 MiB of JSON; 50 MiB for a corpus upload)",
     "415": "the body's Content-Type is not application/json (multipart/form-data for POST /api/v1/corpora)",
     "422": "a field fails the schema, or a limit that depends on another field or on the loaded model "
-           "(each field's description says which); `detail` is a list of {loc, msg, type} naming the field and the limit",
+    "(each field's description says which); `detail` is a list of {loc, msg, type} naming the field and the limit",
     "503": "busy: too many requests at once; retry after the Retry-After header's seconds",
     "404": "no such resource (run, checkpoint, snapshot, token, ...)",
 }
@@ -57,7 +57,8 @@ def errors_for(path: str, method: str, operation: dict) -> list[str]:
 def document_errors(schema: dict) -> dict:
     """Add the error answers to every /api/ operation of an OpenAPI document (in place)."""
     schema.setdefault("components", {}).setdefault("schemas", {}).setdefault(
-        "ErrorResponse", ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}"))
+        "ErrorResponse", ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
+    )
     for path, item in schema.get("paths", {}).items():
         if not path.startswith("/api/"):
             continue

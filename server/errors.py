@@ -54,8 +54,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(InputError)
     async def _input_error(_request: Request, exc: InputError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status, content={"detail": [
-            {"loc": [exc.where, *exc.field.split(".")], "msg": exc.message, "type": "value_error"}]})
+        return JSONResponse(
+            status_code=exc.status,
+            content={
+                "detail": [{"loc": [exc.where, *exc.field.split(".")], "msg": exc.message, "type": "value_error"}]
+            },
+        )
 
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, exc: NotFound) -> JSONResponse:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from .schemas.training import Experiment, ExperimentVariant, ModelOverrides, TrainingRequest
 
-BASE = dict(corpus="shakespeare", preset="tiny", vocab_size=512, batch_size=16, max_steps=200, seed=7,
-            snapshots=[0.0, 1.0])
+BASE = dict(
+    corpus="shakespeare", preset="tiny", vocab_size=512, batch_size=16, max_steps=200, seed=7, snapshots=[0.0, 1.0]
+)
 
 
 def _req(**kw) -> TrainingRequest:
@@ -19,30 +20,45 @@ def _req(**kw) -> TrainingRequest:
 
 EXPERIMENTS: list[Experiment] = [
     Experiment(
-        name="causal-mask", title="Remove the causal mask",
+        name="causal-mask",
+        title="Remove the causal mask",
         question="What if every position could see the tokens after it while training?",
         what_to_look_for="Without the mask the training loss falls far below the masked model's: the answer is "
-                         "visible one position ahead, so the model learns to copy it. Generation has no future "
-                         "to copy from, and its sample falls apart.",
-        variants=[ExperimentVariant(label="causal mask (normal)", request=_req(max_steps=600)),
-                  ExperimentVariant(label="mask removed", request=_req(max_steps=600, overrides={"causal": False}))]),
+        "visible one position ahead, so the model learns to copy it. Generation has no future "
+        "to copy from, and its sample falls apart.",
+        variants=[
+            ExperimentVariant(label="causal mask (normal)", request=_req(max_steps=600)),
+            ExperimentVariant(label="mask removed", request=_req(max_steps=600, overrides={"causal": False})),
+        ],
+    ),
     Experiment(
-        name="norm-warmup", title="Pre-norm vs post-norm, with and without warmup",
+        name="norm-warmup",
+        title="Pre-norm vs post-norm, with and without warmup",
         question="Does where LayerNorm sits change how well training starts at a high learning rate?",
         what_to_look_for="Compare the early loss curves and the per-layer gradient norms: post-norm (GPT-1) "
-                         "without warmup starts worst; pre-norm (GPT-2) keeps gradients more even across layers.",
-        variants=[ExperimentVariant(label=f"{norm}-norm, {'warmup' if w else 'no warmup'}",
-                                    request=_req(max_lr=1e-2, warmup_steps=w, overrides={"norm": norm, "n_layer": 4}))
-                  for norm in ("pre", "post") for w in (50, 0)]),
+        "without warmup starts worst; pre-norm (GPT-2) keeps gradients more even across layers.",
+        variants=[
+            ExperimentVariant(
+                label=f"{norm}-norm, {'warmup' if w else 'no warmup'}",
+                request=_req(max_lr=1e-2, warmup_steps=w, overrides={"norm": norm, "n_layer": 4}),
+            )
+            for norm in ("pre", "post")
+            for w in (50, 0)
+        ],
+    ),
     Experiment(
-        name="weight-tying", title="Weight tying",
+        name="weight-tying",
+        title="Weight tying",
         question="What do we gain by using the embedding matrix again as the output layer?",
         what_to_look_for="Tying saves one vocabulary-sized matrix (vocab x d parameters: about 38.6 million in "
-                         "GPT-2 small, under a third of its size). Compare what the saving costs in validation loss: "
-                         "in a model this tiny the separate output matrix is a large share of all parameters, so "
-                         "the untied model may do a little better.",
-        variants=[ExperimentVariant(label="tied (logits = h W_E^T)", request=_req()),
-                  ExperimentVariant(label="untied (separate W_U)", request=_req(overrides={"tie_weights": False}))]),
+        "GPT-2 small, under a third of its size). Compare what the saving costs in validation loss: "
+        "in a model this tiny the separate output matrix is a large share of all parameters, so "
+        "the untied model may do a little better.",
+        variants=[
+            ExperimentVariant(label="tied (logits = h W_E^T)", request=_req()),
+            ExperimentVariant(label="untied (separate W_U)", request=_req(overrides={"tie_weights": False})),
+        ],
+    ),
 ]
 
 # --- from GPT-2 to modern LLMs: each switch against GPT-2's block, same size, same wall clock -------
@@ -56,41 +72,75 @@ def _modern(**kw) -> TrainingRequest:
 
 
 def _pair(name: str, title: str, question: str, look: str, variants: list[tuple[str, dict]]) -> Experiment:
-    return Experiment(name=name, title=title, question=question, what_to_look_for=look,
-                      variants=[ExperimentVariant(label=label, request=_modern(**kw)) for label, kw in variants])
+    return Experiment(
+        name=name,
+        title=title,
+        question=question,
+        what_to_look_for=look,
+        variants=[ExperimentVariant(label=label, request=_modern(**kw)) for label, kw in variants],
+    )
 
 
 EXPERIMENTS += [
-    _pair("positions", "Learned positions vs RoPE",
-          "Does rotating queries and keys by position (RoPE) beat GPT-2's learned position rows, and what happens "
-          "past the context the model trained on?",
-          "Both train on 64-token windows of a 128-position model. Compare validation losses; then open the two "
-          "checkpoints side by side on /compare with a prompt longer than 64 tokens: learned rows 64..127 were never "
-          "trained, while RoPE's scores depend only on distance.",
-          [("learned positions (GPT-2)", {"seq_len": 64}), ("RoPE", {"seq_len": 64, "overrides": {"pos": "rope"}})]),
-    _pair("rmsnorm", "LayerNorm vs RMSNorm", "Does dropping LayerNorm's mean and shift cost anything?",
-          "RMSNorm only rescales; it is a little cheaper per step, so in the same wall clock it gets slightly more "
-          "updates. Compare the validation losses and the steps each run reached.",
-          [("LayerNorm", {}), ("RMSNorm", {"overrides": {"norm_type": "rmsnorm"}})]),
-    _pair("swiglu", "GELU MLP vs SwiGLU", "Does a gated MLP learn more per parameter?",
-          "SwiGLU has three matrices 8d/3 wide instead of two 4d wide: the same parameter count. Compare validation loss.",
-          [("GELU MLP (GPT-2)", {}), ("SwiGLU", {"overrides": {"mlp": "swiglu"}})]),
-    _pair("gqa", "Multi-head vs grouped-query vs multi-query attention",
-          "How much do shared key/value heads cost in loss, and what do they save in the KV cache?",
-          "4 query heads with 4, 2 or 1 key/value heads: the KV cache shrinks 2x and 4x (see /learn's KV-cache panel); "
-          "the model has fewer parameters too. Compare validation losses.",
-          [("MHA: 4 KV heads", {}), ("GQA: 2 KV heads", {"overrides": {"n_kv_head": 2}}),
-           ("MQA: 1 KV head", {"overrides": {"n_kv_head": 1}})]),
-    _pair("moe", "Dense FFN vs mixture of experts", "Do four small experts beat one FFN of the same total size?",
-          "The MoE has 4 experts of width 128 (the dense FFN is 512 wide: the same parameters), each token uses one: a "
-          "quarter of the FFN compute per token. Compare validation loss and steps reached.",
-          [("dense FFN", {}), ("4 experts, top-1", {"overrides": {"n_expert": 4, "top_k_experts": 1, "d_mlp": 128}})]),
-    _pair("muon", "AdamW vs Muon", "Does orthogonalising the updates of the weight matrices (Muon) train faster?",
-          "Muon updates the blocks' 2-D matrices with an orthogonalised momentum; AdamW still updates embeddings, "
-          "biases and gains. Compare the loss curves at equal wall clock.",
-          [("AdamW", {"optimizer": "adamw"}), ("Muon + AdamW", {"optimizer": "muon"})]),
-    _pair("llama-style", "GPT-2's block vs today's", "All the modern choices together, at the same size:",
-          "gpt2-style: learned positions, LayerNorm, GELU MLP, multi-head attention, biases. llama-style: RoPE, RMSNorm, "
-          "SwiGLU, grouped-query attention, no biases; within 0.1% of the same parameter count.",
-          [("gpt2-style", {"preset": "gpt2-style"}), ("llama-style", {"preset": "llama-style"})]),
+    _pair(
+        "positions",
+        "Learned positions vs RoPE",
+        "Does rotating queries and keys by position (RoPE) beat GPT-2's learned position rows, and what happens "
+        "past the context the model trained on?",
+        "Both train on 64-token windows of a 128-position model. Compare validation losses; then open the two "
+        "checkpoints side by side on /compare with a prompt longer than 64 tokens: learned rows 64..127 were never "
+        "trained, while RoPE's scores depend only on distance.",
+        [("learned positions (GPT-2)", {"seq_len": 64}), ("RoPE", {"seq_len": 64, "overrides": {"pos": "rope"}})],
+    ),
+    _pair(
+        "rmsnorm",
+        "LayerNorm vs RMSNorm",
+        "Does dropping LayerNorm's mean and shift cost anything?",
+        "RMSNorm only rescales; it is a little cheaper per step, so in the same wall clock it gets slightly more "
+        "updates. Compare the validation losses and the steps each run reached.",
+        [("LayerNorm", {}), ("RMSNorm", {"overrides": {"norm_type": "rmsnorm"}})],
+    ),
+    _pair(
+        "swiglu",
+        "GELU MLP vs SwiGLU",
+        "Does a gated MLP learn more per parameter?",
+        "SwiGLU has three matrices 8d/3 wide instead of two 4d wide: the same parameter count. Compare validation loss.",
+        [("GELU MLP (GPT-2)", {}), ("SwiGLU", {"overrides": {"mlp": "swiglu"}})],
+    ),
+    _pair(
+        "gqa",
+        "Multi-head vs grouped-query vs multi-query attention",
+        "How much do shared key/value heads cost in loss, and what do they save in the KV cache?",
+        "4 query heads with 4, 2 or 1 key/value heads: the KV cache shrinks 2x and 4x (see /learn's KV-cache panel); "
+        "the model has fewer parameters too. Compare validation losses.",
+        [
+            ("MHA: 4 KV heads", {}),
+            ("GQA: 2 KV heads", {"overrides": {"n_kv_head": 2}}),
+            ("MQA: 1 KV head", {"overrides": {"n_kv_head": 1}}),
+        ],
+    ),
+    _pair(
+        "moe",
+        "Dense FFN vs mixture of experts",
+        "Do four small experts beat one FFN of the same total size?",
+        "The MoE has 4 experts of width 128 (the dense FFN is 512 wide: the same parameters), each token uses one: a "
+        "quarter of the FFN compute per token. Compare validation loss and steps reached.",
+        [("dense FFN", {}), ("4 experts, top-1", {"overrides": {"n_expert": 4, "top_k_experts": 1, "d_mlp": 128}})],
+    ),
+    _pair(
+        "muon",
+        "AdamW vs Muon",
+        "Does orthogonalising the updates of the weight matrices (Muon) train faster?",
+        "Muon updates the blocks' 2-D matrices with an orthogonalised momentum; AdamW still updates embeddings, "
+        "biases and gains. Compare the loss curves at equal wall clock.",
+        [("AdamW", {"optimizer": "adamw"}), ("Muon + AdamW", {"optimizer": "muon"})],
+    ),
+    _pair(
+        "llama-style",
+        "GPT-2's block vs today's",
+        "All the modern choices together, at the same size:",
+        "gpt2-style: learned positions, LayerNorm, GELU MLP, multi-head attention, biases. llama-style: RoPE, RMSNorm, "
+        "SwiGLU, grouped-query attention, no biases; within 0.1% of the same parameter count.",
+        [("gpt2-style", {"preset": "gpt2-style"}), ("llama-style", {"preset": "llama-style"})],
+    ),
 ]

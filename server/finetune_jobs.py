@@ -13,10 +13,10 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import finetune as ft
@@ -80,8 +80,11 @@ class FinetuneManager(BackgroundJobs[FinetuneJobState]):
             raise InputError(field_name, f"task name {name!r} is not valid")
         p = self.tasks_dir / f"{name}.csv"
         if not p.is_file():
-            raise InputError(field_name, f"no task named {name!r}; choose one of {', '.join(self.task_names())} "
-                                         "or upload a CSV to /api/v1/finetune/tasks")
+            raise InputError(
+                field_name,
+                f"no task named {name!r}; choose one of {', '.join(self.task_names())} "
+                "or upload a CSV to /api/v1/finetune/tasks",
+            )
         try:
             return _csv_task(str(p), p.stat().st_mtime, name)
         except tasks_mod.TaskError as e:
@@ -92,8 +95,9 @@ class FinetuneManager(BackgroundJobs[FinetuneJobState]):
         if name in tasks_mod.BUILTIN_TASKS or not re.fullmatch(TASK_PATTERN, name):
             raise InputError("name", f"{name!r} is a built-in task's name or not a valid name", where="form")
         if len(data) > MAX_CSV_BYTES:
-            raise InputError("file", f"the CSV is {len(data):,} bytes; the limit is {MAX_CSV_BYTES:,}", status=413,
-                             where="form")
+            raise InputError(
+                "file", f"the CSV is {len(data):,} bytes; the limit is {MAX_CSV_BYTES:,}", status=413, where="form"
+            )
         try:
             task = tasks_mod.from_csv(data, name)
         except tasks_mod.TaskError as e:
@@ -124,7 +128,7 @@ class FinetuneManager(BackgroundJobs[FinetuneJobState]):
             job.status = "done"
         except ft.Cancelled:
             job.status = "cancelled"
-        except Exception as e:  # noqa: BLE001 - report any failure of the job to the user
+        except Exception as e:
             job.status, job.error = "failed", f"{type(e).__name__}: {e}"
             if req.save_as:
                 shutil.rmtree(self.models_dir / f".{req.save_as}.partial", ignore_errors=True)
@@ -149,8 +153,13 @@ def _largest(sizes: list[int], n_train: int) -> int:
     return max(sizes, key=lambda s: ft.n_used(n_train, s))
 
 
-def run_comparison(job: FinetuneJobState, base: ckpt.Checkpoint, cache_dir: Path, models_dir: Path,
-                   on_cell: Callable[[dict], None] | None = None) -> None:
+def run_comparison(
+    job: FinetuneJobState,
+    base: ckpt.Checkpoint,
+    cache_dir: Path,
+    models_dir: Path,
+    on_cell: Callable[[dict], None] | None = None,
+) -> None:
     """Every (method, size) cell in turn, appending each result to job.cells; saves the classifier."""
     req = job.request
     base_id = base.meta.get("weights_sha256") or str(base.path)
@@ -165,8 +174,18 @@ def run_comparison(job: FinetuneJobState, base: ckpt.Checkpoint, cache_dir: Path
             def on_step(step: int, steps: int, cur=job.current) -> None:
                 cur["step"], cur["steps"] = step, steps
 
-            result, clf = ft.run_cell(prepared, method, size, req.lm_weight, req.seed, req.steps, cache_dir,
-                                      keep_model=keep, on_step=on_step, cancel=job.cancel.is_set)
+            result, clf = ft.run_cell(
+                prepared,
+                method,
+                size,
+                req.lm_weight,
+                req.seed,
+                req.steps,
+                cache_dir,
+                keep_model=keep,
+                on_step=on_step,
+                cancel=job.cancel.is_set,
+            )
             job.cells.append(result)
             if on_cell is not None:
                 on_cell(result)
@@ -179,8 +198,15 @@ def _save(job: FinetuneJobState, clf: ft.Classifier, base: ckpt.Checkpoint, resu
     name = job.request.save_as
     partial = models_dir / f".{name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
-    ft.save_classifier(partial, clf, base.meta, job.task, result,
-                       command=f"POST /api/v1/finetune {job.request.model_dump_json(exclude_none=True)}", name=name)
+    ft.save_classifier(
+        partial,
+        clf,
+        base.meta,
+        job.task,
+        result,
+        command=f"POST /api/v1/finetune {job.request.model_dump_json(exclude_none=True)}",
+        name=name,
+    )
     ft.load_classifier(ckpt.load(partial))
     final = models_dir / name
     if final.exists():

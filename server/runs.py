@@ -88,8 +88,11 @@ class RunManager(BackgroundJobs[Job]):
     def snapshot_steps(self, run_id: str) -> list[int]:
         """Steps of a run's complete snapshots, in order."""
         snaps = self.runs_dir / run_id / "snapshots"
-        return sorted(int(p.name.split("-")[1]) for p in snaps.glob("step-*")
-                      if (p / ckpt.META_NAME).is_file()) if snaps.is_dir() else []
+        return (
+            sorted(int(p.name.split("-")[1]) for p in snaps.glob("step-*") if (p / ckpt.META_NAME).is_file())
+            if snaps.is_dir()
+            else []
+        )
 
     def _restore(self) -> None:
         """Runs left on disk by an earlier start of the app come back as finished or cancelled."""
@@ -150,8 +153,11 @@ class RunManager(BackgroundJobs[Job]):
         snapshots."""
         found = [("builtin", builtin)]
         if self.models_dir.is_dir():  # hidden folders are imports still being written
-            found += [(f"models/{p.name}", p) for p in sorted(self.models_dir.iterdir())
-                      if p.is_dir() and not p.name.startswith(".")]
+            found += [
+                (f"models/{p.name}", p)
+                for p in sorted(self.models_dir.iterdir())
+                if p.is_dir() and not p.name.startswith(".")
+            ]
         if self.runs_dir.is_dir():
             for run in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()):
                 found.append((run.name, run))
@@ -193,8 +199,14 @@ class RunManager(BackgroundJobs[Job]):
                 return replace(done[-1], cached=True)
             self.refuse_if_busy()
             run_id = uuid.uuid4().hex[:12]
-            tc = TrainConfig(**{**req.model_dump(exclude_none=True), "corpus": corpus,
-                                "name": req.name or f"run-{run_id}", "device": "cpu"})
+            tc = TrainConfig(
+                **{
+                    **req.model_dump(exclude_none=True),
+                    "corpus": corpus,
+                    "name": req.name or f"run-{run_id}",
+                    "device": "cpu",
+                }
+            )
             try:
                 tc.validate()
             except ConfigError as e:
@@ -222,13 +234,19 @@ class RunManager(BackgroundJobs[Job]):
                 job.snapshots.append(e["step"])
 
         try:
-            train(tc, out=job.out, progress=False, on_event=on_event, should_stop=job.cancel.is_set,
-                  command=f"POST /api/v1/training {job.request.model_dump_json(exclude_none=True)}")
+            train(
+                tc,
+                out=job.out,
+                progress=False,
+                on_event=on_event,
+                should_stop=job.cancel.is_set,
+                command=f"POST /api/v1/training {job.request.model_dump_json(exclude_none=True)}",
+            )
             job.status = "done"
             job.total_steps = job.step  # a time budget's plan may have been a step longer than the run
         except Cancelled:
             job.status = "cancelled"
-        except Exception as e:  # noqa: BLE001 - report any failure of the run to the user
+        except Exception as e:
             job.status = "failed"
             job.error = f"{type(e).__name__}: {e}"
         finally:
@@ -239,8 +257,11 @@ class RunManager(BackgroundJobs[Job]):
         cancelled first. Refused while the app serves one of its checkpoints."""
         job = self.get(run_id)
         if Path(serving).resolve().is_relative_to(job.out.resolve()):
-            raise Conflict(f"the app is serving a checkpoint of run {run_id}; switch to another model "
-                           f"(POST /api/v1/model) before deleting the run", running_id=run_id)
+            raise Conflict(
+                f"the app is serving a checkpoint of run {run_id}; switch to another model "
+                f"(POST /api/v1/model) before deleting the run",
+                running_id=run_id,
+            )
         job = self.cancel(run_id)
         if job.thread is not None and job.thread.is_alive():
             raise Conflict(f"run {run_id} has not stopped yet; try again", running_id=run_id)

@@ -31,13 +31,14 @@ def host_name(value: str) -> str:
     """'127.0.0.1:8000' -> '127.0.0.1'; '[::1]:8000' -> '::1'."""
     value = value.strip().lower()
     if value.startswith("["):
-        return value[1:value.find("]")] if "]" in value else value
+        return value[1 : value.find("]")] if "]" in value else value
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
 class GuardMiddleware:
-    def __init__(self, app, allowed_hosts: list[str] | None, json_limit: int, upload_limit: int,
-                 max_concurrent: int) -> None:
+    def __init__(
+        self, app, allowed_hosts: list[str] | None, json_limit: int, upload_limit: int, max_concurrent: int
+    ) -> None:
         self.app = app
         self.allowed = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
         self.json_limit, self.upload_limit = json_limit, upload_limit
@@ -47,9 +48,17 @@ class GuardMiddleware:
 
     async def _refuse(self, send, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
         body = json.dumps({"detail": detail}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                *headers]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    *headers,
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope, receive, send):
@@ -58,8 +67,12 @@ class GuardMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host = headers.get("host", "")
         if self.allowed is not None and host_name(host) not in self.allowed:
-            return await self._refuse(send, 400, f"Host header {host!r} is not allowed; gptscope answers only to "
-                                                 f"{', '.join(sorted(self.allowed))} (see gptscope serve --allow-host)")
+            return await self._refuse(
+                send,
+                400,
+                f"Host header {host!r} is not allowed; gptscope answers only to "
+                f"{', '.join(sorted(self.allowed))} (see gptscope serve --allow-host)",
+            )
         method = scope["method"]
         path = scope["path"]
         if method in UNSAFE:
@@ -67,7 +80,9 @@ class GuardMiddleware:
             if origin is not None:
                 parts = urlsplit(origin)
                 if origin == "null" or parts.netloc.lower() != host.lower():
-                    return await self._refuse(send, 403, f"cross-site request refused: Origin {origin!r} is not this server")
+                    return await self._refuse(
+                        send, 403, f"cross-site request refused: Origin {origin!r} is not this server"
+                    )
             if headers.get("sec-fetch-site") == "cross-site":
                 return await self._refuse(send, 403, "cross-site request refused (Sec-Fetch-Site: cross-site)")
 
@@ -79,7 +94,9 @@ class GuardMiddleware:
             limit = self.upload_limit if upload else self.json_limit
             declared = headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > limit:
-                return await self._refuse(send, 413, f"request body is {int(declared):,} bytes; the limit is {limit:,} bytes")
+                return await self._refuse(
+                    send, 413, f"request body is {int(declared):,} bytes; the limit is {limit:,} bytes"
+                )
             chunks, size, more = [], 0, True
             while more:
                 message = await receive()
@@ -119,8 +136,12 @@ class GuardMiddleware:
                 busy = False
                 self._active += 1
         if busy:
-            return await self._refuse(send, 503, f"server busy: {self.max_concurrent} requests are being worked on; retry shortly",
-                                      [(b"retry-after", b"1")])
+            return await self._refuse(
+                send,
+                503,
+                f"server busy: {self.max_concurrent} requests are being worked on; retry shortly",
+                [(b"retry-after", b"1")],
+            )
         try:
             await self.app(scope, inner_receive, send)
         finally:

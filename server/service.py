@@ -8,10 +8,10 @@ and only ever read here; training works on its own copy (see model.train).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -67,7 +67,7 @@ class ModelService:
 
     def keep_kv(self, ids: list[int], cache: KVCache) -> None:
         """Remember a cache and the ids it holds, for the next kv_prefix. Call inside run()."""
-        self._kv = (list(ids[:cache.length]), cache)
+        self._kv = (list(ids[: cache.length]), cache)
 
     @contextmanager
     def run(self) -> Iterator[GPT]:

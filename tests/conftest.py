@@ -25,8 +25,12 @@ def service() -> ModelService:
 
 @pytest.fixture(scope="session")
 def app(service, tmp_path_factory):
-    return create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, allow_hosts=["testserver"],
-                               data_dir=tmp_path_factory.mktemp("gptscope-data")), service=service)
+    return create_app(
+        Settings(
+            checkpoint=BUILTIN_CHECKPOINT, allow_hosts=["testserver"], data_dir=tmp_path_factory.mktemp("gptscope-data")
+        ),
+        service=service,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -59,8 +63,9 @@ def executed_tour(tmp_path_factory):
     nb = nbformat.read(REPO_ROOT / "examples" / "tour.ipynb", as_version=4)
     env = {"GPTSCOPE_DATA_DIR": str(tmp_path_factory.mktemp("gptscope-tour"))}
     with mock.patch.dict("os.environ", env):
-        NotebookClient(nb, timeout=300, kernel_name="python3",
-                       resources={"metadata": {"path": str(REPO_ROOT / "examples")}}).execute()
+        NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO_ROOT / "examples")}}
+        ).execute()
     return nb
 
 
@@ -70,6 +75,11 @@ def tour_embeds(executed_tour) -> list[str]:
     import re
 
     nb = executed_tour
-    return [re.search(r'src="([^"]+)"', out["data"]["text/html"]).group(1).replace("&amp;", "&")
-            for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
-            if out.get("output_type") in ("display_data", "execute_result") and "<iframe" in out.get("data", {}).get("text/html", "")]
+    return [
+        re.search(r'src="([^"]+)"', out["data"]["text/html"]).group(1).replace("&amp;", "&")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.get("output_type") in ("display_data", "execute_result")
+        and "<iframe" in out.get("data", {}).get("text/html", "")
+    ]

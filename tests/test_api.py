@@ -35,7 +35,7 @@ def test_tokenize_spans_cover_text_for_the_model_encoding(client):
     assert r.status_code == 200
     toks = r.json()["tokens"]
     assert "".join(t["text"] for t in toks) == text
-    assert all(text[t["start"]:t["end"]] == t["text"] for t in toks)
+    assert all(text[t["start"] : t["end"]] == t["text"] for t in toks)
 
 
 def test_forward_returns_tokens_attention_and_next_token(client, service):
@@ -57,7 +57,9 @@ def test_forward_returns_tokens_attention_and_next_token(client, service):
 
 
 def test_forward_can_select_a_layer_and_head(client):
-    r = client.post("/api/v1/forward", json={"text": "to be or not", "layers": [1], "heads": [2], "include": ["attention"]})
+    r = client.post(
+        "/api/v1/forward", json={"text": "to be or not", "layers": [1], "heads": [2], "include": ["attention"]}
+    )
     assert r.status_code == 200
     body = r.json()
     assert body["attention"]["layers"] == [1] and body["attention"]["heads"] == [2]
@@ -76,7 +78,9 @@ def test_forward_prompt_longer_than_context_is_422_naming_the_limit(client, serv
     r = client.post("/api/v1/forward", json={"text": "word " * (n_ctx + 10)})
     assert r.status_code == 422
     assert f"n_ctx={n_ctx}" in r.json()["detail"][0]["msg"]
-    r = client.post("/api/v1/forward", json={"text": "word " * (n_ctx + 10), "truncate": True, "include": ["next_token"]})
+    r = client.post(
+        "/api/v1/forward", json={"text": "word " * (n_ctx + 10), "truncate": True, "include": ["next_token"]}
+    )
     assert r.status_code == 200
     assert len(r.json()["tokens"]) == n_ctx and r.json()["truncated"] > 0
 
@@ -89,8 +93,11 @@ def test_bad_layer_and_encoding_are_422(client, service):
 
 
 def test_lone_surrogate_is_422_not_500(client):
-    r = client.post("/api/v1/tokenize", content=b'{"text": "a\\ud800b", "encoding": "gpt2"}',
-                    headers={"Content-Type": "application/json"})
+    r = client.post(
+        "/api/v1/tokenize",
+        content=b'{"text": "a\\ud800b", "encoding": "gpt2"}',
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"] == ["body", "text"]
     assert "unicode" in r.json()["detail"][0]["msg"].lower()
@@ -102,7 +109,7 @@ def test_page_and_its_json_twin(client):
     assert "Good morrow" in r.text
     link = r.headers["link"]
     assert 'rel="alternate"' in link and "/api/v1/forward?text=Good+morrow" in link
-    twin = client.get(link[link.index("<") + 1:link.index(">")])
+    twin = client.get(link[link.index("<") + 1 : link.index(">")])
     assert twin.status_code == 200 and twin.json()["tokens"][0]["text"] == "Good"
 
 

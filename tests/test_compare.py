@@ -27,7 +27,9 @@ def test_a_model_compared_with_itself_differs_nowhere(client):
     assert all(x == 0.0 for x in body["char_bits_diff"] if x is not None)
     assert all(x == 0.0 for row in body["attention_diff"] for x in row)
     assert body["common_bits_a"] == body["common_bits_b"] and body["common_chars"] > 0
-    assert body["params"]["same_architecture"] and all(c["relative_change"] in (0.0, None) for c in body["params"]["changes"])
+    assert body["params"]["same_architecture"] and all(
+        c["relative_change"] in (0.0, None) for c in body["params"]["changes"]
+    )
     assert body["a"]["next_token"] == body["b"]["next_token"] and body["a"]["logit_lens"] == body["b"]["logit_lens"]
 
 
@@ -38,14 +40,17 @@ def test_per_character_bits_add_up_to_the_forward_loss(client):
     assert sum(x for x in body["char_bits_a"] if x is not None) == pytest.approx(nats / math.log(2), abs=1e-3)
     assert body["a"]["total_bits"] == pytest.approx(nats / math.log(2), abs=1e-3)
     first = body["a"]["tokens"][0]  # the first token is never predicted: its characters are unscored
-    assert body["char_bits_a"][first["start"]:first["end"]] == [None] * (first["end"] - first["start"])
+    assert body["char_bits_a"][first["start"] : first["end"]] == [None] * (first["end"] - first["start"])
     assert body["a"]["bits_per_char"] == pytest.approx(body["a"]["total_bits"] / (len(TEXT) - first["end"]), abs=1e-4)
 
 
 def save_model(folder, tokenizer: dict, vocab: int, seed: int) -> None:
     torch.manual_seed(seed)
-    ckpt.save(folder, GPT(GPTConfig(vocab_size=vocab, n_ctx=16, n_layer=1, n_head=2, d_model=16)),
-              {"name": folder.name, "tokenizer": tokenizer, "step": 0, "final": True})
+    ckpt.save(
+        folder,
+        GPT(GPTConfig(vocab_size=vocab, n_ctx=16, n_layer=1, n_head=2, d_model=16)),
+        {"name": folder.name, "tokenizer": tokenizer, "step": 0, "final": True},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +59,12 @@ def two_tokenizers(tmp_path_factory):
     joins 'a' and 'b'."""
     data = tmp_path_factory.mktemp("cmp")
     save_model(data / "models" / "chars", {"kind": "chars", "chars": list("abc ")}, 4, 1)
-    save_model(data / "models" / "pairs", {"kind": "bpe", "pattern": GPT2_PATTERN, "merges": [[97, 98, 1]],
-                                           "special_tokens": {}}, 257, 2)
+    save_model(
+        data / "models" / "pairs",
+        {"kind": "bpe", "pattern": GPT2_PATTERN, "merges": [[97, 98, 1]], "special_tokens": {}},
+        257,
+        2,
+    )
     app = create_app(Settings(allow_hosts=["testserver"], data_dir=data))
     with TestClient(app) as c:
         yield c, data
@@ -95,10 +104,13 @@ def test_models_with_different_tokenizers_align_on_characters(two_tokenizers):
 
 
 def test_compare_bad_input(client):
-    for payload, field in [({"b": "builtin", "text": TEXT}, "a"), ({"a": "../x", "b": "builtin", "text": TEXT}, "a"),
-                           ({"a": "builtin", "b": "builtin", "text": TEXT, "layer": 99}, "layer"),
-                           ({"a": "builtin", "b": "builtin", "text": TEXT, "char": 999}, "char"),
-                           ({"a": "builtin", "b": "builtin", "text": ""}, "text")]:
+    for payload, field in [
+        ({"b": "builtin", "text": TEXT}, "a"),
+        ({"a": "../x", "b": "builtin", "text": TEXT}, "a"),
+        ({"a": "builtin", "b": "builtin", "text": TEXT, "layer": 99}, "layer"),
+        ({"a": "builtin", "b": "builtin", "text": TEXT, "char": 999}, "char"),
+        ({"a": "builtin", "b": "builtin", "text": ""}, "text"),
+    ]:
         r = client.post("/api/v1/compare", json=payload)
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == field, (payload, r.text)
     r = client.post("/api/v1/compare", json={"a": "builtin", "b": "0123456789ab", "text": TEXT})

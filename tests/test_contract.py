@@ -11,8 +11,13 @@ ERROR = {"$ref": "#/components/schemas/ErrorResponse"}
 @pytest.fixture(scope="module")
 def operations(client):
     doc = client.get("/openapi.json").json()
-    ops = [(path, method, op) for path, item in doc["paths"].items() if path.startswith("/api/v1/")
-           for method, op in item.items() if method in ("get", "post", "put", "delete", "patch")]
+    ops = [
+        (path, method, op)
+        for path, item in doc["paths"].items()
+        if path.startswith("/api/v1/")
+        for method, op in item.items()
+        if method in ("get", "post", "put", "delete", "patch")
+    ]
     assert len(ops) > 40
     return ops
 
@@ -28,21 +33,28 @@ def test_every_operation_documents_its_error_answers_with_one_shape(operations):
 
 
 def test_405_names_every_method_of_the_path(client):
-    for path, allowed in (("/api/v1/forward", "GET, HEAD, POST"), ("/api/v1/training/0123456789ab", "DELETE, GET, HEAD"),
-                          ("/api/v1/training", "GET, HEAD, POST"), ("/api/v1/health", "GET, HEAD")):
+    for path, allowed in (
+        ("/api/v1/forward", "GET, HEAD, POST"),
+        ("/api/v1/training/0123456789ab", "DELETE, GET, HEAD"),
+        ("/api/v1/training", "GET, HEAD, POST"),
+        ("/api/v1/health", "GET, HEAD"),
+    ):
         r = client.request("OPTIONS", path)
         assert r.status_code == 405 and r.headers["allow"] == allowed, (path, r.headers.get("allow"))
         assert r.json() == {"detail": "Method Not Allowed"}
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"text": "ROMEO:", "truncate": 0}, "truncate"),        # 0 is not false
-    ({"text": "ROMEO:", "top_k": "5"}, "top_k"),            # "5" is not a number
-    ({"text": "ROMEO:", "layer": True}, "layer"),           # true is not 1
-    ({"text": "ROMEO:", "layer": 1.5}, "layer"),
-    ({"ids": [-1]}, "ids"),
-    ({}, "text"),                                           # a prompt or ids
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"text": "ROMEO:", "truncate": 0}, "truncate"),  # 0 is not false
+        ({"text": "ROMEO:", "top_k": "5"}, "top_k"),  # "5" is not a number
+        ({"text": "ROMEO:", "layer": True}, "layer"),  # true is not 1
+        ({"text": "ROMEO:", "layer": 1.5}, "layer"),
+        ({"ids": [-1]}, "ids"),
+        ({}, "text"),  # a prompt or ids
+    ],
+)
 def test_a_body_is_validated_as_its_schema_says(client, body, field):
     r = client.post("/api/v1/forward", json=body)
     assert r.status_code == 422 and field in r.json()["detail"][0]["loc"], r.text

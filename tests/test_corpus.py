@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -50,9 +49,14 @@ def test_the_splits_are_exactly_what_a_run_trains_on_and_holds_out(written):
 def test_markdown_is_the_package_text_as_it_ships(tmp_path, capsys):
     md = corpus.load("shakespeare-markdown").text
     assert md.startswith("# A Midsummer Night's Dream") and "**THESEUS**  \n" in md
-    assert corpus.plain_play("**ROMEO**  \nBut soft!  \n_Enter JULIET, above_") == "ROMEO:\nBut soft!\n[Enter JULIET, above]"
+    assert (
+        corpus.plain_play("**ROMEO**  \nBut soft!  \n_Enter JULIET, above_")
+        == "ROMEO:\nBut soft!\n[Enter JULIET, above]"
+    )
     # a direction that wraps onto the next line, and inline markup
-    assert corpus.plain_play("_Enter THESEUS and\nHIPPOLYTA_\n**PUCK**\n__\\[Awaking]_  ") == \
-        "[Enter THESEUS and HIPPOLYTA]\nPUCK:\n[Awaking]"
+    assert (
+        corpus.plain_play("_Enter THESEUS and\nHIPPOLYTA_\n**PUCK**\n__\\[Awaking]_  ")
+        == "[Enter THESEUS and HIPPOLYTA]\nPUCK:\n[Awaking]"
+    )
     assert cli_main(["corpus", "shakespeare-markdown", "--split", "val", "--out", "-"]) == 0
     assert capsys.readouterr().out == corpus.Corpus("m", md).split()[1]

@@ -43,8 +43,9 @@ def test_kill_9_during_saves_never_loses_the_last_complete_checkpoint(tmp_path):
     rng = random.Random(0)
     last_step = 0
     for round_ in range(12):
-        proc = subprocess.Popen([sys.executable, str(script), str(folder), str(last_step)], stdout=subprocess.PIPE,
-                                env=env, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(folder), str(last_step)], stdout=subprocess.PIPE, env=env, text=True
+        )
         first = proc.stdout.readline()  # at least one complete save in this round
         assert first.strip(), "the saver did not start"
         time.sleep(rng.uniform(0.0, 0.4))
@@ -70,7 +71,9 @@ def test_kill_9_during_saves_never_loses_the_last_complete_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("damage", ["truncate_meta", "garbage_meta"])
 def test_a_damaged_meta_file_is_a_clear_error(tmp_path, damage, tiny_model):
-    folder = ckpt.save(tmp_path / "c", tiny_model, {"name": "x", "step": 1, "tokenizer": {"kind": "tiktoken", "name": "gpt2"}})
+    folder = ckpt.save(
+        tmp_path / "c", tiny_model, {"name": "x", "step": 1, "tokenizer": {"kind": "tiktoken", "name": "gpt2"}}
+    )
     meta = folder / ckpt.META_NAME
     meta.write_bytes(meta.read_bytes()[:40] if damage == "truncate_meta" else b"\x00\xff garbage")
     with pytest.raises(ckpt.CheckpointError):

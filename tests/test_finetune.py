@@ -54,8 +54,10 @@ def test_genre_task_splits_by_whole_play():
 def test_passages_are_lines_of_one_speech():
     text = "ACT I\n\nHAMLET:\nline one of hamlet's speech here\nline two\n[Exit]\n\nHORATIO:\nHail to your lordship, my good and honest friend.\n"
     got = tasks.passages(text)
-    assert got == [("HAMLET", "line one of hamlet's speech here\nline two"),
-                   ("HORATIO", "Hail to your lordship, my good and honest friend.")]
+    assert got == [
+        ("HAMLET", "line one of hamlet's speech here\nline two"),
+        ("HORATIO", "Hail to your lordship, my good and honest friend."),
+    ]
 
 
 # ---- the CSV loader ----------------------------------------------------------------------------
@@ -65,16 +67,19 @@ def good_csv(n: int = 40) -> bytes:
     return ("text,label\n" + "".join(f"example number {i},{'ab'[i % 2]}\n" for i in range(n))).encode()
 
 
-@pytest.mark.parametrize("data,message", [
-    (b"words,label\nx,a\n", "csv row 1: the header must be text,label"),
-    (b"text,label\nhello,a\n,b\n", "csv row 3: text is empty"),
-    (b"text,label\nhello,a\nbye,\n", "csv row 3: label is empty"),
-    (b"text,label\nhello,a\nbye,b,extra\n", "csv row 3: 3 fields, the header has 2"),
-    (b"text,label\nhello,a\nbye\xff,b\n", "csv row 3: not valid UTF-8"),
-    (b"text,label\n" + b"x" * 2001 + b",a\n", "csv row 2: text is 2,001 characters; the limit is 2,000"),
-    (b"text,label\nhello,a\nbye,a\n", "at least 2 different labels"),
-    (b'text,label\n"unclosed,a\n', "csv row"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (b"words,label\nx,a\n", "csv row 1: the header must be text,label"),
+        (b"text,label\nhello,a\n,b\n", "csv row 3: text is empty"),
+        (b"text,label\nhello,a\nbye,\n", "csv row 3: label is empty"),
+        (b"text,label\nhello,a\nbye,b,extra\n", "csv row 3: 3 fields, the header has 2"),
+        (b"text,label\nhello,a\nbye\xff,b\n", "csv row 3: not valid UTF-8"),
+        (b"text,label\n" + b"x" * 2001 + b",a\n", "csv row 2: text is 2,001 characters; the limit is 2,000"),
+        (b"text,label\nhello,a\nbye,a\n", "at least 2 different labels"),
+        (b'text,label\n"unclosed,a\n', "csv row"),
+    ],
+)
 def test_csv_loader_refuses_bad_rows_naming_the_row(data, message):
     with pytest.raises(tasks.TaskError, match=message.replace("(", r"\(")):
         tasks.from_csv(data, "mine")
@@ -86,8 +91,12 @@ def test_csv_loader_splits_by_hash_with_no_shared_text():
     assert 20 <= len(task.test) <= 60
     assert not {e.text for e in task.train} & {e.text for e in task.test}
     assert tasks.from_csv(good_csv(200), "mine").sha256 == task.sha256  # fixed: the same file, the same split
-    pair = tasks.from_csv(b"text,label,text_b\n" + b"".join(b"a%d,x,b%d\n" % (i, i) for i in range(20))
-                          + b"".join(b"c%d,y,d%d\n" % (i, i) for i in range(20)), "pairs")
+    pair = tasks.from_csv(
+        b"text,label,text_b\n"
+        + b"".join(b"a%d,x,b%d\n" % (i, i) for i in range(20))
+        + b"".join(b"c%d,y,d%d\n" % (i, i) for i in range(20)),
+        "pairs",
+    )
     assert all(e.text_b for e in pair.train)
 
 
@@ -121,7 +130,7 @@ def test_special_tokens_frame_the_input_and_are_new_learned_rows(builtin):
 
 def test_lm_targets_are_the_text_tokens_only():
     specials = {"start": 10, "delimiter": 11, "extract": 12}
-    idx, last, y, lm = ft.collate([[10, 3, 4, 5, 12], [10, 7, 12]], [0, 1], specials)
+    _idx, last, _y, lm = ft.collate([[10, 3, 4, 5, 12], [10, 7, 12]], [0, 1], specials)
     assert last.tolist() == [4, 2]
     assert lm.tolist() == [[3, 4, 5, -1, -1], [7, -1, -1, -1, -1]]
 
@@ -155,7 +164,7 @@ def synthetic_task(n: int = 160) -> tasks.Task:
     exs = []
     for i in range(n):
         label = i % 2
-        words = rng.sample(fill, 5) + [["apples", "stones"][label]]
+        words = [*rng.sample(fill, 5), ["apples", "stones"][label]]
         exs.append(tasks.Example(f"{i} " + " ".join(words), label))
     cut = 3 * n // 4
     return tasks.Task("synthetic", "csv", "apples or stones", ["apples", "stones"], exs[:cut], exs[cut:])
@@ -211,7 +220,9 @@ def test_tasks_endpoint_and_csv_upload(client):
     by = {t["name"]: t for t in r.json()["tasks"]}
     assert by["genre"]["labels"] == ["comedy", "history", "tragedy"] and by["genre"]["n_test"] == 900
     assert set(by["genre"]["excluded_plays"]) == {"macbeth", "othello", "romeo-and-juliet", "timon-of-athens"}
-    bad = client.post("/api/v1/finetune/tasks", files={"file": ("t.csv", b"text,label\nok,a\n,b\n")}, data={"name": "mine"})
+    bad = client.post(
+        "/api/v1/finetune/tasks", files={"file": ("t.csv", b"text,label\nok,a\n,b\n")}, data={"name": "mine"}
+    )
     assert bad.status_code == 422 and "csv row 3: text is empty" in bad.json()["detail"][0]["msg"]
     ok = client.post("/api/v1/finetune/tasks", files={"file": ("t.csv", good_csv())}, data={"name": "mine"})
     assert ok.status_code == 201 and ok.json()["labels"] == ["a", "b"]
@@ -220,15 +231,18 @@ def test_tasks_endpoint_and_csv_upload(client):
     assert builtin_name.status_code == 422
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"task": "nope"}, "task"),
-    ({"task": "genre", "methods": ["probe"], "save_as": "x"}, "save_as"),
-    ({"task": "genre", "sizes": [16, 16]}, "sizes"),
-    ({"task": "genre", "methods": ["probe", "probe"]}, "methods"),
-    ({"task": "genre", "sizes": [-1]}, "sizes"),
-    ({"task": "genre", "checkpoint": "no-such-run"}, "checkpoint"),
-    ({"task": "genre", "lm_weight": 11}, "lm_weight"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"task": "nope"}, "task"),
+        ({"task": "genre", "methods": ["probe"], "save_as": "x"}, "save_as"),
+        ({"task": "genre", "sizes": [16, 16]}, "sizes"),
+        ({"task": "genre", "methods": ["probe", "probe"]}, "methods"),
+        ({"task": "genre", "sizes": [-1]}, "sizes"),
+        ({"task": "genre", "checkpoint": "no-such-run"}, "checkpoint"),
+        ({"task": "genre", "lm_weight": 11}, "lm_weight"),
+    ],
+)
 def test_finetune_refuses_bad_requests_naming_the_field(client, body, field):
     r = client.post("/api/v1/finetune", json=body)
     assert r.status_code in (404, 422), r.text
@@ -246,7 +260,12 @@ def test_a_job_runs_saves_and_its_classifier_is_served_and_explained(client):
     assert r.status_code == 202, r.text
     job = wait(client, r.json()["id"])
     assert job["status"] == "done", job
-    assert [(c["method"], c["size"]) for c in job["cells"]] == [("finetune", 8), ("finetune", 0), ("probe", 8), ("probe", 0)]
+    assert [(c["method"], c["size"]) for c in job["cells"]] == [
+        ("finetune", 8),
+        ("finetune", 0),
+        ("probe", 8),
+        ("probe", 0),
+    ]
     assert all(0 <= c["accuracy"] <= 1 for c in job["cells"]) and job["saved_as"] == "models/mine-clf"
     assert job["cells"][0]["n_train"] == 8 and job["cells"][1]["n_train"] > 8
     again = wait(client, client.post("/api/v1/finetune", json={**body, "save_as": None}).json()["id"])
@@ -297,8 +316,23 @@ def test_cancel_and_unknown_job(client):
 def test_cli_finetune_prints_progress_and_one_json_line(tmp_path, capsys):
     csv = tmp_path / "apples.csv"
     csv.write_bytes(good_csv(60))
-    rc = cli.main(["finetune", "--csv", str(csv), "--methods", "finetune,scratch", "--sizes", "8,all", "--steps", "3",
-                   "--data-dir", str(tmp_path), "--save-as", "apples"])
+    rc = cli.main(
+        [
+            "finetune",
+            "--csv",
+            str(csv),
+            "--methods",
+            "finetune,scratch",
+            "--sizes",
+            "8,all",
+            "--steps",
+            "3",
+            "--data-dir",
+            str(tmp_path),
+            "--save-as",
+            "apples",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 0, err
     result = json.loads(out.strip().splitlines()[-1])

@@ -20,7 +20,9 @@ def model_logits(service, text):
 
 
 def test_every_stage_in_one_trace(client, service):
-    r = client.post("/api/v1/forward", json={"text": PROMPT, "include": list(ALL_PARTS), "layer": 1, "head": 2, "position": 3})
+    r = client.post(
+        "/api/v1/forward", json={"text": PROMPT, "include": list(ALL_PARTS), "layer": 1, "head": 2, "position": 3}
+    )
     assert r.status_code == 200
     body = r.json()
     cfg = service.model.cfg
@@ -79,7 +81,7 @@ def test_decomposition_adds_up_to_the_logit(client, service):
     r = client.post("/api/v1/forward", json={"text": PROMPT, "include": ["decomposition", "next_token"]})
     d = r.json()["decomposition"]
     assert d["exact"] is True
-    ids, logits = model_logits(service, PROMPT)
+    _ids, logits = model_logits(service, PROMPT)
     assert d["target_id"] == int(torch.argmax(logits[-1]))
     assert d["logit"] == pytest.approx(float(logits[-1].max()), abs=1e-4)
     assert abs(d["residual_error"]) < 1e-3
@@ -115,7 +117,9 @@ def test_generation_stepper_equals_generate_with_the_same_seed(client, service):
     expect = service.model.generate(torch.tensor([ids]), 6, temperature=0.9, top_k=50, seed=42)[0].tolist()
     seq = list(ids)
     for step in range(6):
-        r = client.post("/api/v1/generate/step", json={"ids": seq, "step": step, "seed": 42, "temperature": 0.9, "top_k": 50})
+        r = client.post(
+            "/api/v1/generate/step", json={"ids": seq, "step": step, "seed": 42, "temperature": 0.9, "top_k": 50}
+        )
         assert r.status_code == 200
         body = r.json()
         seq = body["ids"]
@@ -132,7 +136,9 @@ def test_generation_stepper_equals_generate_with_the_same_seed(client, service):
 def test_interventions_change_the_distribution(client):
     clean = client.post("/api/v1/intervene", json={"text": PROMPT})
     assert clean.status_code == 200 and clean.json()["kl_divergence"] == pytest.approx(0.0, abs=1e-6)
-    r = client.post("/api/v1/intervene", json={"text": PROMPT, "ablate_mlps": [0], "ablate_heads": [{"layer": 0, "head": 0}]})
+    r = client.post(
+        "/api/v1/intervene", json={"text": PROMPT, "ablate_mlps": [0], "ablate_heads": [{"layer": 0, "head": 0}]}
+    )
     body = r.json()
     assert body["kl_divergence"] > 1e-3
     assert body["clean"]["loss"] != body["altered"]["loss"]
@@ -153,25 +159,36 @@ def test_embedding_geometry(client, service):
     assert pos["sinusoidal_similarity"][0][0] == pytest.approx(1.0, abs=1e-3)
 
 
-@pytest.mark.parametrize("payload, field", [
-    ({"text": PROMPT, "layer": 99}, "layer"),
-    ({"text": PROMPT, "head": 99}, "head"),
-    ({"text": PROMPT, "position": 999}, "position"),
-    ({"text": PROMPT, "layers": [-1]}, "layers"),
-    ({"text": PROMPT, "top_k": 0}, "top_k"),
-    ({"text": PROMPT, "target": 10**7}, "target"),
-    ({"text": PROMPT, "include": ["nonsense"]}, "include"),
-])
+@pytest.mark.parametrize(
+    "payload, field",
+    [
+        ({"text": PROMPT, "layer": 99}, "layer"),
+        ({"text": PROMPT, "head": 99}, "head"),
+        ({"text": PROMPT, "position": 999}, "position"),
+        ({"text": PROMPT, "layers": [-1]}, "layers"),
+        ({"text": PROMPT, "top_k": 0}, "top_k"),
+        ({"text": PROMPT, "target": 10**7}, "target"),
+        ({"text": PROMPT, "include": ["nonsense"]}, "include"),
+    ],
+)
 def test_forward_bad_input_names_the_field(client, payload, field):
     r = client.post("/api/v1/forward", json=payload)
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"][1] == field
 
 
-@pytest.mark.parametrize("payload, field", [
-    ({"temperature": 0}, "temperature"), ({"temperature": -0.5}, "temperature"), ({"temperature": 1e9}, "temperature"),
-    ({"top_k": 0}, "top_k"), ({"top_k": 10**6}, "top_k"), ({"top_p": 0}, "top_p"), ({"top_p": 1.01}, "top_p"),
-])
+@pytest.mark.parametrize(
+    "payload, field",
+    [
+        ({"temperature": 0}, "temperature"),
+        ({"temperature": -0.5}, "temperature"),
+        ({"temperature": 1e9}, "temperature"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": 10**6}, "top_k"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_p": 1.01}, "top_p"),
+    ],
+)
 def test_sampling_bad_input_names_the_field(client, payload, field):
     r = client.post("/api/v1/next-token", json={"text": PROMPT, **payload})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][1] == field
@@ -206,7 +223,7 @@ def test_a_128_token_trace_is_compact_json_and_gzipped(client, service):
     ids = service.encoding.encode_ordinary(PROMPT * 30)[:n]
     text = service.encoding.decode(ids)
     T = len(service.encoding.encode_ordinary(text))
-    assert T == n
+    assert n == T
     r = client.post("/api/v1/forward", json={"text": text}, headers={"Accept-Encoding": "identity"})
     assert r.status_code == 200 and "content-encoding" not in r.headers
     assert b"000000" not in r.content  # no float32 noise widened to double
@@ -240,7 +257,7 @@ def test_a_model_trained_without_the_mask_returns_full_attention_rows(service, t
     assert body["causal"] is False
     for head in body["attention"]["pattern"][0]:
         assert all(len(row) == T for row in head)
-        assert any(w > 0 for q, row in enumerate(head) for w in row[q + 1:])
+        assert any(w > 0 for q, row in enumerate(head) for w in row[q + 1 :])
 
 
 def test_a_trace_of_token_ids(client, service):
@@ -249,7 +266,14 @@ def test_a_trace_of_token_ids(client, service):
     by_ids = client.post("/api/v1/forward", json={"ids": ids}).json()
     assert by_ids["tokens"] == by_text["tokens"] and by_ids["attention"] == by_text["attention"]
     assert by_ids["next_token"] == by_text["next_token"] and by_ids["window"] == 0
-    for payload, field in (({"ids": [-1]}, "ids"), ({"ids": [service.model.cfg.vocab_size]}, "ids"),
-                           ({"ids": [1] * (service.model.cfg.n_ctx + 1)}, "ids"), ({}, "text")):
+    for payload, field in (
+        ({"ids": [-1]}, "ids"),
+        ({"ids": [service.model.cfg.vocab_size]}, "ids"),
+        ({"ids": [1] * (service.model.cfg.n_ctx + 1)}, "ids"),
+        ({}, "text"),
+    ):
         r = client.post("/api/v1/forward", json=payload)
-        assert r.status_code == 422 and field in r.json()["detail"][0]["loc"], (payload, r.text)  # ["body", "ids", 0] for an item
+        assert r.status_code == 422 and field in r.json()["detail"][0]["loc"], (
+            payload,
+            r.text,
+        )  # ["body", "ids", 0] for an item

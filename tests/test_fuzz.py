@@ -70,14 +70,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ST202", "GET /api/v1/curves/teacher-forcing"): DEPENDS + ": the text 2 to 48 tokens of the loaded model",
     ("ST202", "GET /api/v1/curves/head-gradients"): DEPENDS + ": layer and head within the model; text 2 to 48 tokens",
     ("ST202", "POST /api/v1/training"): DEPENDS + ": a model that can exist (heads dividing d_model, ...)",
-    # issue #18's lessons: the text's token count and the head in the loaded model
-    ("ST202", "GET /api/v1/curves/dropout"): DEPENDS + ": token_id below the loaded model's vocab_size",
-    ("ST202", "GET /api/v1/curves/head-gradients"): DEPENDS + ": head below n_head; text of 2 to 48 tokens",
-    ("ST202", "GET /api/v1/curves/masked-lm"): DEPENDS + ": text of 1 to 48 tokens in the model's tokenizer",
-    ("ST202", "GET /api/v1/curves/teacher-forcing"): DEPENDS + ": text of 2 to 48 tokens in the model's tokenizer",
     # issue #16's fine-tuning: the served model must be a classifier; save_as needs `finetune` in methods
     ("ST202", "POST /api/v1/classify"): DEPENDS + ": the served model must be a fine-tuned classifier",
-    ("ST202", "POST /api/v1/finetune"): DEPENDS + ": save_as needs `finetune` in methods; a checkpoint not a classifier",
+    ("ST202", "POST /api/v1/finetune"): DEPENDS
+    + ": save_as needs `finetune` in methods; a checkpoint not a classifier",
     ("ST202", "POST /api/v1/finetune/tasks"): "the uploaded CSV must hold labelled rows (its content)",
     # the upload's content: UTF-8 text with enough characters to train on
     ("ST202", "POST /api/v1/corpora"): "the uploaded file must be UTF-8 text long enough to train on",
@@ -111,13 +107,14 @@ def served():
 
 def _exchange(interaction: dict) -> str:
     """The request and the start of the answer, for a failure's message."""
+
     def text(part: dict) -> str:
         body = part.get("body") or part.get("content")
         raw = base64.b64decode(body["$base64"]) if isinstance(body, dict) and "$base64" in body else (body or b"")
         return (raw if isinstance(raw, bytes) else str(raw).encode()).decode("utf-8", "replace")[:300]
+
     req, resp = interaction.get("request") or {}, interaction.get("response") or {}
-    return (f"{req.get('method')} {req.get('uri', '')[:300]} {text(req)}\n"
-            f"    -> {resp.get('status_code')} {text(resp)}")
+    return f"{req.get('method')} {req.get('uri', '')[:300]} {text(req)}\n    -> {resp.get('status_code')} {text(resp)}"
 
 
 def failures(ndjson: Path) -> dict[tuple[str, str], str]:
@@ -132,8 +129,11 @@ def failures(ndjson: Path) -> dict[tuple[str, str], str]:
             for check in checks:
                 if check.get("status") == "failure":
                     f = check["failure_info"]["failure"]
-                    found.setdefault((f["code"], f["operation"]), f"{f['title']}: {f['message']}\n    "
-                                     + _exchange(recorder.get("interactions", {}).get(case_id, {})))
+                    found.setdefault(
+                        (f["code"], f["operation"]),
+                        f"{f['title']}: {f['message']}\n    "
+                        + _exchange(recorder.get("interactions", {}).get(case_id, {})),
+                    )
     return found
 
 
@@ -141,10 +141,30 @@ def failures(ndjson: Path) -> dict[tuple[str, str], str]:
 def test_schemathesis_all_checks_find_nothing_outside_the_allow_list(served, tmp_path):
     server, service = served
     st = Path(sys.executable).with_name("st")
-    cmd = [str(st), "run", f"{server.url}/openapi.json", "--checks", "all", "-n", str(MAX_EXAMPLES), "--seed", str(SEED),
-           "--workers", "1", "--suppress-health-check", "all", "--request-timeout", "120", "--no-color",
-           "--report", "json,ndjson", "--report-json-path", str(tmp_path / "run.json"),
-           "--report-ndjson-path", str(tmp_path / "run.ndjson")]
+    cmd = [
+        str(st),
+        "run",
+        f"{server.url}/openapi.json",
+        "--checks",
+        "all",
+        "-n",
+        str(MAX_EXAMPLES),
+        "--seed",
+        str(SEED),
+        "--workers",
+        "1",
+        "--suppress-health-check",
+        "all",
+        "--request-timeout",
+        "120",
+        "--no-color",
+        "--report",
+        "json,ndjson",
+        "--report-json-path",
+        str(tmp_path / "run.json"),
+        "--report-ndjson-path",
+        str(tmp_path / "run.ndjson"),
+    ]
     # in a fresh folder: schemathesis keeps a cache of past failures (.schemathesis/) that it would replay
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     report = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))
@@ -154,7 +174,8 @@ def test_schemathesis_all_checks_find_nothing_outside_the_allow_list(served, tmp
     found = failures(tmp_path / "run.ndjson")
     unexpected = {k: v for k, v in found.items() if k not in ALLOWED and (k[0], "*") not in ALLOWED}
     assert not unexpected, "schemathesis failures outside the allow-list:\n" + "\n".join(
-        f"{code} {op}: {msg[:1200]}" for (code, op), msg in sorted(unexpected.items()))
+        f"{code} {op}: {msg[:1200]}" for (code, op), msg in sorted(unexpected.items())
+    )
     assert not service.model.training
 
 

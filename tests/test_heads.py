@@ -46,16 +46,16 @@ def hand_built() -> GPT:
         for i in range(1, N_CTX):
             shift[i - 1, i] = 1.0
         W[0:hs, POS] = 20.0 * shift  # head 0 query
-        W[d:d + hs, POS] = torch.eye(N_CTX)  # head 0 key
-        W[2 * d:2 * d + hs, TOK] = torch.eye(V)  # head 0 value: the token
+        W[d : d + hs, POS] = torch.eye(N_CTX)  # head 0 key
+        W[2 * d : 2 * d + hs, TOK] = torch.eye(V)  # head 0 value: the token
         W[hs, POS] = 20.0  # head 1 query: the same for every position
         W[d + hs, 0] = 1.0  # head 1 key: only position 0 answers
-        W[2 * d + 2 * hs:, :] = torch.randn(2 * hs, d) * 0.01  # heads 2, 3: values, tiny
-        O = m.blocks[0].attn.c_proj.weight  # (d, d): head h's z dims h*hs:(h+1)*hs
-        O.zero_()
+        W[2 * d + 2 * hs :, :] = torch.randn(2 * hs, d) * 0.01  # heads 2, 3: values, tiny
+        W_O = m.blocks[0].attn.c_proj.weight  # (d, d): head h's z dims h*hs:(h+1)*hs
+        W_O.zero_()
         m.blocks[0].attn.c_proj.bias.zero_()
-        O[TOK, 0:hs] = 10.0 * torch.eye(V)  # head 0 writes the previous token, strongly
-        O[:, 2 * hs:] = torch.randn(d, 2 * hs) * 0.01
+        W_O[TOK, 0:hs] = 10.0 * torch.eye(V)  # head 0 writes the previous token, strongly
+        W_O[:, 2 * hs :] = torch.randn(d, 2 * hs) * 0.01
     return m.set_mode("explain")
 
 
@@ -97,7 +97,9 @@ def test_a_random_model_gets_no_roles():
     m = GPT(cfg).eval()
     prompt = torch.randint(97, (1, 32), generator=torch.Generator().manual_seed(3))
     report = hd.analyse(m, prompt, hd.repeated_tokens(97, 32), ablate=False)
-    assert all(not h.roles for h in report.heads), [(h.layer, h.head, h.roles, h.scores) for h in report.heads if h.roles]
+    assert all(not h.roles for h in report.heads), [
+        (h.layer, h.head, h.roles, h.scores) for h in report.heads if h.roles
+    ]
 
 
 def one_hot_pattern(n: int, offset: int) -> torch.Tensor:
@@ -148,6 +150,7 @@ def test_unigram_and_bigram_entropies_of_a_tiny_text():
 
 # --- the API --------------------------------------------------------------------------------------
 
+
 def test_heads_api_on_the_built_in_model(client, service):
     r = client.get("/api/v1/heads")
     assert r.status_code == 200, r.text
@@ -158,15 +161,19 @@ def test_heads_api_on_the_built_in_model(client, service):
     for d in body["roles"]:
         assert d["threshold"] == pytest.approx(max(body["min_score"], d["baseline_max"] + body["margin"]), abs=1e-4)
     t = body["test_input"]
-    assert len(t["ids"][0]) == 2 * t["n"] and t["ids"][0][:t["n"]] == t["ids"][0][t["n"]:]
+    assert len(t["ids"][0]) == 2 * t["n"] and t["ids"][0][: t["n"]] == t["ids"][0][t["n"] :]
     for h in body["heads"]:
         assert all(0.0 <= v <= 1.0 + 1e-6 for v in h["scores"].values())
         thr = {d["name"]: d["threshold"] for d in body["roles"]}
         assert set(h["roles"]) == {r for r, v in h["scores"].items() if v >= thr[r] - 1e-4}
         assert (h["ablation"] is None) == (not h["roles"])
-        assert h["status"] == ("no clear role" if not h["roles"] else "confirmed" if h["ablation"]["confirmed"] else "not confirmed")
+        assert h["status"] == (
+            "no clear role" if not h["roles"] else "confirmed" if h["ablation"]["confirmed"] else "not confirmed"
+        )
     assert body["summary"]
-    short = client.get("/api/v1/heads", params={"text": "KING HENRY V:\nOnce more unto the breach", "ablate": "false"}).json()
+    short = client.get(
+        "/api/v1/heads", params={"text": "KING HENRY V:\nOnce more unto the breach", "ablate": "false"}
+    ).json()
     assert len(short["prompt"]) < len(body["prompt"]) and all(h["ablation"] is None for h in short["heads"])
 
 

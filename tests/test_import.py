@@ -23,8 +23,11 @@ from gptscope.server.config import Settings
 
 transformers = pytest.importorskip("transformers")
 
-PROMPTS = ["Hello, world! This is gptscope.", "To be, or not to be, that is the question:",
-           "1 2 3 4 5 6 7 8 9 10 11 12"]
+PROMPTS = [
+    "Hello, world! This is gptscope.",
+    "To be, or not to be, that is the question:",
+    "1 2 3 4 5 6 7 8 9 10 11 12",
+]
 SMALL = dict(n_layer=2, n_head=4, n_embd=64, n_positions=128)
 
 
@@ -69,16 +72,28 @@ def to_nanogpt(m, meta=None, padded=False) -> dict:
             v = v.t()
         sd[k] = v.clone().contiguous()
     sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    args = dict(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=cfg.n_positions, bias=True,
-                vocab_size=cfg.vocab_size, dropout=0.0)
+    args = dict(
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_embd=cfg.n_embd,
+        block_size=cfg.n_positions,
+        bias=True,
+        vocab_size=cfg.vocab_size,
+        dropout=0.0,
+    )
     if padded:  # nanoGPT trains GPT-2's vocabulary padded to 50304
         extra = torch.randn(50304 - cfg.vocab_size, cfg.n_embd) * 0.02
         sd["transformer.wte.weight"] = torch.cat([sd["transformer.wte.weight"], extra])
         sd["lm_head.weight"] = sd["transformer.wte.weight"]
         args["vocab_size"] = 50304
-    return {"model": {"_orig_mod." + k: v for k, v in sd.items()}, "model_args": args, "iter_num": 250,
-            "best_val_loss": torch.tensor(1.4697), "config": {"dataset": "shakespeare_char" if meta else "openwebtext"},
-            "optimizer": {"state": {}, "param_groups": [{"lr": 6e-4, "params": [0, 1]}]}}
+    return {
+        "model": {"_orig_mod." + k: v for k, v in sd.items()},
+        "model_args": args,
+        "iter_num": 250,
+        "best_val_loss": torch.tensor(1.4697),
+        "config": {"dataset": "shakespeare_char" if meta else "openwebtext"},
+        "optimizer": {"state": {}, "param_groups": [{"lr": 6e-4, "params": [0, 1]}]},
+    }
 
 
 def data_models(data_dir: Path) -> list[str]:
@@ -87,6 +102,7 @@ def data_models(data_dir: Path) -> list[str]:
 
 
 # --- Hugging Face GPT-2 --------------------------------------------------------------------------
+
 
 def test_hf_gpt2_logits_match_transformers(hf_folder, gpt2_enc, tmp_path):
     m, folder = hf_folder
@@ -106,6 +122,7 @@ def test_gpt2_small_shape_counts_124_439_808_params():
     cfg = importers.hf_config(raw)
     assert (cfg.n_layer, cfg.n_head, cfg.d_model, cfg.n_ctx, cfg.vocab_size) == (12, 12, 768, 1024, 50257)
     from gptscope.model.gpt import count_params
+
     assert count_params(cfg)["total"] == 124_439_808
 
 
@@ -135,11 +152,17 @@ def test_forward_api_on_imported_gpt2(hf_folder, gpt2_enc, tmp_path):
     with TestClient(app) as client:
         listed = {c["name"]: c for c in client.get("/api/v1/checkpoints").json()}
         assert "models/gpt2-random" in listed and listed["models/gpt2-random"]["params"] == sum(
-            p.numel() for p in m.parameters())
+            p.numel() for p in m.parameters()
+        )
         r = client.post("/api/v1/model", json={"checkpoint": "models/gpt2-random"})
         assert r.status_code == 200, r.text
         info = r.json()["info"]
-        assert (info["tokenizer"], info["n_layer"], info["gelu"], info["source"]) == ("gpt2", 2, "tanh", "huggingface-gpt2")
+        assert (info["tokenizer"], info["n_layer"], info["gelu"], info["source"]) == (
+            "gpt2",
+            2,
+            "tanh",
+            "huggingface-gpt2",
+        )
         for text in PROMPTS:
             ids = gpt2_enc.encode_ordinary(text)
             ref = hf_logits(m, ids)[-1]
@@ -152,6 +175,7 @@ def test_forward_api_on_imported_gpt2(hf_folder, gpt2_enc, tmp_path):
 
 
 # --- nanoGPT ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("padded", [False, True])
 def test_nanogpt_logits_match_transformers(gpt2_enc, tmp_path, padded):
@@ -208,6 +232,7 @@ def test_nanogpt_char_level_round_trip(tmp_path):
 
 # --- hostile and broken input ----------------------------------------------------------------------
 
+
 class Evil:
     """Unpickling this would create the sentinel file."""
 
@@ -236,7 +261,7 @@ def test_code_running_meta_pkl_is_refused_and_never_runs(tmp_path):
     torch.save(to_nanogpt(m, meta=True), tmp_path / "ckpt.pt")
     with open(tmp_path / "meta.pkl", "wb") as f:
         pickle.dump({**char_meta(CHARS), "hook": Evil(sentinel)}, f)
-    with pytest.raises(importers.ImportFailed, match="meta.pkl was refused"):
+    with pytest.raises(importers.ImportFailed, match=r"meta\.pkl was refused"):
         importers.import_model(tmp_path / "ckpt.pt", "evil", tmp_path / "data")
     assert not sentinel.exists()
     assert data_models(tmp_path / "data") == []
@@ -255,16 +280,27 @@ def copy_hf(folder: Path, dest: Path, edit_config=None, edit_tensors=None) -> Pa
     return dest
 
 
-@pytest.mark.parametrize("case,edit_config,edit_tensors,message", [
-    ("missing", None, lambda t: t.pop("transformer.h.1.mlp.c_fc.weight"),
-     "tensor h.1.mlp.c_fc.weight is missing"),
-    ("shape", None, lambda t: t.__setitem__("transformer.h.0.attn.c_proj.weight", torch.zeros(64, 32)),
-     r"tensor h.0.attn.c_proj.weight .* has shape \(64, 32\); the config needs \(64, 64\)"),
-    ("layers", lambda c: c.__setitem__("n_layer", 1), None, r"tensors a GPT-2 with this config.json does not.*h\.1\."),
-    ("activation", lambda c: c.__setitem__("activation_function", "relu"), None, "activation_function is 'relu'"),
-    ("vocab", lambda c: c.__setitem__("vocab_size", 1000), None, "vocab_size is 1,000"),
-    ("model_type", lambda c: c.__setitem__("model_type", "llama"), None, "model_type is 'llama'"),
-])
+@pytest.mark.parametrize(
+    "case,edit_config,edit_tensors,message",
+    [
+        ("missing", None, lambda t: t.pop("transformer.h.1.mlp.c_fc.weight"), "tensor h.1.mlp.c_fc.weight is missing"),
+        (
+            "shape",
+            None,
+            lambda t: t.__setitem__("transformer.h.0.attn.c_proj.weight", torch.zeros(64, 32)),
+            r"tensor h.0.attn.c_proj.weight .* has shape \(64, 32\); the config needs \(64, 64\)",
+        ),
+        (
+            "layers",
+            lambda c: c.__setitem__("n_layer", 1),
+            None,
+            r"tensors a GPT-2 with this config.json does not.*h\.1\.",
+        ),
+        ("activation", lambda c: c.__setitem__("activation_function", "relu"), None, "activation_function is 'relu'"),
+        ("vocab", lambda c: c.__setitem__("vocab_size", 1000), None, "vocab_size is 1,000"),
+        ("model_type", lambda c: c.__setitem__("model_type", "llama"), None, "model_type is 'llama'"),
+    ],
+)
 def test_broken_hf_folders_name_the_problem(hf_folder, tmp_path, case, edit_config, edit_tensors, message):
     _, folder = hf_folder
     bad = copy_hf(folder, tmp_path / case, edit_config, edit_tensors)
@@ -283,7 +319,7 @@ def test_tokenizer_vocab_that_is_not_gpt2s_is_refused(hf_folder, tmp_path):
     importers.import_model(bad, "good", tmp_path / "data")
     ref["hello"], ref["world"] = ref["world"], ref["hello"]
     (bad / "vocab.json").write_text(json.dumps(ref))
-    with pytest.raises(importers.ImportFailed, match="vocab.json does not match GPT-2's tokenizer"):
+    with pytest.raises(importers.ImportFailed, match=r"vocab\.json does not match GPT-2's tokenizer"):
         importers.import_model(bad, "bad", tmp_path / "data")
 
 
@@ -292,7 +328,10 @@ def test_char_vocab_of_the_wrong_size_is_refused(tmp_path):
     torch.save(to_nanogpt(m, meta=True), tmp_path / "ckpt.pt")
     with open(tmp_path / "meta.pkl", "wb") as f:
         pickle.dump(char_meta(CHARS[:-3]), f)
-    with pytest.raises(importers.ImportFailed, match=f"has {len(CHARS) - 3} characters but the checkpoint's model_args vocab_size is {len(CHARS)}"):
+    with pytest.raises(
+        importers.ImportFailed,
+        match=f"has {len(CHARS) - 3} characters but the checkpoint's model_args vocab_size is {len(CHARS)}",
+    ):
         importers.import_model(tmp_path / "ckpt.pt", "bad", tmp_path / "data")
 
 

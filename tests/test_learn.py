@@ -3,6 +3,7 @@ functions in model/formulas.py against PyTorch's own implementations."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -48,7 +49,7 @@ def test_gpt1_schedule_peaks_at_2_5e4_at_2000_and_ends_at_zero(client):
     assert b["peak"] == {"step": 2000, "lr": pytest.approx(2.5e-4, rel=1e-12)}
     assert at(b, 2000) == pytest.approx(2.5e-4, rel=1e-12)
     warm = [lr for step, lr in zip(b["step"], b["lr"]) if step < 2000]
-    assert len(warm) > 5 and all(a < c for a, c in zip(warm, warm[1:]))  # rising during warmup
+    assert len(warm) > 5 and all(a < c for a, c in itertools.pairwise(warm))  # rising during warmup
     assert b["end"]["step"] == 100_000 and b["end"]["lr"] == 0.0
     assert b["lr"][0] == pytest.approx(2.5e-4 / 2000)  # the first update is not wasted at zero
 
@@ -69,7 +70,7 @@ def check_model_schedule(client, service) -> float:
     b = get(client, "/schedules/lr", kind="model")
     assert b["checkpoint_schedule"] == rec
     assert b["function"] == "gptscope.model.schedules.warmup_cosine"
-    for step, lr in list(zip(b["step"], b["lr"]))[:: max(1, len(b["step"]) // 25)] + [(b["step"][-1], b["lr"][-1])]:
+    for step, lr in [*list(zip(b["step"], b["lr"]))[:: max(1, len(b["step"]) // 25)], (b["step"][-1], b["lr"][-1])]:
         assert lr == warmup_cosine(step, rec["max_lr"], rec["warmup"], rec["total_steps"], rec["min_lr"])
     hist = service.history
     # a long history comes back thinned to at most 4,000 points, first and last update kept
@@ -77,8 +78,10 @@ def check_model_schedule(client, service) -> float:
     assert len(b["history"]["step"]) == min(len(hist), 4000)
     assert b["history"]["step"][0] == 0 and b["history"]["step"][-1] == hist[-1]["step"] - 1
     assert b["history"]["lr"] == [by_step[s] for s in b["history"]["step"]]
-    gap = max(abs(h["lr"] - warmup_cosine(h["step"] - 1, rec["max_lr"], rec["warmup"], rec["total_steps"], rec["min_lr"]))
-              for h in hist)  # over every update, not only the points sent
+    gap = max(
+        abs(h["lr"] - warmup_cosine(h["step"] - 1, rec["max_lr"], rec["warmup"], rec["total_steps"], rec["min_lr"]))
+        for h in hist
+    )  # over every update, not only the points sent
     assert b["history_max_abs_diff"] == pytest.approx(gap, abs=1e-15)
     # an edited parameter changes the curve but not the recorded history
     e = get(client, "/schedules/lr", kind="model", max_lr=rec["max_lr"] / 2)
@@ -98,9 +101,21 @@ def test_model_schedule_of_a_fixed_length_run_is_exactly_the_rates_the_trainer_s
 
     text = tmp_path / "t.txt"
     text.write_text("The cat sat on the mat. A dog ran to the river.\n" * 200, encoding="utf-8")
-    train(TrainConfig(corpus=str(text), preset="tiny", vocab_size=300, batch_size=4, max_steps=40, warmup_steps=5,
-                      precision="fp32", device="cpu", overrides={"n_ctx": 32, "d_model": 32, "n_head": 2}),
-          out=tmp_path / "run", progress=False)
+    train(
+        TrainConfig(
+            corpus=str(text),
+            preset="tiny",
+            vocab_size=300,
+            batch_size=4,
+            max_steps=40,
+            warmup_steps=5,
+            precision="fp32",
+            device="cpu",
+            overrides={"n_ctx": 32, "d_model": 32, "n_head": 2},
+        ),
+        out=tmp_path / "run",
+        progress=False,
+    )
     app = create_app(Settings(checkpoint=tmp_path / "run", data_dir=tmp_path / "data", allow_hosts=["testserver"]))
     with TestClient(app) as c:
         assert check_model_schedule(c, app.state.service) == 0.0
@@ -221,7 +236,9 @@ def test_temperature_and_shift_invariance(client):
     b = get(client, "/curves/softmax-scale", logits="2,1,0.5,0,-1", temperature=0.5, shift=500)
     assert b["probs_shifted"] == pytest.approx(b["probs_t1"], abs=1e-15)
     assert b["shift_max_abs_diff"] < 1e-15
-    assert b["probs_t1"] == pytest.approx(torch.softmax(torch.tensor([2, 1, 0.5, 0, -1.0], dtype=torch.float64), 0).tolist())
+    assert b["probs_t1"] == pytest.approx(
+        torch.softmax(torch.tensor([2, 1, 0.5, 0, -1.0], dtype=torch.float64), 0).tolist()
+    )
     assert b["probs_temperature"][0] > b["probs_t1"][0]  # a temperature below 1 sharpens
     hot = get(client, "/curves/softmax-scale", temperature=5)
     assert hot["probs_temperature"][0] < hot["probs_t1"][0]
@@ -246,9 +263,10 @@ def test_gpt2_sizes_and_a_gpt3_layer(client):
     assert get(client, "/params", preset="gpt2")["counts"]["total"] == 124_439_808
     sizes = {r["name"]: r for r in get(client, "/params/presets")["presets"]}
     assert [sizes[n]["total"] for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")] == sorted(
-        sizes[n]["total"] for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"))
+        sizes[n]["total"] for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+    )
     assert sizes["gpt2-xl"]["total"] == pytest.approx(1.56e9, rel=0.01)
-    assert sizes["gpt3"]["per_block"] == 1_811_939_328 == 12 * 12_288 ** 2
+    assert sizes["gpt3"]["per_block"] == 1_811_939_328 == 12 * 12_288**2
     assert sizes["gpt3"]["total"] == pytest.approx(175e9, rel=0.01)
     layer = get(client, "/params", preset="gpt3", n_layer=1)
     assert layer["counts"]["per_block_seed_convention"] == layer["twelve_d_squared"] == 1_811_939_328
@@ -265,13 +283,23 @@ def test_loaded_model_parameter_count(client, service):
 
 
 def test_kv_cache_mha_versus_gqa(client):
-    b = get(client, "/curves/kv-cache", n_layer=32, n_head=32, n_kv_head=8, d_head=128, context=4096, batch=1, bytes_per_value=2)
-    assert b["bytes_mha"] == 2 * 32 * 32 * 128 * 4096 * 2 == 2 * 1024 ** 3
+    b = get(
+        client,
+        "/curves/kv-cache",
+        n_layer=32,
+        n_head=32,
+        n_kv_head=8,
+        d_head=128,
+        context=4096,
+        batch=1,
+        bytes_per_value=2,
+    )
+    assert b["bytes_mha"] == 2 * 32 * 32 * 128 * 4096 * 2 == 2 * 1024**3
     assert b["bytes_gqa"] * 4 == b["bytes_mha"] and b["ratio"] == 4.0 and b["group_size"] == 4
     assert b["curve_mha"][-1] == b["bytes_mha"] and b["contexts"][0] == 0 and b["curve_mha"][0] == 0
     # GPT-2 small's multi-head cache: 2 x 12 layers x 768 numbers x 2 bytes = 36 KiB per token
     g = get(client, "/curves/kv-cache", n_layer=12, n_head=12, n_kv_head=12, d_head=64, context=1024)
-    assert g["bytes_per_token_mha"] == 36 * 1024 and g["bytes_mha"] == 36 * 1024 ** 2
+    assert g["bytes_per_token_mha"] == 36 * 1024 and g["bytes_mha"] == 36 * 1024**2
 
 
 def test_scaling_law_line(client):
@@ -312,15 +340,24 @@ def test_update_rules_match_torch_optim(name):
     rules = {
         "sgd": (lambda t, g, s: C.sgd_step(t, g, s, 0.3), torch.optim.SGD, dict(lr=0.3)),
         "momentum": (lambda t, g, s: C.momentum_step(t, g, s, 0.1, 0.9), torch.optim.SGD, dict(lr=0.1, momentum=0.9)),
-        "adam": (lambda t, g, s: C.adam_step(t, g, s, 0.2, 0.9, 0.999), torch.optim.Adam, dict(lr=0.2, betas=(0.9, 0.999))),
-        "adamw": (lambda t, g, s: C.adamw_step(t, g, s, 0.2, 0.9, 0.999, weight_decay=0.1), torch.optim.AdamW,
-                  dict(lr=0.2, betas=(0.9, 0.999), weight_decay=0.1)),
+        "adam": (
+            lambda t, g, s: C.adam_step(t, g, s, 0.2, 0.9, 0.999),
+            torch.optim.Adam,
+            dict(lr=0.2, betas=(0.9, 0.999)),
+        ),
+        "adamw": (
+            lambda t, g, s: C.adamw_step(t, g, s, 0.2, 0.9, 0.999, weight_decay=0.1),
+            torch.optim.AdamW,
+            dict(lr=0.2, betas=(0.9, 0.999), weight_decay=0.1),
+        ),
     }
     update, cls, kw = rules[name]
     ours = C.descend(rv, start, steps, update)
     theirs = _torch_path(cls, start, steps, rv, **kw)
     assert len(ours["x"]) == len(theirs) == steps + 1
-    assert [v for x, y in zip(ours["x"], ours["y"]) for v in (x, y)] == pytest.approx([v for xy in theirs for v in xy], abs=1e-9)
+    assert [v for x, y in zip(ours["x"], ours["y"]) for v in (x, y)] == pytest.approx(
+        [v for xy in theirs for v in xy], abs=1e-9
+    )
 
 
 def test_optimizers_on_the_ravine(client):
@@ -356,44 +393,47 @@ def test_optimizers_on_the_ravine(client):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path, params, field", [
-    ("/schedules/lr", {"kind": "cosine"}, "kind"),
-    ("/schedules/lr", {"kind": "transformer", "d_model": 0}, "d_model"),
-    ("/schedules/lr", {"kind": "transformer", "warmup": 0}, "warmup"),
-    ("/schedules/lr", {"kind": "gpt1", "max_lr": -1}, "max_lr"),
-    ("/schedules/lr", {"kind": "gpt1", "max_lr": "nan"}, "max_lr"),
-    ("/schedules/lr", {"kind": "gpt1", "max_lr": "inf"}, "max_lr"),
-    ("/schedules/lr", {"kind": "gpt1", "min_lr": 1e-3}, "min_lr"),
-    ("/schedules/lr", {"kind": "gpt1", "warmup": 5000, "total_steps": 1000}, "warmup"),
-    ("/schedules/lr", {"kind": "model", "total_steps": 0}, "total_steps"),
-    ("/schedules/lr", {"kind": "gpt1", "points": 1}, "points"),
-    ("/curves/gelu", {"x_min": -50}, "x_min"),
-    ("/curves/gelu", {"x_min": 2, "x_max": 1}, "x_max"),
-    ("/curves/cross-entropy", {"vocab_size": 1}, "vocab_size"),
-    ("/curves/cross-entropy", {"logits": "1,two,3"}, "logits"),
-    ("/curves/cross-entropy", {"logits": "1"}, "logits"),
-    ("/curves/cross-entropy", {"logits": "1,1e9"}, "logits"),
-    ("/curves/cross-entropy", {"logits": "1,nan"}, "logits"),
-    ("/curves/cross-entropy", {"logits": "1,2", "target": 2}, "target"),
-    ("/curves/cross-entropy", {"epsilon": 1.5}, "epsilon"),
-    ("/curves/label-smoothing", {"epsilon": -0.1}, "epsilon"),
-    ("/curves/label-smoothing", {"vocab_size": 1}, "vocab_size"),
-    ("/curves/softmax-scale", {"d_k": 0}, "d_k"),
-    ("/curves/softmax-scale", {"d_k": 100_000}, "d_k"),
-    ("/curves/softmax-scale", {"d_k": 1024, "samples": 100_000}, "samples"),
-    ("/curves/softmax-scale", {"temperature": 0}, "temperature"),
-    ("/params", {"preset": "gpt5"}, "preset"),
-    ("/params", {"d_model": 100, "n_head": 3}, "n_head"),
-    ("/params", {"preset": "gpt1", "n_layer": 0}, "n_layer"),
-    ("/curves/kv-cache", {"n_head": 32, "n_kv_head": 5}, "n_kv_head"),
-    ("/curves/kv-cache", {"n_head": 8, "n_kv_head": 16}, "n_kv_head"),
-    ("/curves/kv-cache", {"bytes_per_value": 0}, "bytes_per_value"),
-    ("/curves/scaling-law", {"n_min": 1e9, "n_max": 1e6}, "n_max"),
-    ("/curves/scaling-law", {"alpha": 0}, "alpha"),
-    ("/curves/optimizers", {"momentum": 1}, "momentum"),
-    ("/curves/optimizers", {"lr_adam": 0}, "lr_adam"),
-    ("/curves/optimizers", {"steps": 5000}, "steps"),
-])
+@pytest.mark.parametrize(
+    "path, params, field",
+    [
+        ("/schedules/lr", {"kind": "cosine"}, "kind"),
+        ("/schedules/lr", {"kind": "transformer", "d_model": 0}, "d_model"),
+        ("/schedules/lr", {"kind": "transformer", "warmup": 0}, "warmup"),
+        ("/schedules/lr", {"kind": "gpt1", "max_lr": -1}, "max_lr"),
+        ("/schedules/lr", {"kind": "gpt1", "max_lr": "nan"}, "max_lr"),
+        ("/schedules/lr", {"kind": "gpt1", "max_lr": "inf"}, "max_lr"),
+        ("/schedules/lr", {"kind": "gpt1", "min_lr": 1e-3}, "min_lr"),
+        ("/schedules/lr", {"kind": "gpt1", "warmup": 5000, "total_steps": 1000}, "warmup"),
+        ("/schedules/lr", {"kind": "model", "total_steps": 0}, "total_steps"),
+        ("/schedules/lr", {"kind": "gpt1", "points": 1}, "points"),
+        ("/curves/gelu", {"x_min": -50}, "x_min"),
+        ("/curves/gelu", {"x_min": 2, "x_max": 1}, "x_max"),
+        ("/curves/cross-entropy", {"vocab_size": 1}, "vocab_size"),
+        ("/curves/cross-entropy", {"logits": "1,two,3"}, "logits"),
+        ("/curves/cross-entropy", {"logits": "1"}, "logits"),
+        ("/curves/cross-entropy", {"logits": "1,1e9"}, "logits"),
+        ("/curves/cross-entropy", {"logits": "1,nan"}, "logits"),
+        ("/curves/cross-entropy", {"logits": "1,2", "target": 2}, "target"),
+        ("/curves/cross-entropy", {"epsilon": 1.5}, "epsilon"),
+        ("/curves/label-smoothing", {"epsilon": -0.1}, "epsilon"),
+        ("/curves/label-smoothing", {"vocab_size": 1}, "vocab_size"),
+        ("/curves/softmax-scale", {"d_k": 0}, "d_k"),
+        ("/curves/softmax-scale", {"d_k": 100_000}, "d_k"),
+        ("/curves/softmax-scale", {"d_k": 1024, "samples": 100_000}, "samples"),
+        ("/curves/softmax-scale", {"temperature": 0}, "temperature"),
+        ("/params", {"preset": "gpt5"}, "preset"),
+        ("/params", {"d_model": 100, "n_head": 3}, "n_head"),
+        ("/params", {"preset": "gpt1", "n_layer": 0}, "n_layer"),
+        ("/curves/kv-cache", {"n_head": 32, "n_kv_head": 5}, "n_kv_head"),
+        ("/curves/kv-cache", {"n_head": 8, "n_kv_head": 16}, "n_kv_head"),
+        ("/curves/kv-cache", {"bytes_per_value": 0}, "bytes_per_value"),
+        ("/curves/scaling-law", {"n_min": 1e9, "n_max": 1e6}, "n_max"),
+        ("/curves/scaling-law", {"alpha": 0}, "alpha"),
+        ("/curves/optimizers", {"momentum": 1}, "momentum"),
+        ("/curves/optimizers", {"lr_adam": 0}, "lr_adam"),
+        ("/curves/optimizers", {"steps": 5000}, "steps"),
+    ],
+)
 def test_bad_parameters_get_422_naming_the_field(client, path, params, field):
     r = client.get(f"/api/v1{path}", params=params)
     assert r.status_code == 422, r.text
@@ -401,22 +441,55 @@ def test_bad_parameters_get_422_naming_the_field(client, path, params, field):
     assert any(d["loc"][-1] == field for d in detail), detail
 
 
-@pytest.mark.parametrize("path, params", [
-    ("/schedules/lr", {"kind": "transformer", "d_model": 1, "warmup": 1, "total_steps": 100_000_000, "points": 4000}),
-    ("/schedules/lr", {"kind": "gpt1", "max_lr": 10, "min_lr": 10, "warmup": 0, "total_steps": 1}),
-    ("/schedules/lr", {"kind": "model", "warmup": 0, "min_lr": 0}),
-    ("/curves/gelu", {"x_min": -20, "x_max": 20, "points": 4000}),
-    ("/curves/cross-entropy", {"vocab_size": 100_000_000, "logits": "100,-100", "target": 1, "epsilon": 1}),
-    ("/curves/label-smoothing", {"epsilon": 1, "vocab_size": 2}),
-    ("/curves/label-smoothing", {"epsilon": 0, "vocab_size": 100_000_000}),
-    ("/curves/label-smoothing", {"epsilon": 1e-12, "vocab_size": 100_000_000}),
-    ("/curves/softmax-scale", {"d_k": 1024, "samples": 100, "n_keys": 64, "temperature": 0.05, "shift": -1000, "logits": "100,-100"}),
-    ("/curves/kv-cache", {"n_layer": 1000, "n_head": 1024, "n_kv_head": 1, "d_head": 4096, "context": 10_000_000, "batch": 4096, "bytes_per_value": 8}),
-    ("/curves/scaling-law", {"n_min": 1e3, "n_max": 1e15, "alpha": 1, "n_c": 1e6}),
-    ("/curves/optimizers", {"a": 100, "b": 100, "lr_sgd": 10, "lr_momentum": 10, "momentum": 0.999, "lr_adam": 10,
-                            "steps": 1000, "start_x": 10, "start_y": -10, "grid": 10}),
-    ("/params", {"preset": "gpt3", "n_layer": 1000, "d_model": 65536, "n_head": 1024, "vocab_size": 10_000_000}),
-])
+@pytest.mark.parametrize(
+    "path, params",
+    [
+        (
+            "/schedules/lr",
+            {"kind": "transformer", "d_model": 1, "warmup": 1, "total_steps": 100_000_000, "points": 4000},
+        ),
+        ("/schedules/lr", {"kind": "gpt1", "max_lr": 10, "min_lr": 10, "warmup": 0, "total_steps": 1}),
+        ("/schedules/lr", {"kind": "model", "warmup": 0, "min_lr": 0}),
+        ("/curves/gelu", {"x_min": -20, "x_max": 20, "points": 4000}),
+        ("/curves/cross-entropy", {"vocab_size": 100_000_000, "logits": "100,-100", "target": 1, "epsilon": 1}),
+        ("/curves/label-smoothing", {"epsilon": 1, "vocab_size": 2}),
+        ("/curves/label-smoothing", {"epsilon": 0, "vocab_size": 100_000_000}),
+        ("/curves/label-smoothing", {"epsilon": 1e-12, "vocab_size": 100_000_000}),
+        (
+            "/curves/softmax-scale",
+            {"d_k": 1024, "samples": 100, "n_keys": 64, "temperature": 0.05, "shift": -1000, "logits": "100,-100"},
+        ),
+        (
+            "/curves/kv-cache",
+            {
+                "n_layer": 1000,
+                "n_head": 1024,
+                "n_kv_head": 1,
+                "d_head": 4096,
+                "context": 10_000_000,
+                "batch": 4096,
+                "bytes_per_value": 8,
+            },
+        ),
+        ("/curves/scaling-law", {"n_min": 1e3, "n_max": 1e15, "alpha": 1, "n_c": 1e6}),
+        (
+            "/curves/optimizers",
+            {
+                "a": 100,
+                "b": 100,
+                "lr_sgd": 10,
+                "lr_momentum": 10,
+                "momentum": 0.999,
+                "lr_adam": 10,
+                "steps": 1000,
+                "start_x": 10,
+                "start_y": -10,
+                "grid": 10,
+            },
+        ),
+        ("/params", {"preset": "gpt3", "n_layer": 1000, "d_model": 65536, "n_head": 1024, "vocab_size": 10_000_000}),
+    ],
+)
 def test_extreme_but_valid_parameters_give_finite_json(client, path, params):
     get(client, path, **params)
 
@@ -432,8 +505,20 @@ def test_learn_page_links_its_json_twin_and_the_nav(client):
     assert r.status_code == 200
     assert r.headers["link"] == '</api/v1/curves>; rel="alternate"; type="application/json"'
     assert '<a href="/learn" aria-current="page">Learning</a>' in r.text
-    for module in ("learn_schedules", "learn_gelu", "learn_loss", "learn_smoothing", "learn_softmax", "learn_sizes",
-                   "learn_kvcache", "learn_scaling", "learn_optimizers"):
+    for module in (
+        "learn_schedules",
+        "learn_gelu",
+        "learn_loss",
+        "learn_smoothing",
+        "learn_softmax",
+        "learn_sizes",
+        "learn_kvcache",
+        "learn_scaling",
+        "learn_optimizers",
+    ):
         assert f'src="/static/js/{module}.js"' in r.text
         assert client.get(f"/static/js/{module}.js").status_code == 200
-    assert '<a href="/learn" >Learning</a>' in client.get("/tokenizer").text or 'href="/learn"' in client.get("/tokenizer").text
+    assert (
+        '<a href="/learn" >Learning</a>' in client.get("/tokenizer").text
+        or 'href="/learn"' in client.get("/tokenizer").text
+    )

@@ -29,13 +29,16 @@ def bad(client, path: str, field: str, **params) -> str:
 
 # --- 1. initialisation ------------------------------------------------------------------------
 
+
 def test_gpt1_init_against_xavier_and_he_at_768(client):
     b = get(client, "/curves/initialisation")
     s = {x["name"]: x for x in b["schemes"]}
     assert b["width"] == 768 and s["gpt1"]["std"] == 0.02
     assert s["xavier"]["std"] == pytest.approx(0.036, abs=5e-4) and s["he"]["std"] == pytest.approx(0.051, abs=5e-4)
     g = s["gpt1"]
-    assert g["variance_formula"] == pytest.approx(0.307, abs=5e-4) and g["std_formula"] == pytest.approx(0.554, abs=5e-4)
+    assert g["variance_formula"] == pytest.approx(0.307, abs=5e-4) and g["std_formula"] == pytest.approx(
+        0.554, abs=5e-4
+    )
     assert g["band_sigmas"] == pytest.approx(3.6, abs=0.01)
     # the simulation on real matrices agrees with the formula, and keeps almost everything in [-2, 2]
     for x in s.values():
@@ -53,6 +56,7 @@ def test_init_matrices_are_torch_nn_init_draws():
 
 # --- 2. dropout -------------------------------------------------------------------------------
 
+
 def test_dropout_rescales_by_1_25_at_p_0_2_and_keeps_the_expectation(client):
     b = get(client, "/curves/dropout", p=0.2, size=16, seed=3)
     assert b["scale"] == 1.25 and b["token"] == " the"
@@ -68,6 +72,7 @@ def test_dropout_rescales_by_1_25_at_p_0_2_and_keeps_the_expectation(client):
 
 # --- 3. Adam ----------------------------------------------------------------------------------
 
+
 def test_adam_memory_bias_correction_and_defaults(client):
     b = get(client, "/curves/adam")
     assert b["memory_beta2"] == pytest.approx(1000) and b["memory_beta1"] == pytest.approx(10)
@@ -75,8 +80,9 @@ def test_adam_memory_bias_correction_and_defaults(client):
     presets = {p["label"]: p for p in b["presets"]}
     kb = presets["Kingma and Ba's defaults"]
     assert (kb["lr"], kb["beta1"], kb["beta2"], kb["eps"]) == (1e-3, 0.9, 0.999, 1e-8)
-    assert {k: v for k, v in presets["torch.optim.Adam's defaults"].items() if k != "label"} == \
-        {k: v for k, v in kb.items() if k != "label"}
+    assert {k: v for k, v in presets["torch.optim.Adam's defaults"].items() if k != "label"} == {
+        k: v for k, v in kb.items() if k != "label"
+    }
     assert presets["the Transformer (Vaswani et al.)"]["memory_beta2"] == pytest.approx(50)
     # a constant gradient: the raw moments start near zero, the corrected ones are exactly g
     assert b["m"][0] == pytest.approx(0.1) and b["m_hat"][0] == pytest.approx(1.0)
@@ -102,6 +108,7 @@ def test_adam_moments_follow_torch_optim_adam():
 
 # --- 4. the encoder-decoder Transformer -------------------------------------------------------
 
+
 def test_transformer_base_is_about_65m_tied_and_84m_untied(client):
     b = get(client, "/params", preset="transformer-base")
     e = b["encoder_decoder"]
@@ -116,6 +123,7 @@ def test_transformer_base_is_about_65m_tied_and_84m_untied(client):
 
 # --- 5. embedding scale -----------------------------------------------------------------------
 
+
 def test_sqrt_d_model_against_the_sinusoidal_norm(client):
     b = get(client, "/curves/embedding-scale", d_model=512)
     assert b["sqrt_d_model"] == pytest.approx(22.6, abs=0.05) and b["position_norm_formula"] == 16.0
@@ -126,15 +134,17 @@ def test_sqrt_d_model_against_the_sinusoidal_norm(client):
 
 # --- 6. characters against sub-words ----------------------------------------------------------
 
+
 def test_a_character_level_model_computes_about_30_times_the_attention_scores(client):
     text = "The transformer unpacks unhelpful words into smaller pieces before processing them."
     b = client.post("/api/v1/tokenize/compare", json={"text": text, "include_tokens": False}).json()
-    assert b["character_level"] == {"positions": 83, "attention_scores": 83 ** 2}
+    assert b["character_level"] == {"positions": 83, "attention_scores": 83**2}
     o200k = next(e for e in b["encodings"] if e["encoding"] == "o200k_base")
     assert o200k["counts"]["tokens"] == 15 and o200k["character_attention_ratio"] == pytest.approx(30.6, abs=0.05)
 
 
 # --- 7. BERT against GPT ----------------------------------------------------------------------
+
 
 def test_masked_lm_corruption_and_the_two_masks(client):
     b = get(client, "/curves/masked-lm", text="Once more unto the breach, dear friends, once more", seed=1)
@@ -156,6 +166,7 @@ def test_masked_lm_corruption_and_the_two_masks(client):
 
 # --- 8. teacher forcing -----------------------------------------------------------------------
 
+
 def test_one_forward_pass_scores_every_position(client):
     b = get(client, "/curves/teacher-forcing", text="Once more unto the breach, dear friends")
     assert [t["id"] for t in b["inputs"]] == [t["id"] for t in b["tokens"][:-1]]
@@ -168,6 +179,7 @@ def test_one_forward_pass_scores_every_position(client):
 
 
 # --- 9. how the loss reaches a head -----------------------------------------------------------
+
 
 def test_head_gradients_are_autograds_and_match_the_formula(client, service):
     L, H = service.model.cfg.n_layer, service.model.cfg.n_head
@@ -188,11 +200,14 @@ def test_head_gradients_equal_backward_on_a_small_model():
     F.cross_entropy(logits[0], torch.tensor(ids[1:])).backward()
     w = model.blocks[1].attn.c_attn.weight.grad
     assert g["norms"][1][1]["q"] == pytest.approx(float(w[8:16].norm()), rel=1e-5)
-    assert g["norms"][0][0]["o"] == pytest.approx(float(model.blocks[0].attn.c_proj.weight.grad[:, :8].norm()), rel=1e-5)
+    assert g["norms"][0][0]["o"] == pytest.approx(
+        float(model.blocks[0].attn.c_proj.weight.grad[:, :8].norm()), rel=1e-5
+    )
     assert g["dA_formula_max_abs_diff"] < 1e-6
 
 
 # --- 10. tokens per update --------------------------------------------------------------------
+
 
 def test_gpt1_sees_32768_predictions_per_update_and_1e11_in_all(client, service):
     b = get(client, "/curves/tokens-per-update")

@@ -37,7 +37,7 @@ def perturb_weights(model: GPT, seed: int = 5) -> GPT:
     tests involving them can fail."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
     return model
@@ -96,8 +96,12 @@ def test_untrained_loss_is_about_ln_vocab(norm):
 
 def expected_shapes(cfg: GPTConfig, B: int, T: int) -> dict[str, tuple[int, ...]]:
     d, nh, hs, dm, V = cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_mlp, cfg.vocab_size
-    shapes = {"hook_embed": (B, T, d), "hook_pos_embed": (1, T, d),
-              "ln_final.hook_normalized": (B, T, d), "hook_logits": (B, T, V)}
+    shapes = {
+        "hook_embed": (B, T, d),
+        "hook_pos_embed": (1, T, d),
+        "ln_final.hook_normalized": (B, T, d),
+        "hook_logits": (B, T, V),
+    }
     if cfg.norm == "pre":
         shapes["ln_final.hook_scale"] = (B, T, 1)
     for i in range(cfg.n_layer):
@@ -153,7 +157,7 @@ def test_capture_and_explicit_path_match_the_fast_path(name):
         assert torch.all(pat[..., above] == 0)
         assert torch.all(pat[..., ~above] > 0)
         # residual bookkeeping
-        c = lambda n: cache[f"blocks.{i}.{n}"]  # noqa: E731
+        c = lambda n, i=i: cache[f"blocks.{i}.{n}"]  # noqa: E731
         if cfg.norm == "pre":
             torch.testing.assert_close(c("hook_resid_mid"), c("hook_resid_pre") + c("hook_attn_out"))
             torch.testing.assert_close(c("hook_resid_post"), c("hook_resid_mid") + c("hook_mlp_out"))
@@ -194,13 +198,11 @@ def test_fast_mode_uses_sdpa_and_capture_records_only_what_it_names(monkeypatch)
 
 def test_hooks_are_removed_even_when_the_block_raises():
     model = make()
-    with pytest.raises(RuntimeError):
-        with model.capture():
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), model.capture():
+        raise RuntimeError("boom")
     assert no_hooks_left(model)
-    with pytest.raises(KeyError):
-        with model.hooks([("blocks.0.no_such_hook", lambda t, n: None)]):
-            pass
+    with pytest.raises(KeyError), model.hooks([("blocks.0.no_such_hook", lambda t, n: None)]):
+        pass
     assert no_hooks_left(model)
 
 
@@ -219,7 +221,7 @@ def test_head_results_sum_to_attn_out(name):
         # and each head's result is its z through its slice of W_O
         z = cache[f"blocks.{i}.attn.hook_z"]
         hs = model.cfg.d_head
-        w = block.attn.c_proj.weight[:, hs:2 * hs]  # head 1
+        w = block.attn.c_proj.weight[:, hs : 2 * hs]  # head 1
         torch.testing.assert_close(res[:, :, 1], z[:, :, 1] @ w.T, atol=1e-5, rtol=0)
 
 
@@ -270,9 +272,9 @@ def test_kv_cache_matches_full_forward(mode, norm):
         first, _ = model(idx[:, :prefill], kv_cache=cache)
         steps = [first]
         for t in range(prefill, T - 4):
-            out, _ = model(idx[:, t:t + 1], kv_cache=cache)
+            out, _ = model(idx[:, t : t + 1], kv_cache=cache)
             steps.append(out)
-        out, _ = model(idx[:, T - 4:], kv_cache=cache)  # a multi-token chunk after the cache
+        out, _ = model(idx[:, T - 4 :], kv_cache=cache)  # a multi-token chunk after the cache
         steps.append(out)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
     assert cache.length == T
@@ -332,13 +334,24 @@ def test_generate_steps_are_replayable_with_sample_next():
 # ---- parameter counts --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(norm="post"), dict(bias=False), dict(tie_weights=False),
-                                dict(norm="post", bias=False, tie_weights=False), dict(d_mlp=48, n_layer=3)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(norm="post"),
+        dict(bias=False),
+        dict(tie_weights=False),
+        dict(norm="post", bias=False, tie_weights=False),
+        dict(d_mlp=48, n_layer=3),
+    ],
+)
 def test_count_params_matches_the_module(kw):
     cfg = GPTConfig(**{**dict(vocab_size=101, n_ctx=24, n_layer=2, n_head=2, d_model=16), **kw})
     model = GPT(cfg)
     counts = count_params(cfg)
-    assert counts["total"] == model.num_params() == sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    assert (
+        counts["total"] == model.num_params() == sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    )
     seed = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2)
     assert counts["seed_convention"] == seed
     assert counts["biases_and_norms"] == counts["total"] - seed
@@ -369,9 +382,18 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     # dyadic probabilities, so the boundaries (mass exactly p) are exact in float32
     probs = torch.tensor([0.0625, 0.5, 0.125, 0.25, 0.0625])
     logits = probs.log()
-    for p, want in [(0.3, {1}), (0.5, {1}), (0.51, {1, 3}), (0.75, {1, 3}), (0.76, {1, 3, 2}),
-                    (0.875, {1, 3, 2}), (0.9, {0, 1, 2, 3}), (0.9375, {0, 1, 2, 3}),
-                    (0.95, {0, 1, 2, 3, 4}), (1.0, {0, 1, 2, 3, 4})]:
+    for p, want in [
+        (0.3, {1}),
+        (0.5, {1}),
+        (0.51, {1, 3}),
+        (0.75, {1, 3}),
+        (0.76, {1, 3, 2}),
+        (0.875, {1, 3, 2}),
+        (0.9, {0, 1, 2, 3}),
+        (0.9375, {0, 1, 2, 3}),
+        (0.95, {0, 1, 2, 3, 4}),
+        (1.0, {0, 1, 2, 3, 4}),
+    ]:
         # (tokens 0 and 4 tie; the tie goes to the lower id so the set stays the smallest)
         f = filter_logits(logits, 1.0, None, p)
         got = set(torch.nonzero(f.kept).flatten().tolist())

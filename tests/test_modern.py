@@ -3,8 +3,6 @@ attention, mixture of experts. Each option against its formula or the GPT-2 bloc
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,19 +10,37 @@ from fastapi.testclient import TestClient
 
 from gptscope.model import checkpoint as ckpt
 from gptscope.model.formulas import kv_cache_bytes
-from gptscope.model.gpt import GPT, MLP, GPTConfig, KVCache, RMSNorm, apply_rope, count_params, preset_config, rope_angles
+from gptscope.model.gpt import (
+    GPT,
+    MLP,
+    GPTConfig,
+    KVCache,
+    RMSNorm,
+    apply_rope,
+    count_params,
+    preset_config,
+    rope_angles,
+)
 from gptscope.server.app import create_app
 from gptscope.server.config import Settings
 from gptscope.server.schemas.forward import ALL_PARTS
 
 BASE = dict(vocab_size=61, n_ctx=24, n_layer=2, n_head=4, d_model=32)
 COMBOS = {
-    "rope": dict(pos="rope"), "no-positions": dict(pos="none"), "rmsnorm": dict(norm_type="rmsnorm"),
-    "sandwich": dict(norm="both"), "post": dict(norm="post"), "swiglu": dict(mlp="swiglu"), "gqa": dict(n_kv_head=2),
-    "mqa": dict(n_kv_head=1), "window": dict(window=5), "moe": dict(n_expert=4, top_k_experts=2),
+    "rope": dict(pos="rope"),
+    "no-positions": dict(pos="none"),
+    "rmsnorm": dict(norm_type="rmsnorm"),
+    "sandwich": dict(norm="both"),
+    "post": dict(norm="post"),
+    "swiglu": dict(mlp="swiglu"),
+    "gqa": dict(n_kv_head=2),
+    "mqa": dict(n_kv_head=1),
+    "window": dict(window=5),
+    "moe": dict(n_expert=4, top_k_experts=2),
     "llama-like": dict(pos="rope", norm_type="rmsnorm", mlp="swiglu", n_kv_head=2, bias=False),
-    "everything": dict(pos="rope", norm_type="rmsnorm", norm="both", mlp="swiglu", n_kv_head=1, window=6, n_expert=3,
-                       bias=False),
+    "everything": dict(
+        pos="rope", norm_type="rmsnorm", norm="both", mlp="swiglu", n_kv_head=1, window=6, n_expert=3, bias=False
+    ),
 }
 
 
@@ -60,7 +76,7 @@ def test_rmsnorm_equals_its_formula():
     with torch.no_grad():
         n.weight.copy_(torch.randn(8))
     x = torch.randn(3, 5, 8)
-    want = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + 1e-5) * n.weight
+    want = x / torch.sqrt((x**2).mean(-1, keepdim=True) + 1e-5) * n.weight
     for explain in (False, True):
         n.explain = explain
         assert torch.allclose(n(x), want, atol=1e-6)
@@ -149,8 +165,8 @@ def test_fast_and_explain_paths_agree_and_the_cache_changes_nothing(name):
 
 
 def test_llama_style_has_gpt2_styles_parameter_count():
-    g, l = (count_params(preset_config(n, vocab_size=2048))["total"] for n in ("gpt2-style", "llama-style"))
-    assert abs(g - l) / g < 0.002
+    g, li = (count_params(preset_config(n, vocab_size=2048))["total"] for n in ("gpt2-style", "llama-style"))
+    assert abs(g - li) / g < 0.002
     cfg = preset_config("llama-style", vocab_size=2048)
     assert (cfg.pos, cfg.norm_type, cfg.mlp, cfg.n_kv_head, cfg.bias) == ("rope", "rmsnorm", "swiglu", 2, False)
 
@@ -159,34 +175,53 @@ def test_llama_style_has_gpt2_styles_parameter_count():
 def test_checkpoints_of_each_load_and_serve_every_part(name, tmp_path):
     m = model(**COMBOS[name])
     chars = [chr(32 + i) for i in range(61)]  # space to backslash: capitals, digits, punctuation
-    ckpt.save(tmp_path / name, m, {"name": name, "tokenizer": {"kind": "chars", "chars": chars}, "step": 0, "final": True})
+    ckpt.save(
+        tmp_path / name, m, {"name": name, "tokenizer": {"kind": "chars", "chars": chars}, "step": 0, "final": True}
+    )
     app = create_app(Settings(checkpoint=tmp_path / name, allow_hosts=["testserver"], data_dir=tmp_path / "data"))
     with TestClient(app) as client:
         text = "HELLO: THE NEW BLOCK!"
         for layer in range(2):
-            r = client.post("/api/v1/forward", json={"text": text, "include": list(ALL_PARTS), "layer": layer, "head": 3})
+            r = client.post(
+                "/api/v1/forward", json={"text": text, "include": list(ALL_PARTS), "layer": layer, "head": 3}
+            )
             assert r.status_code == 200, r.text
         body = r.json()
         assert len(body["attention"]["pattern"][0]) == 4
-        for path, payload in (("/api/v1/generate/step", {"ids": [5, 6, 7], "step": 0, "seed": 1}),
-                              ("/api/v1/next-token", {"text": text}),
-                              ("/api/v1/intervene", {"text": text, "ablate_heads": [{"layer": 1, "head": 2}]})):
+        for path, payload in (
+            ("/api/v1/generate/step", {"ids": [5, 6, 7], "step": 0, "seed": 1}),
+            ("/api/v1/next-token", {"text": text}),
+            ("/api/v1/intervene", {"text": text, "ablate_heads": [{"layer": 1, "head": 2}]}),
+        ):
             r = client.post(path, json=payload)
             assert r.status_code == 200, (path, r.text)
-        for path in ("/api/v1/embeddings/projection", "/api/v1/embeddings/positions", "/api/v1/heads?ablate=false",
-                     "/api/v1/health"):
+        for path in (
+            "/api/v1/embeddings/projection",
+            "/api/v1/embeddings/positions",
+            "/api/v1/heads?ablate=false",
+            "/api/v1/health",
+        ):
             r = client.get(path)
             assert r.status_code in (200, 409), (path, r.text)
             if r.status_code == 409:  # a model without learned positions has no position table
                 assert path.endswith("positions") and "no learned position table" in r.text
 
 
-@pytest.mark.parametrize("query,want", [
-    ({"preset": "cpu", "mlp": "swiglu"}, dict(mlp="swiglu")),
-    ({"preset": "cpu", "n_kv_head": 2, "pos": "rope", "norm_type": "rmsnorm"}, dict(n_kv_head=2, pos="rope", norm_type="rmsnorm")),
-    ({"preset": "cpu", "n_expert": 4, "top_k_experts": 2, "d_mlp": 128}, dict(n_expert=4, top_k_experts=2, d_mlp=128)),
-    ({"preset": "llama-style"}, {}),
-])
+@pytest.mark.parametrize(
+    "query,want",
+    [
+        ({"preset": "cpu", "mlp": "swiglu"}, dict(mlp="swiglu")),
+        (
+            {"preset": "cpu", "n_kv_head": 2, "pos": "rope", "norm_type": "rmsnorm"},
+            dict(n_kv_head=2, pos="rope", norm_type="rmsnorm"),
+        ),
+        (
+            {"preset": "cpu", "n_expert": 4, "top_k_experts": 2, "d_mlp": 128},
+            dict(n_expert=4, top_k_experts=2, d_mlp=128),
+        ),
+        ({"preset": "llama-style"}, {}),
+    ],
+)
 def test_the_parameter_counter_takes_the_modern_options(client, query, want):
     body = client.get("/api/v1/params", params=query).json()
     cfg = preset_config(query["preset"], vocab_size=preset_config(query["preset"]).vocab_size, **want)
@@ -200,14 +235,20 @@ def test_the_parameter_counter_takes_the_modern_options(client, query, want):
 def test_forward_explains_rope_and_the_experts(tmp_path):
     m = model(pos="rope", n_expert=4, top_k_experts=2, n_kv_head=2)
     chars = [chr(32 + i) for i in range(61)]
-    ckpt.save(tmp_path / "m", m, {"name": "m", "tokenizer": {"kind": "chars", "chars": chars}, "step": 0, "final": True})
+    ckpt.save(
+        tmp_path / "m", m, {"name": "m", "tokenizer": {"kind": "chars", "chars": chars}, "step": 0, "final": True}
+    )
     app = create_app(Settings(checkpoint=tmp_path / "m", allow_hosts=["testserver"], data_dir=tmp_path / "data"))
     with TestClient(app) as client:
-        body = client.post("/api/v1/forward", json={"text": "TO BE, OR NOT TO BE", "include": ["rope", "moe", "head_detail"],
-                                                    "layer": 1, "head": 3}).json()
+        body = client.post(
+            "/api/v1/forward",
+            json={"text": "TO BE, OR NOT TO BE", "include": ["rope", "moe", "head_detail"], "layer": 1, "head": 3},
+        ).json()
     rope, moe = body["rope"], body["moe"]
     assert rope["kv_head"] == 1 and body["head_detail"]["kv_head"] == 1 and body["head_detail"]["rotated"]
-    assert rope["distance_check"]["scores_at_start"] == pytest.approx(rope["distance_check"]["scores_at_offset"], abs=1e-3)
+    assert rope["distance_check"]["scores_at_start"] == pytest.approx(
+        rope["distance_check"]["scores_at_offset"], abs=1e-3
+    )
     assert len(rope["angles"]) == 19 and len(rope["angles"][0]) == 4 and rope["angles"][0] == [0.0] * 4
     assert rope["q_rotated"][0] == rope["q"][0]  # position 0 turns by nothing
     for layer in moe["layers"]:
@@ -220,7 +261,9 @@ def test_forward_explains_rope_and_the_experts(tmp_path):
 def test_the_head_detail_masks_the_window(tmp_path):
     m = model(window=3)
     chars = [chr(32 + i) for i in range(61)]
-    ckpt.save(tmp_path / "w", m, {"name": "w", "tokenizer": {"kind": "chars", "chars": chars}, "step": 0, "final": True})
+    ckpt.save(
+        tmp_path / "w", m, {"name": "w", "tokenizer": {"kind": "chars", "chars": chars}, "step": 0, "final": True}
+    )
     app = create_app(Settings(checkpoint=tmp_path / "w", allow_hosts=["testserver"], data_dir=tmp_path / "data"))
     with TestClient(app) as client:
         hd = client.post("/api/v1/forward", json={"text": "ABCDEFGH", "include": ["head_detail"]}).json()["head_detail"]
@@ -230,8 +273,12 @@ def test_the_head_detail_masks_the_window(tmp_path):
 @pytest.fixture(scope="module")
 def story(tmp_path_factory):
     p = tmp_path_factory.mktemp("modern") / "story.txt"
-    lines = [f"The {a} {v} the {b}." for a in ("cat", "dog", "king", "fox") for v in ("saw", "met", "found")
-             for b in ("mat", "river", "crown", "garden")]
+    lines = [
+        f"The {a} {v} the {b}."
+        for a in ("cat", "dog", "king", "fox")
+        for v in ("saw", "met", "found")
+        for b in ("mat", "river", "crown", "garden")
+    ]
     p.write_text("\n".join(lines * 6) + "\n", encoding="utf-8")
     return p
 
@@ -241,9 +288,23 @@ def test_every_combination_trains_and_its_loss_falls(name, story, tmp_path):
     from gptscope.model.train import TrainConfig, train
 
     over = {k: v for k, v in {**BASE, **COMBOS[name]}.items() if k != "vocab_size"}
-    tc = TrainConfig(corpus=str(story), preset="tiny", tokenizer="bpe", vocab_size=300, batch_size=8, seq_len=16,
-                     warmup_steps=3, max_lr=1e-2, eval_batches=1, device="cpu", precision="fp32", seed=3,
-                     optimizer="muon" if name == "everything" else "adamw", max_steps=30, overrides=over)
+    tc = TrainConfig(
+        corpus=str(story),
+        preset="tiny",
+        tokenizer="bpe",
+        vocab_size=300,
+        batch_size=8,
+        seq_len=16,
+        warmup_steps=3,
+        max_lr=1e-2,
+        eval_batches=1,
+        device="cpu",
+        precision="fp32",
+        seed=3,
+        optimizer="muon" if name == "everything" else "adamw",
+        max_steps=30,
+        overrides=over,
+    )
     res = train(tc, out=tmp_path / name, progress=False, command="pytest")
     losses = [h["loss"] for h in res.read_history()]
     assert len(losses) == 30 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5, (name, losses[:5], losses[-5:])

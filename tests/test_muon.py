@@ -60,13 +60,15 @@ def test_fp32_update_is_close_to_torch_but_not_the_same_arithmetic():
         torch.testing.assert_close(a, b, atol=4 * 0.02 * 2e-2, rtol=0)  # 4 steps of lr 0.02, bf16's ~1% error
 
 
-@pytest.mark.parametrize("shape", SHAPES + [(128, 512), (384, 128)])
+@pytest.mark.parametrize("shape", [*SHAPES, (128, 512), (384, 128)])
 def test_fp32_orthogonalises_at_least_as_accurately_as_bf16(shape):
     """Against the same iteration in float64, and in what it is for: singular values near 1."""
     g = torch.randn(shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     exact = orthogonalise(g, torch.float64, gram=False)
-    err = {dt: float((orthogonalise(g.float(), dt).double() - exact).norm() / exact.norm())
-           for dt in (torch.float32, torch.bfloat16)}
+    err = {
+        dt: float((orthogonalise(g.float(), dt).double() - exact).norm() / exact.norm())
+        for dt in (torch.float32, torch.bfloat16)
+    }
     assert err[torch.float32] <= err[torch.bfloat16]
     assert err[torch.float32] < 1e-5 and err[torch.bfloat16] > 1e-3  # float32 is all but exact
     # what it is for: G's singular vectors kept, its singular values pushed towards 1
@@ -142,16 +144,35 @@ def test_the_run_prints_and_records_its_choice(tmp_path, monkeypatch, capsys, ch
     monkeypatch.setenv(precision.ENV, "fp32")
     text = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(200))
     (tmp_path / "t.txt").write_text(text)
-    res = train(TrainConfig(corpus=str(tmp_path / "t.txt"), preset="tiny", vocab_size=280, batch_size=4,
-                            max_steps=3, device="cpu", overrides={"n_ctx": 32, "d_model": 32, "n_head": 2}))
+    res = train(
+        TrainConfig(
+            corpus=str(tmp_path / "t.txt"),
+            preset="tiny",
+            vocab_size=280,
+            batch_size=4,
+            max_steps=3,
+            device="cpu",
+            overrides={"n_ctx": 32, "d_model": 32, "n_head": 2},
+        )
+    )
     err = capsys.readouterr().err
     assert "precision=fp32" in err  # filled in by the recipe
     assert f"muon orthogonalisation: fp32 (forced by {precision.ENV}=fp32)" in err
     assert res.meta["precision"] == f"fp32 (forced by {precision.ENV}=fp32)"
     assert res.meta["train_config"]["precision"] == "fp32" and res.meta["train_config"]["optimizer"] == "muon"
 
-    given = train(TrainConfig(corpus=str(tmp_path / "t.txt"), preset="tiny", vocab_size=280, batch_size=4, max_steps=2,
-                              device="cpu", optimizer="adamw", precision="fp32",
-                              overrides={"n_ctx": 32, "d_model": 32, "n_head": 2}))
+    given = train(
+        TrainConfig(
+            corpus=str(tmp_path / "t.txt"),
+            preset="tiny",
+            vocab_size=280,
+            batch_size=4,
+            max_steps=2,
+            device="cpu",
+            optimizer="adamw",
+            precision="fp32",
+            overrides={"n_ctx": 32, "d_model": 32, "n_head": 2},
+        )
+    )
     assert "autocast: off (precision given)" in capsys.readouterr().err
     assert given.meta["precision"] == "fp32 (precision given)"

@@ -9,8 +9,13 @@ import pytest
 
 
 def test_the_tour_runs_top_to_bottom_and_shows_embedded_panels(executed_tour, tour_embeds):
-    text = "".join(out.get("text", "") for cell in executed_tour.cells if cell.cell_type == "code"
-                   for out in cell.get("outputs", []) if out.get("output_type") == "stream")
+    text = "".join(
+        out.get("text", "")
+        for cell in executed_tour.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "stream"
+    )
     assert "the last token attends most to token" in text
     assert "422" in text and "layer" in text  # the bad layer came back as the API's detail
     srcs = tour_embeds
@@ -46,8 +51,12 @@ def test_trace_returns_the_api_json(client, monkeypatch):
 
     monkeypatch.setattr(notebook, "api", fake_api)
     got = notebook.trace("ROMEO:\nBut soft", include=["next_token"], top_k=3)
-    assert got == client.post("/api/v1/forward", json={"text": "ROMEO:\nBut soft", "include": ["next_token"],
-                                                       "top_k": 3}).json()
+    assert (
+        got
+        == client.post(
+            "/api/v1/forward", json={"text": "ROMEO:\nBut soft", "include": ["next_token"], "top_k": 3}
+        ).json()
+    )
     assert calls[0] == ("POST", "/forward", {"text": "ROMEO:\nBut soft", "top_k": 3, "include": ["next_token"]})
     with pytest.raises(notebook.ApiError) as e:
         notebook.trace("ROMEO:", layer=99)
@@ -63,5 +72,7 @@ def test_a_panel_name_that_the_page_lacks_is_refused_naming_the_panels(monkeypat
         notebook.url("forward", stage="atention")
     with pytest.raises(ValueError, match="unknown page 'forwards'"):
         notebook.url("forwards")
-    assert notebook.url("forward", stage="attention", text="a b", layer=1, truncate=True) == \
-        "http://127.0.0.1:1/?text=a+b&layer=1&truncate=true&embed=attention"
+    assert (
+        notebook.url("forward", stage="attention", text="a b", layer=1, truncate=True)
+        == "http://127.0.0.1:1/?text=a+b&layer=1&truncate=true&embed=attention"
+    )

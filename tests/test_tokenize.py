@@ -13,8 +13,14 @@ from gptscope.model.tokenizers import get_public_encoding
 from gptscope.server.config import MAX_MERGES_PRETOKEN_BYTES, MAX_MERGES_TEXT_CHARS, MAX_TEXT_CHARS
 from gptscope.server.explain import merges as bpe
 from gptscope.server.explain import tokens as tok
-from gptscope.server.schemas.tokenize import (CompareResponse, EncodingsResponse, MergesResponse, ModelMergesResponse, TokenInfo,
-                                     TokenizeResponse)
+from gptscope.server.schemas.tokenize import (
+    CompareResponse,
+    EncodingsResponse,
+    MergesResponse,
+    ModelMergesResponse,
+    TokenInfo,
+    TokenizeResponse,
+)
 
 ENCODINGS = ["gpt2", "cl100k_base", "o200k_base", "model"]
 SEEDS = Path("/work/shared/seeds")
@@ -27,7 +33,7 @@ SAMPLE_TEXTS = [
     "I'm you'll they've we're she'd IT'S 'quoted' don't",
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa        ----------------   !!!???",
     "def f(x):\n    return x ** 2  # comment\n",
-    "\u00e9\u0301 combining, zero\u200bwidth, \U0001F600\U0001F601 emoji, \x00 nul, \r\n crlf",
+    "\u00e9\u0301 combining, zero\u200bwidth, \U0001f600\U0001f601 emoji, \x00 nul, \r\n crlf",
 ]
 
 
@@ -50,6 +56,7 @@ def many_texts() -> list[str]:
 
 
 # --- known answers -----------------------------------------------------------------------------
+
 
 def test_gpt2_every_effort_moves_you(client):
     r = post(client, "/tokenize", text="Every effort moves you", encoding="gpt2")
@@ -94,6 +101,7 @@ def test_get_twin_equals_post(client):
 
 # --- encodings -----------------------------------------------------------------------------------
 
+
 def test_encodings_list_vocab_sizes_specials_and_patterns(client, service):
     body = EncodingsResponse.model_validate(client.get("/api/v1/encodings").json())
     by = {e.name: e for e in body.encodings}
@@ -107,6 +115,7 @@ def test_encodings_list_vocab_sizes_specials_and_patterns(client, service):
 
 
 # --- BPE replay ------------------------------------------------------------------------------------
+
 
 def test_merges_uncharacteristically(client):
     r = post(client, "/tokenize/merges", text=" uncharacteristically", encoding="gpt2")
@@ -124,7 +133,7 @@ def test_merges_uncharacteristically(client):
         # one merge: the pair at `position` becomes one piece whose id is the merge's rank
         assert before[s.position] == s.left and before[s.position + 1] == s.right
         assert vocab[s.merged] == vocab[s.left] + vocab[s.right] and s.merged == s.rank
-        assert s.piece_ids == before[:s.position] + [s.merged] + before[s.position + 2:]
+        assert s.piece_ids == [*before[: s.position], s.merged, *before[s.position + 2 :]]
         assert b"".join(vocab[i] for i in s.piece_ids) == pre.text.encode()
         before = s.piece_ids
     ranks = [s.rank for s in pre.steps]
@@ -140,7 +149,7 @@ def test_merge_steps_equal_tiktoken_for_every_pretoken_of_many_texts(service, en
         for p in tok.pretokens(enc, text, allow_special=False):
             data = p.text.encode("utf-8")
             steps = bpe.merge_steps(rank_of, data)
-            final = steps[-1][4] if steps else [data[i:i + 1] for i in range(len(data))]
+            final = steps[-1][4] if steps else [data[i : i + 1] for i in range(len(data))]
             assert [rank_of[f] for f in final] == enc.encode_ordinary(p.text), (encoding, p.text)
             n += 1
     assert n > 5000
@@ -152,7 +161,9 @@ def test_merges_api_final_tokens_equal_tokenize(client, encoding):
         m = post(client, "/tokenize/merges", text=text, encoding=encoding).json()
         t = post(client, "/tokenize", text=text, encoding=encoding).json()
         assert [x for p in m["pretokens"] for x in p["tokens"]] == t["tokens"]
-        assert [(p["text"], p["start"], p["end"]) for p in m["pretokens"]] == [(p["text"], p["start"], p["end"]) for p in t["pretokens"]]
+        assert [(p["text"], p["start"], p["end"]) for p in m["pretokens"]] == [
+            (p["text"], p["start"], p["end"]) for p in t["pretokens"]
+        ]
 
 
 def test_merges_with_a_special_token(client):
@@ -173,6 +184,7 @@ def test_merges_of_partial_characters(client):
 
 # --- compare -------------------------------------------------------------------------------------
 
+
 def test_compare_counts_and_vocabulary_costs(client):
     text = "The transformer unpacks unhelpful words into smaller pieces before processing them."
     r = post(client, "/tokenize/compare", text=text, d_model=512)
@@ -183,7 +195,7 @@ def test_compare_counts_and_vocabulary_costs(client):
     for e in body.encodings:
         assert e.counts.tokens == len(ids_of(client, text, e.encoding)) == len(e.tokens)
         assert e.embedding_params == e.vocab_size * 512
-        assert e.attention_scores == e.counts.tokens ** 2
+        assert e.attention_scores == e.counts.tokens**2
         assert e.tokens_vs_fewest == pytest.approx(e.counts.tokens / fewest, abs=1e-4)
     by = {e.encoding: e for e in body.encodings}
     assert by["o200k_base"].counts.tokens == 15
@@ -205,6 +217,7 @@ def test_compare_defaults_and_empty_text(client):
 
 # --- single tokens -------------------------------------------------------------------------------
 
+
 def test_token_lookup(client):
     r = client.get("/api/v1/tokens/gpt2/6100")
     assert r.status_code == 200
@@ -216,12 +229,15 @@ def test_token_lookup(client):
     assert client.get("/api/v1/tokens/model/65").json()["merged_from"] is None  # a single byte
 
 
-@pytest.mark.parametrize("path,field,words", [
-    ("/api/v1/tokens/gpt2/50257", "id", ["0 to 50256"]),
-    ("/api/v1/tokens/gpt2/-1", "id", ["out of range"]),
-    ("/api/v1/tokens/cl100k_base/100261", "id", ["not assigned"]),
-    ("/api/v1/tokens/nope/5", "encoding", ["gpt2", "cl100k_base", "o200k_base", "model"]),
-])
+@pytest.mark.parametrize(
+    "path,field,words",
+    [
+        ("/api/v1/tokens/gpt2/50257", "id", ["0 to 50256"]),
+        ("/api/v1/tokens/gpt2/-1", "id", ["out of range"]),
+        ("/api/v1/tokens/cl100k_base/100261", "id", ["not assigned"]),
+        ("/api/v1/tokens/nope/5", "encoding", ["gpt2", "cl100k_base", "o200k_base", "model"]),
+    ],
+)
 def test_token_lookup_errors_are_422_naming_the_parameter(client, path, field, words):
     r = client.get(path)
     assert r.status_code == 422
@@ -230,6 +246,7 @@ def test_token_lookup_errors_are_422_naming_the_parameter(client, path, field, w
 
 
 # --- the built-in tokenizer's merge record -----------------------------------------------------
+
 
 def test_model_merges_paged_with_counts(client, service):
     spec = service.meta["tokenizer"]
@@ -263,6 +280,7 @@ def test_model_merge_record_drives_the_model_encoding(client, service):
 
 # --- bad input -----------------------------------------------------------------------------------
 
+
 def test_merges_of_empty_text_is_422_naming_text(client):
     r = post(client, "/tokenize/merges", text="", encoding="gpt2")
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "text"]
@@ -295,7 +313,7 @@ def test_unknown_encoding_lists_the_valid_ones(client, path):
 @pytest.mark.parametrize("escape", ["\\ud800", "\\udc80", "\\ud83d"])
 @pytest.mark.parametrize("path", ["/api/v1/tokenize", "/api/v1/tokenize/merges", "/api/v1/tokenize/compare"])
 def test_lone_surrogates_are_422_never_500(client, path, escape):
-    body = ('{"text": "ok %s then", "encoding": "gpt2"}' % escape).encode()
+    body = (f'{{"text": "ok {escape} then", "encoding": "gpt2"}}').encode()
     r = client.post(path, content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 422
     d = r.json()["detail"][0]
@@ -331,13 +349,14 @@ def test_decode_encode_round_trip_for_every_public_encoding(text):
 
 # --- the page ------------------------------------------------------------------------------------
 
+
 def test_tokenizer_page_and_its_json_twin(client):
     r = client.get("/tokenizer", params={"text": "Good morrow", "encoding": "cl100k_base"})
     assert r.status_code == 200 and "text/html" in r.headers["content-type"]
     assert '<a href="/tokenizer" aria-current="page">Tokenizer</a>' in r.text
     link = r.headers["link"]
     assert 'rel="alternate"' in link and "/api/v1/tokenize?text=Good+morrow&encoding=cl100k_base" in link
-    twin = client.get(link[link.index("<") + 1:link.index(">")])
+    twin = client.get(link[link.index("<") + 1 : link.index(">")])
     assert twin.status_code == 200 and twin.json()["encoding"] == "cl100k_base"
     assert "".join(t["text"] for t in twin.json()["tokens"]) == "Good morrow"
     assert 'href="/tokenizer"' in client.get("/").text  # reachable from the main page
@@ -345,6 +364,12 @@ def test_tokenizer_page_and_its_json_twin(client):
 
 def test_openapi_documents_the_tokenizer_endpoints(client):
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/api/v1/encodings", "/api/v1/tokenize", "/api/v1/tokenize/merges", "/api/v1/tokenize/compare",
-            "/api/v1/tokens/{encoding}/{id}", "/api/v1/tokenizer/model/merges"} <= set(paths)
+    assert {
+        "/api/v1/encodings",
+        "/api/v1/tokenize",
+        "/api/v1/tokenize/merges",
+        "/api/v1/tokenize/compare",
+        "/api/v1/tokens/{encoding}/{id}",
+        "/api/v1/tokenizer/model/merges",
+    } <= set(paths)
     assert "get" in paths["/api/v1/tokenize"] and "post" in paths["/api/v1/tokenize"]

@@ -14,14 +14,18 @@ from gptscope.server.app import create_app
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 
 FAST = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": "small"}
-TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
-        "All that glitters is not gold. Fortune favours the bold. ") * 60
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+    "All that glitters is not gold. Fortune favours the bold. "
+) * 60
 
 
 @pytest.fixture(scope="module")
 def tclient(tmp_path_factory, service):
-    app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("data"),
-                              allow_hosts=["testserver"]), service=service)
+    app = create_app(
+        Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("data"), allow_hosts=["testserver"]),
+        service=service,
+    )
     with TestClient(app) as c:
         r = c.post("/api/v1/corpora", files={"file": ("small.txt", TEXT.encode())}, data={"name": "small"})
         assert r.status_code == 201
@@ -134,11 +138,18 @@ def test_uploads_that_are_not_text_empty_or_too_big_write_nothing(tclient, monke
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
-@pytest.mark.parametrize("payload, field", [
-    ({"max_steps": 0}, "max_steps"), ({"time_budget": -1}, "time_budget"), ({"time_budget": 1e9}, "time_budget"),
-    ({"max_steps": 5, "max_lr": 0}, "max_lr"), ({"max_steps": 5, "preset": "gpt2"}, "preset"),
-    ({"max_steps": 5, "vocab_size": 10}, "vocab_size"), ({"max_steps": 5, "overrides": {"n_layer": 99}}, "overrides"),
-])
+@pytest.mark.parametrize(
+    "payload, field",
+    [
+        ({"max_steps": 0}, "max_steps"),
+        ({"time_budget": -1}, "time_budget"),
+        ({"time_budget": 1e9}, "time_budget"),
+        ({"max_steps": 5, "max_lr": 0}, "max_lr"),
+        ({"max_steps": 5, "preset": "gpt2"}, "preset"),
+        ({"max_steps": 5, "vocab_size": 10}, "vocab_size"),
+        ({"max_steps": 5, "overrides": {"n_layer": 99}}, "overrides"),
+    ],
+)
 def test_bad_training_requests(tclient, payload, field):
     r = tclient.post("/api/v1/training", json={**FAST, **payload})
     assert r.status_code == 422
@@ -183,7 +194,9 @@ def test_the_served_model_is_untouched_while_a_run_trains(tclient, service):
         seen = 0
         deadline = time.time() + 30
         while seen < 20 and time.time() < deadline:
-            now = tclient.post("/api/v1/forward", json={"text": "To be, or not to be", "include": ["next_token"]}).json()
+            now = tclient.post(
+                "/api/v1/forward", json={"text": "To be, or not to be", "include": ["next_token"]}
+            ).json()
             assert now["next_token"] == before["next_token"]
             assert not service.model.training
             if tclient.get(f"/api/v1/training/{run_id}").json()["step"] > 0:

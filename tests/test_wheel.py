@@ -22,12 +22,12 @@ import subprocess
 import sys
 import sysconfig
 import time
-import tomllib
 import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import gptscope
 
@@ -35,8 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 # every HTML page: "/", "/tokenizer", "/learn", "/train", "/compare"
-PAGES = re.findall(r'@router\.get\("(/[^"]*)", response_class=HTMLResponse',
-                   (ROOT / "server" / "routers" / "pages.py").read_text(encoding="utf-8"))
+PAGES = re.findall(
+    r'@router\.get\("(/[^"]*)", response_class=HTMLResponse',
+    (ROOT / "server" / "routers" / "pages.py").read_text(encoding="utf-8"),
+)
 
 
 # ---- fast: the package's declaration ------------------------------------------------------------
@@ -97,8 +99,12 @@ def test_every_third_party_import_is_a_declared_dependency():
 def test_the_version_is_written_once():
     assert "version" not in PYPROJECT["project"] and "version" in PYPROJECT["project"]["dynamic"]
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gptscope.__version__"}
-    written = [str(p.relative_to(ROOT)) for folder in ("model", "server", "gptscope")
-               for p in (ROOT / folder).rglob("*.py") if re.search(r"^__version__\s*=", p.read_text(), re.M)]
+    written = [
+        str(p.relative_to(ROOT))
+        for folder in ("model", "server", "gptscope")
+        for p in (ROOT / folder).rglob("*.py")
+        if re.search(r"^__version__\s*=", p.read_text(), re.M)
+    ]
     assert written == ["gptscope/__init__.py"]
 
 
@@ -115,8 +121,16 @@ def clean_copy(dest: Path) -> Path:
     """The checkout's files as a commit would hold them (tracked and new, not ignored; no build/,
     *.egg-info or caches), so the wheel is built from what the repository holds."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                                capture_output=True, check=True).stdout.decode().split("\0")
+        listed = (
+            subprocess.run(
+                ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                cwd=ROOT,
+                capture_output=True,
+                check=True,
+            )
+            .stdout.decode()
+            .split("\0")
+        )
     except (OSError, subprocess.CalledProcessError) as e:
         if os.environ.get("CI"):
             pytest.fail(f"CI runs the wheel test from a git checkout, and this is none ({e})")
@@ -131,8 +145,24 @@ def clean_copy(dest: Path) -> Path:
 
 def build_wheel(src: Path, out: Path) -> Path:
     # No build isolation: this environment's setuptools (the test extra) builds it, offline.
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                        "-q", "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     wheels = list(out.glob("*.whl"))
     assert len(wheels) == 1, wheels
@@ -143,23 +173,45 @@ def fresh_venv(folder: Path, wheel: Path) -> Path:
     """A virtual environment holding only the wheel, then seeing this environment's packages."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
     python = folder / "bin" / "python"
-    p = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                        "--no-index", str(wheel)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    theirs = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True).stdout.strip())
+    theirs = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     installed = sorted(p.name for p in theirs.iterdir())
     assert installed == ["gptscope", f"gptscope-{gptscope.__version__}.dist-info"], installed
-    ours = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages(),
-                          *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])])
+    ours = dict.fromkeys(
+        [
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+            *site.getsitepackages(),
+            *([site.getusersitepackages()] if site.ENABLE_USER_SITE else []),
+        ]
+    )
     (theirs / "zz-reuse-test-environment.pth").write_text("".join(f"{p}\n" for p in ours))
     return folder
 
 
 def clean_env(venv: Path, home: Path) -> dict[str, str]:
-    return {"PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(home), "LANG": "C.UTF-8",
-            "GPTSCOPE_DATA_DIR": str(home / "data"), "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": "1",
-            "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
+    return {
+        "PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "GPTSCOPE_DATA_DIR": str(home / "data"),
+        "PYTHONNOUSERSITE": "1",
+        "OMP_NUM_THREADS": "1",
+        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -182,13 +234,21 @@ def run(installed, *cmd: str, timeout: float = 300) -> subprocess.CompletedProce
 
 def expected_files() -> set[str]:
     """Where each file the repository holds for the package lands in the wheel."""
-    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     out = set()
     for name, folder in SETUPTOOLS["package-dir"].items():
         prefix = name.replace(".", "/")
-        out |= {prefix + rel.removeprefix(folder) for rel in tracked if rel.startswith(folder + "/")
-                and (ROOT / rel).is_file()}
+        out |= {
+            prefix + rel.removeprefix(folder)
+            for rel in tracked
+            if rel.startswith(folder + "/") and (ROOT / rel).is_file()
+        }
     return out
 
 
@@ -215,9 +275,14 @@ def test_installed_wheel_sees_neither_the_checkout_nor_old_top_level_names(insta
     for name in ("model", "server"):
         p = run(installed, "python", "-c", f"import {name}")
         assert p.returncode != 0 and "ModuleNotFoundError" in p.stderr, (name, p.stderr)
-    p = run(installed, "python", "-c", "import gptscope, gptscope.server.config as c, json; "
-                                       "print(json.dumps([gptscope.__file__, str(c.BUILTIN_CHECKPOINT), "
-                                       "str(c.STATIC_DIR), str(c.TEMPLATES_DIR)]))")
+    p = run(
+        installed,
+        "python",
+        "-c",
+        "import gptscope, gptscope.server.config as c, json; "
+        "print(json.dumps([gptscope.__file__, str(c.BUILTIN_CHECKPOINT), "
+        "str(c.STATIC_DIR), str(c.TEMPLATES_DIR)]))",
+    )
     assert p.returncode == 0, p.stderr
     venv = installed[1].resolve()
     for path in json.loads(p.stdout):
@@ -229,9 +294,23 @@ def test_installed_extras_are_satisfied(installed):
     """`pip install 'gptscope[notebook,test]'` from the installed wheel: the extras are declared and
     every requirement they name is already here (--no-index: nothing is downloaded)."""
     _, venv, env, cwd = installed
-    p = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-                        "--no-index", "gptscope[notebook,test]"], cwd=cwd, env={**env, "PATH": os.environ["PATH"]},
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--no-index",
+            "gptscope[notebook,test]",
+        ],
+        cwd=cwd,
+        env={**env, "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "Requirement already satisfied: gptscope[notebook,test]" in p.stdout
     p = run(installed, "python", "-c", "import gptscope.notebook, IPython, nbclient")
@@ -266,8 +345,14 @@ def wait_up(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
 def test_installed_wheel_serves_every_page_from_an_empty_folder(installed):
     _, venv, env, cwd = installed
     port = free_port()
-    proc = subprocess.Popen([str(venv / "bin" / "gptscope"), "serve", "--port", str(port)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(venv / "bin" / "gptscope"), "serve", "--port", str(port)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_up(proc, url)
@@ -282,10 +367,17 @@ def test_installed_wheel_serves_every_page_from_an_empty_folder(installed):
             status, ctype, body = get(url + page)
             assert status == 200 and ctype.startswith("text/html"), page
             linked |= set(re.findall(r'(?:src|href)="(/(?:static|vendor)/[^"?#]+)', body.decode()))
-        assert {"/vendor/plotly.min.js", "/static/css/gptscope.css", "/vendor/swagger-ui/swagger-ui-bundle.js",
-                "/vendor/swagger-ui/swagger-ui.css"} <= linked, linked
-        ours = {"/static/" + str(p.relative_to(ROOT / "static")) for p in (ROOT / "static").rglob("*.*")
-                if p.suffix in (".js", ".css")}  # every module a page imports, not only those it links
+        assert {
+            "/vendor/plotly.min.js",
+            "/static/css/gptscope.css",
+            "/vendor/swagger-ui/swagger-ui-bundle.js",
+            "/vendor/swagger-ui/swagger-ui.css",
+        } <= linked, linked
+        ours = {
+            "/static/" + str(p.relative_to(ROOT / "static"))
+            for p in (ROOT / "static").rglob("*.*")
+            if p.suffix in (".js", ".css")
+        }  # every module a page imports, not only those it links
         for asset in sorted(linked | ours | {"/openapi.json", "/vendor/swagger-ui/favicon-32x32.png"}):
             status, _, body = get(url + asset)
             assert status == 200 and body, asset
@@ -302,8 +394,9 @@ def test_installed_wheel_generates_and_evaluates(installed):
     assert p.returncode == 0 and p.stdout.startswith("ROMEO:"), p.stderr[-3000:]
     text = Path(env["HOME"]) / "text.txt"
     text.write_text("ROMEO:\nBut soft, what light through yonder window breaks?\n", encoding="utf-8")
-    builtin = run(installed, "python", "-c", "from gptscope.server.config import BUILTIN_CHECKPOINT; "
-                                             "print(BUILTIN_CHECKPOINT)").stdout.strip()
+    builtin = run(
+        installed, "python", "-c", "from gptscope.server.config import BUILTIN_CHECKPOINT; print(BUILTIN_CHECKPOINT)"
+    ).stdout.strip()
     p = run(installed, "gptscope", "eval", "--checkpoint", builtin, "--text", str(text))
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout)["bits_per_char"] > 0

@@ -67,7 +67,11 @@ def _char_bits(pieces, token_loss: list[float | None], n_chars: int) -> list[flo
         if loss is None:
             continue
         bits = loss / LN2
-        span = range(p.start, p.end) if p.end > p.start else range(min(p.start, n_chars - 1), min(p.start, n_chars - 1) + 1)
+        span = (
+            range(p.start, p.end)
+            if p.end > p.start
+            else range(min(p.start, n_chars - 1), min(p.start, n_chars - 1) + 1)
+        )
         for c in span:
             out[c] = (out[c] or 0.0) + bits / len(span)
     return out
@@ -83,29 +87,50 @@ def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple
     with svc.run() as m, m.capture(fwd._needed_hooks({"attention", "logit_lens"}, cfg, [layer], layer)) as cache:
         logits = m(torch.tensor([ids], device=svc.device))[0][0].float()  # (T, V)
         c = {k: v[0] for k, v in cache.items()}
-        streams = [c["blocks.0.hook_resid_pre"]] + [c[f"blocks.{l}.hook_resid_post"] for l in range(cfg.n_layer)]
-        lens = fwd._logit_lens(svc, m, streams, ["embed"] + [f"block {l}" for l in range(cfg.n_layer)], ids)
-    lp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1))[:, 0] if len(ids) > 1 else torch.zeros(0)
+        streams = [c["blocks.0.hook_resid_pre"]] + [c[f"blocks.{li}.hook_resid_post"] for li in range(cfg.n_layer)]
+        lens = fwd._logit_lens(svc, m, streams, ["embed"] + [f"block {li}" for li in range(cfg.n_layer)], ids)
+    lp = (
+        torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1))[:, 0]
+        if len(ids) > 1
+        else torch.zeros(0)
+    )
     token_loss = [None] + [float(-x) for x in lp]
     total = float(-lp.sum()) / LN2
     covered = sum(max(p.end - p.start, 0) for p in pieces[1:])
     info = model_info(svc)
     side = CompareSide(
-        checkpoint=name, model=svc.name, params=info.params, n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model,
-        vocab_size=cfg.vocab_size, tokenizer=info.tokenizer, tokens=pieces,
-        token_loss=[None if x is None else round(x, 5) for x in token_loss], total_bits=round(total, 5),
-        scored_chars=covered, bits_per_char=round(total / covered, 5) if covered else None, position=pos,
+        checkpoint=name,
+        model=svc.name,
+        params=info.params,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        d_model=cfg.d_model,
+        vocab_size=cfg.vocab_size,
+        tokenizer=info.tokenizer,
+        tokens=pieces,
+        token_loss=[None if x is None else round(x, 5) for x in token_loss],
+        total_bits=round(total, 5),
+        scored_chars=covered,
+        bits_per_char=round(total / covered, 5) if covered else None,
+        position=pos,
         next_token=fwd.next_tokens(svc, logits[pos], req.top_k),
-        attention=fwd.attention_rows(c[f"blocks.{layer}.attn.hook_pattern"][head:head + 1], cfg.causal)[0],
-        logit_lens=lens)
-    return side, {"ids": ids, "logp": torch.log_softmax(logits[pos], -1), "pattern": c[f"blocks.{layer}.attn.hook_pattern"][head],
-                  "token_loss": token_loss, "pieces": pieces}
+        attention=fwd.attention_rows(c[f"blocks.{layer}.attn.hook_pattern"][head : head + 1], cfg.causal)[0],
+        logit_lens=lens,
+    )
+    return side, {
+        "ids": ids,
+        "logp": torch.log_softmax(logits[pos], -1),
+        "pattern": c[f"blocks.{layer}.attn.hook_pattern"][head],
+        "token_loss": token_loss,
+        "pieces": pieces,
+    }
 
 
 def _params(a: ModelService, b: ModelService) -> ParamComparison:
     sa, sb = a.model.state_dict(), b.model.state_dict()
-    same = a.model.cfg.to_dict() | {"dropout": 0} == b.model.cfg.to_dict() | {"dropout": 0} and \
-        all(sa[k].shape == sb[k].shape for k in sa)
+    same = a.model.cfg.to_dict() | {"dropout": 0} == b.model.cfg.to_dict() | {"dropout": 0} and all(
+        sa[k].shape == sb[k].shape for k in sa
+    )
     changes = []
     if same:
         for k, va in sa.items():
@@ -113,10 +138,21 @@ def _params(a: ModelService, b: ModelService) -> ParamComparison:
                 continue
             va, vb = va.float(), sb[k].float()
             na, nb = float(va.norm()), float(vb.norm())
-            changes.append(ParamChange(name=k, shape=list(va.shape), a_norm=round(na, 5), b_norm=round(nb, 5),
-                                       relative_change=round(float((vb - va).norm()) / na, 6) if na else None))
-    return ParamComparison(same_architecture=same, a_params=count_params(a.model.cfg)["total"],
-                           b_params=count_params(b.model.cfg)["total"], changes=changes)
+            changes.append(
+                ParamChange(
+                    name=k,
+                    shape=list(va.shape),
+                    a_norm=round(na, 5),
+                    b_norm=round(nb, 5),
+                    relative_change=round(float((vb - va).norm()) / na, 6) if na else None,
+                )
+            )
+    return ParamComparison(
+        same_architecture=same,
+        a_params=count_params(a.model.cfg)["total"],
+        b_params=count_params(b.model.cfg)["total"],
+        changes=changes,
+    )
 
 
 def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> CompareResponse:
@@ -140,9 +176,21 @@ def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> Comp
             diff = fwd.attention_rows((ib["pattern"] - ia["pattern"]).unsqueeze(0), svcs[0].model.cfg.causal)[0]
     r5 = lambda x: None if x is None else round(x, 5)  # noqa: E731
     return CompareResponse(
-        text=req.text, char=char, layer=req.layer, head=req.head, a=sa, b=sb, same_tokenizer=same_tok,
-        char_bits_a=[r5(x) for x in bits_a], char_bits_b=[r5(x) for x in bits_b],
+        text=req.text,
+        char=char,
+        layer=req.layer,
+        head=req.head,
+        a=sa,
+        b=sb,
+        same_tokenizer=same_tok,
+        char_bits_a=[r5(x) for x in bits_a],
+        char_bits_b=[r5(x) for x in bits_b],
         char_bits_diff=[r5(bits_b[i] - bits_a[i]) if i in in_both else None for i in range(n)],
-        common_chars=len(both), common_bits_a=round(sum(bits_a[i] for i in both), 5),
-        common_bits_b=round(sum(bits_b[i] for i in both), 5), kl_ab=kl_ab, kl_ba=kl_ba, attention_diff=diff,
-        params=_params(*svcs))
+        common_chars=len(both),
+        common_bits_a=round(sum(bits_a[i] for i in both), 5),
+        common_bits_b=round(sum(bits_b[i] for i in both), 5),
+        kl_ab=kl_ab,
+        kl_ba=kl_ba,
+        attention_diff=diff,
+        params=_params(*svcs),
+    )

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InputError
-from ..schemas.embeddings import (Neighbour, NeighboursResponse, PositionsResponse, ProjectedToken,
-                                  ProjectionResponse)
+from ..schemas.embeddings import Neighbour, NeighboursResponse, PositionsResponse, ProjectedToken, ProjectionResponse
 from ..service import ModelService
 from . import tokens as tok
 from .forward import rounded, token_text
@@ -22,16 +21,22 @@ def _pca(service: ModelService) -> tuple[torch.Tensor, list[float]]:
     w = w - w.mean(0, keepdim=True)
     _, s, v = torch.linalg.svd(w, full_matrices=False)
     coords = w @ v[:2].T  # (V, 2)
-    var = (s ** 2) / (s ** 2).sum()
+    var = (s**2) / (s**2).sum()
     return coords, [round(float(x), 5) for x in var[:2]]
 
 
 def projection(service: ModelService, limit: int) -> ProjectionResponse:
     coords, var = _pca(service)
     n = min(limit, coords.size(0))
-    return ProjectionResponse(explained_variance_ratio=var, tokens=[
-        ProjectedToken(id=i, text=token_text(service, i), x=round(float(coords[i, 0]), 4), y=round(float(coords[i, 1]), 4))
-        for i in range(n)])
+    return ProjectionResponse(
+        explained_variance_ratio=var,
+        tokens=[
+            ProjectedToken(
+                id=i, text=token_text(service, i), x=round(float(coords[i, 0]), 4), y=round(float(coords[i, 1]), 4)
+            )
+            for i in range(n)
+        ],
+    )
 
 
 def resolve_token(service: ModelService, token: str | None, token_id: int | None) -> int:
@@ -44,8 +49,12 @@ def resolve_token(service: ModelService, token: str | None, token_id: int | None
         raise InputError("token", "give a token's text (token=...) or its id (id=...)", where="query")
     ids = tok.encode(service.encoding, token, field="token", where="query")
     if len(ids) != 1:
-        raise InputError("token", f"{token!r} is {len(ids)} tokens in this vocabulary, not one; try a shorter piece "
-                                  f"(pieces: {[token_text(service, i) for i in ids][:8]})", where="query")
+        raise InputError(
+            "token",
+            f"{token!r} is {len(ids)} tokens in this vocabulary, not one; try a shorter piece "
+            f"(pieces: {[token_text(service, i) for i in ids][:8]})",
+            where="query",
+        )
     return ids[0]
 
 
@@ -57,10 +66,16 @@ def neighbours(service: ModelService, token: str | None, token_id: int | None, k
     top = torch.topk(sims, min(k, sims.numel() - 1))
     coords, _ = _pca(service)
     return NeighboursResponse(
-        id=tid, text=token_text(service, tid),
-        token=ProjectedToken(id=tid, text=token_text(service, tid), x=round(float(coords[tid, 0]), 4), y=round(float(coords[tid, 1]), 4)),
-        neighbours=[Neighbour(id=int(i), text=token_text(service, int(i)), cosine=round(float(s), 5))
-                    for s, i in zip(top.values, top.indices)])
+        id=tid,
+        text=token_text(service, tid),
+        token=ProjectedToken(
+            id=tid, text=token_text(service, tid), x=round(float(coords[tid, 0]), 4), y=round(float(coords[tid, 1]), 4)
+        ),
+        neighbours=[
+            Neighbour(id=int(i), text=token_text(service, int(i)), cosine=round(float(s), 5))
+            for s, i in zip(top.values, top.indices)
+        ],
+    )
 
 
 def sinusoidal(n_pos: int, d: int) -> torch.Tensor:
@@ -76,7 +91,11 @@ def sinusoidal(n_pos: int, d: int) -> torch.Tensor:
 
 def positions(service: ModelService, limit: int) -> PositionsResponse:
     if service.model.wpe is None:
-        kind = "rotates queries and keys by position (RoPE)" if service.model.cfg.pos == "rope" else "has no position signal"
+        kind = (
+            "rotates queries and keys by position (RoPE)"
+            if service.model.cfg.pos == "rope"
+            else "has no position signal"
+        )
         raise InputError("model", f"this model has no learned position table: it {kind}", status=409, where="model")
     wp = service.model.wpe.weight.detach().float()
     n = min(limit, wp.size(0))
@@ -84,5 +103,6 @@ def positions(service: ModelService, limit: int) -> PositionsResponse:
     idx = list(range(0, wp.size(0), step))
     learned = F.normalize(wp[idx], dim=-1)
     sin = F.normalize(sinusoidal(wp.size(0), wp.size(1))[idx], dim=-1)
-    return PositionsResponse(positions=idx, learned_similarity=rounded(learned @ learned.T, 3),
-                             sinusoidal_similarity=rounded(sin @ sin.T, 3))
+    return PositionsResponse(
+        positions=idx, learned_similarity=rounded(learned @ learned.T, 3), sinusoidal_similarity=rounded(sin @ sin.T, 3)
+    )

@@ -7,8 +7,16 @@ from gptscope.model.finetune import frame
 
 from ..errors import InputError
 from ..finetune_jobs import FinetuneJobState, FinetuneManager
-from ..schemas.finetune import (CellResult, ClassifyRequest, ClassifyResponse, FinetuneJob, Progress, TaskExample,
-                                TaskInfo, TasksResponse)
+from ..schemas.finetune import (
+    CellResult,
+    ClassifyRequest,
+    ClassifyResponse,
+    FinetuneJob,
+    Progress,
+    TaskExample,
+    TaskInfo,
+    TasksResponse,
+)
 from ..schemas.forward import ForwardRequest
 from ..service import ModelService
 from .forward import forward
@@ -17,12 +25,23 @@ N_EXAMPLES = 6
 
 
 def task_info(task: tasks_mod.Task) -> TaskInfo:
-    return TaskInfo(name=task.name, source=task.source, description=task.description, labels=task.labels,
-                    n_train=len(task.train), n_test=len(task.test), train_counts=task.counts(task.train),
-                    test_counts=task.counts(task.test), chance=round(task.chance, 4), train_plays=task.train_plays,
-                    test_plays=task.test_plays, excluded_plays=task.excluded_plays,
-                    examples=[TaskExample(text=e.text, label=task.labels[e.label], text_b=e.text_b)
-                              for e in task.train[:N_EXAMPLES]])
+    return TaskInfo(
+        name=task.name,
+        source=task.source,
+        description=task.description,
+        labels=task.labels,
+        n_train=len(task.train),
+        n_test=len(task.test),
+        train_counts=task.counts(task.train),
+        test_counts=task.counts(task.test),
+        chance=round(task.chance, 4),
+        train_plays=task.train_plays,
+        test_plays=task.test_plays,
+        excluded_plays=task.excluded_plays,
+        examples=[
+            TaskExample(text=e.text, label=task.labels[e.label], text_b=e.text_b) for e in task.train[:N_EXAMPLES]
+        ],
+    )
 
 
 def tasks(manager: FinetuneManager) -> TasksResponse:
@@ -31,11 +50,24 @@ def tasks(manager: FinetuneManager) -> TasksResponse:
 
 def job_status(job: FinetuneJobState) -> FinetuneJob:
     req = job.request
-    return FinetuneJob(id=job.id, status=job.status, task=job.task.name, checkpoint=job.checkpoint,
-                       labels=job.task.labels, chance=round(job.task.chance, 4), methods=req.methods, sizes=req.sizes,
-                       lm_weight=req.lm_weight, seed=req.seed, cells=[CellResult(**c) for c in list(job.cells)],
-                       total_cells=job.total_cells, current=Progress(**job.current) if job.current else None,
-                       saved_as=job.saved_as, error=job.error, elapsed=round(job.elapsed, 2))
+    return FinetuneJob(
+        id=job.id,
+        status=job.status,
+        task=job.task.name,
+        checkpoint=job.checkpoint,
+        labels=job.task.labels,
+        chance=round(job.task.chance, 4),
+        methods=req.methods,
+        sizes=req.sizes,
+        lm_weight=req.lm_weight,
+        seed=req.seed,
+        cells=[CellResult(**c) for c in list(job.cells)],
+        total_cells=job.total_cells,
+        current=Progress(**job.current) if job.current else None,
+        saved_as=job.saved_as,
+        error=job.error,
+        elapsed=round(job.elapsed, 2),
+    )
 
 
 def classify(service: ModelService, req: ClassifyRequest) -> ClassifyResponse:
@@ -43,8 +75,11 @@ def classify(service: ModelService, req: ClassifyRequest) -> ClassifyResponse:
     `classifier` part, so the page and a tool see the same numbers)."""
     info = service.meta.get("classifier")
     if service.classifier is None or not info:
-        raise InputError("text", "the served model is a language model, not a classifier: fine-tune one "
-                                 "(POST /api/v1/finetune with save_as) and serve it (POST /api/v1/model)")
+        raise InputError(
+            "text",
+            "the served model is a language model, not a classifier: fine-tune one "
+            "(POST /api/v1/finetune with save_as) and serve it (POST /api/v1/model)",
+        )
     tok = info["special_tokens"]
     for field, value in (("text", req.text), ("text_b", req.text_b or "")):
         if any(t in value for t in tok.values()):
@@ -52,7 +87,10 @@ def classify(service: ModelService, req: ClassifyRequest) -> ClassifyResponse:
     enc, specials, n_ctx = service.encoding, service.classifier.specials, service.model.cfg.n_ctx
     ids, cut = frame(enc, specials, req.text, req.text_b, n_ctx, max_text=None)
     if cut and not req.truncate:
-        raise InputError("text", f"the framed text is {len(ids) + cut} tokens; the context window is n_ctx={n_ctx} "
-                                 "(send truncate=true to keep the start of each text)")
+        raise InputError(
+            "text",
+            f"the framed text is {len(ids) + cut} tokens; the context window is n_ctx={n_ctx} "
+            "(send truncate=true to keep the start of each text)",
+        )
     trace = forward(service, ForwardRequest(ids=ids, include=["classifier"]))
     return ClassifyResponse(text=enc.decode(ids), tokens=trace.tokens, truncated=cut, result=trace.classifier)

@@ -10,10 +10,31 @@ import torch.nn.functional as F
 from gptscope.model.gpt import apply_rope, causal_allowed, rope_angles
 
 from ..errors import InputError
-from ..schemas.forward import (AttentionBlock, ClassifierBlock, Contribution, Decomposition, EmbeddingsBlock, ExpertLayer, ForwardRequest,
-                               ForwardResponse, HeadDetail, Histogram, LayerNormDetail, LensCandidate,
-                               LogitLensBlock, MLPBlock, MLPLayer, MoEBlock, Neuron, NextToken, PositionLoss, PromptLoss,
-                               ResidualBlock, RopeBlock, RopeDistanceCheck)
+from ..schemas.forward import (
+    AttentionBlock,
+    ClassifierBlock,
+    Contribution,
+    Decomposition,
+    EmbeddingsBlock,
+    ExpertLayer,
+    ForwardRequest,
+    ForwardResponse,
+    HeadDetail,
+    Histogram,
+    LayerNormDetail,
+    LensCandidate,
+    LogitLensBlock,
+    MLPBlock,
+    MLPLayer,
+    MoEBlock,
+    Neuron,
+    NextToken,
+    PositionLoss,
+    PromptLoss,
+    ResidualBlock,
+    RopeBlock,
+    RopeDistanceCheck,
+)
 from ..service import ModelService
 from .tokens import check_text, encode, token_pieces
 
@@ -34,7 +55,7 @@ def attention_rows(pattern: torch.Tensor, causal: bool) -> list:
     """(heads, T, T) weights -> [head][query][key] to 4 decimals; a causal model's row q stops at
     key q (the masked keys' weights are exactly 0 and are left out)."""
     rows = rounded(pattern, 4)
-    return [[r[:q + 1] for q, r in enumerate(h)] for h in rows] if causal else rows
+    return [[r[: q + 1] for q, r in enumerate(h)] for h in rows] if causal else rows
 
 
 def token_text(service: ModelService, tid: int) -> str:
@@ -52,8 +73,11 @@ def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "t
         raise InputError(field, "the prompt has no tokens")
     if len(ids) > n_ctx:
         if not truncate:
-            raise InputError(field, f"the prompt is {len(ids)} tokens; the model's context window is n_ctx={n_ctx} tokens "
-                                    f"(send truncate=true to keep the last {n_ctx})")
+            raise InputError(
+                field,
+                f"the prompt is {len(ids)} tokens; the model's context window is n_ctx={n_ctx} tokens "
+                f"(send truncate=true to keep the last {n_ctx})",
+            )
         return ids[-n_ctx:], len(ids) - n_ctx
     return ids, 0
 
@@ -86,38 +110,58 @@ def next_tokens(service: ModelService, logits: torch.Tensor, k: int) -> list[Nex
     """Top-k candidates from one position's logits (V,)."""
     probs = torch.softmax(logits.float(), -1)
     top = torch.topk(probs, min(k, probs.numel()))
-    return [NextToken(id=int(i), text=token_text(service, int(i)), prob=round(float(p), 6),
-                      logit=round(float(logits[int(i)]), 4)) for p, i in zip(top.values, top.indices)]
+    return [
+        NextToken(
+            id=int(i), text=token_text(service, int(i)), prob=round(float(p), 6), logit=round(float(logits[int(i)]), 4)
+        )
+        for p, i in zip(top.values, top.indices)
+    ]
 
 
 def _needed_hooks(parts: set[str], cfg, layers: list[int], layer: int) -> set[str]:
     names: set[str] = {f"blocks.{cfg.n_layer - 1}.hook_resid_post"}  # the selected position's logits
     L = range(cfg.n_layer)
     if "attention" in parts:
-        names |= {f"blocks.{l}.attn.hook_pattern" for l in layers}
+        names |= {f"blocks.{li}.attn.hook_pattern" for li in layers}
     if "embeddings" in parts:
         names |= {"hook_embed", "hook_pos_embed"}
     if "layernorm" in parts:
-        names |= {f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_resid_mid",
-                  f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.ln1.hook_normalized"}
+        names |= {
+            f"blocks.{layer}.hook_resid_pre",
+            f"blocks.{layer}.hook_resid_mid",
+            f"blocks.{layer}.hook_attn_out",
+            f"blocks.{layer}.ln1.hook_normalized",
+        }
     if "head_detail" in parts:
-        names |= {f"blocks.{layer}.attn.{h}" for h in ("hook_q", "hook_k", "hook_v", "hook_q_rot", "hook_k_rot",
-                                                       "hook_attn_scores", "hook_pattern", "hook_z", "hook_result")}
+        names |= {
+            f"blocks.{layer}.attn.{h}"
+            for h in (
+                "hook_q",
+                "hook_k",
+                "hook_v",
+                "hook_q_rot",
+                "hook_k_rot",
+                "hook_attn_scores",
+                "hook_pattern",
+                "hook_z",
+                "hook_result",
+            )
+        }
         names |= {f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_mid"}
     if "mlp" in parts and not cfg.n_expert:
-        names |= {f"blocks.{l}.mlp.hook_pre" for l in L} | {f"blocks.{layer}.mlp.hook_post"}
+        names |= {f"blocks.{li}.mlp.hook_pre" for li in L} | {f"blocks.{layer}.mlp.hook_post"}
     if parts & {"residual", "logit_lens"}:
-        names |= {"blocks.0.hook_resid_pre"} | {f"blocks.{l}.hook_resid_post" for l in L}
+        names |= {"blocks.0.hook_resid_pre"} | {f"blocks.{li}.hook_resid_post" for li in L}
     if "rope" in parts and cfg.pos == "rope":
         names |= {f"blocks.{layer}.attn.{h}" for h in ("hook_q", "hook_k", "hook_q_rot", "hook_k_rot")}
     if "moe" in parts and cfg.n_expert:
-        names |= {f"blocks.{l}.mlp.{h}" for l in L for h in ("hook_router_probs", "hook_router_choice")}
+        names |= {f"blocks.{li}.mlp.{h}" for li in L for h in ("hook_router_probs", "hook_router_choice")}
     if "classifier" in parts:
-        names |= {f"blocks.{l}.attn.hook_pattern" for l in L}
+        names |= {f"blocks.{li}.attn.hook_pattern" for li in L}
     if parts & {"decomposition", "classifier"}:
         names |= {"hook_embed", "hook_pos_embed", "ln_final.hook_scale"}
-        names |= {f"blocks.{l}.attn.hook_result" for l in L} | {f"blocks.{l}.hook_mlp_out" for l in L}
-        names |= {f"blocks.{l}.hook_attn_out" for l in L}
+        names |= {f"blocks.{li}.attn.hook_result" for li in L} | {f"blocks.{li}.hook_mlp_out" for li in L}
+        names |= {f"blocks.{li}.hook_attn_out" for li in L}
         names |= {f"blocks.{cfg.n_layer - 1}.hook_resid_post"}
     return names
 
@@ -147,24 +191,39 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
         every = bool(parts & {"prompt_loss", "decomposition", "classifier"}) or pos != T - 1
         logits, _ = m(torch.tensor([ids], device=service.device), last_only=not every)
         logits = logits[0]  # (T, V), or (1, V) for the last position only
-        out = ForwardResponse(model=service.name, tokens=token_pieces(service.encoding, ids), truncated=dropped,
-                              n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model, causal=cfg.causal, window=cfg.window,
-                              position=pos)
+        out = ForwardResponse(
+            model=service.name,
+            tokens=token_pieces(service.encoding, ids),
+            truncated=dropped,
+            n_layer=cfg.n_layer,
+            n_head=cfg.n_head,
+            d_model=cfg.d_model,
+            causal=cfg.causal,
+            window=cfg.window,
+            position=pos,
+        )
         c = {k: v[0] for k, v in cache.items()}  # drop the batch dimension
         # the selected position's logits, computed the same way whatever else was asked for (a
         # one-row matmul rounds differently from the full one: every panel must show the same digits)
-        final = c[f"blocks.{cfg.n_layer - 1}.hook_resid_post"][pos:pos + 1]
+        final = c[f"blocks.{cfg.n_layer - 1}.hook_resid_post"][pos : pos + 1]
         at_pos = m.lm_head(m.ln_final(final[None]))[0, 0]
         if "attention" in parts:
-            out.attention = AttentionBlock(layers=layers, heads=heads, pattern=[
-                attention_rows(c[f"blocks.{l}.attn.hook_pattern"][heads], cfg.causal) for l in layers])
+            out.attention = AttentionBlock(
+                layers=layers,
+                heads=heads,
+                pattern=[attention_rows(c[f"blocks.{li}.attn.hook_pattern"][heads], cfg.causal) for li in layers],
+            )
         if "embeddings" in parts:
             tok = c["hook_embed"]
             p = cache["hook_pos_embed"][0] if "hook_pos_embed" in cache else None  # learned positions only
-            out.embeddings = EmbeddingsBlock(pos=cfg.pos, token=rounded(tok, 4), position=None if p is None else rounded(p, 4),
-                                             sum=rounded(tok if p is None else tok + p, 4),
-                                             token_norms=rounded(tok.norm(dim=-1), 4),
-                                             position_norms=None if p is None else rounded(p.norm(dim=-1), 4))
+            out.embeddings = EmbeddingsBlock(
+                pos=cfg.pos,
+                token=rounded(tok, 4),
+                position=None if p is None else rounded(p, 4),
+                sum=rounded(tok if p is None else tok + p, 4),
+                token_norms=rounded(tok.norm(dim=-1), 4),
+                position_norms=None if p is None else rounded(p.norm(dim=-1), 4),
+            )
         if "layernorm" in parts:
             out.layernorm = _layernorm(m, c, layer, pos)
         if "head_detail" in parts:
@@ -172,10 +231,12 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
         if "mlp" in parts and not cfg.n_expert:  # a mixture of experts has no one MLP per layer
             out.mlp = _mlp(m, c, layer, pos)
         if "residual" in parts or "logit_lens" in parts:
-            streams = [c["blocks.0.hook_resid_pre"]] + [c[f"blocks.{l}.hook_resid_post"] for l in range(cfg.n_layer)]
-            stages = ["embed"] + [f"block {l}" for l in range(cfg.n_layer)]
+            streams = [c["blocks.0.hook_resid_pre"]] + [c[f"blocks.{li}.hook_resid_post"] for li in range(cfg.n_layer)]
+            stages = ["embed"] + [f"block {li}" for li in range(cfg.n_layer)]
             if "residual" in parts:
-                out.residual = ResidualBlock(stages=stages, norms=rounded(torch.stack([s.norm(dim=-1) for s in streams]), 4))
+                out.residual = ResidualBlock(
+                    stages=stages, norms=rounded(torch.stack([s.norm(dim=-1) for s in streams]), 4)
+                )
             if "logit_lens" in parts:
                 out.logit_lens = _logit_lens(service, m, streams, stages, ids)
         if "next_token" in parts:
@@ -198,16 +259,32 @@ def _classifier(service: ModelService, m, c, ids: list[int]) -> ClassifierBlock:
     and the winning label's logit split into its parts."""
     clf, info = service.classifier, service.meta["classifier"]
     pos = len(ids) - 1
-    h = m.ln_final(c[f"blocks.{m.cfg.n_layer - 1}.hook_resid_post"][pos:pos + 1][None])[0, 0]  # (d,)
+    h = m.ln_final(c[f"blocks.{m.cfg.n_layer - 1}.hook_resid_post"][pos : pos + 1][None])[0, 0]  # (d,)
     logits = clf.head(h)  # (L,)
     win = int(torch.argmax(logits))
     return ClassifierBlock(
-        task=info["task"], labels=info["labels"], position=pos, at_extract=ids[-1] == clf.specials["extract"],
-        logits=rounded(logits), probs=rounded(torch.softmax(logits, -1)), predicted=win,
-        attention=[rounded(c[f"blocks.{l}.attn.hook_pattern"][:, pos, :pos + 1], 4) for l in range(m.cfg.n_layer)],
-        attention_mean=[rounded(c[f"blocks.{l}.attn.hook_pattern"][:, pos, :pos + 1].mean(0), 4) for l in range(m.cfg.n_layer)],
-        decomposition=decomposition(m, c, pos, clf.head.weight[win], float(logits[win]), win, info["labels"][win],
-                                    bias_out=float(clf.head.bias[win])))
+        task=info["task"],
+        labels=info["labels"],
+        position=pos,
+        at_extract=ids[-1] == clf.specials["extract"],
+        logits=rounded(logits),
+        probs=rounded(torch.softmax(logits, -1)),
+        predicted=win,
+        attention=[rounded(c[f"blocks.{li}.attn.hook_pattern"][:, pos, : pos + 1], 4) for li in range(m.cfg.n_layer)],
+        attention_mean=[
+            rounded(c[f"blocks.{li}.attn.hook_pattern"][:, pos, : pos + 1].mean(0), 4) for li in range(m.cfg.n_layer)
+        ],
+        decomposition=decomposition(
+            m,
+            c,
+            pos,
+            clf.head.weight[win],
+            float(logits[win]),
+            win,
+            info["labels"][win],
+            bias_out=float(clf.head.bias[win]),
+        ),
+    )
 
 
 def _rope(m, c, layer: int, head: int, pos: int) -> RopeBlock:
@@ -226,20 +303,31 @@ def _rope(m, c, layer: int, head: int, pos: int) -> RopeBlock:
         return [float(apply_rope(q, cq[d], sq[d]) @ kk) / math.sqrt(hs) for d in dist]
 
     return RopeBlock(
-        layer=layer, head=head, kv_head=kvh, base=cfg.rope_base,
+        layer=layer,
+        head=head,
+        kv_head=kvh,
+        base=cfg.rope_base,
         frequencies=rounded(cfg.rope_base ** (-torch.arange(0, hs, 2).float() / hs), 6),
-        angles=rounded(torch.atan2(sin, cos), 4), q=rounded(c[a + "hook_q"][:, head]), q_rotated=rounded(c[a + "hook_q_rot"][:, head]),
-        k=rounded(c[a + "hook_k"][:, kvh]), k_rotated=rounded(c[a + "hook_k_rot"][:, kvh]),
-        distance_check=RopeDistanceCheck(offset=offset, distances=dist, scores_at_start=[round(x, 5) for x in curve(0)],
-                                         scores_at_offset=[round(x, 5) for x in curve(offset)]))
+        angles=rounded(torch.atan2(sin, cos), 4),
+        q=rounded(c[a + "hook_q"][:, head]),
+        q_rotated=rounded(c[a + "hook_q_rot"][:, head]),
+        k=rounded(c[a + "hook_k"][:, kvh]),
+        k_rotated=rounded(c[a + "hook_k_rot"][:, kvh]),
+        distance_check=RopeDistanceCheck(
+            offset=offset,
+            distances=dist,
+            scores_at_start=[round(x, 5) for x in curve(0)],
+            scores_at_offset=[round(x, 5) for x in curve(offset)],
+        ),
+    )
 
 
 def _moe(m, c) -> MoEBlock:
     cfg, layers = m.cfg, []
-    for l in range(cfg.n_layer):
-        probs, choice = c[f"blocks.{l}.mlp.hook_router_probs"], c[f"blocks.{l}.mlp.hook_router_choice"]
+    for li in range(cfg.n_layer):
+        probs, choice = c[f"blocks.{li}.mlp.hook_router_probs"], c[f"blocks.{li}.mlp.hook_router_choice"]
         load = torch.bincount(choice.flatten(), minlength=cfg.n_expert).float() / choice.numel()
-        layers.append(ExpertLayer(layer=l, probs=rounded(probs, 4), choice=choice.tolist(), load=rounded(load, 4)))
+        layers.append(ExpertLayer(layer=li, probs=rounded(probs, 4), choice=choice.tolist(), load=rounded(load, 4)))
     return MoEBlock(n_expert=cfg.n_expert, top_k=cfg.top_k_experts, layers=layers)
 
 
@@ -247,8 +335,11 @@ def _layernorm(m, c, layer: int, pos: int) -> LayerNormDetail:
     block = m.blocks[layer]
     pre_norm = m.cfg.norm in ("pre", "both")
     # pre-norm: ln1 reads the stream entering the block; post-norm: it reads stream + attention
-    x = c[f"blocks.{layer}.hook_resid_pre"][pos] if pre_norm else \
-        (c[f"blocks.{layer}.hook_resid_pre"] + c[f"blocks.{layer}.hook_attn_out"])[pos]
+    x = (
+        c[f"blocks.{layer}.hook_resid_pre"][pos]
+        if pre_norm
+        else (c[f"blocks.{layer}.hook_resid_pre"] + c[f"blocks.{layer}.hook_attn_out"])[pos]
+    )
     ln = block.ln1
     rms = m.cfg.norm_type == "rmsnorm"
     mean = torch.zeros(()) if rms else x.mean()
@@ -256,10 +347,20 @@ def _layernorm(m, c, layer: int, pos: int) -> LayerNormDetail:
     std = torch.sqrt(var + ln.eps)
     normed = (x - mean) / std
     return LayerNormDetail(
-        layer=layer, which="ln1", position=pos, kind=m.cfg.norm_type, input=rounded(x), mean=None if rms else round(float(mean), 6),
-        variance=round(float(var), 6), eps=ln.eps, std=round(float(std), 6), normalized=rounded(normed),
-        gain=rounded(ln.weight), shift=rounded(ln.bias) if ln.bias is not None else None,
-        output=rounded(c[f"blocks.{layer}.ln1.hook_normalized"][pos]))
+        layer=layer,
+        which="ln1",
+        position=pos,
+        kind=m.cfg.norm_type,
+        input=rounded(x),
+        mean=None if rms else round(float(mean), 6),
+        variance=round(float(var), 6),
+        eps=ln.eps,
+        std=round(float(std), 6),
+        normalized=rounded(normed),
+        gain=rounded(ln.weight),
+        shift=rounded(ln.bias) if ln.bias is not None else None,
+        output=rounded(c[f"blocks.{layer}.ln1.hook_normalized"][pos]),
+    )
 
 
 def _head_detail(m, c, layer: int, head: int, pos: int) -> HeadDetail:
@@ -270,16 +371,27 @@ def _head_detail(m, c, layer: int, head: int, pos: int) -> HeadDetail:
     allowed = causal_allowed(T, T, window=m.cfg.window) if m.cfg.causal else torch.ones(T, T, dtype=torch.bool)
     masked = [[round(float(scores[i, j]), 5) if allowed[i, j] else None for j in range(T)] for i in range(T)]
     return HeadDetail(
-        layer=layer, head=head, d_head=m.cfg.d_head, scale=1 / math.sqrt(m.cfg.d_head),
+        layer=layer,
+        head=head,
+        d_head=m.cfg.d_head,
+        scale=1 / math.sqrt(m.cfg.d_head),
         # RoPE: the rotated q and k (their dot product is the score); grouped-query attention: the
         # key/value head this query head shares
-        q=rounded(c[a + ("hook_q_rot" if rope else "hook_q")][:, head]), k=rounded(c[a + ("hook_k_rot" if rope else "hook_k")][:, kvh]),
-        v=rounded(c[a + "hook_v"][:, kvh]), kv_head=kvh, rotated=rope,
-        scores=rounded(scores), masked_scores=masked, pattern=rounded(c[a + "hook_pattern"][head]),
-        z=rounded(c[a + "hook_z"][:, head]), result=rounded(c[a + "hook_result"][:, head], 4), position=pos,
+        q=rounded(c[a + ("hook_q_rot" if rope else "hook_q")][:, head]),
+        k=rounded(c[a + ("hook_k_rot" if rope else "hook_k")][:, kvh]),
+        v=rounded(c[a + "hook_v"][:, kvh]),
+        kv_head=kvh,
+        rotated=rope,
+        scores=rounded(scores),
+        masked_scores=masked,
+        pattern=rounded(c[a + "hook_pattern"][head]),
+        z=rounded(c[a + "hook_z"][:, head]),
+        result=rounded(c[a + "hook_result"][:, head], 4),
+        position=pos,
         resid_pre=rounded(c[f"blocks.{layer}.hook_resid_pre"][pos]),
         attn_out=rounded(c[f"blocks.{layer}.hook_attn_out"][pos]),
-        resid_mid=rounded(c[f"blocks.{layer}.hook_resid_mid"][pos]))
+        resid_mid=rounded(c[f"blocks.{layer}.hook_resid_mid"][pos]),
+    )
 
 
 def gelu_curve(kind: str, lo: float = -4.0, hi: float = 4.0, n: int = 161) -> tuple[list[float], list[float]]:
@@ -289,24 +401,40 @@ def gelu_curve(kind: str, lo: float = -4.0, hi: float = 4.0, n: int = 161) -> tu
 
 
 def _mlp(m, c, layer: int, pos: int) -> MLPBlock:
-    pres = [c[f"blocks.{l}.mlp.hook_pre"] for l in range(m.cfg.n_layer)]
+    pres = [c[f"blocks.{li}.mlp.hook_pre"] for li in range(m.cfg.n_layer)]
     lo = min(float(p.min()) for p in pres)
     hi = max(float(p.max()) for p in pres)
     edges = torch.linspace(min(lo, -4.0), max(hi, 4.0), HIST_BINS + 1)
     layers = []
-    for l, p in enumerate(pres):
+    for li, p in enumerate(pres):
         counts = torch.histc(p.flatten(), bins=HIST_BINS, min=float(edges[0]), max=float(edges[-1]))
-        layers.append(MLPLayer(layer=l, histogram=Histogram(edges=rounded(edges, 4), counts=[int(x) for x in counts]),
-                               fraction_negative=round(float((p < 0).float().mean()), 5),
-                               mean=round(float(p.mean()), 5), std=round(float(p.std()), 5)))
+        layers.append(
+            MLPLayer(
+                layer=li,
+                histogram=Histogram(edges=rounded(edges, 4), counts=[int(x) for x in counts]),
+                fraction_negative=round(float((p < 0).float().mean()), 5),
+                mean=round(float(p.mean()), 5),
+                std=round(float(p.std()), 5),
+            )
+        )
     post = c[f"blocks.{layer}.mlp.hook_post"][pos]
     pre = pres[layer][pos]
     top = torch.topk(post, min(10, post.numel()))
     act = "silu" if m.cfg.mlp == "swiglu" else m.cfg.gelu
     cx, cy = gelu_curve(act)
-    return MLPBlock(gelu=act, curve_x=cx, curve_y=cy, layers=layers, layer=layer, position=pos,
-                    top_neurons=[Neuron(index=int(i), pre=round(float(pre[i]), 5), post=round(float(v), 5))
-                                 for v, i in zip(top.values, top.indices)], d_mlp=m.cfg.d_mlp)
+    return MLPBlock(
+        gelu=act,
+        curve_x=cx,
+        curve_y=cy,
+        layers=layers,
+        layer=layer,
+        position=pos,
+        top_neurons=[
+            Neuron(index=int(i), pre=round(float(pre[i]), 5), post=round(float(v), 5))
+            for v, i in zip(top.values, top.indices)
+        ],
+        d_mlp=m.cfg.d_mlp,
+    )
 
 
 def _logit_lens(service, m, streams, stages, ids) -> LogitLensBlock:
@@ -316,9 +444,13 @@ def _logit_lens(service, m, streams, stages, ids) -> LogitLensBlock:
         probs = torch.softmax(m.lm_head(m.ln_final(s)).float(), -1)  # (T, V)
         top = torch.topk(probs, LENS_K, dim=-1)
         vals, idx = top.values.tolist(), top.indices.tolist()
-        top_all.append([[LensCandidate(id=i, text=token_text(service, i), prob=round(p, 5))
-                         for p, i in zip(vals[t], idx[t])] for t in range(T)])
-        nxt = torch.tensor(ids[1:] + [0])
+        top_all.append(
+            [
+                [LensCandidate(id=i, text=token_text(service, i), prob=round(p, 5)) for p, i in zip(vals[t], idx[t])]
+                for t in range(T)
+            ]
+        )
+        nxt = torch.tensor([*ids[1:], 0])
         pa = probs[torch.arange(T), nxt]
         actual.append([round(float(pa[t]), 5) if t < T - 1 else None for t in range(T)])
     return LogitLensBlock(stages=stages, positions=list(range(T)), top=top_all, actual_next_prob=actual)
@@ -331,11 +463,23 @@ def _prompt_loss(service, logits: torch.Tensor, ids: list[int]) -> PromptLoss:
     logp = torch.log_softmax(logits[:-1].float(), -1)
     nxt = torch.tensor(ids[1:])
     lp = logp[torch.arange(len(ids) - 1), nxt]
-    rows = [PositionLoss(position=t, next_id=int(nxt[t]), next_text=token_text(service, int(nxt[t])),
-                         prob=round(float(lp[t].exp()), 6), loss=round(float(-lp[t]), 5)) for t in range(len(lp))]
+    rows = [
+        PositionLoss(
+            position=t,
+            next_id=int(nxt[t]),
+            next_text=token_text(service, int(nxt[t])),
+            prob=round(float(lp[t].exp()), 6),
+            loss=round(float(-lp[t]), 5),
+        )
+        for t in range(len(lp))
+    ]
     mean = float(-lp.mean())
-    return PromptLoss(positions=rows, mean_loss=round(mean, 5), perplexity=round(math.exp(mean), 4),
-                      uniform_loss=round(math.log(V), 5))
+    return PromptLoss(
+        positions=rows,
+        mean_loss=round(mean, 5),
+        perplexity=round(math.exp(mean), 4),
+        uniform_loss=round(math.log(V), 5),
+    )
 
 
 def _decompose(service, m, c, logits, pos: int, target: int | None) -> Decomposition:
@@ -344,8 +488,9 @@ def _decompose(service, m, c, logits, pos: int, target: int | None) -> Decomposi
     return decomposition(m, c, pos, m.lm_head.weight[tid], float(logits[pos, tid]), tid, token_text(service, tid))
 
 
-def decomposition(m, c, pos: int, w_out: torch.Tensor, logit: float, target_id: int, target_text: str,
-                  bias_out: float = 0.0) -> Decomposition:
+def decomposition(
+    m, c, pos: int, w_out: torch.Tensor, logit: float, target_id: int, target_text: str, bias_out: float = 0.0
+) -> Decomposition:
     """Split one logit (w_out . h + bias_out) into what each component wrote into the residual stream.
 
     For a pre-norm model the final residual is embed + sum over layers of (heads + attention bias
@@ -353,18 +498,34 @@ def decomposition(m, c, pos: int, w_out: torch.Tensor, logit: float, target_id: 
     logit linear: logit = sum_c ((c - mean c) / scale) . (g * w_out) + b . w_out + bias_out.
     """
     if m.cfg.norm == "post":
-        return Decomposition(position=pos, target_id=target_id, target_text=target_text, logit=round(logit, 5),
-                             contributions=[], total=0.0, residual_error=round(logit, 5), exact=False,
-                             note="post-norm (GPT-1 style) models normalise inside every block, so the stream "
-                                  "does not split into independent parts; no decomposition is given")
+        return Decomposition(
+            position=pos,
+            target_id=target_id,
+            target_text=target_text,
+            logit=round(logit, 5),
+            contributions=[],
+            total=0.0,
+            residual_error=round(logit, 5),
+            exact=False,
+            note="post-norm (GPT-1 style) models normalise inside every block, so the stream "
+            "does not split into independent parts; no decomposition is given",
+        )
     rows = split_logit(m, c, pos, w_out, bias_out)
     total = sum(r.value for r in rows)
     for r in rows:
         r.value = round(r.value, 5)
-    return Decomposition(position=pos, target_id=target_id, target_text=target_text, logit=round(logit, 5),
-                         contributions=rows, total=round(total, 5), residual_error=round(logit - total, 6), exact=True,
-                         note="the final LayerNorm's scale is held at its value for this prompt, which makes the "
-                              "map from residual stream to logit linear, so the parts add up exactly")
+    return Decomposition(
+        position=pos,
+        target_id=target_id,
+        target_text=target_text,
+        logit=round(logit, 5),
+        contributions=rows,
+        total=round(total, 5),
+        residual_error=round(logit - total, 6),
+        exact=True,
+        note="the final LayerNorm's scale is held at its value for this prompt, which makes the "
+        "map from residual stream to logit linear, so the parts add up exactly",
+    )
 
 
 def split_logit(m, c, pos: int, w_out: torch.Tensor, bias_out: float = 0.0) -> list[Contribution]:
@@ -384,19 +545,29 @@ def split_logit(m, c, pos: int, w_out: torch.Tensor, bias_out: float = 0.0) -> l
 
     embed = c["hook_embed"][pos] + (c["hook_pos_embed"][pos] if "hook_pos_embed" in c else 0.0)
     rows = [Contribution(name="embed", kind="embed", value=contrib(embed))]
-    for l in range(cfg.n_layer):
+    for li in range(cfg.n_layer):
         if cfg.norm == "both":  # the sandwich normalises the summed heads: only the whole output adds up
-            rows.append(Contribution(name=f"L{l} attention", kind="attn", layer=l,
-                                     value=contrib(c[f"blocks.{l}.hook_attn_out"][pos])))
-            rows.append(Contribution(name=f"MLP{l}", kind="mlp", layer=l, value=contrib(c[f"blocks.{l}.hook_mlp_out"][pos])))
+            rows.append(
+                Contribution(
+                    name=f"L{li} attention", kind="attn", layer=li, value=contrib(c[f"blocks.{li}.hook_attn_out"][pos])
+                )
+            )
+            rows.append(
+                Contribution(name=f"MLP{li}", kind="mlp", layer=li, value=contrib(c[f"blocks.{li}.hook_mlp_out"][pos]))
+            )
             continue
-        res = c[f"blocks.{l}.attn.hook_result"][pos]  # (nh, d)
+        res = c[f"blocks.{li}.attn.hook_result"][pos]  # (nh, d)
         for h in range(cfg.n_head):
-            rows.append(Contribution(name=f"L{l}H{h}", kind="head", layer=l, head=h, value=contrib(res[h])))
-        if m.blocks[l].attn.c_proj.bias is not None:
-            rows.append(Contribution(name=f"L{l} attn bias", kind="attn_bias", layer=l,
-                                     value=contrib(m.blocks[l].attn.c_proj.bias)))
-        rows.append(Contribution(name=f"MLP{l}", kind="mlp", layer=l, value=contrib(c[f"blocks.{l}.hook_mlp_out"][pos])))
+            rows.append(Contribution(name=f"L{li}H{h}", kind="head", layer=li, head=h, value=contrib(res[h])))
+        if m.blocks[li].attn.c_proj.bias is not None:
+            rows.append(
+                Contribution(
+                    name=f"L{li} attn bias", kind="attn_bias", layer=li, value=contrib(m.blocks[li].attn.c_proj.bias)
+                )
+            )
+        rows.append(
+            Contribution(name=f"MLP{li}", kind="mlp", layer=li, value=contrib(c[f"blocks.{li}.hook_mlp_out"][pos]))
+        )
     if ln.bias is not None:
         rows.append(Contribution(name="final LayerNorm shift", kind="bias", value=float((ln.bias * w_u).sum())))
     if bias_out:

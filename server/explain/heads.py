@@ -14,12 +14,20 @@ from gptscope.model.tokenizers import CharEncoding
 from ..config import LARGE_MODEL_PARAMS
 from ..errors import InputError, NotFound
 from ..runs import RUN_ID, RunManager
-from ..schemas.heads import (Ablation, HeadRole, HeadsResponse, InContext, RepeatedTokensInput, RoleDefinition,
-                             SnapshotHeads, TrainingHeads)
+from ..schemas.heads import (
+    Ablation,
+    HeadRole,
+    HeadsResponse,
+    InContext,
+    RepeatedTokensInput,
+    RoleDefinition,
+    SnapshotHeads,
+    TrainingHeads,
+)
 from ..service import ModelService
 from .forward import prompt_ids, token_text
-from .training import _snapshot_service
 from .tokens import token_pieces
+from .training import _snapshot_service
 
 DEFAULT_TEXT_CHARS = 1200
 
@@ -46,10 +54,17 @@ def repeated(service: ModelService) -> hd.RepeatedTokens:
 
 
 def _definitions(base: dict[str, dict]) -> list[RoleDefinition]:
-    return [RoleDefinition(name=r, definition=hd.DEFINITIONS[r],
-                           input="prompt" if r in hd.PROMPT_ROLES else "repeated random tokens",
-                           baseline_max=base[r]["max"], baseline_mean=base[r]["mean"],
-                           threshold=round(hd.threshold(base, r), 4)) for r in hd.ROLES]
+    return [
+        RoleDefinition(
+            name=r,
+            definition=hd.DEFINITIONS[r],
+            input="prompt" if r in hd.PROMPT_ROLES else "repeated random tokens",
+            baseline_max=base[r]["max"],
+            baseline_mean=base[r]["mean"],
+            threshold=round(hd.threshold(base, r), 4),
+        )
+        for r in hd.ROLES
+    ]
 
 
 MAX_ABLATED_LARGE = 12  # role heads ablated in a large model (each ablation is a full forward pass)
@@ -68,15 +83,22 @@ def _summary(rep: hd.HeadsReport, n_heads: int) -> str:
     confirmed = [h for h in with_role if _status(h) == "confirmed"]
     tested = [h for h in with_role if h.ablation is not None]
     how = f" ({len(confirmed)} of the {len(tested)} tested confirmed by ablation)" if tested else " (ablation not run)"
-    parts = [f"{len(with_role)} of {n_heads} heads have a role that beats random weights{how}" if with_role else
-             f"none of the {n_heads} heads has a role that clearly beats random weights"]
+    parts = [
+        f"{len(with_role)} of {n_heads} heads have a role that beats random weights{how}"
+        if with_role
+        else f"none of the {n_heads} heads has a role that clearly beats random weights"
+    ]
     best_ind = max(rep.heads, key=lambda h: h.scores["induction"])
     if "induction" not in {r for h in with_role for r in h.roles}:
-        parts.append(f"no induction head: the best induction score is {best_ind.scores['induction']:.3f} "
-                     f"(L{best_ind.layer}H{best_ind.head}) against {rep.baseline['induction']['max']:.3f} for random weights")
+        parts.append(
+            f"no induction head: the best induction score is {best_ind.scores['induction']:.3f} "
+            f"(L{best_ind.layer}H{best_ind.head}) against {rep.baseline['induction']['max']:.3f} for random weights"
+        )
     ic = rep.in_context
-    parts.append(f"in-context score {ic['in_context_score']:+.3f} nats (loss on the second copy of random tokens "
-                 f"{ic['second_copy_loss']:.3f} vs {ic['first_copy_loss']:.3f} on the first)")
+    parts.append(
+        f"in-context score {ic['in_context_score']:+.3f} nats (loss on the second copy of random tokens "
+        f"{ic['second_copy_loss']:.3f} vs {ic['first_copy_loss']:.3f} on the first)"
+    )
     return "; ".join(parts) + "."
 
 
@@ -84,29 +106,54 @@ def _summary(rep: hd.HeadsReport, n_heads: int) -> str:
 def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> hd.HeadsReport:
     large = service.model.num_params() >= LARGE_MODEL_PARAMS
     with service.run() as m:
-        return hd.analyse(m, torch.tensor([ids], device=service.device), repeated(service), ablate=ablate,
-                          max_ablated=MAX_ABLATED_LARGE if large else None)
+        return hd.analyse(
+            m,
+            torch.tensor([ids], device=service.device),
+            repeated(service),
+            ablate=ablate,
+            max_ablated=MAX_ABLATED_LARGE if large else None,
+        )
 
 
 def heads(service: ModelService, text: str | None, ablate: bool = True) -> HeadsResponse:
     ids, _ = prompt_ids(service, text_for(service, text), truncate=True)
     if len(ids) < 2:
-        raise InputError("text", "the prompt needs at least 2 tokens to score attention between positions", where="query")
+        raise InputError(
+            "text", "the prompt needs at least 2 tokens to score attention between positions", where="query"
+        )
     rep_ = _analyse(service, tuple(ids), ablate)
     rep = repeated(service)
     cfg = service.model.cfg
     return HeadsResponse(
-        model=service.name, n_layer=cfg.n_layer, n_head=cfg.n_head, margin=hd.ROLE_MARGIN, min_score=hd.ROLE_MIN,
-        roles=_definitions(rep_.baseline), prompt=token_pieces(service.encoding, ids),
-        test_input=RepeatedTokensInput(seed=rep.seed, n=rep.n, ids=rep.ids.tolist(),
-                                       tokens=[token_text(service, int(i)) for i in rep.ids[0]]),
-        heads=[HeadRole(layer=h.layer, head=h.head, scores=h.scores, roles=h.roles, status=_status(h),
-                        ablation=Ablation(**h.ablation) if h.ablation else None) for h in rep_.heads],
-        in_context=InContext(**rep_.in_context), reference_cost=rep_.reference_cost,
-        summary=_summary(rep_, cfg.n_layer * cfg.n_head))
+        model=service.name,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        margin=hd.ROLE_MARGIN,
+        min_score=hd.ROLE_MIN,
+        roles=_definitions(rep_.baseline),
+        prompt=token_pieces(service.encoding, ids),
+        test_input=RepeatedTokensInput(
+            seed=rep.seed, n=rep.n, ids=rep.ids.tolist(), tokens=[token_text(service, int(i)) for i in rep.ids[0]]
+        ),
+        heads=[
+            HeadRole(
+                layer=h.layer,
+                head=h.head,
+                scores=h.scores,
+                roles=h.roles,
+                status=_status(h),
+                ablation=Ablation(**h.ablation) if h.ablation else None,
+            )
+            for h in rep_.heads
+        ],
+        in_context=InContext(**rep_.in_context),
+        reference_cost=rep_.reference_cost,
+        summary=_summary(rep_, cfg.n_layer * cfg.n_head),
+    )
 
 
 # --- over training ---------------------------------------------------------------------------------
+
 
 @lru_cache(maxsize=64)
 def _snapshot_scores(path: str) -> tuple[dict, dict, float | None, int]:
@@ -119,8 +166,12 @@ def _snapshot_scores(path: str) -> tuple[dict, dict, float | None, int]:
         ic = hd.in_context_score(m, rep)
         base = _baseline_for(svc.model.cfg, tuple(ids), svc)
     evals = svc.meta.get("evals") or []
-    return ({r: v.tolist() for r, v in scores.items()}, {"in_context": ic, "baseline": base},
-            evals[-1]["val_loss"] if evals else None, int(svc.meta.get("step", 0)))
+    return (
+        {r: v.tolist() for r, v in scores.items()},
+        {"in_context": ic, "baseline": base},
+        evals[-1]["val_loss"] if evals else None,
+        int(svc.meta.get("step", 0)),
+    )
 
 
 _BASELINES: dict[tuple, dict] = {}
@@ -144,10 +195,20 @@ def training_heads(runs: RunManager, run_id: str) -> TrainingHeads:
         base = extra["baseline"]
         t = {r: torch.tensor(v) for r, v in scores.items()}
         roles = hd.assign_roles(t, base)
-        snaps.append(SnapshotHeads(
-            step=step, val_loss=val_loss, scores={r: [[round(x, 4) for x in row] for row in v] for r, v in scores.items()},
-            best={r: round(float(t[r].max()), 4) for r in hd.ROLES},
-            role_counts={r: sum(r in hr for row in roles for hr in row) for r in hd.ROLES},
-            in_context=InContext(**extra["in_context"])))
-    return TrainingHeads(run=run_id, roles=_definitions(base) if base else [], margin=hd.ROLE_MARGIN,
-                         min_score=hd.ROLE_MIN, snapshots=snaps)
+        snaps.append(
+            SnapshotHeads(
+                step=step,
+                val_loss=val_loss,
+                scores={r: [[round(x, 4) for x in row] for row in v] for r, v in scores.items()},
+                best={r: round(float(t[r].max()), 4) for r in hd.ROLES},
+                role_counts={r: sum(r in hr for row in roles for hr in row) for r in hd.ROLES},
+                in_context=InContext(**extra["in_context"]),
+            )
+        )
+    return TrainingHeads(
+        run=run_id,
+        roles=_definitions(base) if base else [],
+        margin=hd.ROLE_MARGIN,
+        min_score=hd.ROLE_MIN,
+        snapshots=snaps,
+    )

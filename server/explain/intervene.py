@@ -22,12 +22,14 @@ def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse
     ids, _ = prompt_ids(service, req.text, truncate=False)
     for n, h in enumerate(req.ablate_heads):
         if h.layer >= cfg.n_layer:
-            raise InputError(f"ablate_heads.{n}.layer", f"{h.layer} is out of range; valid layers are 0..{cfg.n_layer - 1}")
+            raise InputError(
+                f"ablate_heads.{n}.layer", f"{h.layer} is out of range; valid layers are 0..{cfg.n_layer - 1}"
+            )
         if h.head >= cfg.n_head:
             raise InputError(f"ablate_heads.{n}.head", f"{h.head} is out of range; valid heads are 0..{cfg.n_head - 1}")
-    for n, l in enumerate(req.ablate_mlps):
-        if not 0 <= l < cfg.n_layer:
-            raise InputError(f"ablate_mlps.{n}", f"{l} is out of range; valid layers are 0..{cfg.n_layer - 1}")
+    for n, li in enumerate(req.ablate_mlps):
+        if not 0 <= li < cfg.n_layer:
+            raise InputError(f"ablate_mlps.{n}", f"{li} is out of range; valid layers are 0..{cfg.n_layer - 1}")
     altered_ids = list(ids)
     for n, e in enumerate(req.edits):
         if e.position >= len(ids):
@@ -48,8 +50,8 @@ def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse
     def zero(t: torch.Tensor, _name: str):
         return torch.zeros_like(t)
 
-    hooks = [(f"blocks.{l}.attn.hook_z", zero_heads) for l in by_layer]
-    hooks += [(f"blocks.{l}.hook_mlp_out", zero) for l in sorted(set(req.ablate_mlps))]
+    hooks = [(f"blocks.{li}.attn.hook_z", zero_heads) for li in by_layer]
+    hooks += [(f"blocks.{li}.hook_mlp_out", zero) for li in sorted(set(req.ablate_mlps))]
     with service.run() as m:
         clean, _ = m(torch.tensor([ids], device=service.device))
         with m.hooks(hooks):
@@ -58,12 +60,31 @@ def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse
     p_clean = torch.softmax(clean[-1].float(), -1)
     p_alt = torch.softmax(alt[-1].float(), -1)
     kl = float((p_clean * (p_clean.clamp_min(1e-30).log() - p_alt.clamp_min(1e-30).log())).sum())
-    union = list(dict.fromkeys([*torch.topk(p_clean, req.top_k).indices.tolist(), *torch.topk(p_alt, req.top_k).indices.tolist()]))
-    compared = sorted((Compared(id=i, text=token_text(service, i), clean=round(float(p_clean[i]), 6),
-                                altered=round(float(p_alt[i]), 6)) for i in union), key=lambda c: -c.clean)
+    union = list(
+        dict.fromkeys(
+            [*torch.topk(p_clean, req.top_k).indices.tolist(), *torch.topk(p_alt, req.top_k).indices.tolist()]
+        )
+    )
+    compared = sorted(
+        (
+            Compared(
+                id=i, text=token_text(service, i), clean=round(float(p_clean[i]), 6), altered=round(float(p_alt[i]), 6)
+            )
+            for i in union
+        ),
+        key=lambda c: -c.clean,
+    )
     return InterveneResponse(
-        clean=RunSummary(tokens=token_pieces(service.encoding, ids), loss=_mean_loss(clean, ids),
-                         top=next_tokens(service, clean[-1], req.top_k)),
-        altered=RunSummary(tokens=token_pieces(service.encoding, altered_ids), loss=_mean_loss(alt, altered_ids),
-                           top=next_tokens(service, alt[-1], req.top_k)),
-        kl_divergence=round(max(0.0, kl), 6), compared=compared)
+        clean=RunSummary(
+            tokens=token_pieces(service.encoding, ids),
+            loss=_mean_loss(clean, ids),
+            top=next_tokens(service, clean[-1], req.top_k),
+        ),
+        altered=RunSummary(
+            tokens=token_pieces(service.encoding, altered_ids),
+            loss=_mean_loss(alt, altered_ids),
+            top=next_tokens(service, alt[-1], req.top_k),
+        ),
+        kl_divergence=round(max(0.0, kl), 6),
+        compared=compared,
+    )

@@ -5,8 +5,9 @@ raise InputError naming the field. Every float returned is finite."""
 
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -63,8 +64,17 @@ GPT1_DEFAULTS = dict(max_lr=2.5e-4, warmup=2000, total_steps=100_000, min_lr=0.0
 HISTORY_POINTS = 4000  # a longer history is thinned evenly (first and last update kept)
 
 
-def lr_schedule(service: ModelService, kind: str, *, d_model: int | None, warmup: int | None,
-                max_lr: float | None, total_steps: int | None, min_lr: float | None, points: int) -> S.ScheduleResponse:
+def lr_schedule(
+    service: ModelService,
+    kind: str,
+    *,
+    d_model: int | None,
+    warmup: int | None,
+    max_lr: float | None,
+    total_steps: int | None,
+    min_lr: float | None,
+    points: int,
+) -> S.ScheduleResponse:
     given = dict(d_model=d_model, warmup=warmup, max_lr=max_lr, total_steps=total_steps, min_lr=min_lr)
     given = {k: v for k, v in given.items() if v is not None}
     recorded = None
@@ -81,9 +91,13 @@ def lr_schedule(service: ModelService, kind: str, *, d_model: int | None, warmup
         p = {k: recorded[k] for k in ("max_lr", "min_lr", "warmup", "total_steps")}
         p.update({k: v for k, v in given.items() if k in p})
     if p["warmup"] > p["total_steps"]:
-        raise query_error("warmup", f"{p['warmup']} is more than total_steps={p['total_steps']}; warmup must fit in the run")
+        raise query_error(
+            "warmup", f"{p['warmup']} is more than total_steps={p['total_steps']}; warmup must fit in the run"
+        )
     if "max_lr" in p and p["min_lr"] > p["max_lr"]:
-        raise query_error("min_lr", f"{p['min_lr']:g} is above max_lr={p['max_lr']:g}; the cosine decays from max_lr down to min_lr")
+        raise query_error(
+            "min_lr", f"{p['min_lr']:g} is above max_lr={p['max_lr']:g}; the cosine decays from max_lr down to min_lr"
+        )
 
     total, w = int(p["total_steps"]), int(p["warmup"])
     steps = C.schedule_steps(total, points, extra=(w - 1, w))
@@ -95,14 +109,23 @@ def lr_schedule(service: ModelService, kind: str, *, d_model: int | None, warmup
     else:
         lr = C.lr_curve("warmup_cosine", steps, max_lr=p["max_lr"], warmup=w, total_steps=total, min_lr=p["min_lr"])
         function = "gptscope.model.schedules.warmup_cosine"
-        formula = ("lr = max_lr * (step + 1) / warmup while step < warmup; then "
-                   "min_lr + (max_lr - min_lr) * (1 + cos(pi * (step - warmup) / (total_steps - warmup))) / 2")
+        formula = (
+            "lr = max_lr * (step + 1) / warmup while step < warmup; then "
+            "min_lr + (max_lr - min_lr) * (1 + cos(pi * (step - warmup) / (total_steps - warmup))) / 2"
+        )
         params = S.ScheduleParams(warmup=w, max_lr=p["max_lr"], min_lr=p["min_lr"], total_steps=total)
     lr = _finite(lr, "d_model" if kind == "transformer" else "max_lr")
     i_peak = max(range(len(lr)), key=lambda i: (lr[i], steps[i] == w))  # a tie goes to the end of warmup
     resp = S.ScheduleResponse(
-        kind=kind, function=function, formula=formula, params=params, step=steps, lr=lr,
-        peak=S.SchedulePoint(step=steps[i_peak], lr=lr[i_peak]), end=S.SchedulePoint(step=steps[-1], lr=lr[-1]))
+        kind=kind,
+        function=function,
+        formula=formula,
+        params=params,
+        step=steps,
+        lr=lr,
+        peak=S.SchedulePoint(step=steps[i_peak], lr=lr[i_peak]),
+        end=S.SchedulePoint(step=steps[-1], lr=lr[-1]),
+    )
     if kind == "model":
         resp.checkpoint_schedule = recorded
         resp.history, resp.history_max_abs_diff = _history(service, p, recorded)
@@ -115,14 +138,22 @@ def _history(service: ModelService, p: dict, recorded: dict) -> tuple[S.LrHistor
         return None, None
     diff = None
     if all(p[k] == recorded[k] for k in p):  # the curve is the recorded schedule: how close was training to it?
-        diff = max(abs(float(r["lr"]) - warmup_cosine(int(r["step"]) - 1, p["max_lr"], p["warmup"], p["total_steps"],
-                                                       p["min_lr"])) for r in recs)
+        diff = max(
+            abs(
+                float(r["lr"])
+                - warmup_cosine(int(r["step"]) - 1, p["max_lr"], p["warmup"], p["total_steps"], p["min_lr"])
+            )
+            for r in recs
+        )
     if len(recs) > HISTORY_POINTS:
         idx = sorted({round(i * (len(recs) - 1) / (HISTORY_POINTS - 1)) for i in range(HISTORY_POINTS)})
         recs = [recs[i] for i in idx]
     recs = [r for r in recs if math.isfinite(float(r["lr"])) and math.isfinite(float(r.get("loss", 0.0)))]
-    hist = S.LrHistory(step=[int(r["step"]) - 1 for r in recs], lr=[float(r["lr"]) for r in recs],
-                       loss=[float(r.get("loss", 0.0)) for r in recs])
+    hist = S.LrHistory(
+        step=[int(r["step"]) - 1 for r in recs],
+        lr=[float(r["lr"]) for r in recs],
+        loss=[float(r.get("loss", 0.0)) for r in recs],
+    )
     return hist, diff
 
 
@@ -147,13 +178,22 @@ def gelu(x_min: float, x_max: float, points: int) -> S.GeluResponse:
     mx, mv = C.gelu_minimum("exact")
     tx, tv = C.gelu_minimum("tanh")
     return S.GeluResponse(
-        x=xs, gelu_exact=ge, gelu_tanh=gt, relu=[C.relu(x) for x in xs],
-        d_gelu_exact=[C.gelu_exact_grad(x) for x in xs], d_gelu_tanh=[C.gelu_tanh_grad(x) for x in xs],
-        d_relu=[C.relu_grad(x) for x in xs], gap=gap, max_abs_gap=worst(-math.inf, math.inf),
-        max_abs_gap_band=worst(-2.0, 2.0), minimum=S.XY(x=mx, y=mv), minimum_tanh=S.XY(x=tx, y=tv),
+        x=xs,
+        gelu_exact=ge,
+        gelu_tanh=gt,
+        relu=[C.relu(x) for x in xs],
+        d_gelu_exact=[C.gelu_exact_grad(x) for x in xs],
+        d_gelu_tanh=[C.gelu_tanh_grad(x) for x in xs],
+        d_relu=[C.relu_grad(x) for x in xs],
+        gap=gap,
+        max_abs_gap=worst(-math.inf, math.inf),
+        max_abs_gap_band=worst(-2.0, 2.0),
+        minimum=S.XY(x=mx, y=mv),
+        minimum_tanh=S.XY(x=tx, y=tv),
         derivative_at_minus_one=S.XY(x=-1.0, y=C.gelu_exact_grad(-1.0)),
         relu_derivative_at_minus_one=S.XY(x=-1.0, y=C.relu_grad(-1.0)),
-        torch_gelu="gelu_exact = F.gelu(x); gelu_tanh = F.gelu(x, approximate='tanh'); relu = F.relu(x)")
+        torch_gelu="gelu_exact = F.gelu(x); gelu_tanh = F.gelu(x, approximate='tanh'); relu = F.relu(x)",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,28 +207,58 @@ def _baseline(label: str, v: int) -> S.Baseline:
     return S.Baseline(label=label, vocab_size=v, loss=math.log(v))
 
 
-def cross_entropy(service: ModelService, vocab_size: int | None, points: int, logits: str, target: int,
-                  epsilon: float) -> S.CrossEntropyResponse:
+def cross_entropy(
+    service: ModelService, vocab_size: int | None, points: int, logits: str, target: int, epsilon: float
+) -> S.CrossEntropyResponse:
     V = vocab_size or service.model.cfg.vocab_size
     lg = parse_floats(logits, "logits")
     if target >= len(lg):
         raise query_error("target", f"{target} is out of range; the {len(lg)} logits have indices 0..{len(lg) - 1}")
     ps = sorted(set(C.logspace(1e-4, 1.0, points)) | {0.25, 1.0})
     g = C.xent_gradient(lg, target, epsilon)
-    baselines = [_baseline(f"this model's vocabulary ({service.name})", service.model.cfg.vocab_size),
-                 _baseline("GPT-1 (40,478 tokens)", GPT1_VOCAB), _baseline("GPT-2 (50,257 tokens)", GPT2_VOCAB)]
-    marks = [S.LossMark(label="p = 0.25: the true token gets a quarter of the probability", p=0.25, loss=C.nll(0.25),
-                        short=f"p = 0.25: {C.nll(0.25):.3f} nats"),
-             S.LossMark(label=f"uniform guess over {V:,} tokens: p = 1/V", p=1.0 / V, loss=math.log(V),
-                        short=f"p = 1/{V:,}: {math.log(V):.2f} nats"),
-             S.LossMark(label="GPT-1's reported perplexity 18.4: as unsure as a pick among 18.4 tokens",
-                        p=1.0 / GPT1_PERPLEXITY, loss=math.log(GPT1_PERPLEXITY),
-                        short=f"GPT-1, perplexity 18.4: {math.log(GPT1_PERPLEXITY):.2f} nats")]
+    baselines = [
+        _baseline(f"this model's vocabulary ({service.name})", service.model.cfg.vocab_size),
+        _baseline("GPT-1 (40,478 tokens)", GPT1_VOCAB),
+        _baseline("GPT-2 (50,257 tokens)", GPT2_VOCAB),
+    ]
+    marks = [
+        S.LossMark(
+            label="p = 0.25: the true token gets a quarter of the probability",
+            p=0.25,
+            loss=C.nll(0.25),
+            short=f"p = 0.25: {C.nll(0.25):.3f} nats",
+        ),
+        S.LossMark(
+            label=f"uniform guess over {V:,} tokens: p = 1/V",
+            p=1.0 / V,
+            loss=math.log(V),
+            short=f"p = 1/{V:,}: {math.log(V):.2f} nats",
+        ),
+        S.LossMark(
+            label="GPT-1's reported perplexity 18.4: as unsure as a pick among 18.4 tokens",
+            p=1.0 / GPT1_PERPLEXITY,
+            loss=math.log(GPT1_PERPLEXITY),
+            short=f"GPT-1, perplexity 18.4: {math.log(GPT1_PERPLEXITY):.2f} nats",
+        ),
+    ]
     return S.CrossEntropyResponse(
-        p=ps, loss=[_r(C.nll(p)) for p in ps], vocab_size=V, uniform=_baseline(f"{V:,} tokens", V),
-        baselines=baselines, marks=marks,
-        gradient=S.GradientExample(logits=lg, target=target, epsilon=epsilon, p=g["p"], q=g["q"], grad=g["grad"],
-                                   grad_sum=_r(g["grad_sum"], 15), loss=g["loss"]))
+        p=ps,
+        loss=[_r(C.nll(p)) for p in ps],
+        vocab_size=V,
+        uniform=_baseline(f"{V:,} tokens", V),
+        baselines=baselines,
+        marks=marks,
+        gradient=S.GradientExample(
+            logits=lg,
+            target=target,
+            epsilon=epsilon,
+            p=g["p"],
+            q=g["q"],
+            grad=g["grad"],
+            grad_sum=_r(g["grad_sum"], 15),
+            loss=g["loss"],
+        ),
+    )
 
 
 def label_smoothing(epsilon: float, vocab_size: int, points: int) -> S.LabelSmoothingResponse:
@@ -199,11 +269,19 @@ def label_smoothing(epsilon: float, vocab_size: int, points: int) -> S.LabelSmoo
         ps = sorted(set(ps) | {q_true})
     eps_grid = C.linspace(0.0, 1.0, 51)
     return S.LabelSmoothingResponse(
-        epsilon=epsilon, vocab_size=V, q_true=q_true, q_other=q_other, floor=C.label_smoothing_floor(epsilon, V),
+        epsilon=epsilon,
+        vocab_size=V,
+        q_true=q_true,
+        q_other=q_other,
+        floor=C.label_smoothing_floor(epsilon, V),
         floor_by_sum=C.label_smoothing_floor_by_sum(epsilon, V) if V <= 2_000_000 else None,
-        p=ps, loss_smoothed=_finite([C.smoothed_loss(p, epsilon, V) for p in ps], "vocab_size"),
-        loss_one_hot=[C.nll(p) for p in ps], best_p=q_true, epsilons=eps_grid,
-        floors=[_r(C.label_smoothing_floor(e, V)) for e in eps_grid])
+        p=ps,
+        loss_smoothed=_finite([C.smoothed_loss(p, epsilon, V) for p in ps], "vocab_size"),
+        loss_one_hot=[C.nll(p) for p in ps],
+        best_p=q_true,
+        epsilons=eps_grid,
+        floors=[_r(C.label_smoothing_floor(e, V)) for e in eps_grid],
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,12 +295,16 @@ def _hist(values: torch.Tensor, half_width: float, bins: int = 41) -> S.Histogra
     v = values.clamp(-half_width, half_width)
     counts = torch.histc(v, bins=bins, min=-half_width, max=half_width)
     edges = C.linspace(-half_width, half_width, bins + 1)
-    return S.Histogram(edges=[_r(e) for e in edges], centers=[_r((a + b) / 2) for a, b in zip(edges, edges[1:])],
-                       counts=[int(c) for c in counts.tolist()])
+    return S.Histogram(
+        edges=[_r(e) for e in edges],
+        centers=[_r((a + b) / 2) for a, b in itertools.pairwise(edges)],
+        counts=[int(c) for c in counts.tolist()],
+    )
 
 
-def softmax_scale(d_k: int, samples: int, seed: int, n_keys: int, logits: str, temperature: float,
-                  shift: float) -> S.SoftmaxScaleResponse:
+def softmax_scale(
+    d_k: int, samples: int, seed: int, n_keys: int, logits: str, temperature: float, shift: float
+) -> S.SoftmaxScaleResponse:
     raw, scaled = C.dot_product_scores(d_k, samples, seed)
     row_raw, row_scaled = C.attention_row(d_k, n_keys, seed)
     sweep = C.saturation_sweep(SWEEP_D_K, n_keys, rows=256, seed=seed)
@@ -230,15 +312,30 @@ def softmax_scale(d_k: int, samples: int, seed: int, n_keys: int, logits: str, t
     w_raw, w_scaled = C.softmax(row_raw), C.softmax(row_scaled)
     p1, pt, ps = C.softmax(lg), C.softmax(lg, temperature), C.softmax([v + shift for v in lg])
     return S.SoftmaxScaleResponse(
-        d_k=d_k, samples=samples, seed=seed, variance_raw=float(raw.var()), variance_scaled=float(scaled.var()),
-        hist_raw=_hist(raw, 4 * math.sqrt(d_k)), hist_scaled=_hist(scaled, 4.0),
-        row_scores_raw=row_raw, row_scores_scaled=row_scaled,
-        row_weights_raw=w_raw, row_weights_scaled=w_scaled, row_max_weight_raw=max(w_raw),
+        d_k=d_k,
+        samples=samples,
+        seed=seed,
+        variance_raw=float(raw.var()),
+        variance_scaled=float(scaled.var()),
+        hist_raw=_hist(raw, 4 * math.sqrt(d_k)),
+        hist_scaled=_hist(scaled, 4.0),
+        row_scores_raw=row_raw,
+        row_scores_scaled=row_scaled,
+        row_weights_raw=w_raw,
+        row_weights_scaled=w_scaled,
+        row_max_weight_raw=max(w_raw),
         row_max_weight_scaled=max(w_scaled),
-        sweep_d_k=SWEEP_D_K, sweep_max_weight_raw=sweep["max_weight_raw"],
+        sweep_d_k=SWEEP_D_K,
+        sweep_max_weight_raw=sweep["max_weight_raw"],
         sweep_max_weight_scaled=sweep["max_weight_scaled"],
-        logits=lg, temperature=temperature, probs_t1=p1, probs_temperature=pt, shift=shift, probs_shifted=ps,
-        shift_max_abs_diff=max(abs(a - b) for a, b in zip(p1, ps)))
+        logits=lg,
+        temperature=temperature,
+        probs_t1=p1,
+        probs_temperature=pt,
+        shift=shift,
+        probs_shifted=ps,
+        shift_max_abs_diff=max(abs(a - b) for a, b in zip(p1, ps)),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,12 +343,33 @@ def softmax_scale(d_k: int, samples: int, seed: int, n_keys: int, logits: str, t
 # --------------------------------------------------------------------------------------------
 
 PRESET_LABELS = {
-    "model": "the loaded model", "tiny": "tiny (tests)", "cpu": "cpu preset", "gpt1": "GPT-1",
-    "gpt2": "GPT-2 small", "gpt2-medium": "GPT-2 medium", "gpt2-large": "GPT-2 large", "gpt2-xl": "GPT-2 XL",
+    "model": "the loaded model",
+    "tiny": "tiny (tests)",
+    "cpu": "cpu preset",
+    "gpt1": "GPT-1",
+    "gpt2": "GPT-2 small",
+    "gpt2-medium": "GPT-2 medium",
+    "gpt2-large": "GPT-2 large",
+    "gpt2-xl": "GPT-2 XL",
     "gpt3": "GPT-3 175B",
 }
-CONFIG_FIELDS = ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "bias", "norm", "tie_weights", "pos",
-                 "norm_type", "mlp", "n_kv_head", "n_expert", "top_k_experts")
+CONFIG_FIELDS = (
+    "vocab_size",
+    "n_ctx",
+    "n_layer",
+    "n_head",
+    "d_model",
+    "d_mlp",
+    "bias",
+    "norm",
+    "tie_weights",
+    "pos",
+    "norm_type",
+    "mlp",
+    "n_kv_head",
+    "n_expert",
+    "top_k_experts",
+)
 
 
 def preset_names() -> list[str]:
@@ -279,25 +397,62 @@ def encoder_decoder_params(overrides: dict) -> S.ParamsResponse:
     c = tied if p["tie_weights"] else untied
     d, L = p["d_model"], p["n_layer"]
     weights = c["embedding"] + c["output"] + L * (4 * d * d + 2 * d * d_ff) + L * (8 * d * d + 2 * d * d_ff)
-    counts = {"total": c["total"], "seed_convention": weights, "token_embedding": c["embedding"], "position_embedding": 0,
-              "encoder": c["encoder"], "decoder": c["decoder"], "per_block": c["decoder_layer"],
-              "per_block_seed_convention": 8 * d * d + 2 * d * d_ff, "attention_weights_per_block": 8 * d * d,
-              "mlp_weights_per_block": 2 * d * d_ff, "unembedding": c["output"], "biases_and_norms": c["total"] - weights}
-    parts = [("shared embedding (V × d): source, target" + (" and output" if p["tie_weights"] else ""), c["embedding"]),
-             (f"encoder ({L} layers: self-attention, FFN)", c["encoder"]),
-             (f"decoder ({L} layers: self-attention, cross-attention, FFN)", c["decoder"]),
-             ("output matrix (untied, V × d)", c["output"])]
-    cfg = S.ParamsConfig(vocab_size=p["vocab_size"], n_ctx=p["n_ctx"], n_layer=L, n_head=p["n_head"], d_model=d,
-                         d_mlp=d_ff, bias=True, norm="post", tie_weights=p["tie_weights"], pos="sinusoidal",
-                         mlp="relu", n_kv_head=p["n_head"])
+    counts = {
+        "total": c["total"],
+        "seed_convention": weights,
+        "token_embedding": c["embedding"],
+        "position_embedding": 0,
+        "encoder": c["encoder"],
+        "decoder": c["decoder"],
+        "per_block": c["decoder_layer"],
+        "per_block_seed_convention": 8 * d * d + 2 * d * d_ff,
+        "attention_weights_per_block": 8 * d * d,
+        "mlp_weights_per_block": 2 * d * d_ff,
+        "unembedding": c["output"],
+        "biases_and_norms": c["total"] - weights,
+    }
+    parts = [
+        ("shared embedding (V × d): source, target" + (" and output" if p["tie_weights"] else ""), c["embedding"]),
+        (f"encoder ({L} layers: self-attention, FFN)", c["encoder"]),
+        (f"decoder ({L} layers: self-attention, cross-attention, FFN)", c["decoder"]),
+        ("output matrix (untied, V × d)", c["output"]),
+    ]
+    cfg = S.ParamsConfig(
+        vocab_size=p["vocab_size"],
+        n_ctx=p["n_ctx"],
+        n_layer=L,
+        n_head=p["n_head"],
+        d_model=d,
+        d_mlp=d_ff,
+        bias=True,
+        norm="post",
+        tie_weights=p["tie_weights"],
+        pos="sinusoidal",
+        mlp="relu",
+        n_kv_head=p["n_head"],
+    )
     return S.ParamsResponse(
-        preset="transformer-base", config=cfg, counts=counts, token_embedding_share=c["embedding"] / weights,
-        embedding_share=(c["embedding"] + c["output"]) / weights, non_embedding=weights - c["embedding"] - c["output"],
-        twelve_d_squared=12 * d * d, parts=[S.Part(label=lab, count=n, share=n / c["total"]) for lab, n in parts if n],
+        preset="transformer-base",
+        config=cfg,
+        counts=counts,
+        token_embedding_share=c["embedding"] / weights,
+        embedding_share=(c["embedding"] + c["output"]) / weights,
+        non_embedding=weights - c["embedding"] - c["output"],
+        twelve_d_squared=12 * d * d,
+        parts=[S.Part(label=lab, count=n, share=n / c["total"]) for lab, n in parts if n],
         encoder_decoder=S.EncoderDecoderCount(
-            encoder_layer=c["encoder_layer"], decoder_layer=c["decoder_layer"], encoder=c["encoder"], decoder=c["decoder"],
-            embedding=c["embedding"], tied_total=tied["total"], untied_total=untied["total"],
-            difference=untied["total"] - tied["total"], stated_tied=STATED_TIED, stated_untied=STATED_UNTIED))
+            encoder_layer=c["encoder_layer"],
+            decoder_layer=c["decoder_layer"],
+            encoder=c["encoder"],
+            decoder=c["decoder"],
+            embedding=c["embedding"],
+            tied_total=tied["total"],
+            untied_total=untied["total"],
+            difference=untied["total"] - tied["total"],
+            stated_tied=STATED_TIED,
+            stated_untied=STATED_UNTIED,
+        ),
+    )
 
 
 def model_batch(service: ModelService) -> tuple[int, int] | None:
@@ -310,7 +465,7 @@ def model_batch(service: ModelService) -> tuple[int, int] | None:
 
 def _preset_dict(service: ModelService, name: str) -> dict:
     if name == "model":
-        return {k: v for k, v in service.model.cfg.to_dict().items()}
+        return dict(service.model.cfg.to_dict().items())
     if name in PRESETS:
         return dict(PRESETS[name])
     if name in C.REFERENCE_SHAPES:
@@ -329,8 +484,11 @@ def _config(base: dict, overrides: dict) -> GPTConfig:
         return GPTConfig(**d)
     except ValueError as e:
         msg = str(e)
-        field = ("n_kv_head" if "n_kv_head" in msg else "n_head") if "divisible" in msg else \
-            next((f for f in CONFIG_FIELDS if msg.startswith(f)), "d_model")
+        field = (
+            ("n_kv_head" if "n_kv_head" in msg else "n_head")
+            if "divisible" in msg
+            else next((f for f in CONFIG_FIELDS if msg.startswith(f)), "d_model")
+        )
         raise query_error(field, msg) from None
 
 
@@ -352,18 +510,35 @@ def params(service: ModelService, preset: str | None, overrides: dict) -> S.Para
     counts = count_params(cfg)
     tok_share, emb_share, non_emb = _shares(counts)
     L = cfg.n_layer
-    parts = [("token embedding (V × d)", counts["token_embedding"]),
-             ("position embedding (n_ctx × d)", counts["position_embedding"]),
-             ("attention weights (4 d² per block)" if cfg.n_kv_head == cfg.n_head else
-              "attention weights (2 d² + 2 d × n_kv_head d_head per block)", L * counts["attention_weights_per_block"]),
-             (("MLP weights (2 d × d_mlp per block)" if cfg.mlp == "gelu" else "SwiGLU weights (3 d × d_mlp per block)")
-              if not cfg.n_expert else f"{cfg.n_expert} experts' weights + router (per block)", L * counts["mlp_weights_per_block"]),
-             ("unembedding (untied)", counts["unembedding"]),
-             ("biases and norms" if cfg.bias else "norm gains (no biases)", counts["biases_and_norms"])]
+    parts = [
+        ("token embedding (V × d)", counts["token_embedding"]),
+        ("position embedding (n_ctx × d)", counts["position_embedding"]),
+        (
+            "attention weights (4 d² per block)"
+            if cfg.n_kv_head == cfg.n_head
+            else "attention weights (2 d² + 2 d × n_kv_head d_head per block)",
+            L * counts["attention_weights_per_block"],
+        ),
+        (
+            ("MLP weights (2 d × d_mlp per block)" if cfg.mlp == "gelu" else "SwiGLU weights (3 d × d_mlp per block)")
+            if not cfg.n_expert
+            else f"{cfg.n_expert} experts' weights + router (per block)",
+            L * counts["mlp_weights_per_block"],
+        ),
+        ("unembedding (untied)", counts["unembedding"]),
+        ("biases and norms" if cfg.bias else "norm gains (no biases)", counts["biases_and_norms"]),
+    ]
     parts_out = [S.Part(label=lab, count=n, share=n / counts["total"]) for lab, n in parts if n]
-    return S.ParamsResponse(preset=preset, config=_config_model(cfg), counts=counts, token_embedding_share=tok_share,
-                            embedding_share=emb_share, non_embedding=non_emb, twelve_d_squared=12 * cfg.d_model ** 2,
-                            parts=parts_out)
+    return S.ParamsResponse(
+        preset=preset,
+        config=_config_model(cfg),
+        counts=counts,
+        token_embedding_share=tok_share,
+        embedding_share=emb_share,
+        non_embedding=non_emb,
+        twelve_d_squared=12 * cfg.d_model**2,
+        parts=parts_out,
+    )
 
 
 def presets(service: ModelService) -> S.PresetsResponse:
@@ -374,49 +549,85 @@ def presets(service: ModelService) -> S.PresetsResponse:
         tok_share, _, non_emb = _shares(c)
         label = f"{PRESET_LABELS[name]} ({service.name})" if name == "model" else PRESET_LABELS[name]
         batch = model_batch(service) if name == "model" else LS.PAPER_BATCHES.get(name)
-        rows.append(S.PresetRow(name=name, label=label, config=_config_model(cfg), total=c["total"],
-                                batch_size=batch[0] if batch else None, context=batch[1] if batch else None,
-                                tokens_per_update=LS.tokens_per_update(*batch) if batch else None,
-                                seed_convention=c["seed_convention"], per_block=c["per_block_seed_convention"],
-                                token_embedding_share=tok_share,
-                                non_embedding=non_emb))
+        rows.append(
+            S.PresetRow(
+                name=name,
+                label=label,
+                config=_config_model(cfg),
+                total=c["total"],
+                batch_size=batch[0] if batch else None,
+                context=batch[1] if batch else None,
+                tokens_per_update=LS.tokens_per_update(*batch) if batch else None,
+                seed_convention=c["seed_convention"],
+                per_block=c["per_block_seed_convention"],
+                token_embedding_share=tok_share,
+                non_embedding=non_emb,
+            )
+        )
     return S.PresetsResponse(presets=rows)
 
 
-def kv_cache(n_layer: int, n_head: int, n_kv_head: int, d_head: int, context: int, batch: int,
-             bytes_per_value: int, points: int) -> S.KvCacheResponse:
+def kv_cache(
+    n_layer: int, n_head: int, n_kv_head: int, d_head: int, context: int, batch: int, bytes_per_value: int, points: int
+) -> S.KvCacheResponse:
     if n_kv_head > n_head:
-        raise query_error("n_kv_head", f"{n_kv_head} is more than n_head={n_head}; each key/value head serves one or more query heads")
+        raise query_error(
+            "n_kv_head", f"{n_kv_head} is more than n_head={n_head}; each key/value head serves one or more query heads"
+        )
     if n_head % n_kv_head:
-        raise query_error("n_kv_head", f"n_head={n_head} is not divisible by {n_kv_head}; every key/value head must serve the same number of query heads")
+        raise query_error(
+            "n_kv_head",
+            f"n_head={n_head} is not divisible by {n_kv_head}; every key/value head must serve the same number of query heads",
+        )
 
     def size(kv: int, ctx: int) -> int:
         return C.kv_cache_bytes(n_layer, kv, d_head, ctx, batch, bytes_per_value)
 
     contexts = sorted({round(i * context / (points - 1)) for i in range(points)})
     return S.KvCacheResponse(
-        n_layer=n_layer, n_head=n_head, n_kv_head=n_kv_head, d_head=d_head, context=context, batch=batch,
-        bytes_per_value=bytes_per_value, group_size=n_head // n_kv_head,
-        bytes_per_token_mha=size(n_head, 1) // batch, bytes_per_token_gqa=size(n_kv_head, 1) // batch,
-        bytes_mha=size(n_head, context), bytes_gqa=size(n_kv_head, context), ratio=n_head / n_kv_head,
-        contexts=contexts, curve_mha=[size(n_head, c) for c in contexts], curve_gqa=[size(n_kv_head, c) for c in contexts])
+        n_layer=n_layer,
+        n_head=n_head,
+        n_kv_head=n_kv_head,
+        d_head=d_head,
+        context=context,
+        batch=batch,
+        bytes_per_value=bytes_per_value,
+        group_size=n_head // n_kv_head,
+        bytes_per_token_mha=size(n_head, 1) // batch,
+        bytes_per_token_gqa=size(n_kv_head, 1) // batch,
+        bytes_mha=size(n_head, context),
+        bytes_gqa=size(n_kv_head, context),
+        ratio=n_head / n_kv_head,
+        contexts=contexts,
+        curve_mha=[size(n_head, c) for c in contexts],
+        curve_gqa=[size(n_kv_head, c) for c in contexts],
+    )
 
 
 KAPLAN_N_C, KAPLAN_ALPHA = 8.8e13, 0.076
 
 
-def scaling_law(service: ModelService, n_min: float, n_max: float, n_c: float, alpha: float,
-                points: int) -> S.ScalingLawResponse:
+def scaling_law(
+    service: ModelService, n_min: float, n_max: float, n_c: float, alpha: float, points: int
+) -> S.ScalingLawResponse:
     if n_max <= n_min:
         raise query_error("n_max", f"{n_max:g} must be greater than n_min={n_min:g}")
     ns = C.logspace(n_min, n_max, points)
     marks = []
     for row in presets(service).presets:
-        marks.append(S.ScalingMark(label=row.label, n=row.non_embedding, loss=C.kaplan_loss(row.non_embedding, n_c, alpha)))
+        marks.append(
+            S.ScalingMark(label=row.label, n=row.non_embedding, loss=C.kaplan_loss(row.non_embedding, n_c, alpha))
+        )
     return S.ScalingLawResponse(
-        n_c=n_c, alpha=alpha, formula=f"L(N) = (N / {n_c:.3g})^-{alpha:g}  (N: non-embedding parameters; L: nats per token)",
-        n=ns, loss=_finite([C.kaplan_loss(n, n_c, alpha) for n in ns], "alpha"), marks=marks,
-        per_tenfold=alpha * math.log(10), ratio_per_tenfold=10 ** -alpha)
+        n_c=n_c,
+        alpha=alpha,
+        formula=f"L(N) = (N / {n_c:.3g})^-{alpha:g}  (N: non-embedding parameters; L: nats per token)",
+        n=ns,
+        loss=_finite([C.kaplan_loss(n, n_c, alpha) for n in ns], "alpha"),
+        marks=marks,
+        per_tenfold=alpha * math.log(10),
+        ratio_per_tenfold=10**-alpha,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -424,26 +635,64 @@ def scaling_law(service: ModelService, n_min: float, n_max: float, n_c: float, a
 # --------------------------------------------------------------------------------------------
 
 
-def optimizers(*, a: float, b: float, x0: float, y0: float, start_x: float, start_y: float, steps: int,
-               lr_sgd: float, lr_momentum: float, momentum: float, lr_adam: float, beta1: float, beta2: float,
-               weight_decay: float, grid: int, lr_muon: float = 0.15) -> S.OptimizersResponse:
+def optimizers(
+    *,
+    a: float,
+    b: float,
+    x0: float,
+    y0: float,
+    start_x: float,
+    start_y: float,
+    steps: int,
+    lr_sgd: float,
+    lr_momentum: float,
+    momentum: float,
+    lr_adam: float,
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+    grid: int,
+    lr_muon: float = 0.15,
+) -> S.OptimizersResponse:
     rv = C.Ravine(a=a, b=b, x0=x0, y0=y0)
     start = (start_x, start_y)
     runs = [
         ("sgd", "SGD", {"lr": lr_sgd}, lambda t, g, s: C.sgd_step(t, g, s, lr_sgd)),
-        ("momentum", "SGD + momentum", {"lr": lr_momentum, "momentum": momentum},
-         lambda t, g, s: C.momentum_step(t, g, s, lr_momentum, momentum)),
-        ("adam", "Adam", {"lr": lr_adam, "beta1": beta1, "beta2": beta2},
-         lambda t, g, s: C.adam_step(t, g, s, lr_adam, beta1, beta2)),
-        ("adamw", "AdamW", {"lr": lr_adam, "beta1": beta1, "beta2": beta2, "weight_decay": weight_decay},
-         lambda t, g, s: C.adamw_step(t, g, s, lr_adam, beta1, beta2, weight_decay=weight_decay)),
+        (
+            "momentum",
+            "SGD + momentum",
+            {"lr": lr_momentum, "momentum": momentum},
+            lambda t, g, s: C.momentum_step(t, g, s, lr_momentum, momentum),
+        ),
+        (
+            "adam",
+            "Adam",
+            {"lr": lr_adam, "beta1": beta1, "beta2": beta2},
+            lambda t, g, s: C.adam_step(t, g, s, lr_adam, beta1, beta2),
+        ),
+        (
+            "adamw",
+            "AdamW",
+            {"lr": lr_adam, "beta1": beta1, "beta2": beta2, "weight_decay": weight_decay},
+            lambda t, g, s: C.adamw_step(t, g, s, lr_adam, beta1, beta2, weight_decay=weight_decay),
+        ),
         ("muon", "Muon", {"lr": lr_muon, "momentum": 0.9}, lambda t, g, s: C.muon_step(t, g, s, lr_muon, 0.9)),
     ]
     paths = []
     for name, label, hyper, update in runs:
         p = C.descend(rv, start, steps, update)
-        paths.append(S.OptimizerPath(name=name, label=label, hyper=hyper, x=p["x"], y=p["y"], loss=p["loss"],
-                                     diverged=p["diverged"], final_loss=p["loss"][-1]))
+        paths.append(
+            S.OptimizerPath(
+                name=name,
+                label=label,
+                hyper=hyper,
+                x=p["x"],
+                y=p["y"],
+                loss=p["loss"],
+                diverged=p["diverged"],
+                final_loss=p["loss"][-1],
+            )
+        )
     # the contour window holds the start, the minimum and every path (a runaway path is cut off)
     cap = 3 * max(abs(start_x), abs(start_y), abs(x0), abs(y0)) + 5
     xs = [start_x, x0] + [v for p in paths for v in p.x if abs(v) <= cap]
@@ -453,9 +702,16 @@ def optimizers(*, a: float, b: float, x0: float, y0: float, start_x: float, star
     gy = C.linspace(min(ys) - my, max(ys) + my, grid)
     z = [[rv.loss(x, y) for x in gx] for y in gy]
     return S.OptimizersResponse(
-        formula=f"f(x, y) = 0.5 * ({a:g} (x - {x0:g})^2 + {b:g} (y - {y0:g})^2)", a=a, b=b,
-        minimum=S.XY(x=x0, y=y0), start=S.XY(x=start_x, y=start_y), steps=steps, sgd_stability_limit=2.0 / b,
-        grid=S.ContourGrid(x=gx, y=gy, z=z, z_sqrt=[[math.sqrt(v) for v in row] for row in z]), paths=paths)
+        formula=f"f(x, y) = 0.5 * ({a:g} (x - {x0:g})^2 + {b:g} (y - {y0:g})^2)",
+        a=a,
+        b=b,
+        minimum=S.XY(x=x0, y=y0),
+        start=S.XY(x=start_x, y=start_y),
+        steps=steps,
+        sgd_stability_limit=2.0 / b,
+        grid=S.ContourGrid(x=gx, y=gy, z=z, z_sqrt=[[math.sqrt(v) for v in row] for row in z]),
+        paths=paths,
+    )
 
 
 def curves_index() -> S.CurvesIndex:

@@ -5,6 +5,7 @@ size) raise InputError naming the query field. Every float returned is finite.""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -26,16 +27,21 @@ BAND = 2.0
 # Initialisation
 # --------------------------------------------------------------------------------------------
 
-INIT_LABELS = {"gpt1": ("GPT-1: N(0, 0.02)", "torch.nn.init.normal_(w, 0, 0.02)"),
-               "xavier": ("Xavier (Glorot)", "torch.nn.init.xavier_normal_(w)"),
-               "he": ("He (Kaiming), for ReLU", "torch.nn.init.kaiming_normal_(w, nonlinearity='relu')")}
+INIT_LABELS = {
+    "gpt1": ("GPT-1: N(0, 0.02)", "torch.nn.init.normal_(w, 0, 0.02)"),
+    "xavier": ("Xavier (Glorot)", "torch.nn.init.xavier_normal_(w)"),
+    "he": ("He (Kaiming), for ReLU", "torch.nn.init.kaiming_normal_(w, nonlinearity='relu')"),
+}
 
 
 def _histogram(values: torch.Tensor, half: float, bins: int = 40) -> Histogram:
     counts = torch.histc(values.clamp(-half, half).float(), bins=bins, min=-half, max=half)
     edges = C.linspace(-half, half, bins + 1)
-    return Histogram(edges=[_r(e) for e in edges], centers=[_r((a + b) / 2) for a, b in zip(edges, edges[1:])],
-                     counts=[int(c) for c in counts.tolist()])
+    return Histogram(
+        edges=[_r(e) for e in edges],
+        centers=[_r((a + b) / 2) for a, b in itertools.pairwise(edges)],
+        counts=[int(c) for c in counts.tolist()],
+    )
 
 
 def initialisation(width: int, rows: int, seed: int) -> S.InitResponse:
@@ -46,11 +52,21 @@ def initialisation(width: int, rows: int, seed: int) -> S.InitResponse:
         hist = _histogram(z, 4.0)
         density = [math.exp(-c * c / (2 * var)) / math.sqrt(2 * math.pi * var) for c in hist.centers]
         label, call = INIT_LABELS[name]
-        schemes.append(S.InitScheme(
-            name=name, label=label, torch_init=call, std=std, variance_formula=var, std_formula=math.sqrt(var),
-            band_sigmas=BAND / math.sqrt(var), variance_simulated=float(z.var()),
-            share_in_band_simulated=float((z.abs() <= BAND).double().mean()), histogram=hist,
-            density_formula=[_r(d) for d in density]))
+        schemes.append(
+            S.InitScheme(
+                name=name,
+                label=label,
+                torch_init=call,
+                std=std,
+                variance_formula=var,
+                std_formula=math.sqrt(var),
+                band_sigmas=BAND / math.sqrt(var),
+                variance_simulated=float(z.var()),
+                share_in_band_simulated=float((z.abs() <= BAND).double().mean()),
+                histogram=hist,
+                density_formula=[_r(d) for d in density],
+            )
+        )
     return S.InitResponse(width=width, rows=rows, seed=seed, band=BAND, schemes=schemes)
 
 
@@ -63,12 +79,16 @@ def _token(enc, i: int) -> S.TokenText:
     return S.TokenText(id=i, text=enc.decode_single_token_bytes(i).decode("utf-8", errors="replace"))
 
 
-def dropout(service: ModelService, p: float, size: int, token_id: int | None, seed: int, trials: int) -> S.DropoutResponse:
+def dropout(
+    service: ModelService, p: float, size: int, token_id: int | None, seed: int, trials: int
+) -> S.DropoutResponse:
     cfg = service.model.cfg
     if token_id is None:
         token_id = encode(service.encoding, " the", field="token_id", where="query")[0]
     if token_id >= cfg.vocab_size:
-        raise query_error("token_id", f"{token_id} is out of range; the loaded model's vocabulary has ids 0..{cfg.vocab_size - 1}")
+        raise query_error(
+            "token_id", f"{token_id} is out of range; the loaded model's vocabulary has ids 0..{cfg.vocab_size - 1}"
+        )
     if size > cfg.d_model:
         raise query_error("size", f"{size} is more than the loaded model's width d_model={cfg.d_model}")
     h = service.model.wte.weight[token_id, :size].detach().double()
@@ -81,10 +101,20 @@ def dropout(service: ModelService, p: float, size: int, token_id: int | None, se
     survivors = t != 0
     diff = float((t[survivors] - h[survivors] / (1 - p)).abs().max()) if bool(survivors.any()) else 0.0
     return S.DropoutResponse(
-        p=p, scale=1.0 / (1.0 - p), token_id=token_id, token=_token(service.encoding, token_id).text,
-        h=h.tolist(), mask=[int(v) for v in mask.tolist()], out=out.tolist(), kept=int(mask.sum()), trials=trials,
-        average_rescaled=avg.tolist(), average_plain=plain.tolist(),
-        max_abs_error_rescaled=float((avg - h).abs().max()), torch_max_abs_diff=diff)
+        p=p,
+        scale=1.0 / (1.0 - p),
+        token_id=token_id,
+        token=_token(service.encoding, token_id).text,
+        h=h.tolist(),
+        mask=[int(v) for v in mask.tolist()],
+        out=out.tolist(),
+        kept=int(mask.sum()),
+        trials=trials,
+        average_rescaled=avg.tolist(),
+        average_plain=plain.tolist(),
+        max_abs_error_rescaled=float((avg - h).abs().max()),
+        torch_max_abs_diff=diff,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,8 +123,15 @@ def dropout(service: ModelService, p: float, size: int, token_id: int | None, se
 
 
 def _adam_preset(label: str, d: dict) -> S.AdamPreset:
-    return S.AdamPreset(label=label, lr=d.get("lr"), beta1=d["beta1"], beta2=d["beta2"], eps=d["eps"],
-                        memory_beta1=L.effective_memory(d["beta1"]), memory_beta2=L.effective_memory(d["beta2"]))
+    return S.AdamPreset(
+        label=label,
+        lr=d.get("lr"),
+        beta1=d["beta1"],
+        beta2=d["beta2"],
+        eps=d["eps"],
+        memory_beta1=L.effective_memory(d["beta1"]),
+        memory_beta2=L.effective_memory(d["beta2"]),
+    )
 
 
 def adam(beta1: float, beta2: float, eps: float, gradient: float, steps: int, ages: int) -> S.AdamResponse:
@@ -103,17 +140,36 @@ def adam(beta1: float, beta2: float, eps: float, gradient: float, steps: int, ag
     w2 = L.ema_weights(beta2, ages)
     gs = C.logspace(1e-12, 1.0, 61)
     torch_d = torch.optim.Adam([torch.zeros(1, requires_grad=True)]).defaults
-    presets = [_adam_preset("Kingma and Ba's defaults", L.KINGMA_BA),
-               _adam_preset("the Transformer (Vaswani et al.)", L.TRANSFORMER_ADAM),
-               _adam_preset("torch.optim.Adam's defaults", {"lr": torch_d["lr"], "beta1": torch_d["betas"][0],
-                                                          "beta2": torch_d["betas"][1], "eps": torch_d["eps"]})]
+    presets = [
+        _adam_preset("Kingma and Ba's defaults", L.KINGMA_BA),
+        _adam_preset("the Transformer (Vaswani et al.)", L.TRANSFORMER_ADAM),
+        _adam_preset(
+            "torch.optim.Adam's defaults",
+            {"lr": torch_d["lr"], "beta1": torch_d["betas"][0], "beta2": torch_d["betas"][1], "eps": torch_d["eps"]},
+        ),
+    ]
     return S.AdamResponse(
-        beta1=beta1, beta2=beta2, eps=eps, gradient=gradient, memory_beta1=L.effective_memory(beta1), memory_beta2=mem2,
-        ages=list(range(ages)), weights_beta1=_finite(L.ema_weights(beta1, ages), "beta1"), weights_beta2=_finite(w2, "beta2"),
-        weight_within_memory_beta2=1.0 - beta2 ** math.ceil(mem2), steps=list(range(1, steps + 1)),
-        m=mo["m"], m_hat=mo["m_hat"], v=mo["v"], v_hat=mo["v_hat"], step=_finite(mo["step"], "eps"),
-        step_uncorrected=_finite(mo["step_uncorrected"], "eps"), eps_gradients=gs,
-        eps_ratio=[L.eps_ratio(g, eps) for g in gs], presets=presets)
+        beta1=beta1,
+        beta2=beta2,
+        eps=eps,
+        gradient=gradient,
+        memory_beta1=L.effective_memory(beta1),
+        memory_beta2=mem2,
+        ages=list(range(ages)),
+        weights_beta1=_finite(L.ema_weights(beta1, ages), "beta1"),
+        weights_beta2=_finite(w2, "beta2"),
+        weight_within_memory_beta2=1.0 - beta2 ** math.ceil(mem2),
+        steps=list(range(1, steps + 1)),
+        m=mo["m"],
+        m_hat=mo["m_hat"],
+        v=mo["v"],
+        v_hat=mo["v_hat"],
+        step=_finite(mo["step"], "eps"),
+        step_uncorrected=_finite(mo["step_uncorrected"], "eps"),
+        eps_gradients=gs,
+        eps_ratio=[L.eps_ratio(g, eps) for g in gs],
+        presets=presets,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,10 +184,17 @@ def embedding_scale(d_model: int, positions: int, tokens: int, seed: int) -> S.E
     scale = math.sqrt(d_model)
     pe_norms = pe.norm(dim=1)
     return S.EmbeddingScaleResponse(
-        d_model=d_model, sqrt_d_model=scale, position_norm_formula=math.sqrt(d_model / 2), positions=list(range(positions)),
-        position_norms=pe_norms.tolist(), embedding_norms=norms.tolist(), embedding_norms_scaled=(norms * scale).tolist(),
-        embedding_norm_mean=float(norms.mean()), embedding_norm_scaled_mean=float(norms.mean() * scale),
-        position_to_embedding=float(pe_norms.mean() / norms.mean()))
+        d_model=d_model,
+        sqrt_d_model=scale,
+        position_norm_formula=math.sqrt(d_model / 2),
+        positions=list(range(positions)),
+        position_norms=pe_norms.tolist(),
+        embedding_norms=norms.tolist(),
+        embedding_norms_scaled=(norms * scale).tolist(),
+        embedding_norm_mean=float(norms.mean()),
+        embedding_norm_scaled_mean=float(norms.mean() * scale),
+        position_to_embedding=float(pe_norms.mean() / norms.mean()),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,15 +223,26 @@ def masked_lm(service: ModelService, text: str, seed: int, rate: float) -> S.Mas
     for i, (t, a) in enumerate(zip(ids, acts)):
         rid = int(a.split(":")[1]) if a and a.startswith("random") else None
         shown = "[MASK]" if a == "mask" else _token(enc, rid).text if rid is not None else _token(enc, t).text
-        positions.append(S.MaskedLmPosition(index=i, original=_token(enc, t), action=a.split(":")[0] if a else None,
-                                            shown=shown, random_id=rid))
+        positions.append(
+            S.MaskedLmPosition(
+                index=i, original=_token(enc, t), action=a.split(":")[0] if a else None, shown=shown, random_id=rid
+            )
+        )
     return S.MaskedLmResponse(
-        rate=rate, seed=seed, tokens=[_token(enc, t) for t in ids], causal=causal, bidirectional=full,
-        visible_next_causal=L.visible_next_tokens(causal), visible_next_bidirectional=L.visible_next_tokens(full),
-        positions=positions, picked=sum(a is not None for a in acts), shares=L.mlm_shares(100_000, V, seed, rate),
+        rate=rate,
+        seed=seed,
+        tokens=[_token(enc, t) for t in ids],
+        causal=causal,
+        bidirectional=full,
+        visible_next_causal=L.visible_next_tokens(causal),
+        visible_next_bidirectional=L.visible_next_tokens(full),
+        positions=positions,
+        picked=sum(a is not None for a in acts),
+        shares=L.mlm_shares(100_000, V, seed, rate),
         cannot_generate="every position reads the whole sequence, the tokens to its right included, so nothing "
-                        "defines the probability of a next token given only the ones before it; writing text "
-                        "needs that left-to-right factorisation, which only the causal mask keeps")
+        "defines the probability of a next token given only the ones before it; writing text "
+        "needs that left-to-right factorisation, which only the causal mask keeps",
+    )
 
 
 def teacher_forcing(service: ModelService, text: str) -> S.TeacherForcingResponse:
@@ -178,10 +252,17 @@ def teacher_forcing(service: ModelService, text: str) -> S.TeacherForcingRespons
         loss, prob, slow = L.teacher_forced_losses(model, ids)
     inputs, targets = L.shift(ids)
     return S.TeacherForcingResponse(
-        tokens=[_token(enc, t) for t in ids], inputs=[_token(enc, t) for t in inputs],
-        targets=[_token(enc, t) for t in targets], loss=loss, prob=prob, loss_one_prefix_at_a_time=slow,
-        max_abs_diff=max(abs(a - b) for a, b in zip(loss, slow)), mean_loss=sum(loss) / len(loss),
-        predictions=len(targets), forward_passes_one_at_a_time=len(targets))
+        tokens=[_token(enc, t) for t in ids],
+        inputs=[_token(enc, t) for t in inputs],
+        targets=[_token(enc, t) for t in targets],
+        loss=loss,
+        prob=prob,
+        loss_one_prefix_at_a_time=slow,
+        max_abs_diff=max(abs(a - b) for a, b in zip(loss, slow)),
+        mean_loss=sum(loss) / len(loss),
+        predictions=len(targets),
+        forward_passes_one_at_a_time=len(targets),
+    )
 
 
 def head_gradients(service: ModelService, text: str, layer: int, head: int) -> S.HeadGradientsResponse:
@@ -198,28 +279,58 @@ def head_gradients(service: ModelService, text: str, layer: int, head: int) -> S
         return [[_r(v, 10) for v in row] for row in t.tolist()]
 
     return S.HeadGradientsResponse(
-        layer=layer, head=head, tokens=[_token(enc, t) for t in ids], inputs=[_token(enc, t) for t in ids[:-1]],
-        loss=g["loss"], causal=cfg.causal, A=grid(g["A"]), dA=grid(g["dA"]), V=grid(g["V"]), dV=grid(g["dV"]),
-        G=grid(g["G"]), dA_formula_max_abs_diff=g["dA_formula_max_abs_diff"],
-        dV_formula_max_abs_diff=g["dV_formula_max_abs_diff"], dV_row_norms=g["dV"].norm(dim=1).tolist(),
-        attention_received=g["A"].sum(0).tolist(), norms=[[S.HeadNorm(**n) for n in row] for row in g["norms"]])
+        layer=layer,
+        head=head,
+        tokens=[_token(enc, t) for t in ids],
+        inputs=[_token(enc, t) for t in ids[:-1]],
+        loss=g["loss"],
+        causal=cfg.causal,
+        A=grid(g["A"]),
+        dA=grid(g["dA"]),
+        V=grid(g["V"]),
+        dV=grid(g["dV"]),
+        G=grid(g["G"]),
+        dA_formula_max_abs_diff=g["dA_formula_max_abs_diff"],
+        dV_formula_max_abs_diff=g["dV_formula_max_abs_diff"],
+        dV_row_norms=g["dV"].norm(dim=1).tolist(),
+        attention_received=g["A"].sum(0).tolist(),
+        norms=[[S.HeadNorm(**n) for n in row] for row in g["norms"]],
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Tokens per update
 # --------------------------------------------------------------------------------------------
 
-def tokens_per_update(service: ModelService, batch: int, context: int, corpus_tokens: float, epochs: float,
-                      labelled_examples: int) -> S.TokensPerUpdateResponse:
+
+def tokens_per_update(
+    service: ModelService, batch: int, context: int, corpus_tokens: float, epochs: float, labelled_examples: int
+) -> S.TokensPerUpdateResponse:
     per = L.tokens_per_update(batch, context)
     total = L.pretraining_predictions(corpus_tokens, epochs)
-    rows = [S.TokensRow(label=label, batch=b, context=c, per_update=L.tokens_per_update(b, c))
-            for label, (b, c) in (("GPT-1", L.PAPER_BATCHES["gpt1"]), ("GPT-2", L.PAPER_BATCHES["gpt2"]))]
+    rows = [
+        S.TokensRow(label=label, batch=b, context=c, per_update=L.tokens_per_update(b, c))
+        for label, (b, c) in (("GPT-1", L.PAPER_BATCHES["gpt1"]), ("GPT-2", L.PAPER_BATCHES["gpt2"]))
+    ]
     mine = model_batch(service)
     if mine:
-        rows.append(S.TokensRow(label=f"the loaded model ({service.name})", batch=mine[0], context=mine[1],
-                                per_update=L.tokens_per_update(*mine)))
+        rows.append(
+            S.TokensRow(
+                label=f"the loaded model ({service.name})",
+                batch=mine[0],
+                context=mine[1],
+                per_update=L.tokens_per_update(*mine),
+            )
+        )
     return S.TokensPerUpdateResponse(
-        batch=batch, context=context, per_update=per, corpus_tokens=corpus_tokens, epochs=epochs, total_predictions=total,
-        updates=total / per, labelled_examples=labelled_examples,
-        predictions_per_labelled_example=total / labelled_examples, models=rows)
+        batch=batch,
+        context=context,
+        per_update=per,
+        corpus_tokens=corpus_tokens,
+        epochs=epochs,
+        total_predictions=total,
+        updates=total / per,
+        labelled_examples=labelled_examples,
+        predictions_per_labelled_example=total / labelled_examples,
+        models=rows,
+    )

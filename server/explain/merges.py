@@ -19,9 +19,23 @@ from gptscope.model.tokenizers import CharEncoding
 
 from ..config import MAX_MERGES_PRETOKEN_BYTES
 from ..errors import InputError
-from ..schemas.tokenize import (CharacterLevel, CompareResponse, EncodingComparison, EncodingInfo, EncodingsResponse,
-                                MergesCounts, MergesResponse, MergeStep, ModelMerge, ModelMergesResponse,
-                                PreTokenMerges, SpecialToken, TokenBytes, TokenCounts, TokenInfo)
+from ..schemas.tokenize import (
+    CharacterLevel,
+    CompareResponse,
+    EncodingComparison,
+    EncodingInfo,
+    EncodingsResponse,
+    MergesCounts,
+    MergesResponse,
+    MergeStep,
+    ModelMerge,
+    ModelMergesResponse,
+    PreTokenMerges,
+    SpecialToken,
+    TokenBytes,
+    TokenCounts,
+    TokenInfo,
+)
 from ..service import ModelService
 from . import tokens as tok
 
@@ -58,15 +72,17 @@ def _text(b: bytes) -> tuple[str, bool]:
 def token_bytes(enc: tiktoken.Encoding, token_id: int) -> TokenBytes:
     b = enc.decode_single_token_bytes(token_id)
     text, ok = _text(b)
-    return TokenBytes(id=token_id, text=text, bytes_hex=b.hex(), valid_utf8=ok,
-                      special=token_id in enc._special_tokens.values())
+    return TokenBytes(
+        id=token_id, text=text, bytes_hex=b.hex(), valid_utf8=ok, special=token_id in enc._special_tokens.values()
+    )
 
 
 # --- the merge walk -----------------------------------------------------------------------------
 
+
 def merge_steps(rank_of: dict[bytes, int], data: bytes) -> list[tuple[int, int, bytes, bytes, list[bytes]]]:
     """BPE on one pre-token's bytes: [(rank, position, left, right, pieces after), ...]."""
-    parts = [data[i:i + 1] for i in range(len(data))]
+    parts = [data[i : i + 1] for i in range(len(data))]
     steps = []
     while len(parts) > 1:
         best_rank, best_i = None, -1
@@ -77,7 +93,7 @@ def merge_steps(rank_of: dict[bytes, int], data: bytes) -> list[tuple[int, int, 
         if best_rank is None:
             break
         left, right = parts[best_i], parts[best_i + 1]
-        parts[best_i:best_i + 2] = [left + right]
+        parts[best_i : best_i + 2] = [left + right]
         steps.append((best_rank, best_i, left, right, list(parts)))
     return steps
 
@@ -92,8 +108,11 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
     for i, p in enumerate(pre):
         n = len(p.text.encode("utf-8"))
         if n > MAX_MERGES_PRETOKEN_BYTES:
-            raise InputError("text", f"pre-token {i} ({p.text[:24]!r}…) is {n:,} bytes; the merge walk takes pre-tokens of at "
-                                     f"most {MAX_MERGES_PRETOKEN_BYTES} bytes (MAX_MERGES_PRETOKEN_BYTES); /tokenize has no such limit")
+            raise InputError(
+                "text",
+                f"pre-token {i} ({p.text[:24]!r}…) is {n:,} bytes; the merge walk takes pre-tokens of at "
+                f"most {MAX_MERGES_PRETOKEN_BYTES} bytes (MAX_MERGES_PRETOKEN_BYTES); /tokenize has no such limit",
+            )
     seen: set[int] = set()
     cache: dict[bytes, list] = {}
     out: list[PreTokenMerges] = []
@@ -112,15 +131,25 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
             if data not in cache:
                 cache[data] = merge_steps(rank_of, data)
             raw = cache[data]
-            byte_ids = [rank_of[data[k:k + 1]] for k in range(len(data))]
-            byte_strs = [_text(data[k:k + 1])[0] for k in range(len(data))]
+            byte_ids = [rank_of[data[k : k + 1]] for k in range(len(data))]
+            byte_strs = [_text(data[k : k + 1])[0] for k in range(len(data))]
             steps = []
             for s, (rank, pos, left, right, after) in enumerate(raw, start=1):
                 after_ids = [rank_of[a] for a in after]
-                steps.append(MergeStep(step=s, rank=rank, position=pos, left=rank_of[left], right=rank_of[right],
-                                       merged=rank, pieces=[_text(a)[0] for a in after], piece_ids=after_ids))
+                steps.append(
+                    MergeStep(
+                        step=s,
+                        rank=rank,
+                        position=pos,
+                        left=rank_of[left],
+                        right=rank_of[right],
+                        merged=rank,
+                        pieces=[_text(a)[0] for a in after],
+                        piece_ids=after_ids,
+                    )
+                )
                 seen.update(after_ids)
-            final = raw[-1][4] if raw else [data[k:k + 1] for k in range(len(data))]
+            final = raw[-1][4] if raw else [data[k : k + 1] for k in range(len(data))]
             ids = [rank_of[f] for f in final]
             pieces = tok.token_pieces(enc, ids, p.text)
             seen.update(byte_ids)
@@ -131,21 +160,42 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
         seen.update(ids)
         n_steps += len(steps)
         n_tokens += len(ids)
-        out.append(PreTokenMerges(index=i, text=p.text, start=p.start, end=p.end, special=bool(allow_special and p.text in specials),
-                                  bytes=byte_strs, byte_ids=byte_ids, steps=steps, tokens=pieces))
-    return MergesResponse(encoding=encoding, pretokens=out, vocab=[token_bytes(enc, t) for t in sorted(seen)],
-                          counts=MergesCounts(pretokens=len(out), bytes=n_bytes, merges=n_steps, tokens=n_tokens))
+        out.append(
+            PreTokenMerges(
+                index=i,
+                text=p.text,
+                start=p.start,
+                end=p.end,
+                special=bool(allow_special and p.text in specials),
+                bytes=byte_strs,
+                byte_ids=byte_ids,
+                steps=steps,
+                tokens=pieces,
+            )
+        )
+    return MergesResponse(
+        encoding=encoding,
+        pretokens=out,
+        vocab=[token_bytes(enc, t) for t in sorted(seen)],
+        counts=MergesCounts(pretokens=len(out), bytes=n_bytes, merges=n_steps, tokens=n_tokens),
+    )
 
 
 # --- the encodings, one token -----------------------------------------------------------------
 
+
 def encoding_info(service: ModelService, name: str) -> EncodingInfo:
     enc = tok.resolve_encoding(service, name)
     n_merge = len(ranks(enc))
-    return EncodingInfo(name=name, title=title(service, name), vocab_size=enc.n_vocab, mergeable_tokens=n_merge,
-                        merges=0 if isinstance(enc, CharEncoding) else n_merge - 256,
-                        special_tokens=[SpecialToken(text=t, id=i) for t, i in sorted(enc._special_tokens.items(), key=lambda x: x[1])],
-                        pattern=enc._pat_str)
+    return EncodingInfo(
+        name=name,
+        title=title(service, name),
+        vocab_size=enc.n_vocab,
+        mergeable_tokens=n_merge,
+        merges=0 if isinstance(enc, CharEncoding) else n_merge - 256,
+        special_tokens=[SpecialToken(text=t, id=i) for t, i in sorted(enc._special_tokens.items(), key=lambda x: x[1])],
+        pattern=enc._pat_str,
+    )
 
 
 def encodings(service: ModelService) -> EncodingsResponse:
@@ -172,8 +222,10 @@ def token_info(service: ModelService, encoding: str, token_id: int) -> TokenInfo
 
 # --- one text, every encoding ------------------------------------------------------------------
 
-def compare(service: ModelService, text: str, d_model: int, allow_special: bool = False,
-            include_tokens: bool = True) -> CompareResponse:
+
+def compare(
+    service: ModelService, text: str, d_model: int, allow_special: bool = False, include_tokens: bool = True
+) -> CompareResponse:
     tok.check_text(text)
     n_chars, n_bytes = len(text), len(text.encode("utf-8"))
     rows = []
@@ -185,27 +237,40 @@ def compare(service: ModelService, text: str, d_model: int, allow_special: bool 
     out = []
     for name, enc, ids in rows:
         n = len(ids)
-        out.append(EncodingComparison(
-            encoding=name, title=title(service, name), vocab_size=enc.n_vocab,
-            counts=TokenCounts(characters=n_chars, bytes=n_bytes, tokens=n,
-                               characters_per_token=round(n_chars / n, 4) if n else None),
-            bytes_per_token=round(n_bytes / n, 4) if n else None,
-            tokens_vs_fewest=round(n / fewest, 4) if fewest else None,
-            embedding_params=enc.n_vocab * d_model, attention_scores=L.attention_scores(n),
-            character_attention_ratio=round(L.attention_scores(n_chars) / L.attention_scores(n), 4) if n else None,
-            tokens=tok.token_pieces(enc, ids, text) if include_tokens else None))
+        out.append(
+            EncodingComparison(
+                encoding=name,
+                title=title(service, name),
+                vocab_size=enc.n_vocab,
+                counts=TokenCounts(
+                    characters=n_chars,
+                    bytes=n_bytes,
+                    tokens=n,
+                    characters_per_token=round(n_chars / n, 4) if n else None,
+                ),
+                bytes_per_token=round(n_bytes / n, 4) if n else None,
+                tokens_vs_fewest=round(n / fewest, 4) if fewest else None,
+                embedding_params=enc.n_vocab * d_model,
+                attention_scores=L.attention_scores(n),
+                character_attention_ratio=round(L.attention_scores(n_chars) / L.attention_scores(n), 4) if n else None,
+                tokens=tok.token_pieces(enc, ids, text) if include_tokens else None,
+            )
+        )
     chars = CharacterLevel(positions=n_chars, attention_scores=L.attention_scores(n_chars))
     return CompareResponse(characters=n_chars, character_level=chars, bytes=n_bytes, d_model=d_model, encodings=out)
 
 
 # --- the built-in tokenizer's training record -------------------------------------------------
 
+
 @lru_cache(maxsize=4)
 def _trained(service: ModelService) -> BPEMerges:
     spec = service.meta.get("tokenizer", {})
     if spec.get("kind") != "bpe":
-        raise NoTrainedTokenizer(f"the loaded model uses the public encoding {spec.get('name')!r}; "
-                                 "only a tokenizer trained here has a merge record")
+        raise NoTrainedTokenizer(
+            f"the loaded model uses the public encoding {spec.get('name')!r}; "
+            "only a tokenizer trained here has a merge record"
+        )
     return BPEMerges.from_dict(spec)
 
 
@@ -221,9 +286,16 @@ def model_merges(service: ModelService, offset: int, limit: int) -> ModelMergesR
     page = []
     for rank in range(offset, min(offset + limit, len(bpe.merges))):
         a, b, count = bpe.merges[rank]
-        page.append(ModelMerge(rank=rank, id=256 + rank, left=entry(a), right=entry(b), token=entry(256 + rank), count=count))
+        page.append(
+            ModelMerge(rank=rank, id=256 + rank, left=entry(a), right=entry(b), token=entry(256 + rank), count=count)
+        )
     return ModelMergesResponse(
-        corpus=str(service.meta.get("corpus", {}).get("name", "?")), pattern=bpe.pattern, total=len(bpe.merges),
-        vocab_size=bpe.n_vocab, special_tokens=[SpecialToken(text=t, id=i) for t, i in specials.items()],
-        offset=offset, limit=limit, merges=page)
-
+        corpus=str(service.meta.get("corpus", {}).get("name", "?")),
+        pattern=bpe.pattern,
+        total=len(bpe.merges),
+        vocab_size=bpe.n_vocab,
+        special_tokens=[SpecialToken(text=t, id=i) for t, i in specials.items()],
+        offset=offset,
+        limit=limit,
+        merges=page,
+    )

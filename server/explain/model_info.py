@@ -14,18 +14,35 @@ def model_info(service: ModelService) -> ModelInfo:
     evals = meta.get("evals") or []
     tok = meta.get("tokenizer", {})
     return ModelInfo(
-        name=service.name, checkpoint=str(service.path),
+        name=service.name,
+        checkpoint=str(service.path),
         tokenizer=str(tok.get("kind")) if tok.get("kind") in ("bpe", "chars") else str(tok.get("name")),
-        vocab_size=cfg.vocab_size, n_ctx=cfg.n_ctx, n_layer=cfg.n_layer, n_head=cfg.n_head,
-        d_model=cfg.d_model, d_mlp=cfg.d_mlp, norm=cfg.norm, gelu=cfg.gelu, causal=cfg.causal,
-        params=count_params(cfg)["total"], corpus=str(meta.get("corpus", {}).get("name", "?")),
+        vocab_size=cfg.vocab_size,
+        n_ctx=cfg.n_ctx,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        d_model=cfg.d_model,
+        d_mlp=cfg.d_mlp,
+        norm=cfg.norm,
+        gelu=cfg.gelu,
+        causal=cfg.causal,
+        params=count_params(cfg)["total"],
+        corpus=str(meta.get("corpus", {}).get("name", "?")),
         train_steps=int(meta.get("step", 0)),
         final_val_loss=evals[-1]["val_loss"] if evals else None,
-        uniform_loss=round(math.log(cfg.vocab_size), 5), command=str(meta.get("command", "")),
-        source=str(meta.get("source", {}).get("kind", "trained")), pos=cfg.pos, norm_type=cfg.norm_type, mlp=cfg.mlp,
-        n_kv_head=cfg.n_kv_head, window=cfg.window, n_expert=cfg.n_expert, top_k_experts=cfg.top_k_experts,
+        uniform_loss=round(math.log(cfg.vocab_size), 5),
+        command=str(meta.get("command", "")),
+        source=str(meta.get("source", {}).get("kind", "trained")),
+        pos=cfg.pos,
+        norm_type=cfg.norm_type,
+        mlp=cfg.mlp,
+        n_kv_head=cfg.n_kv_head,
+        window=cfg.window,
+        n_expert=cfg.n_expert,
+        top_k_experts=cfg.top_k_experts,
         classifier=ClassifierInfo(**{k: v for k, v in meta["classifier"].items() if k in ClassifierInfo.model_fields})
-        if service.classifier is not None else None,
+        if service.classifier is not None
+        else None,
     )
 
 

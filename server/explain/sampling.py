@@ -8,8 +8,15 @@ from gptscope.model.sampling import filter_logits, sample_next
 
 from ..errors import InputError
 from ..schemas.forward import NextToken
-from ..schemas.sampling import (CacheSize, FilteredToken, GenerateStepRequest, GenerateStepResponse,
-                                NextTokenRequest, NextTokenResponse, SamplingSettings)
+from ..schemas.sampling import (
+    CacheSize,
+    FilteredToken,
+    GenerateStepRequest,
+    GenerateStepResponse,
+    NextTokenRequest,
+    NextTokenResponse,
+    SamplingSettings,
+)
 from ..service import ModelService
 from .forward import prompt_ids, rounded, token_text
 from .tokens import token_pieces
@@ -33,16 +40,31 @@ def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenRespons
         logits, _ = m(torch.tensor([ids], device=service.device))
     last = logits[0, -1].float()
     f = filter_logits(last, req.temperature, req.top_k, req.top_p)
-    order = torch.argsort(f.probs_raw, descending=True, stable=True)[:req.show]
-    cands = [FilteredToken(id=int(i), text=token_text(service, int(i)), logit=round(float(last[i]), 4),
-                           p_raw=round(float(f.probs_raw[i]), 6), p_temperature=round(float(f.probs_temperature[i]), 6),
-                           in_top_k=bool(f.kept_top_k[i]), kept=bool(f.kept[i]), p_final=round(float(f.probs_final[i]), 6))
-             for i in order]
+    order = torch.argsort(f.probs_raw, descending=True, stable=True)[: req.show]
+    cands = [
+        FilteredToken(
+            id=int(i),
+            text=token_text(service, int(i)),
+            logit=round(float(last[i]), 4),
+            p_raw=round(float(f.probs_raw[i]), 6),
+            p_temperature=round(float(f.probs_temperature[i]), 6),
+            in_top_k=bool(f.kept_top_k[i]),
+            kept=bool(f.kept[i]),
+            p_final=round(float(f.probs_final[i]), 6),
+        )
+        for i in order
+    ]
     return NextTokenResponse(
-        tokens=token_pieces(service.encoding, ids), settings=SamplingSettings(**req.model_dump(include={"temperature", "top_k", "top_p"})),
-        candidates=cands, n_kept=int(f.kept.sum()), kept_mass=round(float(f.probs_temperature[f.kept].sum()), 6),
-        entropy_raw=_entropy(f.probs_raw), entropy_temperature=_entropy(f.probs_temperature),
-        entropy_final=_entropy(f.probs_final), vocab_size=last.numel())
+        tokens=token_pieces(service.encoding, ids),
+        settings=SamplingSettings(**req.model_dump(include={"temperature", "top_k", "top_p"})),
+        candidates=cands,
+        n_kept=int(f.kept.sum()),
+        kept_mass=round(float(f.probs_temperature[f.kept].sum()), 6),
+        entropy_raw=_entropy(f.probs_raw),
+        entropy_temperature=_entropy(f.probs_temperature),
+        entropy_final=_entropy(f.probs_final),
+        vocab_size=last.numel(),
+    )
 
 
 def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateStepResponse:
@@ -75,11 +97,25 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
     piece.index = len(req.ids)
     numbers = cache.numel_used()
     return GenerateStepResponse(
-        token=piece, prob=round(s.prob, 6), ids=new_ids, step=req.step, seed=req.seed,
-        candidates=[NextToken(id=int(i), text=token_text(service, int(i)), prob=round(float(p), 6),
-                              logit=round(float(logits[0, -1, int(i)]), 4)) for p, i in zip(top.values, top.indices)],
-        prefill_tokens=len(req.ids) - 1, reused_tokens=reused,
-        attention=rounded(torch.stack([cap[last.format(l)][0, :, 0] for l in range(cfg.n_layer)]), 5),
-        cache=CacheSize(layers=cfg.n_layer, positions=cache.length, d_model=cfg.d_model, numbers=numbers,
-                        bytes_float32=numbers * 4),
-        text=service.encoding.decode(new_ids))
+        token=piece,
+        prob=round(s.prob, 6),
+        ids=new_ids,
+        step=req.step,
+        seed=req.seed,
+        candidates=[
+            NextToken(
+                id=int(i),
+                text=token_text(service, int(i)),
+                prob=round(float(p), 6),
+                logit=round(float(logits[0, -1, int(i)]), 4),
+            )
+            for p, i in zip(top.values, top.indices)
+        ],
+        prefill_tokens=len(req.ids) - 1,
+        reused_tokens=reused,
+        attention=rounded(torch.stack([cap[last.format(li)][0, :, 0] for li in range(cfg.n_layer)]), 5),
+        cache=CacheSize(
+            layers=cfg.n_layer, positions=cache.length, d_model=cfg.d_model, numbers=numbers, bytes_float32=numbers * 4
+        ),
+        text=service.encoding.decode(new_ids),
+    )

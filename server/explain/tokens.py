@@ -64,8 +64,18 @@ def token_pieces(enc: tiktoken.Encoding, ids: list[int], text: str | None = None
             end = b2c[end_b] if end_b == len(full) or b2c[end_b] != b2c[end_b - 1] else b2c[end_b] + 1
         else:
             start = end = 0
-        pieces.append(TokenPiece(index=k, id=tid, text=piece, bytes_hex=b.hex(), valid_utf8=ok,
-                                 start=start, end=end, special=piece in specials))
+        pieces.append(
+            TokenPiece(
+                index=k,
+                id=tid,
+                text=piece,
+                bytes_hex=b.hex(),
+                valid_utf8=ok,
+                start=start,
+                end=end,
+                special=piece in specials,
+            )
+        )
         pos += len(b)
     return pieces
 
@@ -79,7 +89,7 @@ def pretokens(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[Pr
         sp = regex.compile("|".join(regex.escape(s) for s in sorted(enc.special_tokens_set, key=len, reverse=True)))
         segments, last = [], 0
         for m in sp.finditer(text):
-            segments.append((last, text[last:m.start()]))
+            segments.append((last, text[last : m.start()]))
             out_special = PreToken(text=m.group(), start=m.start(), end=m.end())
             segments.append((m.start(), out_special))
             last = m.end()
@@ -93,8 +103,9 @@ def pretokens(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[Pr
     return out
 
 
-def encode(enc: tiktoken.Encoding, text: str, allow_special: bool = False, field: str = "text",
-           where: str = "body") -> list[int]:
+def encode(
+    enc: tiktoken.Encoding, text: str, allow_special: bool = False, field: str = "text", where: str = "body"
+) -> list[int]:
     """Token ids of a text; a character a character-level vocabulary lacks is a 422 naming the field."""
     try:
         if not allow_special:
@@ -113,6 +124,10 @@ def tokenize(service: ModelService, text: str, encoding: str, allow_special: boo
         encoding=encoding,
         tokens=token_pieces(enc, ids, text),
         pretokens=pretokens(enc, text, allow_special),
-        counts=TokenCounts(characters=len(text), bytes=n_bytes, tokens=len(ids),
-                           characters_per_token=round(len(text) / len(ids), 4) if ids else None),
+        counts=TokenCounts(
+            characters=len(text),
+            bytes=n_bytes,
+            tokens=len(ids),
+            characters_per_token=round(len(text) / len(ids), 4) if ids else None,
+        ),
     )

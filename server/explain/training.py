@@ -18,23 +18,35 @@ from ..runs import RUN_ID, Job, RunManager
 from ..schemas.forward import ForwardRequest
 from ..schemas.training import CheckpointInfo, CorpusInfo, EvalPoint, ReplayFrame, TrainingStatus
 from ..service import ModelService
-from . import tokens as tok
 from . import embeddings as emb
 from . import forward as fwd
+from . import tokens as tok
 
 
 def status(job: Job, since: int = 0) -> TrainingStatus:
     recs = job.records()
     last = recs[-1] if recs else None
     return TrainingStatus(
-        id=job.id, status=job.status, request=job.request, step=job.step, total_steps=job.total_steps,
-        elapsed_s=round(job.elapsed, 2), eta_s=job.eta(), tokens_per_s=last.tokens_per_s if last else None,
-        uniform_loss=job.uniform_loss, precision=job.precision,
-        unigram_loss=(job.reference_losses or {}).get("unigram"), bigram_loss=(job.reference_losses or {}).get("bigram"),
+        id=job.id,
+        status=job.status,
+        request=job.request,
+        step=job.step,
+        total_steps=job.total_steps,
+        elapsed_s=round(job.elapsed, 2),
+        eta_s=job.eta(),
+        tokens_per_s=last.tokens_per_s if last else None,
+        uniform_loss=job.uniform_loss,
+        precision=job.precision,
+        unigram_loss=(job.reference_losses or {}).get("unigram"),
+        bigram_loss=(job.reference_losses or {}).get("bigram"),
         # a diverged update's loss (inf or NaN) is not JSON: it is sent as 0 beside the run's error
         history=[h if math.isfinite(h.loss) else replace(h, loss=0.0) for h in recs if h.step > since],
-        evals=[EvalPoint(**e) for e in job.evals], snapshots=sorted(set(job.snapshots)),
-        checkpoint=job.id if job.status == "done" else None, error=job.error, cached=job.cached)
+        evals=[EvalPoint(**e) for e in job.evals],
+        snapshots=sorted(set(job.snapshots)),
+        checkpoint=job.id if job.status == "done" else None,
+        error=job.error,
+        cached=job.cached,
+    )
 
 
 def corpora(runs: RunManager) -> list[CorpusInfo]:
@@ -44,7 +56,9 @@ def corpora(runs: RunManager) -> list[CorpusInfo]:
         out.append(CorpusInfo(name=name, chars=len(text), bytes=len(text.encode("utf-8")), builtin=True))
     for p in runs.corpus_files():
         data = p.read_bytes()
-        out.append(CorpusInfo(name=p.stem, chars=len(data.decode("utf-8", errors="replace")), bytes=len(data), builtin=False))
+        out.append(
+            CorpusInfo(name=p.stem, chars=len(data.decode("utf-8", errors="replace")), bytes=len(data), builtin=False)
+        )
     return out
 
 
@@ -55,12 +69,18 @@ def _info(name: str, path: Path, loaded: Path) -> CheckpointInfo | None:
     except (ckpt.CheckpointError, KeyError, TypeError, ValueError):
         return None  # half-written or foreign folders are not listed
     evals = meta.get("evals") or []
-    return CheckpointInfo(name=name, step=int(meta.get("step", 0)), final=bool(meta.get("final", True)),
-                          val_loss=evals[-1]["val_loss"] if evals else None,
-                          corpus=str(meta.get("corpus", {}).get("name", "?")), params=count_params(cfg)["total"],
-                          n_layer=cfg.n_layer, n_head=cfg.n_head,
-                          loaded=path.resolve() == loaded.resolve(),
-                          source=str((meta.get("source") or {}).get("kind", "trained")))
+    return CheckpointInfo(
+        name=name,
+        step=int(meta.get("step", 0)),
+        final=bool(meta.get("final", True)),
+        val_loss=evals[-1]["val_loss"] if evals else None,
+        corpus=str(meta.get("corpus", {}).get("name", "?")),
+        params=count_params(cfg)["total"],
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        loaded=path.resolve() == loaded.resolve(),
+        source=str((meta.get("source") or {}).get("kind", "trained")),
+    )
 
 
 def checkpoints(runs: RunManager, builtin: Path, loaded: Path) -> list[CheckpointInfo]:
@@ -82,10 +102,16 @@ def replay(runs: RunManager, run_id: str, step: int, text: str, tokens: int) -> 
         raise InputError("step", f"run {run_id} has no snapshot at step {step}; snapshots: {steps}", where="query")
     svc = _snapshot_service(str(runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))))
     trace = fwd.forward(svc, ForwardRequest(text=text, include=["attention", "next_token"], truncate=True))
-    ids = tok.encode(svc.encoding, text, where="query")[-svc.model.cfg.n_ctx // 2:]
+    ids = tok.encode(svc.encoding, text, where="query")[-svc.model.cfg.n_ctx // 2 :]
     with svc.run() as m:
         out = m.generate(torch.tensor([ids]), 40, temperature=0.8, top_k=50, seed=0)
     evals = [e for e in svc.meta.get("evals", []) if e["step"] <= step]
-    return ReplayFrame(run=run_id, step=step, steps=steps, val_loss=evals[-1]["val_loss"] if evals else None,
-                       forward=trace, sample=svc.encoding.decode(out[0, len(ids):].tolist()),
-                       projection=emb.projection(svc, tokens))
+    return ReplayFrame(
+        run=run_id,
+        step=step,
+        steps=steps,
+        val_loss=evals[-1]["val_loss"] if evals else None,
+        forward=trace,
+        sample=svc.encoding.decode(out[0, len(ids) :].tolist()),
+        projection=emb.projection(svc, tokens),
+    )

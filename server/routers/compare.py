@@ -14,18 +14,31 @@ from ..schemas.training import CHECKPOINT_PATTERN
 router = APIRouter(tags=["compare"])
 
 
-@router.post("/compare", response_model=CompareResponse, responses={**ERROR_RESPONSES, **NOT_FOUND},
-             summary="Two checkpoints on the same text: bits per character, next-token distributions (KL both ways), "
-                     "attention and its difference, logit lens, how far each weight moved")
+@router.post(
+    "/compare",
+    response_model=CompareResponse,
+    responses={**ERROR_RESPONSES, **NOT_FOUND},
+    summary="Two checkpoints on the same text: bits per character, next-token distributions (KL both ways), "
+    "attention and its difference, logit lens, how far each weight moved",
+)
 def compare(req: CompareRequest, runs: Runs, service: Service) -> CompareResponse:
     return ex.compare(runs, service, req)
 
 
-@router.get("/compare", response_model=CompareResponse, responses={**ERROR_RESPONSES, **NOT_FOUND},
-            summary="The same comparison with its fields in the URL (the /compare page's JSON twin)")
-def compare_get(runs: Runs, service: Service, a: Annotated[str, Query(pattern=CHECKPOINT_PATTERN)],
-                b: Annotated[str, Query(pattern=CHECKPOINT_PATTERN)],
-                text: Annotated[str, Query(min_length=1, max_length=MAX_PROMPT_CHARS)],
-                char: Annotated[int | None, Query(ge=0)] = None, layer: Annotated[int, Query(ge=0)] = 0,
-                head: Annotated[int, Query(ge=0)] = 0) -> CompareResponse:
+@router.get(
+    "/compare",
+    response_model=CompareResponse,
+    responses={**ERROR_RESPONSES, **NOT_FOUND},
+    summary="The same comparison with its fields in the URL (the /compare page's JSON twin)",
+)
+def compare_get(
+    runs: Runs,
+    service: Service,
+    a: Annotated[str, Query(pattern=CHECKPOINT_PATTERN)],
+    b: Annotated[str, Query(pattern=CHECKPOINT_PATTERN)],
+    text: Annotated[str, Query(min_length=1, max_length=MAX_PROMPT_CHARS)],
+    char: Annotated[int | None, Query(ge=0)] = None,
+    layer: Annotated[int, Query(ge=0)] = 0,
+    head: Annotated[int, Query(ge=0)] = 0,
+) -> CompareResponse:
     return ex.compare(runs, service, CompareRequest(a=a, b=b, text=text, char=char, layer=layer, head=head))

@@ -13,10 +13,13 @@ ASSETS = "/vendor/swagger-ui"
 
 @router.get("/docs", response_class=HTMLResponse)
 def docs() -> HTMLResponse:
-    return get_swagger_ui_html(openapi_url="/openapi.json", title="gptscope API",
-                               swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
-                               swagger_css_url=f"{ASSETS}/swagger-ui.css",
-                               swagger_favicon_url=f"{ASSETS}/favicon-32x32.png")
+    return get_swagger_ui_html(
+        openapi_url="/openapi.json",
+        title="gptscope API",
+        swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+        swagger_css_url=f"{ASSETS}/swagger-ui.css",
+        swagger_favicon_url=f"{ASSETS}/favicon-32x32.png",
+    )
 
 
 def mount_assets(app: FastAPI) -> None:

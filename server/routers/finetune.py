@@ -14,8 +14,16 @@ from ..errors import InputError
 from ..explain import finetune as ex
 from ..finetune_jobs import FinetuneManager
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
-from ..schemas.finetune import (MAX_CSV_BYTES, TASK_PATTERN, ClassifyRequest, ClassifyResponse, FinetuneJob,
-                                FinetuneRequest, TaskInfo, TasksResponse)
+from ..schemas.finetune import (
+    MAX_CSV_BYTES,
+    TASK_PATTERN,
+    ClassifyRequest,
+    ClassifyResponse,
+    FinetuneJob,
+    FinetuneRequest,
+    TaskInfo,
+    TasksResponse,
+)
 
 router = APIRouter(tags=["fine-tuning"])
 
@@ -28,21 +36,36 @@ Jobs = Annotated[FinetuneManager, Depends(get_finetune)]
 CONFLICT = {409: {"model": ErrorResponse, "description": "a fine-tuning job is already going"}}
 
 
-@router.get("/finetune/tasks", response_model=TasksResponse, summary="Labelled tasks: the built-in ones and uploaded CSVs")
+@router.get(
+    "/finetune/tasks", response_model=TasksResponse, summary="Labelled tasks: the built-in ones and uploaded CSVs"
+)
 def list_tasks(jobs: Jobs) -> TasksResponse:
     return ex.tasks(jobs)
 
 
-@router.post("/finetune/tasks", status_code=201, response_model=TaskInfo, responses=ERROR_RESPONSES,
-             summary=f"Upload a CSV (header text,label[,text_b]; at most {MAX_CSV_BYTES // 2**20} MiB) as a task")
-async def upload_task(jobs: Jobs, file: Annotated[UploadFile, File(description="CSV: text,label[,text_b]")],
-                      name: Annotated[str, Form(pattern=TASK_PATTERN, description="the task's name")]) -> TaskInfo:
+@router.post(
+    "/finetune/tasks",
+    status_code=201,
+    response_model=TaskInfo,
+    responses=ERROR_RESPONSES,
+    summary=f"Upload a CSV (header text,label[,text_b]; at most {MAX_CSV_BYTES // 2**20} MiB) as a task",
+)
+async def upload_task(
+    jobs: Jobs,
+    file: Annotated[UploadFile, File(description="CSV: text,label[,text_b]")],
+    name: Annotated[str, Form(pattern=TASK_PATTERN, description="the task's name")],
+) -> TaskInfo:
     data = await file.read(MAX_CSV_BYTES + 1)
     return ex.task_info(jobs.save_csv(name, data))
 
 
-@router.post("/finetune", status_code=202, response_model=FinetuneJob, responses={**ERROR_RESPONSES, **CONFLICT, **NOT_FOUND},
-             summary="Fine-tune a pretrained model on a task, by every method and size asked for (in the background)")
+@router.post(
+    "/finetune",
+    status_code=202,
+    response_model=FinetuneJob,
+    responses={**ERROR_RESPONSES, **CONFLICT, **NOT_FOUND},
+    summary="Fine-tune a pretrained model on a task, by every method and size asked for (in the background)",
+)
 def start(req: FinetuneRequest, jobs: Jobs, runs: Runs, service: Service) -> FinetuneJob:
     if req.checkpoint is None:
         base, name = service.checkpoint, service.name
@@ -60,19 +83,31 @@ def list_jobs(jobs: Jobs) -> list[FinetuneJob]:
     return [ex.job_status(j) for j in jobs.jobs.values()]
 
 
-@router.get("/finetune/{job_id}", response_model=FinetuneJob, responses=NOT_FOUND,
-            summary="A fine-tuning job: finished cells, the one running, the saved classifier")
+@router.get(
+    "/finetune/{job_id}",
+    response_model=FinetuneJob,
+    responses=NOT_FOUND,
+    summary="A fine-tuning job: finished cells, the one running, the saved classifier",
+)
 def get_job(job_id: str, jobs: Jobs) -> FinetuneJob:
     return ex.job_status(jobs.get(job_id))
 
 
-@router.post("/finetune/{job_id}/cancel", response_model=FinetuneJob, responses=NOT_FOUND,
-             summary="Stop a fine-tuning job (the cells already finished stay)")
+@router.post(
+    "/finetune/{job_id}/cancel",
+    response_model=FinetuneJob,
+    responses=NOT_FOUND,
+    summary="Stop a fine-tuning job (the cells already finished stay)",
+)
 def cancel_job(job_id: str, jobs: Jobs) -> FinetuneJob:
     return ex.job_status(jobs.cancel(job_id))
 
 
-@router.post("/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES,
-             summary="Label a text with the served fine-tuned classifier, and explain the label")
+@router.post(
+    "/classify",
+    response_model=ClassifyResponse,
+    responses=ERROR_RESPONSES,
+    summary="Label a text with the served fine-tuned classifier, and explain the label",
+)
 def classify(req: ClassifyRequest, service: Service) -> ClassifyResponse:
     return ex.classify(service, req)

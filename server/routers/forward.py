@@ -12,21 +12,35 @@ from ..schemas.forward import MAX_PROMPT_CHARS, ForwardRequest, ForwardResponse,
 router = APIRouter(tags=["forward"])
 
 
-@router.post("/forward", response_model=ForwardResponse, responses=ERROR_RESPONSES,
-             summary="Run the model on a prompt: tokens, attention [layer][head][query][key], next-token probabilities")
+@router.post(
+    "/forward",
+    response_model=ForwardResponse,
+    responses=ERROR_RESPONSES,
+    summary="Run the model on a prompt: tokens, attention [layer][head][query][key], next-token probabilities",
+)
 def forward(req: ForwardRequest, service: Service) -> ForwardResponse:
     return fwd.forward(service, req)
 
 
-@router.get("/forward", response_model=ForwardResponse, responses=ERROR_RESPONSES,
-            summary="The same trace for a prompt given in the URL (the main page's JSON twin)")
-def forward_get(service: Service,
-                text: Annotated[str, Query(min_length=1, max_length=MAX_PROMPT_CHARS)],
-                top_k: Annotated[int, Query(ge=1, le=100)] = 10) -> ForwardResponse:
+@router.get(
+    "/forward",
+    response_model=ForwardResponse,
+    responses=ERROR_RESPONSES,
+    summary="The same trace for a prompt given in the URL (the main page's JSON twin)",
+)
+def forward_get(
+    service: Service,
+    text: Annotated[str, Query(min_length=1, max_length=MAX_PROMPT_CHARS)],
+    top_k: Annotated[int, Query(ge=1, le=100)] = 10,
+) -> ForwardResponse:
     return fwd.forward(service, ForwardRequest(text=text, top_k=top_k))
 
 
-@router.post("/logit-lens", response_model=LogitLensBlock, responses=ERROR_RESPONSES,
-             summary="What each layer would predict: the final LayerNorm and unembedding applied after every block")
+@router.post(
+    "/logit-lens",
+    response_model=LogitLensBlock,
+    responses=ERROR_RESPONSES,
+    summary="What each layer would predict: the final LayerNorm and unembedding applied after every block",
+)
 def logit_lens(req: ForwardRequest, service: Service) -> LogitLensBlock:
     return fwd.forward(service, req.model_copy(update={"include": ["logit_lens"]})).logit_lens

@@ -13,17 +13,33 @@ from ..schemas.heads import HeadsResponse, TrainingHeads
 router = APIRouter(tags=["heads"])
 
 
-@router.get("/heads", response_model=HeadsResponse, responses=ERROR_RESPONSES,
-            summary="What each head does: role scores against random-weight baselines, and what switching it off costs")
-def heads(service: Service,
-          text: Annotated[str | None, Query(min_length=1, max_length=MAX_PROMPT_CHARS,
-                                            description="prompt the prompt roles are scored on (default: the start of the "
-                                                        "built-in corpus's held-out text), truncated to the context window")] = None,
-          ablate: Annotated[bool, Query(description="run the ablation check for heads with a role")] = True) -> HeadsResponse:
+@router.get(
+    "/heads",
+    response_model=HeadsResponse,
+    responses=ERROR_RESPONSES,
+    summary="What each head does: role scores against random-weight baselines, and what switching it off costs",
+)
+def heads(
+    service: Service,
+    text: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_PROMPT_CHARS,
+            description="prompt the prompt roles are scored on (default: the start of the "
+            "built-in corpus's held-out text), truncated to the context window",
+        ),
+    ] = None,
+    ablate: Annotated[bool, Query(description="run the ablation check for heads with a role")] = True,
+) -> HeadsResponse:
     return ex.heads(service, text, ablate)
 
 
-@router.get("/training/{run_id}/heads", response_model=TrainingHeads, responses=ERROR_RESPONSES,
-            summary="Head role scores and the in-context score at every snapshot of a run (watch roles appear)")
+@router.get(
+    "/training/{run_id}/heads",
+    response_model=TrainingHeads,
+    responses=ERROR_RESPONSES,
+    summary="Head role scores and the in-context score at every snapshot of a run (watch roles appear)",
+)
 def training_heads(run_id: str, runs: Runs) -> TrainingHeads:
     return ex.training_heads(runs, run_id)

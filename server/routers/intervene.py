@@ -10,7 +10,11 @@ from ..schemas.intervene import InterveneRequest, InterveneResponse
 router = APIRouter(tags=["interventions"])
 
 
-@router.post("/intervene", response_model=InterveneResponse, responses=ERROR_RESPONSES,
-             summary="Zero heads or MLPs, or edit prompt tokens, and compare with the unaltered run")
+@router.post(
+    "/intervene",
+    response_model=InterveneResponse,
+    responses=ERROR_RESPONSES,
+    summary="Zero heads or MLPs, or edit prompt tokens, and compare with the unaltered run",
+)
 def intervene(req: InterveneRequest, service: Service) -> InterveneResponse:
     return iv.intervene(service, req)

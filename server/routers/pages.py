@@ -30,8 +30,9 @@ templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 # In the corpus's format (speaker line, then the speech), ending mid-line so the model's first
 # guess is a word: the built-in model says " more" (Henry V, in the training split).
 DEFAULT_PROMPT = "KING HENRY V:\nOnce more unto the breach, dear friends, once"
-DEFAULT_TOKENIZER_TEXT = ("Every effort moves you forward, uncharacteristically.\n"
-                          "Naïve café owners say “héllo” 👋 in 2024!")
+DEFAULT_TOKENIZER_TEXT = (
+    "Every effort moves you forward, uncharacteristically.\nNaïve café owners say “héllo” 👋 in 2024!"
+)
 
 
 EMBED = re.compile(r"^[a-z0-9-]{1,40}$")
@@ -42,7 +43,9 @@ def render(request: Request, service: Service, template: str, active: str, twin:
     shows only the panel `NAME-panel`, without the header (gptscope.notebook puts it in an IFrame)."""
     embed = request.query_params.get("embed") or ""
     context["embed"] = embed if EMBED.fullmatch(embed) else None
-    resp = templates.TemplateResponse(request, template, {"info": model_info(service), "active": active, "twin": twin, **context})
+    resp = templates.TemplateResponse(
+        request, template, {"info": model_info(service), "active": active, "twin": twin, **context}
+    )
     resp.headers["Link"] = f'<{twin}>; rel="alternate"; type="application/json"'
     return resp
 
@@ -52,8 +55,9 @@ def index(request: Request, service: Service) -> Response:
     # a classifier's default is a test-half input framed by its special tokens, as it was trained to read
     classifier_example = (service.meta.get("classifier") or {}).get("example") if service.classifier else None
     prompt = request.query_params.get("text") or classifier_example or DEFAULT_PROMPT
-    return render(request, service, "index.html", "forward", f"/api/v1/forward?{urlencode({'text': prompt})}",
-                  prompt=prompt)
+    return render(
+        request, service, "index.html", "forward", f"/api/v1/forward?{urlencode({'text': prompt})}", prompt=prompt
+    )
 
 
 @router.get("/tokenizer", response_class=HTMLResponse)
@@ -64,8 +68,16 @@ def tokenizer_page(request: Request, service: Service) -> Response:
     params = {"text": text, "encoding": encoding}
     if q.get("allow_special") == "true":
         params["allow_special"] = "true"
-    return render(request, service, "tokenizer.html", "tokenizer", f"/api/v1/tokenize?{urlencode(params)}",
-                  text=text, encoding=encoding, encodings=encoding_names())
+    return render(
+        request,
+        service,
+        "tokenizer.html",
+        "tokenizer",
+        f"/api/v1/tokenize?{urlencode(params)}",
+        text=text,
+        encoding=encoding,
+        encodings=encoding_names(),
+    )
 
 
 @router.get("/learn", response_class=HTMLResponse)
@@ -98,5 +110,4 @@ def _plotly_js() -> bytes:
 @router.get("/vendor/plotly.min.js")
 def plotly_js() -> Response:
     """Plotly.js from the installed `plotly` Python package: no CDN, works offline."""
-    return Response(_plotly_js(), media_type="text/javascript",
-                    headers={"Cache-Control": "public, max-age=86400"})
+    return Response(_plotly_js(), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})

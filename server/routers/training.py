@@ -19,17 +19,32 @@ from ..explain import training as ex
 from ..explain.model_info import health
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
 from ..schemas.health import Health
-from ..schemas.training import (NAME_PATTERN, CheckpointInfo, CorpusInfo, Experiment, ReplayFrame, SwitchModelRequest,
-                                TrainingRequest, TrainingStatus)
+from ..schemas.training import (
+    NAME_PATTERN,
+    CheckpointInfo,
+    CorpusInfo,
+    Experiment,
+    ReplayFrame,
+    SwitchModelRequest,
+    TrainingRequest,
+    TrainingStatus,
+)
 from ..service import ModelService
 
 router = APIRouter(tags=["training"])
 
 
-@router.post("/training", status_code=202, response_model=TrainingStatus,
-             responses={**ERROR_RESPONSES, 409: {"model": ErrorResponse, "description": "a run is already going"},
-                        200: {"model": TrainingStatus, "description": "an identical request already finished: that run, `cached` true"}},
-             summary="Start a training run (one at a time); the app keeps serving its model meanwhile")
+@router.post(
+    "/training",
+    status_code=202,
+    response_model=TrainingStatus,
+    responses={
+        **ERROR_RESPONSES,
+        409: {"model": ErrorResponse, "description": "a run is already going"},
+        200: {"model": TrainingStatus, "description": "an identical request already finished: that run, `cached` true"},
+    },
+    summary="Start a training run (one at a time); the app keeps serving its model meanwhile",
+)
 def start_training(req: TrainingRequest, runs: Runs):
     job = runs.start(req)
     if job.cached:  # an identical request already finished: 200 with that run instead of 202
@@ -37,43 +52,70 @@ def start_training(req: TrainingRequest, runs: Runs):
     return ex.status(job)
 
 
-@router.get("/training", response_model=list[TrainingStatus], summary="Runs started since the app began (history omitted)")
+@router.get(
+    "/training", response_model=list[TrainingStatus], summary="Runs started since the app began (history omitted)"
+)
 def list_training(runs: Runs) -> list[TrainingStatus]:
     return [ex.status(j, since=10**9) for j in runs.jobs.values()]
 
 
-@router.get("/training/{run_id}", response_model=TrainingStatus, responses=NOT_FOUND,
-            summary="Progress of a run; `since` returns only the steps after it (for polling)")
+@router.get(
+    "/training/{run_id}",
+    response_model=TrainingStatus,
+    responses=NOT_FOUND,
+    summary="Progress of a run; `since` returns only the steps after it (for polling)",
+)
 def get_training(run_id: str, runs: Runs, since: Annotated[int, Query(ge=0)] = 0) -> TrainingStatus:
     return ex.status(runs.get(run_id), since)
 
 
-@router.post("/training/{run_id}/cancel", response_model=TrainingStatus, responses=NOT_FOUND,
-             summary="Cancel a run (a finished one is left as it is); the run and the snapshots it saved stay loadable")
+@router.post(
+    "/training/{run_id}/cancel",
+    response_model=TrainingStatus,
+    responses=NOT_FOUND,
+    summary="Cancel a run (a finished one is left as it is); the run and the snapshots it saved stay loadable",
+)
 def cancel_training(run_id: str, runs: Runs) -> TrainingStatus:
     return ex.status(runs.cancel(run_id))
 
 
-@router.delete("/training/{run_id}", status_code=204, response_class=Response,
-               responses={**NOT_FOUND, 409: {"model": ErrorResponse, "description": "the app serves one of the run's "
-                                             "checkpoints: switch model first"}},
-               summary="Delete a run: cancel it if it is going, then remove it and its checkpoints (the run, its "
-                       "replay and its snapshots answer 404 from then on)")
+@router.delete(
+    "/training/{run_id}",
+    status_code=204,
+    response_class=Response,
+    responses={
+        **NOT_FOUND,
+        409: {"model": ErrorResponse, "description": "the app serves one of the run's checkpoints: switch model first"},
+    },
+    summary="Delete a run: cancel it if it is going, then remove it and its checkpoints (the run, its "
+    "replay and its snapshots answer 404 from then on)",
+)
 def delete_training(run_id: str, runs: Runs, service: Service) -> Response:
     runs.delete(run_id, service.path)
     return Response(status_code=204)
 
 
-@router.get("/training/{run_id}/replay", response_model=ReplayFrame, responses={**ERROR_RESPONSES, **NOT_FOUND},
-            summary="Watch it learn: one snapshot of a run applied to a fixed prompt")
-def replay(run_id: str, runs: Runs, step: Annotated[int, Query(ge=0)],
-           text: Annotated[str, Query(min_length=1, max_length=2000)] = "ROMEO:\nBut soft, what light",
-           tokens: Annotated[int, Query(ge=10, le=5000, description="how many token ids to project")] = 300) -> ReplayFrame:
+@router.get(
+    "/training/{run_id}/replay",
+    response_model=ReplayFrame,
+    responses={**ERROR_RESPONSES, **NOT_FOUND},
+    summary="Watch it learn: one snapshot of a run applied to a fixed prompt",
+)
+def replay(
+    run_id: str,
+    runs: Runs,
+    step: Annotated[int, Query(ge=0)],
+    text: Annotated[str, Query(min_length=1, max_length=2000)] = "ROMEO:\nBut soft, what light",
+    tokens: Annotated[int, Query(ge=10, le=5000, description="how many token ids to project")] = 300,
+) -> ReplayFrame:
     return ex.replay(runs, run_id, step, text, tokens)
 
 
-@router.get("/experiments", response_model=list[Experiment],
-            summary="Short training experiments from the seeds: run each variant with POST /api/v1/training")
+@router.get(
+    "/experiments",
+    response_model=list[Experiment],
+    summary="Short training experiments from the seeds: run each variant with POST /api/v1/training",
+)
 def list_experiments() -> list[Experiment]:
     return EXPERIMENTS
 
@@ -83,23 +125,38 @@ def list_corpora(runs: Runs) -> list[CorpusInfo]:
     return ex.corpora(runs)
 
 
-@router.post("/corpora", status_code=201, response_model=CorpusInfo, responses=ERROR_RESPONSES,
-             summary=f"Upload a UTF-8 text file (at most {corpus_mod.MAX_CORPUS_BYTES // 2**20} MiB) to train on")
-async def upload_corpus(runs: Runs, file: Annotated[UploadFile, File(description="a UTF-8 text file")],
-                        name: Annotated[str, Form(pattern=NAME_PATTERN, description="name to train with")]) -> CorpusInfo:
+@router.post(
+    "/corpora",
+    status_code=201,
+    response_model=CorpusInfo,
+    responses=ERROR_RESPONSES,
+    summary=f"Upload a UTF-8 text file (at most {corpus_mod.MAX_CORPUS_BYTES // 2**20} MiB) to train on",
+)
+async def upload_corpus(
+    runs: Runs,
+    file: Annotated[UploadFile, File(description="a UTF-8 text file")],
+    name: Annotated[str, Form(pattern=NAME_PATTERN, description="name to train with")],
+) -> CorpusInfo:
     data = await file.read(corpus_mod.MAX_CORPUS_BYTES + 1)
     corpus = runs.save_corpus(name, data)
     return CorpusInfo(name=name, chars=len(corpus.text), bytes=len(data), builtin=False)
 
 
-@router.get("/checkpoints", response_model=list[CheckpointInfo],
-            summary="Checkpoints the app can serve: the built-in model, finished runs and their snapshots")
+@router.get(
+    "/checkpoints",
+    response_model=list[CheckpointInfo],
+    summary="Checkpoints the app can serve: the built-in model, finished runs and their snapshots",
+)
 def list_checkpoints(runs: Runs, service: Service) -> list[CheckpointInfo]:
     return ex.checkpoints(runs, BUILTIN_CHECKPOINT, service.path)
 
 
-@router.post("/model", response_model=Health, responses={**ERROR_RESPONSES, **NOT_FOUND},
-             summary="Serve another checkpoint (by name from /api/v1/checkpoints)")
+@router.post(
+    "/model",
+    response_model=Health,
+    responses={**ERROR_RESPONSES, **NOT_FOUND},
+    summary="Serve another checkpoint (by name from /api/v1/checkpoints)",
+)
 def switch_model(req: SwitchModelRequest, runs: Runs, request: Request) -> Health:
     path = runs.checkpoint_path(req.checkpoint, BUILTIN_CHECKPOINT)
     try:

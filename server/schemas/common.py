@@ -25,13 +25,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 def _is_int(annotation) -> bool:
     """int, or Annotated[int, ...] (an int with constraints)."""
-    return annotation is int or (typing.get_origin(annotation) is typing.Annotated and typing.get_args(annotation)[0] is int)
+    return annotation is int or (
+        typing.get_origin(annotation) is typing.Annotated and typing.get_args(annotation)[0] is int
+    )
 
 
 def _integral(value, annotation):
     """JSON Schema's "integer" includes 3.0: an integral float becomes an int where an int (or a
     list of ints) is asked; everything else is left for strict validation to judge."""
-    arms = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
+    arms = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
     if isinstance(value, float) and value.is_integer() and any(_is_int(a) for a in arms):
         return int(value)
     if isinstance(value, list) and any(typing.get_origin(a) is list and _is_int(typing.get_args(a)[0]) for a in arms):
@@ -69,7 +75,9 @@ class TokenPiece(BaseModel):
 
     index: int = Field(description="position of the token in the sequence (0-based)")
     id: int = Field(description="token id in the encoding's vocabulary")
-    text: str = Field(description="the token's bytes decoded as UTF-8; U+FFFD stands in for bytes that are not valid UTF-8 on their own")
+    text: str = Field(
+        description="the token's bytes decoded as UTF-8; U+FFFD stands in for bytes that are not valid UTF-8 on their own"
+    )
     bytes_hex: str = Field(description="the token's exact bytes, hex")
     valid_utf8: bool = Field(description="false when the token's bytes are only part of a character")
     start: int = Field(description="first character (code point) of the text this token covers")

@@ -12,7 +12,9 @@ class ProjectedToken(BaseModel):
 
 class ProjectionResponse(BaseModel):
     method: str = "pca"
-    explained_variance_ratio: list[float] = Field(description="share of the variance of W_E's rows along each of the 2 axes")
+    explained_variance_ratio: list[float] = Field(
+        description="share of the variance of W_E's rows along each of the 2 axes"
+    )
     tokens: list[ProjectedToken]
 
 
@@ -32,4 +34,6 @@ class NeighboursResponse(BaseModel):
 class PositionsResponse(BaseModel):
     positions: list[int]
     learned_similarity: list[list[float]] = Field(description="cosine similarity between rows of the learned W_P")
-    sinusoidal_similarity: list[list[float]] = Field(description="the same for the original Transformer's sinusoidal encoding at the same width")
+    sinusoidal_similarity: list[list[float]] = Field(
+        description="the same for the original Transformer's sinusoidal encoding at the same width"
+    )

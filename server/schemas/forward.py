@@ -11,8 +11,21 @@ from .common import StrictRequest, TokenId, TokenPiece
 
 MAX_PROMPT_CHARS = 20_000
 
-ForwardPart = Literal["embeddings", "attention", "layernorm", "head_detail", "mlp", "residual",
-                      "logit_lens", "next_token", "prompt_loss", "decomposition", "rope", "moe", "classifier"]
+ForwardPart = Literal[
+    "embeddings",
+    "attention",
+    "layernorm",
+    "head_detail",
+    "mlp",
+    "residual",
+    "logit_lens",
+    "next_token",
+    "prompt_loss",
+    "decomposition",
+    "rope",
+    "moe",
+    "classifier",
+]
 ALL_PARTS: tuple[str, ...] = ForwardPart.__args__  # type: ignore[attr-defined]
 
 Matrix = list[list[float]]
@@ -20,26 +33,41 @@ Matrix = list[list[float]]
 
 class ForwardRequest(StrictRequest):
     # a prompt or token ids: the schema says one of them must be there
-    model_config = ConfigDict(json_schema_extra={"anyOf": [
-        {"required": ["text"], "properties": {"text": {"minLength": 1}}},
-        {"required": ["ids"], "properties": {"ids": {"type": "array"}}}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["text"], "properties": {"text": {"minLength": 1}}},
+                {"required": ["ids"], "properties": {"ids": {"type": "array"}}},
+            ]
+        }
+    )
 
-    text: str = Field("", max_length=MAX_PROMPT_CHARS,
-                      description="the prompt (give it or `ids`); its tokens must fit the loaded model's context window "
-                                  "(n_ctx, in /api/v1/health) unless `truncate` is true",
-                      examples=["ROMEO:\nBut soft, what light"])
-    ids: list[TokenId] | None = Field(None, min_length=1, max_length=4096,
-                                  description="token ids to run instead of a text (for example /heads' test input); "
-                                              "`text` is then ignored. Each id must be below the loaded model's vocab_size, "
-                                              "and there may be at most n_ctx of them (see /api/v1/health)")
-    include: list[ForwardPart] = Field(default_factory=lambda: ["attention", "next_token"],
-                                       description="which stages of the trace to return")
+    text: str = Field(
+        "",
+        max_length=MAX_PROMPT_CHARS,
+        description="the prompt (give it or `ids`); its tokens must fit the loaded model's context window "
+        "(n_ctx, in /api/v1/health) unless `truncate` is true",
+        examples=["ROMEO:\nBut soft, what light"],
+    )
+    ids: list[TokenId] | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="token ids to run instead of a text (for example /heads' test input); "
+        "`text` is then ignored. Each id must be below the loaded model's vocab_size, "
+        "and there may be at most n_ctx of them (see /api/v1/health)",
+    )
+    include: list[ForwardPart] = Field(
+        default_factory=lambda: ["attention", "next_token"], description="which stages of the trace to return"
+    )
     layers: list[int] | None = Field(None, description="attention: only these layers (default all)")
     heads: list[int] | None = Field(None, description="attention: only these heads (default all)")
     layer: int = Field(0, ge=0, description="the layer shown in detail (layernorm, head_detail, mlp neurons)")
     head: int = Field(0, ge=0, description="the head shown in detail (head_detail)")
     position: int | None = Field(None, ge=0, description="the selected token position (default: the last)")
-    target: int | None = Field(None, ge=0, description="decomposition: the token id whose logit is split up (default: the top prediction)")
+    target: int | None = Field(
+        None, ge=0, description="decomposition: the token id whose logit is split up (default: the top prediction)"
+    )
     top_k: int = Field(10, ge=1, le=100, description="how many next-token candidates to return")
     truncate: bool = Field(False, description="keep the last n_ctx tokens of a longer prompt instead of refusing it")
 
@@ -56,15 +84,21 @@ class AttentionBlock(BaseModel):
     heads: list[int] = Field(description="head index of each entry of `pattern[l]`")
     pattern: list[list[Matrix]] = Field(
         description="[layer][head][query][key]: softmax weights, 4 decimals; each row sums to 1. For a causal "
-                    "model (`causal` true) row q lists keys 0..q only: later keys are masked and get exactly 0, "
-                    "so they are left out (half the bytes). A model trained without the mask has full rows.")
+        "model (`causal` true) row q lists keys 0..q only: later keys are masked and get exactly 0, "
+        "so they are left out (half the bytes). A model trained without the mask has full rows."
+    )
 
 
 class EmbeddingsBlock(BaseModel):
     token: Matrix = Field(description="(T, d) rows of W_E for the prompt's token ids")
-    pos: Literal["learned", "rope", "none"] = Field("learned", description="how the model knows positions: learned rows "
-                                                    "added here, or rotary (RoPE, inside attention), or not at all")
-    position: Matrix | None = Field(description="(T, d) rows of W_P for positions 0..T-1 (null without learned positions)")
+    pos: Literal["learned", "rope", "none"] = Field(
+        "learned",
+        description="how the model knows positions: learned rows "
+        "added here, or rotary (RoPE, inside attention), or not at all",
+    )
+    position: Matrix | None = Field(
+        description="(T, d) rows of W_P for positions 0..T-1 (null without learned positions)"
+    )
     sum: Matrix = Field(description="(T, d) token + position: the residual stream entering block 0")
     token_norms: list[float]
     position_norms: list[float] | None
@@ -94,8 +128,11 @@ class HeadDetail(BaseModel):
     q: Matrix = Field(description="(T, d_head) queries of this head (after RoPE's rotation when `rotated`)")
     k: Matrix = Field(description="(T, d_head) keys of its key/value head (after RoPE's rotation when `rotated`)")
     v: Matrix = Field(description="(T, d_head) values of its key/value head")
-    kv_head: int = Field(0, description="the key/value head this query head reads: with grouped-query attention "
-                                        "n_head / n_kv_head query heads share each one")
+    kv_head: int = Field(
+        0,
+        description="the key/value head this query head reads: with grouped-query attention "
+        "n_head / n_kv_head query heads share each one",
+    )
     rotated: bool = Field(False, description="q and k are shown after RoPE turned them by their positions")
     scores: Matrix = Field(description="(T, T) Q K^T / sqrt(d_head), before the mask")
     masked_scores: list[list[float | None]] = Field(description="(T, T) after the causal mask; null stands for -inf")
@@ -128,14 +165,18 @@ class MLPLayer(BaseModel):
 
 
 class MLPBlock(BaseModel):
-    gelu: str = Field(description="'exact' x*Phi(x) or 'tanh' approximation, as the model uses; 'silu' for a SwiGLU "
-                                  "MLP (its gate's activation; post = silu(gate) * value)")
+    gelu: str = Field(
+        description="'exact' x*Phi(x) or 'tanh' approximation, as the model uses; 'silu' for a SwiGLU "
+        "MLP (its gate's activation; post = silu(gate) * value)"
+    )
     curve_x: list[float]
     curve_y: list[float] = Field(description="the model's GELU at curve_x (drawn under the histograms)")
     layers: list[MLPLayer]
     layer: int
     position: int
-    top_neurons: list[Neuron] = Field(description="the neurons with the largest post-GELU value at the selected layer and position")
+    top_neurons: list[Neuron] = Field(
+        description="the neurons with the largest post-GELU value at the selected layer and position"
+    )
     d_mlp: int
 
 
@@ -153,8 +194,12 @@ class LensCandidate(BaseModel):
 class LogitLensBlock(BaseModel):
     stages: list[str]
     positions: list[int]
-    top: list[list[list[LensCandidate]]] = Field(description="[stage][position][k] tokens the final LayerNorm + unembedding would predict from the stream at that stage")
-    actual_next_prob: list[list[float | None]] = Field(description="[stage][position] probability of the token that really follows (null at the last position)")
+    top: list[list[list[LensCandidate]]] = Field(
+        description="[stage][position][k] tokens the final LayerNorm + unembedding would predict from the stream at that stage"
+    )
+    actual_next_prob: list[list[float | None]] = Field(
+        description="[stage][position] probability of the token that really follows (null at the last position)"
+    )
 
 
 class PositionLoss(BaseModel):
@@ -173,8 +218,10 @@ class PromptLoss(BaseModel):
 
 
 class Contribution(BaseModel):
-    name: str = Field(description="embed, L{l}H{h} (a head), L{l} attn bias, L{l} attention (a sandwich-norm model's "
-                                  "whole normalised attention output), MLP{l}, or final bias")
+    name: str = Field(
+        description="embed, L{l}H{h} (a head), L{l} attn bias, L{l} attention (a sandwich-norm model's "
+        "whole normalised attention output), MLP{l}, or final bias"
+    )
     kind: Literal["embed", "head", "attn_bias", "attn", "mlp", "bias"]
     layer: int | None = None
     head: int | None = None
@@ -196,10 +243,13 @@ class Decomposition(BaseModel):
 class RopeDistanceCheck(BaseModel):
     offset: int = Field(description="the second placement's start position")
     distances: list[int] = Field(description="query position minus key position")
-    scores_at_start: list[float] = Field(description="score of the selected q and k with the key at position 0 and "
-                                                     "the query `distance` after it")
-    scores_at_offset: list[float] = Field(description="the same q and k with the key at `offset`: the same curve, "
-                                                      "because RoPE's score depends only on the distance")
+    scores_at_start: list[float] = Field(
+        description="score of the selected q and k with the key at position 0 and the query `distance` after it"
+    )
+    scores_at_offset: list[float] = Field(
+        description="the same q and k with the key at `offset`: the same curve, "
+        "because RoPE's score depends only on the distance"
+    )
 
 
 class RopeBlock(BaseModel):
@@ -209,8 +259,9 @@ class RopeBlock(BaseModel):
     head: int
     kv_head: int
     base: float
-    frequencies: list[float] = Field(description="(d_head/2,) radians per position for each pair of dimensions: "
-                                                 "base^(-2i/d_head)")
+    frequencies: list[float] = Field(
+        description="(d_head/2,) radians per position for each pair of dimensions: base^(-2i/d_head)"
+    )
     angles: Matrix = Field(description="(T, d_head/2) the angle each pair turns by at each position")
     q: Matrix = Field(description="(T, d_head) queries before the rotation")
     q_rotated: Matrix
@@ -223,7 +274,9 @@ class ExpertLayer(BaseModel):
     layer: int
     probs: Matrix = Field(description="(T, n_expert) the router's probabilities for each token")
     choice: list[list[int]] = Field(description="(T, top_k) the experts each token went to")
-    load: list[float] = Field(description="(n_expert,) share of this prompt's token-to-expert assignments each expert got")
+    load: list[float] = Field(
+        description="(n_expert,) share of this prompt's token-to-expert assignments each expert got"
+    )
 
 
 class MoEBlock(BaseModel):
@@ -238,14 +291,18 @@ class ClassifierBlock(BaseModel):
     task: str
     labels: list[str]
     position: int = Field(description="the position read (the last one)")
-    at_extract: bool = Field(description="whether the last token is the extract token the classifier was trained to read")
+    at_extract: bool = Field(
+        description="whether the last token is the extract token the classifier was trained to read"
+    )
     logits: list[float] = Field(description="one per label: W_y . h_last + b")
     probs: list[float]
     predicted: int = Field(description="index of the winning label")
     attention: list[list[list[float]]] = Field(description="[layer][head][key]: the last position's attention row")
     attention_mean: list[list[float]] = Field(description="[layer][key]: that row averaged over the layer's heads")
-    decomposition: Decomposition = Field(description="the winning label's logit split into what each component "
-                                                     "wrote into the residual stream (target_id is the label index)")
+    decomposition: Decomposition = Field(
+        description="the winning label's logit split into what each component "
+        "wrote into the residual stream (target_id is the label index)"
+    )
 
 
 class ForwardResponse(BaseModel):
@@ -255,10 +312,16 @@ class ForwardResponse(BaseModel):
     n_layer: int
     n_head: int
     d_model: int
-    causal: bool = Field(True, description="whether each position attends only to itself and earlier ones; "
-                                           "False for a model trained without the mask, whose patterns fill the whole square")
-    window: int = Field(0, description="sliding-window attention: query q sees keys q-window+1..q only (0: all earlier "
-                                       "keys); the weights outside the window are 0")
+    causal: bool = Field(
+        True,
+        description="whether each position attends only to itself and earlier ones; "
+        "False for a model trained without the mask, whose patterns fill the whole square",
+    )
+    window: int = Field(
+        0,
+        description="sliding-window attention: query q sees keys q-window+1..q only (0: all earlier "
+        "keys); the weights outside the window are 0",
+    )
     position: int = Field(description="the selected position")
     embeddings: EmbeddingsBlock | None = None
     attention: AttentionBlock | None = None
@@ -272,6 +335,9 @@ class ForwardResponse(BaseModel):
     next_token: list[NextToken] | None = Field(None, description="top-k next tokens after the selected position")
     prompt_loss: PromptLoss | None = None
     decomposition: Decomposition | None = None
-    classifier: ClassifierBlock | None = Field(None, description="fine-tuned classifiers only (GET /api/v1/health: "
-                                               "info.classifier; null for a language model): the label W_y reads at "
-                                               "the last position")
+    classifier: ClassifierBlock | None = Field(
+        None,
+        description="fine-tuned classifiers only (GET /api/v1/health: "
+        "info.classifier; null for a language model): the label W_y reads at "
+        "the last position",
+    )

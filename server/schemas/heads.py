@@ -15,10 +15,14 @@ class RoleDefinition(BaseModel):
     name: RoleName
     definition: str
     input: Literal["prompt", "repeated random tokens"] = Field(description="what the score is measured on")
-    baseline_max: float = Field(description="the highest score of any head of the same architecture with random "
-                                            "(untrained) weights, on the same input")
+    baseline_max: float = Field(
+        description="the highest score of any head of the same architecture with random "
+        "(untrained) weights, on the same input"
+    )
     baseline_mean: float = Field(description="the mean score of those random heads")
-    threshold: float = Field(description="a head needs at least this score for the role: max(min_score, baseline_max + margin)")
+    threshold: float = Field(
+        description="a head needs at least this score for the role: max(min_score, baseline_max + margin)"
+    )
 
 
 class RepeatedTokensInput(BaseModel):
@@ -35,8 +39,12 @@ class Ablation(BaseModel):
     task_description: str
     clean_loss: float = Field(description="the task's loss with every head on (nats per token)")
     zero_cost: float = Field(description="loss increase with this head's output z set to zero")
-    mean_cost: float = Field(description="loss increase with this head's output z replaced by its mean over the input's positions")
-    needed: float = Field(description="the cost that confirms a role: max(0.01, twice the mean cost of zeroing heads without a role)")
+    mean_cost: float = Field(
+        description="loss increase with this head's output z replaced by its mean over the input's positions"
+    )
+    needed: float = Field(
+        description="the cost that confirms a role: max(0.01, twice the mean cost of zeroing heads without a role)"
+    )
     confirmed: bool
 
 
@@ -47,7 +55,8 @@ class HeadRole(BaseModel):
     roles: list[RoleName] = Field(description="roles this head passes, the most decisive first")
     status: Literal["confirmed", "not confirmed", "untested", "no clear role"] = Field(
         description="untested: a role head past the ablation limit of a large model (the 12 clearest are tested), or "
-                    "ablate=false")
+        "ablate=false"
+    )
     ablation: Ablation | None = Field(None, description="what switching the head off costs (heads with a role only)")
 
 
@@ -68,8 +77,10 @@ class HeadsResponse(BaseModel):
     test_input: RepeatedTokensInput
     heads: list[HeadRole] = Field(description="every head, layer-major")
     in_context: InContext
-    reference_cost: dict[str, float] = Field(description="mean loss increase from zeroing heads with no role, per task "
-                                                        "(the yardstick a role's cost must clearly beat)")
+    reference_cost: dict[str, float] = Field(
+        description="mean loss increase from zeroing heads with no role, per task "
+        "(the yardstick a role's cost must clearly beat)"
+    )
     summary: str
 
 

@@ -8,8 +8,9 @@ class ClassifierInfo(BaseModel):
 
     task: str
     labels: list[str]
-    special_tokens: dict[str, str] = Field(description="start, delimiter and extract: the token strings that frame an "
-                                                       "input, e.g. <|start|>text<|extract|>")
+    special_tokens: dict[str, str] = Field(
+        description="start, delimiter and extract: the token strings that frame an input, e.g. <|start|>text<|extract|>"
+    )
     base: str | None = Field(description="the language model it was fine-tuned from")
     method: str
     lm_weight: float
@@ -21,8 +22,10 @@ class ClassifierInfo(BaseModel):
 class ModelInfo(BaseModel):
     name: str
     checkpoint: str = Field(description="folder the weights were loaded from")
-    tokenizer: str = Field(description="'bpe' (trained on the corpus), 'chars' (one token per character, an imported "
-                                       "nanoGPT char-level model) or a public encoding's name")
+    tokenizer: str = Field(
+        description="'bpe' (trained on the corpus), 'chars' (one token per character, an imported "
+        "nanoGPT char-level model) or a public encoding's name"
+    )
     vocab_size: int
     n_ctx: int
     n_layer: int
@@ -31,7 +34,9 @@ class ModelInfo(BaseModel):
     d_mlp: int
     norm: str
     gelu: str
-    causal: bool = Field(description="whether attention masks later positions (False only for a model trained without the mask): views draw the upper triangle only when it is False")
+    causal: bool = Field(
+        description="whether attention masks later positions (False only for a model trained without the mask): views draw the upper triangle only when it is False"
+    )
     params: int = Field(description="trainable parameters (a tied matrix counted once)")
     corpus: str
     train_steps: int
@@ -45,9 +50,13 @@ class ModelInfo(BaseModel):
     window: int = Field(0, description="sliding-window attention: keys each query sees (0: all earlier ones)")
     n_expert: int = Field(0, description="mixture of experts: FFNs per block (0: one dense MLP)")
     top_k_experts: int = Field(1, description="experts each token is sent to")
-    source: str = Field(description="'trained' (here, with gptscope train), 'huggingface-gpt2' or 'nanogpt' (imported "
-                                    "with gptscope import)")
-    classifier: ClassifierInfo | None = Field(None, description="a fine-tuned classifier's labels; null for a language model")
+    source: str = Field(
+        description="'trained' (here, with gptscope train), 'huggingface-gpt2' or 'nanogpt' (imported "
+        "with gptscope import)"
+    )
+    classifier: ClassifierInfo | None = Field(
+        None, description="a fine-tuned classifier's labels; null for a language model"
+    )
 
 
 class Health(BaseModel):

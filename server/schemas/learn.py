@@ -27,15 +27,19 @@ class SchedulePoint(BaseModel):
 class LrHistory(BaseModel):
     """The learning rate the loaded model's trainer really set, update by update."""
 
-    step: list[int] = Field(description="the schedule step (0-based update index) each rate was used for; "
-                                        "the checkpoint's history numbers the same update step + 1")
+    step: list[int] = Field(
+        description="the schedule step (0-based update index) each rate was used for; "
+        "the checkpoint's history numbers the same update step + 1"
+    )
     lr: list[float]
     loss: list[float] = Field(description="the training loss of that update (nats per token)")
 
 
 class ScheduleResponse(BaseModel):
     kind: str = Field(description="transformer, gpt1 or model")
-    function: str = Field(description="the gptscope.model.schedules function that computed lr (the trainer calls the same one)")
+    function: str = Field(
+        description="the gptscope.model.schedules function that computed lr (the trainer calls the same one)"
+    )
     formula: str
     params: ScheduleParams
     step: list[int]
@@ -43,9 +47,14 @@ class ScheduleResponse(BaseModel):
     peak: SchedulePoint = Field(description="the highest learning rate and its step")
     end: SchedulePoint = Field(description="the learning rate at total_steps")
     checkpoint_schedule: dict | None = Field(None, description="kind=model: the schedule recorded in checkpoint.json")
-    history: LrHistory | None = Field(None, description="kind=model: the per-update learning rates the trainer recorded")
-    history_max_abs_diff: float | None = Field(None, description="kind=model with the recorded parameters: the largest "
-                                                                 "|recorded lr - schedule lr| over the history (0 means identical)")
+    history: LrHistory | None = Field(
+        None, description="kind=model: the per-update learning rates the trainer recorded"
+    )
+    history_max_abs_diff: float | None = Field(
+        None,
+        description="kind=model with the recorded parameters: the largest "
+        "|recorded lr - schedule lr| over the history (0 means identical)",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -69,7 +78,9 @@ class GeluResponse(BaseModel):
     gap: list[float] = Field(description="gelu_tanh - gelu_exact at each x")
     max_abs_gap: XY = Field(description="the largest |gap| on the grid and where (y is the gap)")
     max_abs_gap_band: XY = Field(description="the same within the band [-2, 2] where pre-activations mostly lie")
-    minimum: XY = Field(description="the exact GELU's minimum (found by root-finding its derivative, not from the grid)")
+    minimum: XY = Field(
+        description="the exact GELU's minimum (found by root-finding its derivative, not from the grid)"
+    )
     minimum_tanh: XY = Field(description="the tanh approximation's minimum")
     derivative_at_minus_one: XY = Field(description="x = -1 and GELU'(-1): a negative input still gets a gradient")
     relu_derivative_at_minus_one: XY
@@ -213,11 +224,14 @@ class EncoderDecoderCount(BaseModel):
 
 class ParamsResponse(BaseModel):
     preset: str | None = Field(description="the preset the config started from (None: fields only)")
-    encoder_decoder: EncoderDecoderCount | None = Field(None, description="preset=transformer-base only: the "
-                                                        "encoder-decoder count, tied and untied")
+    encoder_decoder: EncoderDecoderCount | None = Field(
+        None, description="preset=transformer-base only: the encoder-decoder count, tied and untied"
+    )
     config: ParamsConfig
-    counts: dict[str, int] = Field(description="gptscope.model.gpt.count_params: total (every trainable number), "
-                                               "seed_convention (weight matrices and tables only), and parts")
+    counts: dict[str, int] = Field(
+        description="gptscope.model.gpt.count_params: total (every trainable number), "
+        "seed_convention (weight matrices and tables only), and parts"
+    )
     token_embedding_share: float = Field(description="token embedding / seed_convention total")
     embedding_share: float = Field(description="(token + position embeddings) / seed_convention total")
     non_embedding: int = Field(description="seed-convention count without the embedding tables (Kaplan's N)")
@@ -234,8 +248,11 @@ class PresetRow(BaseModel):
     per_block: int = Field(description="weights of one block (seed convention): attention 4 d^2 + MLP 2 d d_mlp")
     token_embedding_share: float
     non_embedding: int
-    batch_size: int | None = Field(None, description="sequences per update in its paper (GPT-1 64, GPT-2 512) or, for the "
-                                                     "loaded model, its checkpoint; null when not known")
+    batch_size: int | None = Field(
+        None,
+        description="sequences per update in its paper (GPT-1 64, GPT-2 512) or, for the "
+        "loaded model, its checkpoint; null when not known",
+    )
     context: int | None = Field(None, description="tokens per training sequence (GPT-1 512, GPT-2 1,024)")
     tokens_per_update: int | None = Field(None, description="batch_size x context (GPT-1: 32,768)")
 

@@ -11,12 +11,22 @@ MAX_TEMPERATURE = 100.0
 
 
 class SamplingSettings(StrictRequest):
-    temperature: float = Field(1.0, gt=0, le=MAX_TEMPERATURE, allow_inf_nan=False,
-                               description=f"divide the logits by this before softmax: a finite number in (0, {MAX_TEMPERATURE:g}]; "
-                                           "small values approach greedy decoding")
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        le=MAX_TEMPERATURE,
+        allow_inf_nan=False,
+        description=f"divide the logits by this before softmax: a finite number in (0, {MAX_TEMPERATURE:g}]; "
+        "small values approach greedy decoding",
+    )
     top_k: int | None = Field(None, ge=1, description="keep only the k most likely tokens (1..vocab size); null = off")
-    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
-                                description="keep the smallest set of most likely tokens whose mass reaches p, in (0, 1]; null = off")
+    top_p: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="keep the smallest set of most likely tokens whose mass reaches p, in (0, 1]; null = off",
+    )
 
 
 class NextTokenRequest(SamplingSettings):
@@ -41,7 +51,9 @@ class NextTokenResponse(BaseModel):
     settings: SamplingSettings
     candidates: list[FilteredToken] = Field(description="the `show` most likely tokens at temperature 1, in that order")
     n_kept: int = Field(description="how many tokens of the whole vocabulary survive the filters")
-    kept_mass: float = Field(description="probability mass (after temperature) of the kept tokens, before renormalising")
+    kept_mass: float = Field(
+        description="probability mass (after temperature) of the kept tokens, before renormalising"
+    )
     entropy_raw: float = Field(description="entropy in nats at temperature 1")
     entropy_temperature: float
     entropy_final: float
@@ -49,10 +61,18 @@ class NextTokenResponse(BaseModel):
 
 
 class GenerateStepRequest(SamplingSettings):
-    ids: list[TokenId] = Field(min_length=1, description="token ids so far: the prompt followed by the tokens generated; "
-                                                         "each below the loaded model's vocab_size, at most n_ctx of them")
-    step: int = Field(0, ge=0, le=100_000, description="how many tokens were generated before this one; with `seed` it picks the random stream, "
-                                                       "so a run of steps 0, 1, 2, ... equals `gptscope generate` with that seed")
+    ids: list[TokenId] = Field(
+        min_length=1,
+        description="token ids so far: the prompt followed by the tokens generated; "
+        "each below the loaded model's vocab_size, at most n_ctx of them",
+    )
+    step: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="how many tokens were generated before this one; with `seed` it picks the random stream, "
+        "so a run of steps 0, 1, 2, ... equals `gptscope generate` with that seed",
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1)
     top: int = Field(10, ge=1, le=50, description="candidates to return")
 
@@ -72,9 +92,15 @@ class GenerateStepResponse(BaseModel):
     step: int
     seed: int
     candidates: list[NextToken] = Field(description="the most likely tokens after filtering (prob = final probability)")
-    prefill_tokens: int = Field(description="positions in the KV cache before the last id is decoded (all ids but the last)")
-    reused_tokens: int = Field(description="of those, how many were reused from the previous step's cache (its ids "
-                                           "repeated at the start of this request) instead of computed again")
-    attention: list[list[list[float]]] = Field(description="[layer][head][key]: the newest query's attention over the cache")
+    prefill_tokens: int = Field(
+        description="positions in the KV cache before the last id is decoded (all ids but the last)"
+    )
+    reused_tokens: int = Field(
+        description="of those, how many were reused from the previous step's cache (its ids "
+        "repeated at the start of this request) instead of computed again"
+    )
+    attention: list[list[list[float]]] = Field(
+        description="[layer][head][key]: the newest query's attention over the cache"
+    )
     cache: CacheSize
     text: str = Field(description="the decoded text of all ids")

@@ -11,10 +11,18 @@ Encoding = Literal["gpt2", "cl100k_base", "o200k_base", "model"]  # 'model': the
 
 
 class TokenizeRequest(StrictRequest):
-    text: str = Field(max_length=MAX_TEXT_CHARS, description=f"any text, at most {MAX_TEXT_CHARS:,} characters; empty gives zero tokens",
-                      examples=["Every effort moves you"])
-    encoding: Encoding = Field("gpt2", description="gpt2, cl100k_base, o200k_base, or 'model' for the loaded model's own tokenizer")
-    allow_special: bool = Field(False, description="treat '<|endoftext|>' and other special-token strings as special tokens; otherwise they are ordinary text")
+    text: str = Field(
+        max_length=MAX_TEXT_CHARS,
+        description=f"any text, at most {MAX_TEXT_CHARS:,} characters; empty gives zero tokens",
+        examples=["Every effort moves you"],
+    )
+    encoding: Encoding = Field(
+        "gpt2", description="gpt2, cl100k_base, o200k_base, or 'model' for the loaded model's own tokenizer"
+    )
+    allow_special: bool = Field(
+        False,
+        description="treat '<|endoftext|>' and other special-token strings as special tokens; otherwise they are ordinary text",
+    )
 
 
 class PreToken(BaseModel):
@@ -39,6 +47,7 @@ class TokenizeResponse(BaseModel):
 
 # --- encodings ---------------------------------------------------------------------------------
 
+
 class SpecialToken(BaseModel):
     text: str
     id: int
@@ -61,22 +70,28 @@ class EncodingsResponse(BaseModel):
 
 # --- merges: BPE applied step by step ---------------------------------------------------------
 
+
 class TokenBytes(BaseModel):
     """One vocabulary entry: id, exact bytes, and its text."""
 
     id: int
-    text: str = Field(description="bytes decoded as UTF-8; U+FFFD stands in for bytes that are not valid UTF-8 on their own")
+    text: str = Field(
+        description="bytes decoded as UTF-8; U+FFFD stands in for bytes that are not valid UTF-8 on their own"
+    )
     bytes_hex: str
     valid_utf8: bool
     special: bool = False
 
 
 class MergesRequest(StrictRequest):
-    text: str = Field(min_length=1, max_length=MAX_MERGES_TEXT_CHARS,
-                      description=f"1 to {MAX_MERGES_TEXT_CHARS:,} characters (the merge walk lists every intermediate step, so it "
-                                  f"takes less text than /tokenize); empty text is a 422 naming `text`. Each pre-token may be "
-                                  f"at most {MAX_MERGES_PRETOKEN_BYTES} bytes.",
-                      examples=[" uncharacteristically"])
+    text: str = Field(
+        min_length=1,
+        max_length=MAX_MERGES_TEXT_CHARS,
+        description=f"1 to {MAX_MERGES_TEXT_CHARS:,} characters (the merge walk lists every intermediate step, so it "
+        f"takes less text than /tokenize); empty text is a 422 naming `text`. Each pre-token may be "
+        f"at most {MAX_MERGES_PRETOKEN_BYTES} bytes.",
+        examples=[" uncharacteristically"],
+    )
     encoding: Encoding = Field("gpt2", description="gpt2, cl100k_base, o200k_base, or 'model'")
     allow_special: bool = Field(False, description="as in /tokenize")
 
@@ -101,7 +116,9 @@ class PreTokenMerges(BaseModel):
     bytes: list[str] = Field(description="the starting pieces: one per UTF-8 byte (U+FFFD for a partial character)")
     byte_ids: list[int] = Field(description="the token id of each single byte")
     steps: list[MergeStep]
-    tokens: list[TokenPiece] = Field(description="the final tokens; equal to /tokenize's tokens for this stretch of text")
+    tokens: list[TokenPiece] = Field(
+        description="the final tokens; equal to /tokenize's tokens for this stretch of text"
+    )
 
 
 class MergesCounts(BaseModel):
@@ -120,11 +137,14 @@ class MergesResponse(BaseModel):
 
 # --- compare: one text under every encoding ----------------------------------------------------
 
+
 class CompareRequest(StrictRequest):
-    text: str = Field(max_length=MAX_TEXT_CHARS,
-                      description=f"at most {MAX_TEXT_CHARS:,} characters; empty text gives zero tokens everywhere "
-                                  "(the vocabulary costs are still reported)",
-                      examples=["The transformer unpacks unhelpful words into smaller pieces before processing them."])
+    text: str = Field(
+        max_length=MAX_TEXT_CHARS,
+        description=f"at most {MAX_TEXT_CHARS:,} characters; empty text gives zero tokens everywhere "
+        "(the vocabulary costs are still reported)",
+        examples=["The transformer unpacks unhelpful words into smaller pieces before processing them."],
+    )
     d_model: int = Field(768, ge=1, le=65_536, description="embedding width for the parameter count (GPT-2 small: 768)")
     allow_special: bool = False
     include_tokens: bool = Field(True, description="list every encoding's tokens (false: counts only)")
@@ -136,11 +156,20 @@ class EncodingComparison(BaseModel):
     vocab_size: int
     counts: TokenCounts
     bytes_per_token: float | None = Field(description="null for an empty text")
-    tokens_vs_fewest: float | None = Field(description="this encoding's token count divided by the smallest count here; null when a count is 0")
-    embedding_params: int = Field(description="vocab_size × d_model: the token embedding matrix (an untied output layer costs as much again)")
-    attention_scores: int = Field(description="tokens²: query-key scores one attention head computes for this text (the causal mask then hides about half)")
-    character_attention_ratio: float | None = Field(None, description="characters² / tokens²: how many times more attention "
-                                                    "scores a character-level model computes for the same text; null for 0 tokens")
+    tokens_vs_fewest: float | None = Field(
+        description="this encoding's token count divided by the smallest count here; null when a count is 0"
+    )
+    embedding_params: int = Field(
+        description="vocab_size × d_model: the token embedding matrix (an untied output layer costs as much again)"
+    )
+    attention_scores: int = Field(
+        description="tokens²: query-key scores one attention head computes for this text (the causal mask then hides about half)"
+    )
+    character_attention_ratio: float | None = Field(
+        None,
+        description="characters² / tokens²: how many times more attention "
+        "scores a character-level model computes for the same text; null for 0 tokens",
+    )
     tokens: list[TokenPiece] | None = None
 
 
@@ -153,7 +182,9 @@ class CharacterLevel(BaseModel):
 
 class CompareResponse(BaseModel):
     characters: int
-    character_level: CharacterLevel | None = Field(None, description="the character 'encoding': one position per character")
+    character_level: CharacterLevel | None = Field(
+        None, description="the character 'encoding': one position per character"
+    )
     bytes: int
     d_model: int
     encodings: list[EncodingComparison]
@@ -161,13 +192,18 @@ class CompareResponse(BaseModel):
 
 # --- one token ----------------------------------------------------------------------------------
 
+
 class TokenInfo(TokenBytes):
     encoding: str
     byte_values: list[int] = Field(description="the token's bytes as numbers 0-255")
-    merged_from: list[int] | None = Field(None, description="the two ids whose merge made this token (the last step of BPE on its own bytes); null for single bytes and special tokens")
+    merged_from: list[int] | None = Field(
+        None,
+        description="the two ids whose merge made this token (the last step of BPE on its own bytes); null for single bytes and special tokens",
+    )
 
 
 # --- the loaded model's own tokenizer: its training, merge by merge -----------------------------
+
 
 class ModelMerge(BaseModel):
     rank: int = Field(description="0 for the first merge learned")
@@ -175,7 +211,9 @@ class ModelMerge(BaseModel):
     left: TokenBytes
     right: TokenBytes
     token: TokenBytes = Field(description="the new token")
-    count: int = Field(description="how often the pair occurred in the training corpus (within pre-tokens) when it was merged")
+    count: int = Field(
+        description="how often the pair occurred in the training corpus (within pre-tokens) when it was merged"
+    )
 
 
 class ModelMergesResponse(BaseModel):

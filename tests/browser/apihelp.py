@@ -16,8 +16,13 @@ def api_json(ctx, url: str, method: str, path: str, **kw) -> dict:
 
 def finished_run(ctx, url: str, corpus: str, text: str, run: dict, timeout: float = 300) -> dict:
     """Upload `text` as corpus `corpus`, start `run` on it, wait until it ends; its final status (done)."""
-    api_json(ctx, url, "POST", "/corpora", multipart={
-        "file": {"name": "small.txt", "mimeType": "text/plain", "buffer": text.encode()}, "name": corpus})
+    api_json(
+        ctx,
+        url,
+        "POST",
+        "/corpora",
+        multipart={"file": {"name": "small.txt", "mimeType": "text/plain", "buffer": text.encode()}, "name": corpus},
+    )
     run_id = api_json(ctx, url, "POST", "/training", data=run)["id"]
     deadline = time.monotonic() + timeout  # the CPU may be shared: generous
     while (body := api_json(ctx, url, "GET", f"/training/{run_id}"))["status"] not in TERMINAL:

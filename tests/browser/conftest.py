@@ -25,8 +25,15 @@ import pytest
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 STARTUP_TIMEOUT_S = 60
 
@@ -71,8 +78,10 @@ def serve(checkpoint: Path, data_dir: Path):
             last_error = exc
         if time.monotonic() > deadline:
             server.should_exit = True
-            pytest.fail(f"the live gptscope server did not answer /api/v1/health within "
-                        f"{STARTUP_TIMEOUT_S} s (last error: {last_error!r})")
+            pytest.fail(
+                f"the live gptscope server did not answer /api/v1/health within "
+                f"{STARTUP_TIMEOUT_S} s (last error: {last_error!r})"
+            )
         time.sleep(0.1)
     try:
         yield url
@@ -97,8 +106,7 @@ def live_url(tmp_path_factory):
 @pytest.fixture(scope="session")
 def browser():
     if not CHROMIUM.exists():
-        msg = (f"{CHROMIUM} not found: browser tests need Debian's chromium "
-               "(apt-get install chromium)")
+        msg = f"{CHROMIUM} not found: browser tests need Debian's chromium (apt-get install chromium)"
         if os.environ.get("CI"):
             pytest.fail(msg + "; CI is expected to install it")
         pytest.skip(msg)
@@ -119,8 +127,14 @@ def page(browser):
     pg = context.new_page()
     pg.console_errors = []
     pg.requests = []
-    pg.on("console", lambda msg: pg.console_errors.append(f"console.{msg.type}: {msg.text} @ {msg.location}")
-          if msg.type == "error" else None)
+    pg.on(
+        "console",
+        lambda msg: (
+            pg.console_errors.append(f"console.{msg.type}: {msg.text} @ {msg.location}")
+            if msg.type == "error"
+            else None
+        ),
+    )
     pg.on("pageerror", lambda err: pg.console_errors.append(f"pageerror: {err}"))
     pg.on("request", lambda req: pg.requests.append(req.url))
     try:

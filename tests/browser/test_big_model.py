@@ -9,6 +9,7 @@ test-artifacts/big-model-timings.json."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -27,13 +28,29 @@ TIMINGS: dict[str, object] = {}
 # heaviest drawing (a 128 x 128 heatmap) took 0.8-2.9 s from run to run, even after its token axes
 # stopped Plotly measuring every tick label once per label (viz.js tokenAxis), so 2 s failed by chance.
 LONG_TASK_LIMIT_MS = 4000
-NODE_LIMIT = 40_000             # an O(heads x T^2) page (one element per weight) is far above this
-SLANTED_GAP_PX = 18            # slanted (-60 degree) token labels need more room than level ones
+NODE_LIMIT = 40_000  # an O(heads x T^2) page (one element per weight) is far above this
+SLANTED_GAP_PX = 18  # slanted (-60 degree) token labels need more room than level ones
 MASKED_RGB = (0xEE, 0xEE, 0xEE)
 # Plotly's Viridis stops (as static/js/viz.js paints the canvases): position in 0..255, colour
-VIRIDIS = [(0, "#440154"), (16, "#48186a"), (32, "#472d7b"), (48, "#424086"), (64, "#3b528b"), (80, "#33638d"),
-           (96, "#2c728e"), (112, "#26828e"), (128, "#21918c"), (144, "#1fa088"), (160, "#28ae80"), (176, "#3fbc73"),
-           (192, "#5ec962"), (208, "#84d44b"), (224, "#addc30"), (240, "#d8e219"), (255, "#fde725")]
+VIRIDIS = [
+    (0, "#440154"),
+    (16, "#48186a"),
+    (32, "#472d7b"),
+    (48, "#424086"),
+    (64, "#3b528b"),
+    (80, "#33638d"),
+    (96, "#2c728e"),
+    (112, "#26828e"),
+    (128, "#21918c"),
+    (144, "#1fa088"),
+    (160, "#28ae80"),
+    (176, "#3fbc73"),
+    (192, "#5ec962"),
+    (208, "#84d44b"),
+    (224, "#addc30"),
+    (240, "#d8e219"),
+    (255, "#fde725"),
+]
 STAGE_PLOTS = {
     1: ["emb-token-plot", "emb-pos-plot", "emb-sum-plot"],
     2: ["proj-plot", "pos-learned-plot", "pos-sin-plot"],
@@ -60,9 +77,11 @@ def gpt2_prompt() -> str:
     from gptscope.model.tokenizers import get_public_encoding
 
     enc = get_public_encoding("gpt2")
-    text = ("The quick brown fox jumps over the lazy dog while the old king counts his gold in the tower. "
-            "Meanwhile, a young scholar reads about transformers, attention heads and the residual stream, "
-            "wondering why a small model can predict the next word so well. ") * 4
+    text = (
+        "The quick brown fox jumps over the lazy dog while the old king counts his gold in the tower. "
+        "Meanwhile, a young scholar reads about transformers, attention heads and the residual stream, "
+        "wondering why a small model can predict the next word so well. "
+    ) * 4
     prompt = enc.decode(enc.encode(text)[:T])
     assert len(enc.encode(prompt)) == T
     return prompt
@@ -81,9 +100,16 @@ def big(tmp_path_factory, serve_app):
 
     cfg = GPTConfig(vocab_size=50257, n_ctx=1024, n_layer=N_LAYER, n_head=N_HEAD, d_model=96, gelu="tanh")
     torch.manual_seed(0)
-    meta = {"name": "gpt2-shaped", "tokenizer": {"kind": "tiktoken", "name": "gpt2"}, "step": 0, "final": True,
-            "evals": [], "command": "test fixture", "corpus": {"name": "unknown (imported)"},
-            "source": {"kind": "huggingface-gpt2"}}
+    meta = {
+        "name": "gpt2-shaped",
+        "tokenizer": {"kind": "tiktoken", "name": "gpt2"},
+        "step": 0,
+        "final": True,
+        "evals": [],
+        "command": "test fixture",
+        "corpus": {"name": "unknown (imported)"},
+        "source": {"kind": "huggingface-gpt2"},
+    }
     folder = checkpoint.save(tmp_path_factory.mktemp("gpt2-shaped") / "checkpoint", GPT(cfg), meta)
     with serve_app(folder, tmp_path_factory.mktemp("gpt2-shaped-data")) as url:
         yield {"url": url, "cfg": cfg}
@@ -100,9 +126,14 @@ def bpage(page):
 
 
 def api(page, url: str, path: str, body: dict | None = None) -> dict:
-    resp = (page.request.post(f"{url}/api/v1{path}", data=body, timeout=120_000) if body is not None
-            else page.request.get(f"{url}/api/v1{path}", timeout=120_000))
-    assert resp.ok, f"{path} {body and {k: v for k, v in body.items() if k != 'text'}}: {resp.status} {resp.text()[:500]}"
+    resp = (
+        page.request.post(f"{url}/api/v1{path}", data=body, timeout=120_000)
+        if body is not None
+        else page.request.get(f"{url}/api/v1{path}", timeout=120_000)
+    )
+    assert resp.ok, (
+        f"{path} {body and {k: v for k, v in body.items() if k != 'text'}}: {resp.status} {resp.text()[:500]}"
+    )
     return resp.json()
 
 
@@ -146,7 +177,10 @@ def go_stage(page, n: int) -> float:
 
 
 def plot_data(page, plot_id: str) -> list[dict]:
-    return page.evaluate("(id) => document.getElementById(id).data.map(t => ({type: t.type, name: t.name, x: t.x, y: t.y, z: t.z}))", plot_id)
+    return page.evaluate(
+        "(id) => document.getElementById(id).data.map(t => ({type: t.type, name: t.name, x: t.x, y: t.y, z: t.z}))",
+        plot_id,
+    )
 
 
 def visible(text: str) -> str:
@@ -159,10 +193,12 @@ def square(rows: list[list]) -> list[list]:
 
 def tick_labels(page, plot_id: str, axis: str) -> list[dict]:
     """The tick labels Plotly drew on an axis (the first x or y axis): text and where on the axis (px)."""
-    return page.evaluate("""([id, axis]) => { const gd = document.getElementById(id); const ax = gd._fullLayout[axis + 'axis'];
+    return page.evaluate(
+        """([id, axis]) => { const gd = document.getElementById(id); const ax = gd._fullLayout[axis + 'axis'];
         return [...gd.querySelectorAll(`.${axis}axislayer-above .${axis}tick text`)]
           .map((t) => ({ text: t.textContent, px: ax.l2p(t.__data__.x) })).sort((a, b) => a.px - b.px); }""",
-                         [plot_id, axis])
+        [plot_id, axis],
+    )
 
 
 def assert_thinned(page, plot_id: str, axis: str, n: int = T, gap_px: float = 14.0) -> int:
@@ -170,17 +206,17 @@ def assert_thinned(page, plot_id: str, axis: str, n: int = T, gap_px: float = 14
     ticks = tick_labels(page, plot_id, axis)
     assert 4 <= len(ticks) <= (n + 1) // 2, f"#{plot_id} {axis}: {len(ticks)} tick labels for {n} tokens"
     pos = sorted(t["px"] for t in ticks)
-    gaps = [b - a for a, b in zip(pos, pos[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(pos)]
     assert min(gaps) >= gap_px, f"#{plot_id} {axis}: labels {min(gaps):.1f} px apart"
     return len(ticks)
 
 
 def viridis(v: float) -> tuple[int, int, int]:
     i = max(0, min(255, round(255 * v)))
-    for (a, ca), (b, cb) in zip(VIRIDIS, VIRIDIS[1:]):
+    for (a, ca), (b, cb) in itertools.pairwise(VIRIDIS):
         if a <= i <= b:
-            x = [int(ca[j:j + 2], 16) for j in (1, 3, 5)]
-            y = [int(cb[j:j + 2], 16) for j in (1, 3, 5)]
+            x = [int(ca[j : j + 2], 16) for j in (1, 3, 5)]
+            y = [int(cb[j : j + 2], 16) for j in (1, 3, 5)]
             f = (i - a) / (b - a)
             return tuple(round(x[c] + f * (y[c] - x[c])) for c in range(3))
     raise ValueError(v)
@@ -195,6 +231,7 @@ def errors_of(page) -> list[str]:
 
 
 # --- the forward page ------------------------------------------------------------------------------
+
 
 def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, big, screenshot):
     page, url = bpage, big["url"]
@@ -231,7 +268,7 @@ def test_the_layer_by_head_grid_has_all_144_heads_painted_as_they_scroll_into_vi
     # lazily painted: with the grid's top at the bottom of the screen, its first rows are painted, the last wait
     # (the plots above it are drawn meanwhile and push it down: scroll again until the page settles)
     t0 = time.monotonic()
-    first = "document.querySelector('#model-view-plot canvas[data-row=\"0\"][data-col=\"0\"]')"
+    first = 'document.querySelector(\'#model-view-plot canvas[data-row="0"][data-col="0"]\')'
     for _ in range(10):
         page.evaluate("""() => { const g = document.getElementById('model-view-plot');
                                  scrollBy({ top: g.getBoundingClientRect().top - innerHeight + 80, behavior: 'instant' }); }""")
@@ -241,23 +278,37 @@ def test_the_layer_by_head_grid_has_all_144_heads_painted_as_they_scroll_into_vi
             break
     wait_responsive(page, f"!!{first} && {first}.dataset.painted === '1'")
     first_rows_s = time.monotonic() - t0
-    assert page.evaluate("document.querySelector('#model-view-plot canvas[data-row=\"11\"][data-col=\"11\"]').dataset.painted") is None
+    assert (
+        page.evaluate(
+            'document.querySelector(\'#model-view-plot canvas[data-row="11"][data-col="11"]\').dataset.painted'
+        )
+        is None
+    )
     grid = page.locator("#model-view-plot")
     painted = int(grid.get_attribute("data-painted"))
     assert 0 < painted < N_LAYER * N_HEAD
     TIMINGS["grid_painted_when_its_top_shows"] = painted
     assert grid.get_attribute("data-grid") == f"{N_LAYER}x{N_HEAD}"
-    cells = page.evaluate("[...document.querySelectorAll('#model-view-plot canvas.hg-map')].map(c => [+c.dataset.row, +c.dataset.col, c.width])")
+    cells = page.evaluate(
+        "[...document.querySelectorAll('#model-view-plot canvas.hg-map')].map(c => [+c.dataset.row, +c.dataset.col, c.width])"
+    )
     assert sorted((r, c) for r, c, _ in cells) == [(r, c) for r in range(N_LAYER) for c in range(N_HEAD)]
-    assert all(w == T for _, _, w in cells)          # one pixel per weight
+    assert all(w == T for _, _, w in cells)  # one pixel per weight
     heads = page.evaluate("[...document.querySelectorAll('#model-view-plot .hg-col')].map(e => e.textContent)")
     layers = page.evaluate("[...document.querySelectorAll('#model-view-plot .hg-row')].map(e => e.textContent)")
     assert heads == [f"H{h}" for h in range(N_HEAD)] and layers == [f"L{layer}" for layer in range(N_LAYER)]
     # ... and appear as they scroll into view
     t0 = time.monotonic()
     for r in range(N_LAYER):
-        page.evaluate("(r) => document.querySelector(`#model-view-plot canvas[data-row='${r}'][data-col='0']`).scrollIntoView({ block: 'center' })", r)
-        wait_responsive(page, "(r) => [...document.querySelectorAll(`#model-view-plot canvas[data-row='${r}']`)].every(c => c.dataset.painted === '1')", r)
+        page.evaluate(
+            "(r) => document.querySelector(`#model-view-plot canvas[data-row='${r}'][data-col='0']`).scrollIntoView({ block: 'center' })",
+            r,
+        )
+        wait_responsive(
+            page,
+            "(r) => [...document.querySelectorAll(`#model-view-plot canvas[data-row='${r}']`)].every(c => c.dataset.painted === '1')",
+            r,
+        )
     TIMINGS["grid_first_rows_painted_s"] = round(first_rows_s, 3)
     TIMINGS["grid_all_rows_scrolled_and_painted_s"] = round(time.monotonic() - t0, 3)
     assert grid.get_attribute("data-painted") == str(N_LAYER * N_HEAD)
@@ -265,9 +316,12 @@ def test_the_layer_by_head_grid_has_all_144_heads_painted_as_they_scroll_into_vi
     # the pixels are the API's weights on Viridis; the masked upper triangle is the mask's grey
     pattern = full["attention"]["pattern"][11][11]
     probes = [(0, 0), (5, 2), (64, 10), (127, 0), (127, 127), (100, 99)]
-    pixels = page.evaluate("""(probes) => { const c = document.querySelector('#model-view-plot canvas[data-row="11"][data-col="11"]');
+    pixels = page.evaluate(
+        """(probes) => { const c = document.querySelector('#model-view-plot canvas[data-row="11"][data-col="11"]');
         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-        return probes.map(([q, k]) => [...d.slice(4 * (q * c.width + k), 4 * (q * c.width + k) + 3)]); }""", probes + [(3, 90)])
+        return probes.map(([q, k]) => [...d.slice(4 * (q * c.width + k), 4 * (q * c.width + k) + 3)]); }""",
+        [*probes, (3, 90)],
+    )
     for (q, k), px in zip(probes, pixels):
         want = viridis(pattern[q][k])
         assert all(abs(a - b) <= 2 for a, b in zip(px, want)), f"cell ({q}, {k}) weight {pattern[q][k]}: {px} != {want}"
@@ -281,7 +335,7 @@ def test_the_layer_by_head_grid_has_all_144_heads_painted_as_they_scroll_into_vi
     tip.wait_for(state="visible")
     m = re.fullmatch(r"layer 11, head 11 · query (\d+) “(.*)” → key (\d+) “(.*)” · weight (.+)", tip.text_content())
     assert m, tip.text_content()
-    hq, hk = int(m[1]), int(m[3])       # a map cell is under a pixel wide: the mouse lands within a cell or two
+    hq, hk = int(m[1]), int(m[3])  # a map cell is under a pixel wide: the mouse lands within a cell or two
     assert abs(hq - q) <= 2 and abs(hk - k) <= 2
     assert m[2] == visible(full["tokens"][hq]["text"]) and m[4] == visible(full["tokens"][hk]["text"])
     assert float(m[5]) == pattern[hq][hk]
@@ -294,7 +348,9 @@ def test_the_layer_by_head_grid_has_all_144_heads_painted_as_they_scroll_into_vi
     assert sorted(sent["include"]) == ["head_detail", "layernorm", "mlp"]
     wait_responsive(page, "document.getElementById('attention-plot').layout.title.text === 'Layer 11, head 11'")
     assert grid.get_attribute("data-selected") == "11.11"
-    assert page.evaluate("[...document.querySelectorAll('#model-view-plot canvas.sel')].map(c => c.dataset.row + '.' + c.dataset.col)") == ["11.11"]
+    assert page.evaluate(
+        "[...document.querySelectorAll('#model-view-plot canvas.sel')].map(c => c.dataset.row + '.' + c.dataset.col)"
+    ) == ["11.11"]
     # the download bar: the whole grid as one PNG (no SVG for canvases), the API's data as JSON
     bar = ".dl-bar[data-for='model-view-plot']"
     assert page.eval_on_selector_all(f"{bar} button", "bs => bs.map(b => b.dataset.format)") == ["png", "json"]
@@ -319,7 +375,7 @@ def test_the_head_view_and_the_big_map_of_layer_11_head_11(bpage, big, screensho
     pattern = full["attention"]["pattern"][11][11]
     assert plot_data(page, "attention-plot")[0]["z"] == square(pattern)
     # the big map's axes: thinned labels, each naming its position
-    for axis, gap in (("x", SLANTED_GAP_PX), ("y", 14)):      # the keys' labels along the top are slanted
+    for axis, gap in (("x", SLANTED_GAP_PX), ("y", 14)):  # the keys' labels along the top are slanted
         n = assert_thinned(page, "attention-plot", axis, gap_px=gap)
         TIMINGS[f"attention_plot_{axis}_labels"] = n
     assert tick_labels(page, "attention-plot", "y")[1]["text"].split(" ", 1)[0].isdigit()
@@ -327,14 +383,16 @@ def test_the_head_view_and_the_big_map_of_layer_11_head_11(bpage, big, screensho
     # the head view: every line above the drawing threshold, the selected query's one by one, the rest in a few paths
     page.locator("#head-view").scroll_into_view_if_needed()
     wait_responsive(page, "!!document.querySelector('#head-view svg')")
-    page.wait_for_function("document.querySelector('#head-view svg').getAttribute('aria-label') === 'head view of layer 11, head 11'")
+    page.wait_for_function(
+        "document.querySelector('#head-view svg').getAttribute('aria-label') === 'head view of layer 11, head 11'"
+    )
     drawn_lines = sum(1 for q in range(T) for k in range(q + 1) if pattern[q][k] >= 0.005)
     assert int(page.get_attribute("#head-view", "data-lines")) == drawn_lines > T
     hv = page.evaluate("""() => { const s = document.querySelector('#head-view svg');
         return { elements: s.getElementsByTagName('*').length, lines: s.querySelectorAll('line').length,
                  segments: [...s.querySelectorAll('path')].reduce((n, p) => n + (p.getAttribute('d').match(/M/g) || []).length, 0),
                  labels: s.querySelectorAll('text.hv-tok').length }; }""")
-    assert hv["lines"] == sum(1 for k in range(101) if pattern[100][k] >= 0.005)     # position 100's lines
+    assert hv["lines"] == sum(1 for k in range(101) if pattern[100][k] >= 0.005)  # position 100's lines
     assert hv["lines"] + hv["segments"] == drawn_lines
     assert hv["labels"] == T
     assert hv["elements"] < 4 * T + 200, f"the head view has {hv['elements']} elements"
@@ -355,7 +413,9 @@ def test_the_head_view_and_the_big_map_of_layer_11_head_11(bpage, big, screensho
 def test_logit_lens_residual_and_loss_axes_are_thinned(bpage, big):
     page, url = bpage, big["url"]
     open_forward(page, url, position=50)
-    full = api(page, url, "/forward", {"text": PROMPT, "include": ["residual", "logit_lens", "prompt_loss"], "position": 50})
+    full = api(
+        page, url, "/forward", {"text": PROMPT, "include": ["residual", "logit_lens", "prompt_loss"], "position": 50}
+    )
     go_stage(page, 6)
     lens = plot_data(page, "lens-plot")[0]
     assert lens["z"] == full["logit_lens"]["actual_next_prob"]
@@ -392,7 +452,9 @@ def test_the_self_check_adds_up_over_170_parts(bpage, big, screenshot):
     assert math.isclose(d["total"], d["logit"], abs_tol=1e-3)
     bars = plot_data(page, "dc-plot")
     parts = d["contributions"]
-    assert len(parts) == 1 + N_LAYER * (N_HEAD + 2) + 1       # embeddings, per layer heads + attention bias + MLP, final bias
+    assert (
+        len(parts) == 1 + N_LAYER * (N_HEAD + 2) + 1
+    )  # embeddings, per layer heads + attention bias + MLP, final bias
     assert bars[0]["y"] == [c["value"] for c in parts]
     assert bars[1]["y"] == [d["total"]] and bars[2]["y"] == [d["logit"]]
     # one label per layer (and the two totals), not 170 names
@@ -403,7 +465,9 @@ def test_the_self_check_adds_up_over_170_parts(bpage, big, screenshot):
     with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
         page.select_option("#dc-target", str(second["id"]))
     assert resp.value.ok
-    page.wait_for_function("(id) => document.getElementById('decomposition-panel').dataset.target === String(id)", arg=second["id"])
+    page.wait_for_function(
+        "(id) => document.getElementById('decomposition-panel').dataset.target === String(id)", arg=second["id"]
+    )
     screenshot(page, "big-model-self-check")
     assert errors_of(page) == []
 
@@ -419,8 +483,11 @@ def test_zeroing_layer_11_head_11_and_an_mlp(bpage, big):
         page.check('#iv-heads input[data-layer="11"][data-head="11"]')
     assert resp.value.ok, resp.value.text()
     assert resp.value.request.post_data_json["ablate_heads"] == [{"layer": 11, "head": 11}]
-    wait_responsive(page, "() => { const r = document.getElementById('intervene-panel').dataset.request;"
-                          " return r && JSON.parse(r).ablate_heads.length === 1 && document.getElementById('intervene-panel').dataset.state === 'ready'; }")
+    wait_responsive(
+        page,
+        "() => { const r = document.getElementById('intervene-panel').dataset.request;"
+        " return r && JSON.parse(r).ablate_heads.length === 1 && document.getElementById('intervene-panel').dataset.state === 'ready'; }",
+    )
     expected = api(page, url, "/intervene", {"text": PROMPT, "ablate_heads": [{"layer": 11, "head": 11}], "top_k": 10})
     bars = {t["name"]: t for t in plot_data(page, "iv-plot")}
     assert bars["with the interventions"]["x"] == [c["altered"] for c in reversed(expected["compared"])]
@@ -444,8 +511,12 @@ def test_generation_stepper_with_144_heads(bpage, big):
         page.wait_for_function("!document.getElementById('gen-next').disabled")
     replay, cur = [], prompt_ids
     for step in range(2):
-        r = api(page, url, "/generate/step", {"ids": cur, "step": step, "seed": 3, "temperature": 1.0, "top_k": None,
-                                              "top_p": None, "top": 10})
+        r = api(
+            page,
+            url,
+            "/generate/step",
+            {"ids": cur, "step": step, "seed": 3, "temperature": 1.0, "top_k": None, "top_p": None, "top": 10},
+        )
         replay.append(r)
         cur = r["ids"]
     assert json.loads(page.get_attribute("#generate-panel", "data-ids")) == cur
@@ -463,6 +534,7 @@ def test_generation_stepper_with_144_heads(bpage, big):
 
 # --- the other pages ------------------------------------------------------------------------------
 
+
 def test_learn_shows_the_loaded_models_parameter_count(bpage, big):
     from gptscope.model.gpt import count_params
 
@@ -473,7 +545,9 @@ def test_learn_shows_the_loaded_models_parameter_count(bpage, big):
     assert api(page, url, "/health")["info"]["params"] == total
     # the table of known models has the loaded one
     page.wait_for_function("document.querySelectorAll('#presets-table tbody tr').length > 0")
-    rows = page.eval_on_selector_all("#presets-table tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent.trim()))")
+    rows = page.eval_on_selector_all(
+        "#presets-table tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent.trim()))"
+    )
     loaded = [r for r in rows if r[0].startswith("the loaded model")]
     assert len(loaded) == 1 and "gpt2-shaped" in loaded[0][0]
     assert loaded[0][1] == str(N_LAYER) and loaded[0][3] == "50,257" and loaded[0][5] == f"{total:,}"
@@ -485,8 +559,16 @@ def test_learn_shows_the_loaded_models_parameter_count(bpage, big):
     assert f"Every parameter\t{total:,}" in table
     assert f"{total:,} counting everything" in page.inner_text("#params-summary")
     # every panel draws; the loaded model's schedule box says there is none instead of an error
-    for panel in ["schedule-panel", "gelu-panel", "loss-panel", "smoothing-panel", "softmax-panel", "kv-panel",
-                  "scaling-panel", "optimizers-panel"]:
+    for panel in [
+        "schedule-panel",
+        "gelu-panel",
+        "loss-panel",
+        "smoothing-panel",
+        "softmax-panel",
+        "kv-panel",
+        "scaling-panel",
+        "optimizers-panel",
+    ]:
         page.wait_for_selector(f'#{panel}[data-ready="1"]', state="attached")
     page.wait_for_selector('#model-schedule-box[data-ready="1"]', state="attached")
     schedule = page.get_attribute("#model-schedule-box", "data-schedule")

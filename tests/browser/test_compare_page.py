@@ -12,17 +12,26 @@ import json
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
-
 from apihelp import api_json, finished_run
+
 from gptscope.server.config import BUILTIN_CHECKPOINT
 
 pytestmark = pytest.mark.browser
 
-CORPUS_TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
-               "All that glitters is not gold. Fortune favours the bold. ") * 60
+CORPUS_TEXT = (
+    "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+    "All that glitters is not gold. Fortune favours the bold. "
+) * 60
 CORPUS = "compare-small"
-RUN = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": CORPUS, "max_steps": 60,
-       "snapshots": [0, 0.5, 1], "seed": 5}
+RUN = {
+    "preset": "tiny",
+    "vocab_size": 300,
+    "batch_size": 8,
+    "corpus": CORPUS,
+    "max_steps": 60,
+    "snapshots": [0, 0.5, 1],
+    "seed": 5,
+}
 SAMPLE = "The quick brown fox jumps over the lazy dog.\nA stitch in time"
 STRIPS = {"strip-a": "char_bits_a", "strip-b": "char_bits_b", "strip-diff": "char_bits_diff"}
 
@@ -66,19 +75,28 @@ def open_compare(page, url, **params) -> None:
 
 def wait_shown(page, **want) -> None:
     """Until the panels show the response for these parameters (body[data-shown] is its query)."""
-    page.wait_for_function("""(want) => { const q = new URLSearchParams(document.body.dataset.shown || "");
+    page.wait_for_function(
+        """(want) => { const q = new URLSearchParams(document.body.dataset.shown || "");
         return Object.entries(want).every(([k, v]) => q.get(k) === String(v)); }""",
-                           arg={k: str(v) for k, v in want.items()}, timeout=60_000)
+        arg={k: str(v) for k, v in want.items()},
+        timeout=60_000,
+    )
 
 
 def plot_data(page, plot_id: str) -> list[dict]:
     """The traces of a plot once the drawing queue has drawn it (plots far from the viewport wait)."""
     page.locator(f"#{plot_id}").scroll_into_view_if_needed()
-    page.wait_for_function("(id) => +document.getElementById(id).dataset.drawn > 0 && document.body.dataset.drawn === '1'",
-                           arg=plot_id, timeout=30_000)
-    return page.evaluate("""(id) => document.getElementById(id).data.map(t => ({
+    page.wait_for_function(
+        "(id) => +document.getElementById(id).dataset.drawn > 0 && document.body.dataset.drawn === '1'",
+        arg=plot_id,
+        timeout=30_000,
+    )
+    return page.evaluate(
+        """(id) => document.getElementById(id).data.map(t => ({
         x: t.x && Array.from(t.x, v => Array.isArray(v) ? Array.from(v) : v),
-        y: t.y && Array.from(t.y), z: t.z && Array.from(t.z, r => Array.from(r)), name: t.name }))""", plot_id)
+        y: t.y && Array.from(t.y), z: t.z && Array.from(t.z, r => Array.from(r)), name: t.name }))""",
+        plot_id,
+    )
 
 
 def square(rows: list[list]) -> list[list]:
@@ -94,7 +112,7 @@ def strip_values(page, strip_id: str) -> list[float | None]:
 def check_strips_and_totals(page, api: dict) -> None:
     n = len(api["text"])
     for strip, field in STRIPS.items():
-        assert page.locator(f"#{strip} .cc").count() == n, strip       # one cell per character
+        assert page.locator(f"#{strip} .cc").count() == n, strip  # one cell per character
         assert strip_values(page, strip) == api[field], strip
         hatched = page.eval_on_selector_all(f"#{strip} .cc", "cells => cells.map(c => c.classList.contains('na'))")
         assert hatched == [v is None for v in api[field]], strip
@@ -148,7 +166,9 @@ def test_a_snapshot_beside_the_final_weights(page, trained):
     traces = plot_data(page, "params-plot")
     assert len(traces) == 1 and len(traces[0]["y"]) == len(changes) == 2 + 2 * 12 + 2
     assert traces[0]["y"] == [c["relative_change"] for c in changes]
-    assert traces[0]["x"][0][0] == "embeddings" and "block 1" in traces[0]["x"][0] and traces[0]["x"][0][-1] == "final LN"
+    assert (
+        traces[0]["x"][0][0] == "embeddings" and "block 1" in traces[0]["x"][0] and traces[0]["x"][0][-1] == "final LN"
+    )
     assert max(y for y in traces[0]["y"] if y is not None) > 0.1
     # biases start at zero: their relative change is undefined (null, no bar), and the page says so
     zero = [c["name"] for c in changes if c["a_norm"] == 0]
@@ -245,7 +265,7 @@ def test_the_checkpoint_list_links_to_compare(page, trained):
         snap.click()
     page.wait_for_selector('body[data-ready="1"]', state="attached", timeout=60_000)
     wait_shown(page, a=f"{run_id}/step-000030", b="builtin")
-    api = compare_api(page, url, **{k: v for k, v in query_of(page.url).items()})
+    api = compare_api(page, url, **dict(query_of(page.url).items()))
     assert not api["same_tokenizer"] and api["kl_ab"] is None and api["attention_diff"] is None
     check_strips_and_totals(page, api)
     assert page.locator("#kl-ab").count() == 0 and "KL is not defined" in page.inner_text("#kl-stats")

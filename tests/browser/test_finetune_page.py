@@ -11,9 +11,8 @@ import json
 import time
 
 import pytest
-from playwright.sync_api import expect
-
 from apihelp import api_json
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 
@@ -71,10 +70,17 @@ def test_finetune_from_the_page_then_serve_the_classifier(page, live_url, screen
     expect(page.locator("#ft-curve")).to_have_attribute("data-points", "4")
     assert page.get_attribute("#ft-curve", "data-traces") == "2"
     # the curve: one line per method, x = examples trained on, y = the API's accuracies; chance dashed
-    traces = page.evaluate("() => document.getElementById('ft-curve').data.map((t) => ({name: t.name, x: t.x, y: t.y, dash: t.line.dash}))")
-    by_method = {m: sorted((c["n_train"], c["accuracy"]) for c in job["cells"] if c["method"] == m) for m in ("finetune", "probe")}
-    assert [list(zip(t["x"], t["y"])) for t in traces[:2]] == [[tuple(p) for p in by_method["finetune"]],
-                                                               [tuple(p) for p in by_method["probe"]]]
+    traces = page.evaluate(
+        "() => document.getElementById('ft-curve').data.map((t) => ({name: t.name, x: t.x, y: t.y, dash: t.line.dash}))"
+    )
+    by_method = {
+        m: sorted((c["n_train"], c["accuracy"]) for c in job["cells"] if c["method"] == m)
+        for m in ("finetune", "probe")
+    }
+    assert [list(zip(t["x"], t["y"])) for t in traces[:2]] == [
+        [tuple(p) for p in by_method["finetune"]],
+        [tuple(p) for p in by_method["probe"]],
+    ]
     assert traces[-1]["dash"] == "dash" and set(traces[-1]["y"]) == {job["chance"]}
     assert page.evaluate("() => document.getElementById('ft-curve').layout.xaxis.type") == "log"
     rows = page.locator("#ft-cells tbody tr")
@@ -100,14 +106,18 @@ def test_finetune_from_the_page_then_serve_the_classifier(page, live_url, screen
         prompt = page.input_value("#prompt")
         assert prompt.startswith(cls["special_tokens"]["start"]) and prompt.endswith(cls["special_tokens"]["extract"])
         assert page.get_attribute("#classifier-panel", "data-at-extract") == "true"
-        probs = [float(p) for p in page.locator("#cl-logits tbody tr").evaluate_all("rs => rs.map((r) => r.dataset.prob)")]
+        probs = [
+            float(p) for p in page.locator("#cl-logits tbody tr").evaluate_all("rs => rs.map((r) => r.dataset.prob)")
+        ]
         assert len(probs) == len(genre["labels"]) and abs(sum(probs) - 1) < 1e-4
         winner = page.locator("#cl-logits tr.winner")
         expect(winner).to_have_count(1)
         assert winner.get_attribute("data-label") == page.inner_text("#cl-predicted")
         assert float(winner.get_attribute("data-prob")) == max(probs)
         # the panel's numbers are the API's, for the same prompt
-        res = api_json(page, live_url, "POST", "/forward", data={"text": prompt, "include": ["classifier"]})["classifier"]
+        res = api_json(page, live_url, "POST", "/forward", data={"text": prompt, "include": ["classifier"]})[
+            "classifier"
+        ]
         assert probs == res["probs"]
         page.locator("#cl-dc-plot").scroll_into_view_if_needed()
         expect(page.locator("#cl-dc-plot")).to_have_attribute("data-target", str(res["predicted"]))
@@ -132,16 +142,21 @@ def test_csv_upload_refuses_a_bad_row_and_adds_a_good_task(page, live_url):
     bad = "text,label\nto be or not to be,tragedy\n,comedy\n"
     page.set_input_files("#ft-upload-file", {"name": "bad.csv", "mimeType": "text/csv", "buffer": bad.encode()})
     page.fill("#ft-upload-name", "bad-task")
-    with page.expect_response(lambda r: r.url.endswith("/api/v1/finetune/tasks") and r.request.method == "POST") as resp:
+    with page.expect_response(
+        lambda r: r.url.endswith("/api/v1/finetune/tasks") and r.request.method == "POST"
+    ) as resp:
         page.click("#ft-upload-btn")
     assert resp.value.status == 422
     msg = page.locator("#ft-upload-msg")
     expect(msg).to_have_class("note bad")
     expect(msg).to_contain_text("row 3")  # the bad row, by its line number
 
-    lines = ["text,label"] + [f"a line about the {w} number {i},{'sea' if i % 2 else 'land'}"
-                              for i, w in enumerate(["ship", "field"] * 20)]
-    page.set_input_files("#ft-upload-file", {"name": "good.csv", "mimeType": "text/csv", "buffer": "\n".join(lines).encode()})
+    lines = ["text,label"] + [
+        f"a line about the {w} number {i},{'sea' if i % 2 else 'land'}" for i, w in enumerate(["ship", "field"] * 20)
+    ]
+    page.set_input_files(
+        "#ft-upload-file", {"name": "good.csv", "mimeType": "text/csv", "buffer": "\n".join(lines).encode()}
+    )
     page.fill("#ft-upload-name", "sea-land")
     page.click("#ft-upload-btn")
     expect(msg).to_have_class("note ok")

@@ -14,13 +14,32 @@ import pytest
 pytestmark = pytest.mark.browser
 
 PROMPT = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?"
-STAGES = ["tokens-panel", "embedding-space-panel", "block-panel", "attention-panel", "mlp-panel",
-          "residual-panel", "next-panel", "generate-panel", "intervene-panel", "decomposition-panel"]
+STAGES = [
+    "tokens-panel",
+    "embedding-space-panel",
+    "block-panel",
+    "attention-panel",
+    "mlp-panel",
+    "residual-panel",
+    "next-panel",
+    "generate-panel",
+    "intervene-panel",
+    "decomposition-panel",
+]
 # the plots each stage draws (the lazy drawing queue draws them when the stage comes near)
 STAGE_PLOTS = {
     "tokens-panel": ["emb-token-plot", "emb-pos-plot", "emb-sum-plot"],
     "embedding-space-panel": ["proj-plot", "pos-learned-plot", "pos-sin-plot"],
-    "block-panel": ["ln-plot", "qkv-plot", "scores-plot", "masked-plot", "pattern-plot", "z-plot", "result-plot", "resid-add-plot"],
+    "block-panel": [
+        "ln-plot",
+        "qkv-plot",
+        "scores-plot",
+        "masked-plot",
+        "pattern-plot",
+        "z-plot",
+        "result-plot",
+        "resid-add-plot",
+    ],
     "attention-panel": ["model-view-plot", "query-bars-plot"],
     "mlp-panel": ["mlp-hist-plot", "mlp-top-plot"],
     "residual-panel": ["resid-norm-plot", "lens-plot"],
@@ -39,16 +58,20 @@ def square(rows: list[list]) -> list[list]:
     return [r + [None] * (len(rows) - len(r)) for r in rows]
 
 
-
 def stage_shot(page, stage_id: str, name: str) -> Path:
     """A screenshot of one stage (the page is long; plots far from the viewport are drawn lazily)."""
     for plot in STAGE_PLOTS.get(stage_id, []):
         drawn(page, plot)
     ARTIFACTS.mkdir(exist_ok=True)
-    box = page.evaluate("(id) => { const r = document.getElementById(id).getBoundingClientRect();"
-                        " return { x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height }; }", stage_id)
+    box = page.evaluate(
+        "(id) => { const r = document.getElementById(id).getBoundingClientRect();"
+        " return { x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height }; }",
+        stage_id,
+    )
     path = ARTIFACTS / f"{name}.png"
-    page.evaluate("document.getElementById('selection-bar').style.visibility = 'hidden'")   # sticky: it would cover the stage
+    page.evaluate(
+        "document.getElementById('selection-bar').style.visibility = 'hidden'"
+    )  # sticky: it would cover the stage
     page.screenshot(path=str(path), full_page=True, clip=box)
     page.evaluate("document.getElementById('selection-bar').style.visibility = ''")
     return path
@@ -63,7 +86,11 @@ def query_of(url: str) -> dict[str, str]:
 
 
 def api(page, live_url: str, path: str, body: dict | None = None) -> dict:
-    resp = page.request.post(f"{live_url}/api/v1{path}", data=body) if body is not None else page.request.get(f"{live_url}/api/v1{path}")
+    resp = (
+        page.request.post(f"{live_url}/api/v1{path}", data=body)
+        if body is not None
+        else page.request.get(f"{live_url}/api/v1{path}")
+    )
     assert resp.ok, resp.text()
     return resp.json()
 
@@ -78,10 +105,15 @@ def drawn(page, plot_id: str, at_least: int = 1) -> None:
     """Wait until the plot is drawn; plots far from the viewport wait for the reader, so scroll to it."""
     page.locator(f"#{plot_id}").scroll_into_view_if_needed()
     try:
-        page.wait_for_function("([id, n]) => +(document.getElementById(id).dataset.drawn || 0) >= n", arg=[plot_id, at_least])
+        page.wait_for_function(
+            "([id, n]) => +(document.getElementById(id).dataset.drawn || 0) >= n", arg=[plot_id, at_least]
+        )
     except Exception as exc:
-        state = page.evaluate("(id) => ({drawn: document.getElementById(id).dataset.drawn, body: {...document.body.dataset},"
-                              " top: document.getElementById(id).getBoundingClientRect().top, h: innerHeight})", plot_id)
+        state = page.evaluate(
+            "(id) => ({drawn: document.getElementById(id).dataset.drawn, body: {...document.body.dataset},"
+            " top: document.getElementById(id).getBoundingClientRect().top, h: innerHeight})",
+            plot_id,
+        )
         raise AssertionError(f"#{plot_id} was not drawn: {state}; console: {page.console_errors}") from exc
 
 
@@ -90,7 +122,10 @@ def draws(page, plot_id: str) -> int:
 
 
 def plot_data(page, plot_id: str) -> list[dict]:
-    return page.evaluate("(id) => document.getElementById(id).data.map(t => ({type: t.type, name: t.name, x: t.x, y: t.y, z: t.z}))", plot_id)
+    return page.evaluate(
+        "(id) => document.getElementById(id).data.map(t => ({type: t.type, name: t.name, x: t.x, y: t.y, z: t.z}))",
+        plot_id,
+    )
 
 
 def by_name(traces: list[dict]) -> dict[str, dict]:
@@ -115,10 +150,13 @@ def test_keyboard_walks_the_ten_stages_and_every_plot_gets_drawn(page, live_url,
         assert page.evaluate("document.body.dataset.stage") == str(i)
         assert page.get_attribute(f'#stage-nav a[data-stage="{i}"]', "aria-current") == "step"
         # the stage is on screen, just under the sticky bar (and stays there while the panels near it draw)
-        page.wait_for_function("""(id) => { const top = document.getElementById(id).getBoundingClientRect().top;
+        page.wait_for_function(
+            """(id) => { const top = document.getElementById(id).getBoundingClientRect().top;
             const bar = document.getElementById('selection-bar').getBoundingClientRect().bottom;
             return (0 <= top && top <= bar + 40) || innerHeight + scrollY >= document.body.scrollHeight - 2; }""",
-                               arg=sid, timeout=5_000)
+            arg=sid,
+            timeout=5_000,
+        )
         for plot in STAGE_PLOTS.get(sid, []):
             drawn(page, plot)
     page.keyboard.press("j")  # past the last stage: stays there
@@ -139,8 +177,15 @@ def test_keyboard_walks_the_ten_stages_and_every_plot_gets_drawn(page, live_url,
 
 def test_stage_data_matches_the_api(page, live_url):
     open_page(page, live_url)
-    full = api(page, live_url, "/forward", {"text": PROMPT, "include": ["embeddings", "layernorm", "head_detail", "mlp", "residual",
-                                                                       "logit_lens", "prompt_loss"]})
+    full = api(
+        page,
+        live_url,
+        "/forward",
+        {
+            "text": PROMPT,
+            "include": ["embeddings", "layernorm", "head_detail", "mlp", "residual", "logit_lens", "prompt_loss"],
+        },
+    )
     T = len(full["tokens"])
     labels = [visible(t["text"]) for t in full["tokens"]]
     go_stage(page, 1)
@@ -151,7 +196,7 @@ def test_stage_data_matches_the_api(page, live_url):
     hd = full["head_detail"]
     assert plot_data(page, "pattern-plot")[0]["z"] == hd["pattern"]
     masked = plot_data(page, "masked-plot")[0]["z"]
-    assert masked == hd["masked_scores"] and masked[0][1] is None          # −∞ above the diagonal
+    assert masked == hd["masked_scores"] and masked[0][1] is None  # −∞ above the diagonal
     assert [t["z"] for t in plot_data(page, "qkv-plot")] == [hd["q"], hd["k"], hd["v"]]
     assert plot_data(page, "resid-add-plot")[0]["z"] == [hd["resid_pre"], hd["attn_out"], hd["resid_mid"]]
     # LayerNorm: pick feature 5 and read the worked numbers
@@ -185,9 +230,12 @@ def test_model_view_click_opens_that_head(page, live_url):
     open_page(page, live_url)
     go_stage(page, 4)
     info = page.request.get(f"{live_url}/api/v1/health").json()["info"]
-    assert page.evaluate("document.getElementById('model-view-plot').dataset.grid") == f"{info['n_layer']}x{info['n_head']}"
+    assert (
+        page.evaluate("document.getElementById('model-view-plot').dataset.grid")
+        == f"{info['n_layer']}x{info['n_head']}"
+    )
     layer, head = 2, 1
-    cell = f"#model-view-plot canvas[data-row='{layer}'][data-col='{head}']"   # the small maps are canvases
+    cell = f"#model-view-plot canvas[data-row='{layer}'][data-col='{head}']"  # the small maps are canvases
     page.locator(cell).scroll_into_view_if_needed()
     page.wait_for_function("(sel) => document.querySelector(sel).dataset.painted === '1'", arg=cell)
     box = page.locator(cell).bounding_box()
@@ -196,28 +244,44 @@ def test_model_view_click_opens_that_head(page, live_url):
         page.mouse.click(box["x"] + box["width"] * 0.2, box["y"] + box["height"] * 0.8)
     sent = resp.value.request.post_data_json
     assert sent["layer"] == layer and sent["head"] == head
-    assert sorted(sent["include"]) == ["head_detail", "layernorm", "mlp"]   # only what the selection changes
+    assert sorted(sent["include"]) == ["head_detail", "layernorm", "mlp"]  # only what the selection changes
     assert page.input_value("#layer") == str(layer) and page.input_value("#head") == str(head)
-    page.wait_for_function("(t) => document.getElementById('attention-plot').layout.title.text.toLowerCase() === t", arg=f"layer {layer}, head {head}")
+    page.wait_for_function(
+        "(t) => document.getElementById('attention-plot').layout.title.text.toLowerCase() === t",
+        arg=f"layer {layer}, head {head}",
+    )
     assert page.evaluate("document.getElementById('model-view-plot').dataset.selected") == f"{layer}.{head}"
     q = query_of(page.url)
     assert q["layer"] == str(layer) and q["head"] == str(head)
-    api_trace = api(page, live_url, "/forward", {"text": PROMPT, "include": ["attention", "head_detail"], "layer": layer, "head": head})
+    api_trace = api(
+        page,
+        live_url,
+        "/forward",
+        {"text": PROMPT, "include": ["attention", "head_detail"], "layer": layer, "head": head},
+    )
     big = plot_data(page, "attention-plot")[0]["z"]
     assert big == square(api_trace["attention"]["pattern"][layer][head])
-    page.wait_for_function("(v) => document.getElementById('block-panel').dataset.head === v", arg=f"{layer}.{head}.{len(api_trace['tokens']) - 1}")
+    page.wait_for_function(
+        "(v) => document.getElementById('block-panel').dataset.head === v",
+        arg=f"{layer}.{head}.{len(api_trace['tokens']) - 1}",
+    )
     # head view: one line per weight above the drawing threshold, the selected query's bars = its row
     T = len(api_trace["tokens"])
     row = api_trace["attention"]["pattern"][layer][head][T - 1]
     drawn(page, "query-bars-plot")
-    page.wait_for_function("(t) => document.getElementById('query-bars-plot').layout.title.text.includes(t)", arg=f"layer {layer}, head {head}")
+    page.wait_for_function(
+        "(t) => document.getElementById('query-bars-plot').layout.title.text.includes(t)",
+        arg=f"layer {layer}, head {head}",
+    )
     assert plot_data(page, "query-bars-plot")[0]["x"] == row[:T]
     assert int(page.get_attribute("#head-view", "data-lines")) > T
     # clicking a token in the head view selects that position everywhere
     page.click("#head-view text.hv-tok[data-index='2']")
     page.wait_for_function("document.getElementById('position').value === '2'")
     assert query_of(page.url)["position"] == "2"
-    page.wait_for_function("document.querySelector('#tokens .tok.sel') && document.querySelector('#tokens .tok.sel').dataset.index === '2'")
+    page.wait_for_function(
+        "document.querySelector('#tokens .tok.sel') && document.querySelector('#tokens .tok.sel').dataset.index === '2'"
+    )
     stage_shot(page, "attention-panel", "forward-model-view-head")
     assert page.console_errors == []
 
@@ -248,15 +312,18 @@ def test_temperature_and_filters_reshape_the_distribution(page, live_url):
     page.mouse.up()
     t = float(page.input_value("#temperature"))
     assert 0.2 <= t <= 0.6
-    page.wait_for_function("(t) => { const s = document.getElementById('sampling-plot').dataset.settings;"
-                           " return s && JSON.parse(s).temperature === t && document.getElementById('sampling-plot').dataset.state === 'ready'; }", arg=t)
+    page.wait_for_function(
+        "(t) => { const s = document.getElementById('sampling-plot').dataset.settings;"
+        " return s && JSON.parse(s).temperature === t && document.getElementById('sampling-plot').dataset.state === 'ready'; }",
+        arg=t,
+    )
     sent = sum(u.endswith("/api/v1/next-token") for u in page.requests) - n_before
     assert 1 <= sent <= 6, f"{sent} requests for one drag: they should be debounced"
     after = plot_data(page, "sampling-plot")
     cooled = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": t, "show": 20})
     assert after[1]["y"] == [c["p_temperature"] for c in cooled["candidates"]]
-    assert after[0]["y"] == before[0]["y"]                       # the raw softmax does not move
-    assert after[1]["y"][0] > before[1]["y"][0]                  # cooler: the favourite gains
+    assert after[0]["y"] == before[0]["y"]  # the raw softmax does not move
+    assert after[1]["y"][0] > before[1]["y"][0]  # cooler: the favourite gains
     assert query_of(page.url)["temperature"] == str(t)
     assert page.text_content("#temperature-out") == f"{t:.2f}"
 
@@ -264,8 +331,10 @@ def test_temperature_and_filters_reshape_the_distribution(page, live_url):
     page.focus("#top-k")
     for _ in range(3):
         page.keyboard.press("ArrowRight")
-    page.wait_for_function("() => { const s = document.getElementById('sampling-plot').dataset.settings;"
-                           " return s && JSON.parse(s).top_k === 3 && document.getElementById('sampling-plot').dataset.state === 'ready'; }")
+    page.wait_for_function(
+        "() => { const s = document.getElementById('sampling-plot').dataset.settings;"
+        " return s && JSON.parse(s).top_k === 3 && document.getElementById('sampling-plot').dataset.state === 'ready'; }"
+    )
     filt = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": t, "top_k": 3, "show": 20})
     final = plot_data(page, "sampling-plot")[2]["y"]
     assert final == [c["p_final"] for c in filt["candidates"]]
@@ -279,8 +348,10 @@ def test_temperature_and_filters_reshape_the_distribution(page, live_url):
     for _ in range(50):
         page.keyboard.press("ArrowLeft")
     assert page.input_value("#top-p") == "0.5"
-    page.wait_for_function("() => { const s = document.getElementById('sampling-plot').dataset.settings;"
-                           " return s && JSON.parse(s).top_p === 0.5 && document.getElementById('sampling-plot').dataset.state === 'ready'; }")
+    page.wait_for_function(
+        "() => { const s = document.getElementById('sampling-plot').dataset.settings;"
+        " return s && JSON.parse(s).top_p === 0.5 && document.getElementById('sampling-plot').dataset.state === 'ready'; }"
+    )
     both = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": t, "top_k": 3, "top_p": 0.5, "show": 20})
     assert plot_data(page, "sampling-plot")[2]["y"] == [c["p_final"] for c in both["candidates"]]
     ticks = page.evaluate("document.getElementById('sampling-plot').layout.xaxis.ticktext")
@@ -309,14 +380,21 @@ def test_generation_stepper_equals_the_api_replayed_with_the_same_seed(page, liv
 
     replay, cur = [], prompt_ids
     for step in range(3):
-        r = api(page, live_url, "/generate/step", {"ids": cur, "step": step, "seed": 7, "temperature": 1.0, "top_k": None, "top_p": None, "top": 10})
+        r = api(
+            page,
+            live_url,
+            "/generate/step",
+            {"ids": cur, "step": step, "seed": 7, "temperature": 1.0, "top_k": None, "top_p": None, "top": 10},
+        )
         replay.append(r)
         cur = r["ids"]
     assert ids == cur
     shown = page.eval_on_selector_all("#gen-text .gen-tok", "els => els.map(e => +e.dataset.id)")
     assert shown == [r["token"]["id"] for r in replay]
     assert page.text_content("#gen-step") == "3"
-    rows = page.eval_on_selector_all("#gen-steps tbody tr", "rs => rs.map(r => Array.from(r.cells).map(c => c.textContent))")
+    rows = page.eval_on_selector_all(
+        "#gen-steps tbody tr", "rs => rs.map(r => Array.from(r.cells).map(c => c.textContent))"
+    )
     assert [row[2] for row in rows] == [str(r["token"]["id"]) for r in replay]
     assert [row[3] for row in rows] == [f"{100 * r['prob']:.2f}%" for r in replay]
     cache = page.inner_text("#gen-cache")
@@ -344,13 +422,17 @@ def test_zeroing_a_head_changes_the_distribution(page, live_url):
     go_stage(page, 9)
     page.wait_for_function("document.getElementById('intervene-panel').dataset.state === 'ready'")
     clean = by_name(plot_data(page, "iv-plot"))
-    assert clean["clean run"]["x"] == clean["with the interventions"]["x"]     # nothing switched off: both runs agree
+    assert clean["clean run"]["x"] == clean["with the interventions"]["x"]  # nothing switched off: both runs agree
     with page.expect_response(lambda r: r.url.endswith("/api/v1/intervene")) as resp:
         page.check('#iv-heads input[data-layer="0"][data-head="1"]')
     assert resp.value.request.post_data_json["ablate_heads"] == [{"layer": 0, "head": 1}]
-    page.wait_for_function("() => { const r = document.getElementById('intervene-panel').dataset.request;"
-                           " return r && JSON.parse(r).ablate_heads.length === 1 && document.getElementById('intervene-panel').dataset.state === 'ready'; }")
-    expected = api(page, live_url, "/intervene", {"text": PROMPT, "ablate_heads": [{"layer": 0, "head": 1}], "top_k": 10})
+    page.wait_for_function(
+        "() => { const r = document.getElementById('intervene-panel').dataset.request;"
+        " return r && JSON.parse(r).ablate_heads.length === 1 && document.getElementById('intervene-panel').dataset.state === 'ready'; }"
+    )
+    expected = api(
+        page, live_url, "/intervene", {"text": PROMPT, "ablate_heads": [{"layer": 0, "head": 1}], "top_k": 10}
+    )
     bars = by_name(plot_data(page, "iv-plot"))
     compared = list(reversed(expected["compared"]))
     assert bars["clean run"]["x"] == [c["clean"] for c in compared]
@@ -374,7 +456,9 @@ def test_swapping_a_prompt_token(page, live_url):
     page.select_option("#iv-pos", "2")
     # a word that is several tokens cannot replace one token: the page says so
     page.fill("#iv-text", "Juliet")
-    page.wait_for_function("/tokens/.test(document.getElementById('iv-tok-status').textContent) || !document.getElementById('iv-add').disabled")
+    page.wait_for_function(
+        "/tokens/.test(document.getElementById('iv-tok-status').textContent) || !document.getElementById('iv-add').disabled"
+    )
     pieces = api(page, live_url, "/tokenize", {"text": "Juliet", "encoding": "model"})["tokens"]
     spaced = api(page, live_url, "/tokenize", {"text": " Juliet", "encoding": "model"})["tokens"]
     assert page.is_disabled("#iv-add") == (len(pieces) != 1 and len(spaced) != 1)
@@ -386,13 +470,20 @@ def test_swapping_a_prompt_token(page, live_url):
     page.wait_for_function("!document.getElementById('iv-add').disabled")
     assert page.text_content("#iv-tok-status") == f"id {new_id} is “·king”"
     page.click("#iv-add")
-    page.wait_for_function("(id) => { const r = document.getElementById('intervene-panel').dataset.request;"
-                           " return r && JSON.parse(r).edits.length === 1 && JSON.parse(r).edits[0].id === id"
-                           " && document.getElementById('intervene-panel').dataset.state === 'ready'; }", arg=new_id)
+    page.wait_for_function(
+        "(id) => { const r = document.getElementById('intervene-panel').dataset.request;"
+        " return r && JSON.parse(r).edits.length === 1 && JSON.parse(r).edits[0].id === id"
+        " && document.getElementById('intervene-panel').dataset.state === 'ready'; }",
+        arg=new_id,
+    )
     assert query_of(page.url)["edit"] == f"2:{new_id}"
     assert "2: “" in page.inner_text("#iv-edits") and "→ “·king”" in page.inner_text("#iv-edits")
-    expected = api(page, live_url, "/intervene", {"text": PROMPT, "edits": [{"position": 2, "id": new_id}], "top_k": 10})
-    assert by_name(plot_data(page, "iv-plot"))["with the interventions"]["x"] == [c["altered"] for c in reversed(expected["compared"])]
+    expected = api(
+        page, live_url, "/intervene", {"text": PROMPT, "edits": [{"position": 2, "id": new_id}], "top_k": 10}
+    )
+    assert by_name(plot_data(page, "iv-plot"))["with the interventions"]["x"] == [
+        c["altered"] for c in reversed(expected["compared"])
+    ]
     # a neighbour chip of the token at that position swaps it in one click
     chip = "#iv-suggest[data-position='2'] button.chip"
     page.wait_for_selector(chip)
@@ -435,8 +526,12 @@ def test_decomposition_adds_up_to_the_logit_and_downloads_its_json(page, live_ur
     with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
         page.select_option("#dc-target", str(second["id"]))
     assert resp.value.request.post_data_json["include"] == ["decomposition"]
-    page.wait_for_function("(id) => document.getElementById('decomposition-panel').dataset.target === String(id)", arg=second["id"])
-    d2 = api(page, live_url, "/forward", {"text": PROMPT, "include": ["decomposition"], "target": second["id"]})["decomposition"]
+    page.wait_for_function(
+        "(id) => document.getElementById('decomposition-panel').dataset.target === String(id)", arg=second["id"]
+    )
+    d2 = api(page, live_url, "/forward", {"text": PROMPT, "include": ["decomposition"], "target": second["id"]})[
+        "decomposition"
+    ]
     page.wait_for_function("(v) => document.getElementById('dc-logit').dataset.value === String(v)", arg=d2["logit"])
     assert math.isclose(float(page.get_attribute("#dc-total", "data-value")), d2["logit"], abs_tol=1e-3)
     assert query_of(page.url)["target"] == str(second["id"])
@@ -445,28 +540,55 @@ def test_decomposition_adds_up_to_the_logit_and_downloads_its_json(page, live_ur
 
 
 def test_a_shared_url_restores_every_setting(page, live_url):
-    params = {"text": PROMPT, "layer": "1", "head": "2", "position": "3", "temperature": "0.7", "top_k": "5",
-              "top_p": "0.9", "seed": "4", "steps": "2", "ablate": "L0H1,MLP2"}
+    params = {
+        "text": PROMPT,
+        "layer": "1",
+        "head": "2",
+        "position": "3",
+        "temperature": "0.7",
+        "top_k": "5",
+        "top_p": "0.9",
+        "seed": "4",
+        "steps": "2",
+        "ablate": "L0H1,MLP2",
+    }
     with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
         open_page(page, live_url, params)
     sent = resp.value.request.post_data_json
     assert (sent["layer"], sent["head"], sent["position"]) == (1, 2, 3)
     assert query_of(page.url) == params
-    assert page.input_value("#layer") == "1" and page.input_value("#head") == "2" and page.input_value("#position") == "3"
-    assert page.input_value("#temperature") == "0.7" and page.input_value("#top-k") == "5" and page.input_value("#top-p") == "0.9"
+    assert (
+        page.input_value("#layer") == "1" and page.input_value("#head") == "2" and page.input_value("#position") == "3"
+    )
+    assert (
+        page.input_value("#temperature") == "0.7"
+        and page.input_value("#top-k") == "5"
+        and page.input_value("#top-p") == "0.9"
+    )
     assert page.input_value("#seed") == "4"
     page.wait_for_function("document.getElementById('block-panel').dataset.head === '1.2.3'")
     # the two generated tokens are redone with the same seed and settings
     page.wait_for_function("document.getElementById('generate-panel').dataset.steps === '2'")
     cur = [t["id"] for t in api(page, live_url, "/forward", {"text": PROMPT, "include": []})["tokens"]]
     for step in range(2):
-        cur = api(page, live_url, "/generate/step", {"ids": cur, "step": step, "seed": 4, "temperature": 0.7, "top_k": 5, "top_p": 0.9})["ids"]
+        cur = api(
+            page,
+            live_url,
+            "/generate/step",
+            {"ids": cur, "step": step, "seed": 4, "temperature": 0.7, "top_k": 5, "top_p": 0.9},
+        )["ids"]
     assert json.loads(page.get_attribute("#generate-panel", "data-ids")) == cur
     go_stage(page, 9)
-    assert page.is_checked('#iv-heads input[data-layer="0"][data-head="1"]') and page.is_checked('#iv-mlps input[data-mlp="2"]')
+    assert page.is_checked('#iv-heads input[data-layer="0"][data-head="1"]') and page.is_checked(
+        '#iv-mlps input[data-mlp="2"]'
+    )
     go_stage(page, 7)
     page.wait_for_function("document.getElementById('sampling-plot').dataset.state === 'ready'")
-    assert json.loads(page.get_attribute("#sampling-plot", "data-settings")) == {"temperature": 0.7, "top_k": 5, "top_p": 0.9}
+    assert json.loads(page.get_attribute("#sampling-plot", "data-settings")) == {
+        "temperature": 0.7,
+        "top_k": 5,
+        "top_p": 0.9,
+    }
     # the h / l keys move the position; the URL follows
     page.keyboard.press("l")
     page.wait_for_function("new URLSearchParams(location.search).get('position') === '4'")
@@ -477,19 +599,25 @@ def test_a_shared_url_restores_every_setting(page, live_url):
 
 
 def test_long_prompt_labels_every_token(page, live_url):
-    full = ("ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
-            "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her "
-            "maid art far more fair than she. Be not her maid, since she is envious.")
+    full = (
+        "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
+        "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her "
+        "maid art far more fair than she. Be not her maid, since she is envious."
+    )
     toks = api(page, live_url, "/tokenize", {"text": full, "encoding": "model"})["tokens"]
     assert len(toks) >= 64
-    text = full[:toks[63]["end"]]          # exactly the first 64 tokens
+    text = full[: toks[63]["end"]]  # exactly the first 64 tokens
     n = len(api(page, live_url, "/tokenize", {"text": text, "encoding": "model"})["tokens"])
     assert n == 64
     open_page(page, live_url, {"text": text})
     go_stage(page, 1)
-    labels = page.evaluate("""() => Array.from(document.querySelectorAll('#emb-token-plot .yaxislayer-above .ytick text')).map(t => t.textContent)""")
+    labels = page.evaluate(
+        """() => Array.from(document.querySelectorAll('#emb-token-plot .yaxislayer-above .ytick text')).map(t => t.textContent)"""
+    )
     assert len(labels) == n
-    size = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#emb-token-plot .ytick text')).fontSize)")
+    size = page.evaluate(
+        "() => parseFloat(getComputedStyle(document.querySelector('#emb-token-plot .ytick text')).fontSize)"
+    )
     assert size >= 9
     stage_shot(page, "tokens-panel", "forward-long-prompt-embeddings")
     go_stage(page, 3)

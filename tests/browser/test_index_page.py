@@ -37,9 +37,13 @@ def open_page(page, live_url: str, query: str = "") -> None:
 def type_prompt(page, text: str) -> None:
     """Replace the prompt the way a reader does and wait for the page to redraw for *this* text."""
     page.evaluate("delete document.body.dataset.ready")
-    with page.expect_response(lambda r: r.url.endswith("/api/v1/forward")
-                              and r.request.method == "POST"
-                              and (r.request.post_data_json or {}).get("text") == text) as resp:
+    with page.expect_response(
+        lambda r: (
+            r.url.endswith("/api/v1/forward")
+            and r.request.method == "POST"
+            and (r.request.post_data_json or {}).get("text") == text
+        )
+    ) as resp:
         page.fill("#prompt", text)
     assert resp.value.ok, resp.value.text()
     wait_ready(page)
@@ -53,7 +57,9 @@ def plot_trace(page, el_id: str) -> dict:
                               title: gd.layout.title && gd.layout.title.text,
                               xticks: gd.layout.xaxis.ticktext || null,
                               yticks: gd.layout.yaxis.ticktext || null,
-                              n_traces: gd.data.length }; }""", el_id)
+                              n_traces: gd.data.length }; }""",
+        el_id,
+    )
 
 
 def svg_tick_labels(page, axis: str) -> list[str]:
@@ -62,7 +68,9 @@ def svg_tick_labels(page, axis: str) -> list[str]:
         """(axis) => Array.from(document.querySelectorAll(
                 `#attention-plot .${axis}axislayer-above .${axis}tick text`))
               .map((t) => [t.__data__ ? t.__data__.x : null, t.textContent])
-              .sort((a, b) => a[0] - b[0]).map((p) => p[1])""", axis)
+              .sort((a, b) => a[0] - b[0]).map((p) => p[1])""",
+        axis,
+    )
 
 
 def query_of(url: str) -> dict[str, str]:
@@ -81,11 +89,11 @@ def assert_attention_matches(page, api: dict, layer: int, head: int) -> None:
 def _rows_close(a, b) -> bool:
     return len(a) == len(b) and all(r1 == pytest.approx(r2) for r1, r2 in zip(a, square(b)))
 
+
 def square(rows: list[list]) -> list[list]:
     """A causal model's attention rows from the API (row q stops at key q) as the T x T map the
     page draws: the masked cells are empty (null)."""
     return [r + [None] * (len(rows) - len(r)) for r in rows]
-
 
 
 def test_forward_page_shows_the_api_trace(page, live_url, screenshot):
@@ -115,8 +123,8 @@ def test_forward_page_shows_the_api_trace(page, live_url, screenshot):
     z = trace["z"]
     assert len(z) == n and all(len(row) == n for row in z)
     for q, row in enumerate(z):
-        assert all(w is None for w in row[q + 1:]), f"query {q} attends to a later token: {row}"
-        assert sum(row[:q + 1]) == pytest.approx(1, abs=5e-5 * n + 1e-6)  # the API rounds weights to 4 decimals
+        assert all(w is None for w in row[q + 1 :]), f"query {q} attends to a later token: {row}"
+        assert sum(row[: q + 1]) == pytest.approx(1, abs=5e-5 * n + 1e-6)  # the API rounds weights to 4 decimals
     assert_attention_matches(page, api, 0, 0)
     # The masked cells are drawn empty (a light overlay), not as a dark "weight 0".
     mask = page.evaluate("document.getElementById('attention-plot').data.map(t => t.name)")
@@ -150,15 +158,17 @@ def test_layer_and_head_selects_redraw_and_live_in_the_url(page, live_url, scree
 
     before = plot_trace(page, "attention-plot")["z"]
     page.select_option("#head", str(head))
-    page.wait_for_function("(h) => document.getElementById('attention-plot').layout.title.text.endsWith(`, head ${h}`)",
-                           arg=head)
+    page.wait_for_function(
+        "(h) => document.getElementById('attention-plot').layout.title.text.endsWith(`, head ${h}`)", arg=head
+    )
     assert_attention_matches(page, api, 0, head)
     assert plot_trace(page, "attention-plot")["z"] != before
     assert query_of(page.url) == {"text": PROMPT, "layer": "0", "head": str(head)}
 
     page.select_option("#layer", str(layer))
-    page.wait_for_function("(l) => document.getElementById('attention-plot').layout.title.text.startsWith(`Layer ${l},`)",
-                           arg=layer)
+    page.wait_for_function(
+        "(l) => document.getElementById('attention-plot').layout.title.text.startsWith(`Layer ${l},`)", arg=layer
+    )
     assert_attention_matches(page, api, layer, head)
     assert query_of(page.url) == {"text": PROMPT, "layer": str(layer), "head": str(head)}
 
@@ -181,8 +191,9 @@ def test_overlong_prompt_shows_an_error_naming_n_ctx(page, live_url, screenshot)
     n_ctx = page.request.get(f"{live_url}/api/v1/health").json()["info"]["n_ctx"]
     too_long = "ROMEO:" + " Romeo" * (n_ctx + 10)  # each " Romeo" is at least one token
     assert len(too_long) < 20_000  # over the token limit, under the character limit
-    with page.expect_response(lambda r: r.url.endswith("/api/v1/forward")
-                              and (r.request.post_data_json or {}).get("text") == too_long) as resp:
+    with page.expect_response(
+        lambda r: r.url.endswith("/api/v1/forward") and (r.request.post_data_json or {}).get("text") == too_long
+    ) as resp:
         page.fill("#prompt", too_long)
     assert resp.value.status == 422
     box = page.locator("#error")

@@ -9,9 +9,26 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-PANELS = ["schedule-panel", "model-schedule-box", "gelu-panel", "loss-panel", "smoothing-panel", "softmax-panel",
-          "sizes-panel", "kv-panel", "scaling-panel", "optimizers-panel", "init-panel", "dropout-panel", "adam-panel",
-          "embscale-panel", "bert-panel", "shift-panel", "backprop-panel", "batch-panel"]
+PANELS = [
+    "schedule-panel",
+    "model-schedule-box",
+    "gelu-panel",
+    "loss-panel",
+    "smoothing-panel",
+    "softmax-panel",
+    "sizes-panel",
+    "kv-panel",
+    "scaling-panel",
+    "optimizers-panel",
+    "init-panel",
+    "dropout-panel",
+    "adam-panel",
+    "embscale-panel",
+    "bert-panel",
+    "shift-panel",
+    "backprop-panel",
+    "batch-panel",
+]
 
 
 def api(page, live_url: str, path: str) -> dict:
@@ -24,7 +41,9 @@ def traces(page, el_id: str) -> list[dict]:
     """The data of a Plotly plot as drawn: name, x, y of every trace."""
     return page.evaluate(
         """(id) => document.getElementById(id).data.map((t) => ({name: t.name, x: Array.from(t.x || []),
-             y: Array.from(t.y || []), mode: t.mode || null}))""", el_id)
+             y: Array.from(t.y || []), mode: t.mode || null}))""",
+        el_id,
+    )
 
 
 def trace(page, el_id: str, name_start: str) -> dict:
@@ -114,7 +133,9 @@ def test_editing_a_schedule_parameter_redraws_the_curve(page, live_url):
     # the model's own schedule: an edited max_lr moves the curve, the recorded dots stay
     m = api(page, live_url, "/schedules/lr?kind=model")
     edit(page, "model-schedule-box", "#m-max-lr", str(m["checkpoint_schedule"]["max_lr"] / 2))
-    assert max(trace(page, "model-schedule-plot", "schedule")["y"]) == pytest.approx(m["checkpoint_schedule"]["max_lr"] / 2)
+    assert max(trace(page, "model-schedule-plot", "schedule")["y"]) == pytest.approx(
+        m["checkpoint_schedule"]["max_lr"] / 2
+    )
     assert trace(page, "model-schedule-plot", "rate the trainer set")["y"] == m["history"]["lr"]
     assert not page.console_errors, page.console_errors
 
@@ -155,7 +176,7 @@ def test_the_parameter_counter_takes_todays_block(page, live_url):
     open_learn(page, live_url)
     # the KV-cache panel says what its key/value heads field is: grouped-query attention
     assert "grouped-query attention" in page.inner_text("#kv-panel h2").lower()
-    assert page.is_visible("#kv-kvheads") and "grouped-query" in page.inner_text('label:has(#kv-kvheads)')
+    assert page.is_visible("#kv-kvheads") and "grouped-query" in page.inner_text("label:has(#kv-kvheads)")
     assert trace(page, "kv-plot", "grouped-query: 8 key/value heads")
 
     page.select_option("#params-mlp", "swiglu")
@@ -173,7 +194,9 @@ def test_the_parameter_counter_takes_todays_block(page, live_url):
     assert int_text(b["counts"]["total"]) != int_text(api(page, live_url, "/params?preset=gpt1")["counts"]["total"])
     assert "12 / 2" in page.inner_text("#params-table") and "grouped-query" in page.inner_text("#params-table")
     # every part the API names, with its count, in the table and in the chart's legend
-    rows = page.eval_on_selector_all("#params-parts tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+    rows = page.eval_on_selector_all(
+        "#params-parts tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))"
+    )
     assert [(r[0], r[1]) for r in rows] == [(p["label"], int_text(p["count"])) for p in b["parts"]]
     assert any("SwiGLU" in p["label"] for p in b["parts"]) and any("n_kv_head" in p["label"] for p in b["parts"])
     assert [t["name"] for t in traces(page, "params-plot")] == [p["label"] for p in b["parts"]]
@@ -183,13 +206,21 @@ def test_the_parameter_counter_takes_todays_block(page, live_url):
     page.evaluate("() => { delete document.getElementById('sizes-panel').dataset.ready; }")
     page.fill("#params-experts", "4")
     page.fill("#params-top-k", "2")
-    page.wait_for_function("(n) => document.getElementById('sizes-panel').dataset.total === n", arg=str(
-        api(page, live_url, "/params?preset=gpt1&mlp=swiglu&n_kv_head=2&n_expert=4&top_k_experts=2")["counts"]["total"]))
+    page.wait_for_function(
+        "(n) => document.getElementById('sizes-panel').dataset.total === n",
+        arg=str(
+            api(page, live_url, "/params?preset=gpt1&mlp=swiglu&n_kv_head=2&n_expert=4&top_k_experts=2")["counts"][
+                "total"
+            ]
+        ),
+    )
     assert "routed to 2" in page.inner_text("#params-table")
     # a new preset starts from its own block again
     page.select_option("#params-preset", "llama-style")
-    page.wait_for_function("(n) => document.getElementById('sizes-panel').dataset.total === n",
-                           arg=str(api(page, live_url, "/params?preset=llama-style")["counts"]["total"]))
+    page.wait_for_function(
+        "(n) => document.getElementById('sizes-panel').dataset.total === n",
+        arg=str(api(page, live_url, "/params?preset=llama-style")["counts"]["total"]),
+    )
     assert page.input_value("#params-mlp") == "" and page.input_value("#params-kv") == ""
     assert page.locator("#params-mlp option").first.inner_text() == "preset: swiglu"
     assert not page.console_errors, page.console_errors
@@ -205,14 +236,21 @@ def test_the_ravine_draws_muon_beside_the_other_four(page, live_url):
     mine = trace(page, "optimizers-plot", muon["label"])
     assert mine["x"] == muon["x"] and mine["y"] == muon["y"]
     # its own colour and a legend entry, in both charts
-    style = page.evaluate("""(name) => { const t = document.getElementById('optimizers-plot').data.find((d) => d.name === name);
-        return { color: t.line.color, legend: t.showlegend !== false }; }""", muon["label"])
-    others = page.evaluate("() => document.getElementById('optimizers-plot').data.filter((d) => d.mode === 'lines+markers').map((d) => d.line.color)")
+    style = page.evaluate(
+        """(name) => { const t = document.getElementById('optimizers-plot').data.find((d) => d.name === name);
+        return { color: t.line.color, legend: t.showlegend !== false }; }""",
+        muon["label"],
+    )
+    others = page.evaluate(
+        "() => document.getElementById('optimizers-plot').data.filter((d) => d.mode === 'lines+markers').map((d) => d.line.color)"
+    )
     assert style["legend"] and style["color"] and others.count(style["color"]) == 1
     assert trace(page, "optimizers-loss-plot", muon["label"])["y"] == muon["loss"]
     caption = page.inner_text("#optimizers-panel .caption")
     assert "Muon" in caption and "orthogonal" in caption and "diagonal" in caption
-    assert f"{muon['label']} (lr {muon['hyper']['lr']}, momentum {muon['hyper']['momentum']})" in page.inner_text("#optimizers-summary")
+    assert f"{muon['label']} (lr {muon['hyper']['lr']}, momentum {muon['hyper']['momentum']})" in page.inner_text(
+        "#optimizers-summary"
+    )
 
     # Muon's own field is sent: a smaller step moves its path
     edit(page, "optimizers-panel", "#opt-lr-muon", "0.1")
@@ -248,7 +286,9 @@ def test_the_training_lessons_draw_what_the_api_returns(page, live_url):
 
     e = api(page, live_url, "/curves/embedding-scale?d_model=512")
     assert trace(page, "embscale-plot", "sinusoidal")["y"] == e["position_norms"]
-    assert "√d = 22.6" in page.inner_text("#embscale-summary") and "√(d/2) = 16.0" in page.inner_text("#embscale-summary")
+    assert "√d = 22.6" in page.inner_text("#embscale-summary") and "√(d/2) = 16.0" in page.inner_text(
+        "#embscale-summary"
+    )
 
     text = "Once more unto the breach, dear friends, once more"
     m = api(page, live_url, f"/curves/masked-lm?text={text}&rate=0.15&seed=0")
@@ -269,12 +309,18 @@ def test_the_training_lessons_draw_what_the_api_returns(page, live_url):
 
     b = api(page, live_url, "/curves/tokens-per-update")
     assert "64 × 512 = 32,768 predictions per update" in page.inner_text("#batch-summary")
-    assert trace(page, "batch-plot", "predictions")["x"] == [b["per_update"], b["labelled_examples"], b["total_predictions"]]
+    assert trace(page, "batch-plot", "predictions")["x"] == [
+        b["per_update"],
+        b["labelled_examples"],
+        b["total_predictions"],
+    ]
     assert "524,288" in page.inner_text("#batch-table") and "524,288" in page.inner_text("#presets-table")
 
     page.select_option("#params-preset", "transformer-base")
     ed = api(page, live_url, "/params?preset=transformer-base")["encoder_decoder"]
-    page.wait_for_function("(n) => document.getElementById('sizes-panel').dataset.total === n", arg=str(ed["tied_total"]))
+    page.wait_for_function(
+        "(n) => document.getElementById('sizes-panel').dataset.total === n", arg=str(ed["tied_total"])
+    )
     note = page.inner_text("#params-encdec")
     assert f"{ed['untied_total']:,}" in note and f"{ed['difference']:,}" in note
     assert not page.console_errors, page.console_errors

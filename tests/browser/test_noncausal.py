@@ -13,10 +13,12 @@ from gptscope.model.train import TrainConfig, train
 pytestmark = pytest.mark.browser
 
 PROMPT = "ROMEO: But soft, what light"
-LINES = ["ROMEO: But soft, what light through yonder window breaks?",
-         "JULIET: O Romeo, Romeo, wherefore art thou Romeo?",
-         "It is the east, and Juliet is the sun.",
-         "Deny thy father and refuse thy name."]
+LINES = [
+    "ROMEO: But soft, what light through yonder window breaks?",
+    "JULIET: O Romeo, Romeo, wherefore art thou Romeo?",
+    "It is the east, and Juliet is the sun.",
+    "Deny thy father and refuse thy name.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,16 +26,25 @@ def noncausal_url(tmp_path_factory, serve_app):
     """A tiny model trained for a few steps with overrides={"causal": False}, served on its own port."""
     root = tmp_path_factory.mktemp("noncausal")
     corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(LINES * 60), encoding="utf-8")   # ~11 KB
-    tc = TrainConfig(corpus=str(corpus), preset="tiny", vocab_size=300, max_steps=20, batch_size=4,
-                     overrides={"causal": False}, device="cpu")
+    corpus.write_text("\n".join(LINES * 60), encoding="utf-8")  # ~11 KB
+    tc = TrainConfig(
+        corpus=str(corpus),
+        preset="tiny",
+        vocab_size=300,
+        max_steps=20,
+        batch_size=4,
+        overrides={"causal": False},
+        device="cpu",
+    )
     train(tc, out=root / "checkpoint", progress=False)
     with serve_app(root / "checkpoint", tmp_path_factory.mktemp("noncausal-data")) as url:
         yield url
 
 
 def forward(page, url: str, **extra) -> dict:
-    resp = page.request.post(f"{url}/api/v1/forward", data={"text": PROMPT, "include": ["attention", "head_detail"], **extra})
+    resp = page.request.post(
+        f"{url}/api/v1/forward", data={"text": PROMPT, "include": ["attention", "head_detail"], **extra}
+    )
     assert resp.ok, resp.text()
     return resp.json()
 
@@ -73,7 +84,7 @@ def test_a_model_without_the_causal_mask_is_drawn_with_its_upper_triangle(page, 
     pattern = api["attention"]["pattern"][0][0]
     T = len(api["tokens"])
     assert T >= 5
-    assert any(pattern[q][k] > 0 for q in range(T) for k in range(q + 1, T))   # the model really reads later tokens
+    assert any(pattern[q][k] > 0 for q in range(T) for k in range(q + 1, T))  # the model really reads later tokens
 
     open_forward(page, noncausal_url, position=0)
     assert page.get_attribute("body", "data-causal") == "false"
@@ -113,8 +124,9 @@ def test_the_builtin_causal_model_still_shows_the_mask(page, live_url):
     m = big_map(page)
     assert m["names"] == ["attention", "causal mask"]
     assert page.evaluate("document.getElementById('attention-plot').data[1].z") == [
-        [1 if k > q else None for k in range(T)] for q in range(T)]
-    assert query_bars(page) == [0]                      # position 0 reads only itself
+        [1 if k > q else None for k in range(T)] for q in range(T)
+    ]
+    assert query_bars(page) == [0]  # position 0 reads only itself
     assert head_view_lines(page)["later"] == 0
     drawn(page, "masked-plot")
     assert page.evaluate("document.getElementById('masked-plot').data[0].z[0][1]") is None

@@ -9,8 +9,10 @@ from apihelp import finished_run
 
 from gptscope.server.config import BUILTIN_CHECKPOINT
 
-TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
-        "All that glitters is not gold. Fortune favours the bold. ") * 60
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+    "All that glitters is not gold. Fortune favours the bold. "
+) * 60
 RUN = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": "embed-small", "max_steps": 20, "seed": 3}
 
 
@@ -20,11 +22,16 @@ def test_every_embed_url_of_the_tour_shows_its_panel_alone(tour_embeds, live_url
     for src in srcs:
         parts = urlsplit(src)
         name = parse_qs(parts.query)["embed"][0]
-        page.goto(f"{live_url}{parts.path}?{parts.query}")  # the notebook's server is gone: the same URL on the live one
+        page.goto(
+            f"{live_url}{parts.path}?{parts.query}"
+        )  # the notebook's server is gone: the same URL on the live one
         panel = page.locator(f"#{name}-panel")
         page.wait_for_selector(f"body[data-ready], #{name}-panel[data-ready]", state="attached", timeout=60_000)
-        page.wait_for_function("(p) => p.querySelector('svg, canvas, table, .js-plotly-plot, li, .chip')",
-                               arg=panel.element_handle(), timeout=60_000)
+        page.wait_for_function(
+            "(p) => p.querySelector('svg, canvas, table, .js-plotly-plot, li, .chip')",
+            arg=panel.element_handle(),
+            timeout=60_000,
+        )
         assert page.locator("header.topbar").count() == 0, src
         assert panel.is_visible(), src
         box = panel.bounding_box()

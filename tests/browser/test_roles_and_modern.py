@@ -12,7 +12,6 @@ the API's numbers; the page asks for the rope / moe parts only when /health says
 
 from __future__ import annotations
 
-import json
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
@@ -23,16 +22,26 @@ PROMPT = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?"
 MODERN_PROMPT = "The quick brown fox jumps over the lazy dog, and the cat sleeps by the warm fire all day."
 WINDOW = 8
 # viz.ROLE_COLOURS (Okabe-Ito)
-ROLE_COLOURS = {"previous-token": "#0072B2", "first-token": "#CC79A7", "current-token": "#56B4E9",
-                "local": "#009E73", "duplicate-token": "#E69F00", "induction": "#D55E00"}
+ROLE_COLOURS = {
+    "previous-token": "#0072B2",
+    "first-token": "#CC79A7",
+    "current-token": "#56B4E9",
+    "local": "#009E73",
+    "duplicate-token": "#E69F00",
+    "induction": "#D55E00",
+}
 MASKED_RGB = [0xEE, 0xEE, 0xEE]
 
 
 # --- helpers ---------------------------------------------------------------------------------------
 
+
 def api(page, url: str, path: str, body: dict | None = None) -> dict:
-    resp = (page.request.post(f"{url}/api/v1{path}", data=body, timeout=120_000) if body is not None
-            else page.request.get(f"{url}/api/v1{path}", timeout=120_000))
+    resp = (
+        page.request.post(f"{url}/api/v1{path}", data=body, timeout=120_000)
+        if body is not None
+        else page.request.get(f"{url}/api/v1{path}", timeout=120_000)
+    )
     assert resp.ok, f"{path}: {resp.status} {resp.text()[:400]}"
     return resp.json()
 
@@ -53,14 +62,18 @@ def open_page(page, url: str, params: dict) -> dict:
 def drawn(page, plot_id: str, at_least: int = 1) -> None:
     page.locator(f"#{plot_id}").scroll_into_view_if_needed()
     try:
-        page.wait_for_function("([id, n]) => +(document.getElementById(id).dataset.drawn || 0) >= n", arg=[plot_id, at_least])
+        page.wait_for_function(
+            "([id, n]) => +(document.getElementById(id).dataset.drawn || 0) >= n", arg=[plot_id, at_least]
+        )
     except Exception as exc:
         raise AssertionError(f"#{plot_id} was not drawn; console: {page.console_errors}") from exc
 
 
 def plot_data(page, plot_id: str) -> list[dict]:
-    return page.evaluate("(id) => document.getElementById(id).data.map(t => ({type: t.type, name: t.name, x: t.x, y: t.y, z: t.z}))",
-                         plot_id)
+    return page.evaluate(
+        "(id) => document.getElementById(id).data.map(t => ({type: t.type, name: t.name, x: t.x, y: t.y, z: t.z}))",
+        plot_id,
+    )
 
 
 def by_name(traces: list[dict]) -> dict[str, dict]:
@@ -79,8 +92,10 @@ def grid_painted(page) -> None:
     page.wait_for_function("() => document.getElementById('model-view-plot').dataset.grid")
     for canvas in grid.locator("canvas.hg-map").all():
         canvas.scroll_into_view_if_needed()
-    page.wait_for_function("() => { const g = document.getElementById('model-view-plot');"
-                           " return [...g.querySelectorAll('canvas.hg-map')].every(c => c.dataset.painted === '1'); }")
+    page.wait_for_function(
+        "() => { const g = document.getElementById('model-view-plot');"
+        " return [...g.querySelectorAll('canvas.hg-map')].every(c => c.dataset.painted === '1'); }"
+    )
     grid.scroll_into_view_if_needed()
 
 
@@ -105,6 +120,7 @@ def query_of(url: str) -> dict[str, str]:
 
 # --- head roles (the built-in model) ---------------------------------------------------------------
 
+
 def test_role_marks_on_the_grid_match_the_heads_api(page, live_url, screenshot):
     open_page(page, live_url, {"text": PROMPT})
     # the roles are scored only when stage 4 comes near: the page's top costs no /heads request
@@ -117,31 +133,43 @@ def test_role_marks_on_the_grid_match_the_heads_api(page, live_url, screenshot):
     expected = sorted((h["layer"], h["head"], r, h["status"]) for h in want["heads"] for r in h["roles"])
     assert expected, "the built-in model has local / previous-token heads: the API should name some"
     assert {r for _, _, r, _ in expected} & {"local", "previous-token"}
-    page.wait_for_function("(n) => +document.getElementById('model-view-plot').dataset.roleMarks === n", arg=len(expected))
+    page.wait_for_function(
+        "(n) => +document.getElementById('model-view-plot').dataset.roleMarks === n", arg=len(expected)
+    )
     marks = shown_marks(page)
     assert sorted((m["layer"], m["head"], m["role"], m["status"]) for m in marks) == expected
     for m in marks:
-        assert (m["row"], m["col"]) == (m["layer"], m["head"])      # in the right cell of the grid
+        assert (m["row"], m["col"]) == (m["layer"], m["head"])  # in the right cell of the grid
         colour = ROLE_COLOURS[m["role"]]
         assert m["stroke"] == colour
-        assert m["fill"] == (colour if m["status"] == "confirmed" else "#fff")   # solid = confirmed, hollow otherwise
+        assert m["fill"] == (colour if m["status"] == "confirmed" else "#fff")  # solid = confirmed, hollow otherwise
         assert m["role"] in m["title"] and m["status"] in m["title"]
     # a head's marks come in the API's order (the most decisive role first)
     for h in want["heads"]:
         if h["roles"]:
             assert [m["role"] for m in marks if (m["layer"], m["head"]) == (h["layer"], h["head"])] == h["roles"]
     # the heads without a role carry no mark
-    assert page.locator("#model-view-plot .hg-cell:has(.role-mark)").count() == sum(1 for h in want["heads"] if h["roles"])
+    assert page.locator("#model-view-plot .hg-cell:has(.role-mark)").count() == sum(
+        1 for h in want["heads"] if h["roles"]
+    )
 
     # legend: every role with its colour; the summary is the API's sentence
-    legend = page.eval_on_selector_all("#roles-legend [data-role]", "els => els.map(e => [e.dataset.role, e.querySelector('path').getAttribute('fill')])")
+    legend = page.eval_on_selector_all(
+        "#roles-legend [data-role]",
+        "els => els.map(e => [e.dataset.role, e.querySelector('path').getAttribute('fill')])",
+    )
     assert legend == [list(kv) for kv in ROLE_COLOURS.items()]
     assert page.text_content("#roles-summary") == want["summary"]
     # the table: one row per (head, role) with the API's score and threshold
-    rows = page.eval_on_selector_all("#roles-table tbody tr", "rs => rs.map(r => [+r.dataset.layer, +r.dataset.head, r.dataset.role,"
-                                     " [...r.querySelectorAll('td.num')].slice(0, 2).map(c => c.textContent)])")
+    rows = page.eval_on_selector_all(
+        "#roles-table tbody tr",
+        "rs => rs.map(r => [+r.dataset.layer, +r.dataset.head, r.dataset.role,"
+        " [...r.querySelectorAll('td.num')].slice(0, 2).map(c => c.textContent)])",
+    )
     thresholds = {r["name"]: r["threshold"] for r in want["roles"]}
-    assert [(l, h, r) for l, h, r, _ in rows] == [(h["layer"], h["head"], r) for h in want["heads"] for r in h["roles"]]
+    assert [(li, h, r) for li, h, r, _ in rows] == [
+        (h["layer"], h["head"], r) for h in want["heads"] for r in h["roles"]
+    ]
     for layer, head, role, (score, threshold) in rows:
         h = next(x for x in want["heads"] if (x["layer"], x["head"]) == (layer, head))
         assert float(score) == pytest.approx(h["scores"][role], abs=5e-4)
@@ -159,15 +187,21 @@ def test_role_marks_on_the_grid_match_the_heads_api(page, live_url, screenshot):
 
     # a new prompt: its own roles replace the old ones
     other = "ROMEO:\nBut soft, what light through yonder window breaks? It is the east, and Juliet is the sun."
-    page.fill("#prompt", other)      # (this scrolls to the prompt: the roles wait until stage 4 is back in view)
-    page.wait_for_function("(t) => new URL(document.getElementById('roles-json').href).searchParams.get('text') === t", arg=other)
+    page.fill("#prompt", other)  # (this scrolls to the prompt: the roles wait until stage 4 is back in view)
+    page.wait_for_function(
+        "(t) => new URL(document.getElementById('roles-json').href).searchParams.get('text') === t", arg=other
+    )
     assert page.get_attribute("#roles-box", "data-state") == "waiting"
-    assert page.evaluate("document.getElementById('model-view-plot').dataset.roleMarks") == "0"   # the old prompt's marks are gone
+    assert (
+        page.evaluate("document.getElementById('model-view-plot').dataset.roleMarks") == "0"
+    )  # the old prompt's marks are gone
     page.locator("#roles-box").scroll_into_view_if_needed()
     page.wait_for_selector("#roles-box[data-state='ready']", state="attached", timeout=120_000)
     want2 = heads_api(page, live_url, other)
     expected2 = sorted((h["layer"], h["head"], r, h["status"]) for h in want2["heads"] for r in h["roles"])
-    page.wait_for_function("(n) => +document.getElementById('model-view-plot').dataset.roleMarks === n", arg=len(expected2))
+    page.wait_for_function(
+        "(n) => +document.getElementById('model-view-plot').dataset.roleMarks === n", arg=len(expected2)
+    )
     assert sorted((m["layer"], m["head"], m["role"], m["status"]) for m in shown_marks(page)) == expected2
     assert page.text_content("#roles-summary") == want2["summary"]
     assert page.console_errors == []
@@ -179,19 +213,25 @@ def test_clicking_a_prompt_role_mark_opens_that_head(page, live_url):
     roles_ready(page)
     want = heads_api(page, live_url, PROMPT)
     prompt_roles = {r["name"] for r in want["roles"] if r["input"] == "prompt"}
-    target = next(h for h in want["heads"] if h["roles"] and h["roles"][0] in prompt_roles and (h["layer"], h["head"]) != (0, 0))
+    target = next(
+        h for h in want["heads"] if h["roles"] and h["roles"][0] in prompt_roles and (h["layer"], h["head"]) != (0, 0)
+    )
     layer, head, role = target["layer"], target["head"], target["roles"][0]
     mark = f"#model-view-plot .role-mark[data-layer='{layer}'][data-head='{head}'][data-role='{role}']"
     with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
         page.click(mark)
     sent = resp.value.request.post_data_json
-    assert (sent["layer"], sent["head"]) == (layer, head) and "text" in sent and "ids" not in sent   # on the prompt
+    assert (sent["layer"], sent["head"]) == (layer, head) and "text" in sent and "ids" not in sent  # on the prompt
     assert page.input_value("#layer") == str(layer) and page.input_value("#head") == str(head)
-    page.wait_for_function("(t) => document.getElementById('attention-plot').layout.title.text === t", arg=f"Layer {layer}, head {head}")
+    page.wait_for_function(
+        "(t) => document.getElementById('attention-plot').layout.title.text === t", arg=f"Layer {layer}, head {head}"
+    )
     assert page.evaluate("document.getElementById('model-view-plot').dataset.selected") == f"{layer}.{head}"
     assert page.get_attribute(mark, "class").split() == ["role-mark", "sel"]
     # the big map is that head's pattern on the prompt, and it is on screen
-    full = api(page, live_url, "/forward", {"text": PROMPT, "include": ["attention"], "layers": [layer], "heads": [head]})
+    full = api(
+        page, live_url, "/forward", {"text": PROMPT, "include": ["attention"], "layers": [layer], "heads": [head]}
+    )
     assert plot_data(page, "attention-plot")[0]["z"] == square(full["attention"]["pattern"][0][0])
     top = page.evaluate("document.getElementById('attention-plot').getBoundingClientRect().top")
     assert -200 < top < 900
@@ -225,12 +265,18 @@ def test_an_induction_mark_opens_its_head_on_the_repeated_test_input(page, live_
     assert page.get_attribute(f"{mark} path", "fill") == ROLE_COLOURS["induction"]
     test_input = heads_api(page, live_url, PROMPT)["test_input"]
     n, ids = test_input["n"], test_input["ids"][0]
-    assert ids[:n] == ids[n:]                          # the test input is one random row, repeated
-    with page.expect_request(lambda r: r.url.endswith("/api/v1/forward") and r.method == "POST"
-                             and "ids" in (r.post_data_json or {})) as req:
+    assert ids[:n] == ids[n:]  # the test input is one random row, repeated
+    with page.expect_request(
+        lambda r: r.url.endswith("/api/v1/forward") and r.method == "POST" and "ids" in (r.post_data_json or {})
+    ) as req:
         page.click(mark)
     sent = req.value.post_data_json
-    assert sent["ids"] == ids and sent["layers"] == [layer] and sent["heads"] == [head] and sent["include"] == ["attention"]
+    assert (
+        sent["ids"] == ids
+        and sent["layers"] == [layer]
+        and sent["heads"] == [head]
+        and sent["include"] == ["attention"]
+    )
     page.wait_for_selector("#role-test-fig[data-state='ready']")
     assert page.get_attribute("#role-test-fig", "data-head") == f"{layer}.{head}"
     assert page.get_attribute("#role-test-fig", "data-role") == "induction"
@@ -241,16 +287,23 @@ def test_an_induction_mark_opens_its_head_on_the_repeated_test_input(page, live_
     # the two copies are marked: where the second starts, and the induction / duplicate diagonals
     shapes = page.evaluate("document.getElementById('role-test-plot').layout.shapes")
     lines = {(s["x0"], s["y0"], s["x1"], s["y1"]) for s in shapes if s["type"] == "line"}
-    assert {(n - 0.5, -0.5, n - 0.5, 2 * n - 0.5), (-0.5, n - 0.5, 2 * n - 0.5, n - 0.5),
-            (1, n, n, 2 * n - 1), (0, n, n - 1, 2 * n - 1)} <= lines
+    assert {
+        (n - 0.5, -0.5, n - 0.5, 2 * n - 0.5),
+        (-0.5, n - 0.5, 2 * n - 0.5, n - 0.5),
+        (1, n, n, 2 * n - 1),
+        (0, n, n - 1, 2 * n - 1),
+    } <= lines
     assert f"{n} random tokens" in page.text_content("#role-test-caption")
     # the head is selected in the page too
-    page.wait_for_function("(v) => document.getElementById('model-view-plot').dataset.selected === v", arg=f"{layer}.{head}")
+    page.wait_for_function(
+        "(v) => document.getElementById('model-view-plot').dataset.selected === v", arg=f"{layer}.{head}"
+    )
     screenshot(page, "forward-induction-on-test-input")
     assert page.console_errors == []
 
 
 # --- the modern block ------------------------------------------------------------------------------
+
 
 def build_and_serve(tmp_path_factory, serve_app, name: str, **switches):
     import torch
@@ -260,23 +313,33 @@ def build_and_serve(tmp_path_factory, serve_app, name: str, **switches):
 
     cfg = GPTConfig(vocab_size=50257, n_ctx=64, n_layer=2, n_head=4, d_model=32, **switches)
     torch.manual_seed(0)
-    meta = {"name": name, "tokenizer": {"kind": "tiktoken", "name": "gpt2"}, "step": 0, "final": True, "evals": [],
-            "command": "test fixture", "corpus": {"name": "unknown (imported)"}, "source": {"kind": "huggingface-gpt2"}}
+    meta = {
+        "name": name,
+        "tokenizer": {"kind": "tiktoken", "name": "gpt2"},
+        "step": 0,
+        "final": True,
+        "evals": [],
+        "command": "test fixture",
+        "corpus": {"name": "unknown (imported)"},
+        "source": {"kind": "huggingface-gpt2"},
+    }
     folder = checkpoint.save(tmp_path_factory.mktemp(name) / "checkpoint", GPT(cfg), meta)
     return serve_app(folder, tmp_path_factory.mktemp(f"{name}-data"))
 
 
 @pytest.fixture(scope="module")
 def modern(tmp_path_factory, serve_app):
-    with build_and_serve(tmp_path_factory, serve_app, "modern", pos="rope", norm_type="rmsnorm", mlp="swiglu",
-                         n_kv_head=2, window=WINDOW) as url:
+    with build_and_serve(
+        tmp_path_factory, serve_app, "modern", pos="rope", norm_type="rmsnorm", mlp="swiglu", n_kv_head=2, window=WINDOW
+    ) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory, serve_app):
-    with build_and_serve(tmp_path_factory, serve_app, "moe", pos="rope", norm_type="rmsnorm", mlp="swiglu",
-                         n_expert=4, top_k_experts=2) as url:
+    with build_and_serve(
+        tmp_path_factory, serve_app, "moe", pos="rope", norm_type="rmsnorm", mlp="swiglu", n_expert=4, top_k_experts=2
+    ) as url:
         yield url
 
 
@@ -291,12 +354,27 @@ def test_builtin_page_asks_for_no_modern_part(page, live_url):
 
 def test_rope_rmsnorm_swiglu_gqa_and_the_window(page, modern, screenshot):
     info = api(page, modern, "/health")["info"]
-    assert (info["pos"], info["norm_type"], info["mlp"], info["n_kv_head"], info["window"]) == ("rope", "rmsnorm", "swiglu", 2, WINDOW)
+    assert (info["pos"], info["norm_type"], info["mlp"], info["n_kv_head"], info["window"]) == (
+        "rope",
+        "rmsnorm",
+        "swiglu",
+        2,
+        WINDOW,
+    )
     layer, head = 1, 3
     sent = open_page(page, modern, {"text": MODERN_PROMPT, "layer": layer, "head": head})
     assert "rope" in sent["include"] and "moe" not in sent["include"]
-    full = api(page, modern, "/forward", {"text": MODERN_PROMPT, "include": ["rope", "layernorm", "head_detail", "mlp", "attention"],
-                                         "layer": layer, "head": head})
+    full = api(
+        page,
+        modern,
+        "/forward",
+        {
+            "text": MODERN_PROMPT,
+            "include": ["rope", "layernorm", "head_detail", "mlp", "attention"],
+            "layer": layer,
+            "head": head,
+        },
+    )
     T = len(full["tokens"])
     assert T > WINDOW + 3 and full["window"] == WINDOW
 
@@ -305,10 +383,14 @@ def test_rope_rmsnorm_swiglu_gqa_and_the_window(page, modern, screenshot):
     drawn(page, "rope-distance-plot")
     curves = by_name(plot_data(page, "rope-distance-plot"))
     dc = rope["distance_check"]
-    assert curves["key at position 0"]["x"] == dc["distances"] and curves["key at position 0"]["y"] == dc["scores_at_start"]
+    assert (
+        curves["key at position 0"]["x"] == dc["distances"]
+        and curves["key at position 0"]["y"] == dc["scores_at_start"]
+    )
     assert curves[f"key at position {dc['offset']}"]["y"] == dc["scores_at_offset"]
     assert float(page.get_attribute("#rope-distance-plot", "data-gap")) == max(
-        abs(a - b) for a, b in zip(dc["scores_at_start"], dc["scores_at_offset"]))
+        abs(a - b) for a, b in zip(dc["scores_at_start"], dc["scores_at_offset"])
+    )
     assert "only on that angle" in page.text_content("#rope-distance-caption")
     drawn(page, "rope-angles-plot")
     assert plot_data(page, "rope-angles-plot")[0]["z"] == rope["angles"]
@@ -324,7 +406,9 @@ def test_rope_rmsnorm_swiglu_gqa_and_the_window(page, modern, screenshot):
     table = page.inner_text("#ln-table")
     assert "RMSNorm" in table and "none (RMSNorm)" in table and "mean μ" not in table
     assert f"{full['layernorm']['std']:.5f}" in table
-    assert len(page.evaluate("document.getElementById('ln-plot').layout.shapes")) == 1     # only the selected feature's line
+    assert (
+        len(page.evaluate("document.getElementById('ln-plot').layout.shapes")) == 1
+    )  # only the selected feature's line
 
     # grouped-query attention: head 3 shares key/value head 1 (with head 2)
     hd = full["head_detail"]
@@ -333,7 +417,10 @@ def test_rope_rmsnorm_swiglu_gqa_and_the_window(page, modern, screenshot):
     assert "key/value head 1" in page.text_content("#block-tag")
     assert "query heads 2–3" in page.text_content("#kv-note")
     drawn(page, "qkv-plot")
-    assert [t["name"] for t in plot_data(page, "qkv-plot")][1:] == ["K (keys, turned, key/value head 1)", "V (values, key/value head 1)"]
+    assert [t["name"] for t in plot_data(page, "qkv-plot")][1:] == [
+        "K (keys, turned, key/value head 1)",
+        "V (values, key/value head 1)",
+    ]
 
     # the window: masked like the causal mask in the masked scores and the pattern
     drawn(page, "masked-plot")
@@ -341,19 +428,31 @@ def test_rope_rmsnorm_swiglu_gqa_and_the_window(page, modern, screenshot):
     for plot in ("masked-plot", "pattern-plot"):
         drawn(page, plot)
         assert by_name(plot_data(page, plot))["window mask"]["z"] == outside
-    assert all(w == 0 for w in hd["pattern"][T - 1][:T - WINDOW])        # the API's weights there are 0
+    assert all(w == 0 for w in hd["pattern"][T - 1][: T - WINDOW])  # the API's weights there are 0
 
     # the grid: KV brackets over the heads, masked pixels outside the window
     grid_painted(page)
-    groups = page.eval_on_selector_all("#model-view-plot .hg-group", "gs => gs.map(g => [g.textContent, +g.dataset.from, +g.dataset.to])")
+    groups = page.eval_on_selector_all(
+        "#model-view-plot .hg-group", "gs => gs.map(g => [g.textContent, +g.dataset.from, +g.dataset.to])"
+    )
     assert groups == [["KV 0", 0, 1], ["KV 1", 2, 3]]
     assert page.get_attribute("#model-view-plot", "data-window") == str(WINDOW)
     probes = [(T - 1, 0), (T - 1, T - WINDOW - 1), (T - 1, T - WINDOW), (T - 1, T - 1), (0, 1), (WINDOW - 1, 0)]
-    pixels = page.evaluate("""(probes) => { const c = document.querySelector('#model-view-plot canvas[data-row="1"][data-col="3"]');
+    pixels = page.evaluate(
+        """(probes) => { const c = document.querySelector('#model-view-plot canvas[data-row="1"][data-col="3"]');
         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-        return probes.map(([q, k]) => [...d.slice(4 * (q * c.width + k), 4 * (q * c.width + k) + 3)]); }""", probes)
+        return probes.map(([q, k]) => [...d.slice(4 * (q * c.width + k), 4 * (q * c.width + k) + 3)]); }""",
+        probes,
+    )
     masked = [px == MASKED_RGB for px in pixels]
-    assert masked == [True, True, False, False, True, False]      # outside the window, inside it, later (causal), the first window
+    assert masked == [
+        True,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]  # outside the window, inside it, later (causal), the first window
     drawn(page, "attention-plot")
     assert by_name(plot_data(page, "attention-plot"))["window mask"]["z"] == outside
     assert "key/value head 1" in page.evaluate("document.getElementById('attention-plot').layout.title.text")
@@ -387,7 +486,10 @@ def test_a_new_position_or_head_refetches_the_rope_part(page, modern):
     page.wait_for_function("document.getElementById('step-rope').dataset.head === '0.2'")
     want = api(page, modern, "/forward", {"text": MODERN_PROMPT, "include": ["rope"], "layer": 0, "head": 2})["rope"]
     drawn(page, "rope-distance-plot", 2)
-    assert by_name(plot_data(page, "rope-distance-plot"))["key at position 0"]["y"] == want["distance_check"]["scores_at_start"]
+    assert (
+        by_name(plot_data(page, "rope-distance-plot"))["key at position 0"]["y"]
+        == want["distance_check"]["scores_at_start"]
+    )
     assert page.console_errors == []
 
 
@@ -419,7 +521,8 @@ def test_mixture_of_experts_panel_matches_the_api(page, moe, screenshot):
     heat = plot_data(page, "moe-probs-plot")[0]
     assert heat["z"] == [L["probs"][T - 1] for L in m["layers"]]
     assert sorted(zip(probs["chosen"]["x"], probs["chosen"]["y"])) == sorted(
-        (f"E{e}", f"layer {L['layer']}") for L in m["layers"] for e in L["choice"][T - 1])
+        (f"E{e}", f"layer {L['layer']}") for L in m["layers"] for e in L["choice"][T - 1]
+    )
     # another token: drawn from what is already here
     page.select_option("#position", "2")
     page.wait_for_function("document.getElementById('moe-box').dataset.position === '2'")

@@ -22,7 +22,7 @@ def visible(text: str) -> str:
 def label(t: dict) -> str:
     """Python twin of tokenizer_views.js `tokenLabel` (text mode)."""
     if not t["valid_utf8"]:
-        return " ".join(t["bytes_hex"][i:i + 2] for i in range(0, len(t["bytes_hex"]), 2))
+        return " ".join(t["bytes_hex"][i : i + 2] for i in range(0, len(t["bytes_hex"]), 2))
     return visible(t["text"])
 
 
@@ -97,17 +97,25 @@ def test_tokens_encodings_ids_merges_and_comparison(page, live_url):
     assert 50256 not in span_ids(page)  # typed <|endoftext|> is ordinary text ...
     page.evaluate("delete document.body.dataset.ready")
     page.check("#allow-special")
-    page.wait_for_function("() => Array.from(document.querySelectorAll('#tokens .tok')).some(e => e.dataset.id === '50256')")
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#tokens .tok')).some(e => e.dataset.id === '50256')"
+    )
     wait_ready(page)
     page.uncheck("#allow-special")  # ... unless the reader allows special tokens
-    page.wait_for_function("() => !Array.from(document.querySelectorAll('#tokens .tok')).some(e => e.dataset.id === '50256')")
+    page.wait_for_function(
+        "() => !Array.from(document.querySelectorAll('#tokens .tok')).some(e => e.dataset.id === '50256')"
+    )
     wait_ready(page)
 
     # Hover shows id, bytes and position.
     page.hover("#tokens .tok >> nth=1")
     info = page.text_content("#hover-info")
     t1 = tok["tokens"][1]
-    assert f"id {t1['id']}" in info and "20 65 66 66 6f 72 74" in info and f"characters {t1['start']} up to {t1['end']}" in info
+    assert (
+        f"id {t1['id']}" in info
+        and "20 65 66 66 6f 72 74" in info
+        and f"characters {t1['start']} up to {t1['end']}" in info
+    )
 
     # Pre-tokens: the API's split, as chips.
     chips = page.locator("#pretokens .pre").evaluate_all("els => els.map(e => e.dataset.text)")
@@ -131,24 +139,40 @@ def test_tokens_encodings_ids_merges_and_comparison(page, live_url):
     # The comparison table: one row per encoding, numbers from POST /api/v1/tokenize/compare.
     cmp = api(page, live_url, "/tokenize/compare", text=SENTENCE, d_model=768)
     rows = page.locator("#compare-table tbody tr")
-    assert rows.evaluate_all("els => els.map(e => e.dataset.encoding)") == ["characters", "gpt2", "cl100k_base", "o200k_base", "model"]
+    assert rows.evaluate_all("els => els.map(e => e.dataset.encoding)") == [
+        "characters",
+        "gpt2",
+        "cl100k_base",
+        "o200k_base",
+        "model",
+    ]
     assert page.locator("#compare-table tbody td.ntokens").evaluate_all("els => els.map(e => e.textContent)") == [
-        f"{cmp['character_level']['positions']:,}", *(f"{e['counts']['tokens']:,}" for e in cmp["encodings"])]
+        f"{cmp['character_level']['positions']:,}",
+        *(f"{e['counts']['tokens']:,}" for e in cmp["encodings"]),
+    ]
     assert page.locator("#compare-table tbody td.params").evaluate_all("els => els.map(e => e.textContent)") == [
-        "–", *(f"{e['embedding_params']:,}" for e in cmp["encodings"])]
+        "–",
+        *(f"{e['embedding_params']:,}" for e in cmp["encodings"]),
+    ]
     # the character "encoding": 83 positions, about 30 times the attention scores of 15 sub-word tokens
     assert cmp["character_level"] == {"positions": 83, "attention_scores": 83 * 83}
     assert page.locator("#compare-table tbody td.char-ratio").evaluate_all("els => els.map(e => e.textContent)") == [
-        "–", *(f"× {e['character_attention_ratio']:.1f}" for e in cmp["encodings"])]
+        "–",
+        *(f"× {e['character_attention_ratio']:.1f}" for e in cmp["encodings"]),
+    ]
     assert page.text_content('#compare-table tr[data-encoding="o200k_base"] td.char-ratio') == "× 30.6"
     assert page.get_attribute("#compare-table tr.current", "data-encoding") == "o200k_base"
     blocks = page.locator("#compare-tokens .compare-block")
     assert blocks.count() == 4
     for i, e in enumerate(cmp["encodings"]):
-        assert span_ids(page, f"#compare-tokens .compare-block:nth-child({i + 1}) .tok") == [t["id"] for t in e["tokens"]]
+        assert span_ids(page, f"#compare-tokens .compare-block:nth-child({i + 1}) .tok") == [
+            t["id"] for t in e["tokens"]
+        ]
     # A different width changes the parameter counts (from the API), not the token counts.
     page.evaluate("delete document.body.dataset.ready")
-    with page.expect_response(lambda r: r.url.endswith("/tokenize/compare") and (r.request.post_data_json or {}).get("d_model") == 1024):
+    with page.expect_response(
+        lambda r: r.url.endswith("/tokenize/compare") and (r.request.post_data_json or {}).get("d_model") == 1024
+    ):
         page.fill("#d-model", "1024")
     wait_ready(page)
     assert page.text_content('#compare-table tr[data-encoding="gpt2"] td.params') == f"{50257 * 1024:,}"
@@ -183,7 +207,8 @@ def test_merge_stepper_replays_uncharacteristically(page, live_url, screenshot):
     first = steps[0]["position"]
     assert page.locator("#merge-pieces .piece.next").evaluate_all("els => els.map(e => e.textContent)") == [
         merge_pieces(page)[first] + str(merges["pretokens"][0]["byte_ids"][first]),
-        merge_pieces(page)[first + 1] + str(merges["pretokens"][0]["byte_ids"][first + 1])]
+        merge_pieces(page)[first + 1] + str(merges["pretokens"][0]["byte_ids"][first + 1]),
+    ]
     page.click("#merge-step")
     assert page.get_attribute("#merge-pieces", "data-step") == "1"
     assert merge_pieces(page) == [visible(p) for p in steps[0]["pieces"]]
@@ -202,7 +227,11 @@ def test_merge_stepper_replays_uncharacteristically(page, live_url, screenshot):
     # Clicking the last step shows the final tokens: ' un', 'character', 'istically'.
     page.click(f"#merge-steps li[data-step='{len(steps)}']")
     assert merge_pieces(page) == ["·un", "character", "istically"]
-    assert page.locator("#merge-pieces .piece-id").evaluate_all("els => els.map(e => +e.textContent)") == [555, 22769, 16772]
+    assert page.locator("#merge-pieces .piece-id").evaluate_all("els => els.map(e => +e.textContent)") == [
+        555,
+        22769,
+        16772,
+    ]
     assert "18 of 18" in page.text_content("#merge-status") and page.is_disabled("#merge-step")
     assert page.locator("#merge-pieces .piece.next").count() == 0  # nothing left to merge
     assert page.locator("#merge-pieces .piece.made .piece-text").text_content() == "character"
@@ -212,7 +241,8 @@ def test_merge_stepper_replays_uncharacteristically(page, live_url, screenshot):
     rows = page.locator("#train-table tbody tr:not([hidden])")
     assert rows.count() == 10
     assert rows.evaluate_all("els => els.map(e => e.lastElementChild.textContent)") == [
-        f"{m['count']:,}" for m in record["merges"][:10]]
+        f"{m['count']:,}" for m in record["merges"][:10]
+    ]
     page.click("#train-step")
     assert rows.count() == 11
     assert f"of {record['total']:,} merges" in page.text_content("#train-status")
@@ -223,8 +253,10 @@ def test_merge_stepper_replays_uncharacteristically(page, live_url, screenshot):
 
 def test_a_page_of_text_stays_quick_and_requests_stay_local(page, live_url):
     open_page(page, live_url)
-    para = ("It was the best of times, it was the worst of times, it was the age of wisdom, "
-            "it was the age of foolishness; naïve tokens, 12345 numbers and émojis 🙂.\n")
+    para = (
+        "It was the best of times, it was the worst of times, it was the age of wisdom, "
+        "it was the age of foolishness; naïve tokens, 12345 numbers and émojis 🙂.\n"
+    )
     text = para * 25  # about 3,700 characters
     n_before = sum(1 for u in page.requests if u.endswith("/api/v1/tokenize"))
     start = time.monotonic()
@@ -233,8 +265,10 @@ def test_a_page_of_text_stays_quick_and_requests_stay_local(page, live_url):
     for k in range(1, 11):
         page.fill("#text", text[: len(text) * k // 10])
     wait_ready(page)
-    page.wait_for_function("(n) => document.querySelectorAll('#tokens .tok').length === n",
-                           arg=api(page, live_url, "/tokenize", text=text, encoding="gpt2")["counts"]["tokens"])
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('#tokens .tok').length === n",
+        arg=api(page, live_url, "/tokenize", text=text, encoding="gpt2")["counts"]["tokens"],
+    )
     elapsed = time.monotonic() - start
     assert elapsed < 15, f"a page of text took {elapsed:.1f} s"
     n_calls = sum(1 for u in page.requests if u.endswith("/api/v1/tokenize")) - n_before

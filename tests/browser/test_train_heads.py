@@ -10,17 +10,26 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from apihelp import TERMINAL, api_json, finished_run
+
 from gptscope.server.config import BUILTIN_CHECKPOINT
 
 pytestmark = pytest.mark.browser
 
-TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
-        "All that glitters is not gold. Fortune favours the bold. ") * 60
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+    "All that glitters is not gold. Fortune favours the bold. "
+) * 60
 CORPUS = "heads-small"
-RUN = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": CORPUS, "max_steps": 60,
-       "snapshots": [0, 0.25, 0.5, 0.75, 1], "seed": 7}
+RUN = {
+    "preset": "tiny",
+    "vocab_size": 300,
+    "batch_size": 8,
+    "corpus": CORPUS,
+    "max_steps": 60,
+    "snapshots": [0, 0.25, 0.5, 0.75, 1],
+    "seed": 7,
+}
 ROLES = {"previous-token", "first-token", "current-token", "local", "duplicate-token", "induction"}
 # Okabe–Ito: the only colours a role may be drawn in
 OKABE_ITO = {"#0072B2", "#E69F00", "#009E73", "#56B4E9", "#D55E00", "#CC79A7", "#F0E442", "#222222", "#999999"}
@@ -28,7 +37,11 @@ OKABE_ITO = {"#0072B2", "#E69F00", "#009E73", "#56B4E9", "#D55E00", "#CC79A7", "
 
 def fmt(x: float, digits: int) -> str:
     """viz.js's fmt: fixed digits, or scientific notation below 1e-3 (and at 1e5 or more)."""
-    return f"{x:.2e}".replace("e-0", "e-").replace("e+0", "e+") if x != 0 and not 1e-3 <= abs(x) < 1e5 else f"{x:.{digits}f}"
+    return (
+        f"{x:.2e}".replace("e-0", "e-").replace("e+0", "e+")
+        if x != 0 and not 1e-3 <= abs(x) < 1e5
+        else f"{x:.{digits}f}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +69,24 @@ def open_run(page, url, run_id):
 
 
 def traces(page, plot):
-    return page.evaluate("""(id) => document.getElementById(id).data.map(t => ({
+    return page.evaluate(
+        """(id) => document.getElementById(id).data.map(t => ({
         name: t.name, x: Array.from(t.x), y: Array.from(t.y), color: t.line && t.line.color,
-        dash: t.line && t.line.dash, symbol: t.marker && t.marker.symbol, legend: t.showlegend }))""", plot)
+        dash: t.line && t.line.dash, symbol: t.marker && t.marker.symbol, legend: t.showlegend }))""",
+        plot,
+    )
 
 
 def check_heads_panel(page, heads):
     """The panel's two charts against GET /training/{id}/heads."""
     run_id, snaps = heads["run"], heads["snapshots"]
     n = len(snaps)
-    page.wait_for_function("([id, n]) => { const g = document.getElementById('heads-roles-plot'); "
-                           "return g.dataset.run === id && +g.dataset.points === n; }", arg=[run_id, n], timeout=60_000)
+    page.wait_for_function(
+        "([id, n]) => { const g = document.getElementById('heads-roles-plot'); "
+        "return g.dataset.run === id && +g.dataset.points === n; }",
+        arg=[run_id, n],
+        timeout=60_000,
+    )
     page.wait_for_function("(id) => document.getElementById('heads-incontext-plot').dataset.run === id", arg=run_id)
     assert page.is_visible("#heads-body") and not page.is_visible("#heads-empty")
     steps = [s["step"] for s in snaps]
@@ -125,8 +145,11 @@ def test_roles_and_in_context_score_over_training(page, trained, screenshot):
     # the loss chart: the uniform guess, and the training text's unigram and bigram entropies
     assert body["unigram_loss"] is not None and body["bigram_loss"] is not None
     assert body["bigram_loss"] < body["unigram_loss"] < body["uniform_loss"]
-    page.wait_for_function("([id, n]) => { const g = document.getElementById('loss-plot'); "
-                           "return g.dataset.run === id && +g.dataset.points === n; }", arg=[run_id, len(body["history"])])
+    page.wait_for_function(
+        "([id, n]) => { const g = document.getElementById('loss-plot'); "
+        "return g.dataset.run === id && +g.dataset.points === n; }",
+        arg=[run_id, len(body["history"])],
+    )
     loss = {t["name"]: t for t in traces(page, "loss-plot")}
     unigram = next(t for name, t in loss.items() if "unigram" in name)
     bigram = next(t for name, t in loss.items() if "bigram" in name)

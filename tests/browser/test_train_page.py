@@ -20,17 +20,26 @@ pytestmark = pytest.mark.browser
 # and a 300-token vocabulary (few BPE merges to learn, so it starts sooner). The `short_run` fixture
 # sends the same request, so once the page has trained it the API answers from that finished run
 # (cached) instead of training again.
-SHORT = {"corpus": "shakespeare", "preset": "tiny", "seed": 1337, "max_lr": 0.003, "warmup_steps": 30,
-         "optimizer": "adamw", "muon_lr": 0.02,
-         "vocab_size": 300, "batch_size": 16, "snapshots": [0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1],
-         "max_steps": 150}
+SHORT = {
+    "corpus": "shakespeare",
+    "preset": "tiny",
+    "seed": 1337,
+    "max_lr": 0.003,
+    "warmup_steps": 30,
+    "optimizer": "adamw",
+    "muon_lr": 0.02,
+    "vocab_size": 300,
+    "batch_size": 16,
+    "snapshots": [0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1],
+    "max_steps": 150,
+}
 TERMINAL = ("done", "cancelled", "failed")
+
 
 def square(rows: list[list]) -> list[list]:
     """A causal model's attention rows from the API (row q stops at key q) as the T x T map the
     page draws: the masked cells are empty (null)."""
     return [r + [None] * (len(rows) - len(r)) for r in rows]
-
 
 
 def api(page, live_url, method, path, **kw):
@@ -155,7 +164,9 @@ def test_a_short_run_draws_its_curves_while_it_trains(page, live_url, screenshot
     page.wait_for_function("document.getElementById('run-status').dataset.status === 'done'", timeout=60_000)
 
     body = api(page, live_url, "GET", f"/training/{run_id}")
-    page.wait_for_function("(n) => +document.getElementById('loss-plot').dataset.points === n", arg=len(body["history"]))
+    page.wait_for_function(
+        "(n) => +document.getElementById('loss-plot').dataset.points === n", arg=len(body["history"])
+    )
     traces = page.evaluate("""() => Object.fromEntries(['loss-plot', 'lr-plot', 'grad-plot'].map(id =>
         [id, document.getElementById(id).data.map(t => ({name: t.name, x: t.x, y: t.y}))]))""")
     loss = {t["name"]: t for t in traces["loss-plot"]}
@@ -212,8 +223,11 @@ def test_cancel_keeps_the_step0_snapshot_servable(page, live_url, short_run, scr
     resp = start(page)
     assert resp.status == 202, resp.text()
     run_id = resp.json()["id"]
-    page.wait_for_function("+document.getElementById('run-stats').dataset.step > 0 && "
-                           "document.getElementById('run-status').dataset.status === 'running'", timeout=60_000)
+    page.wait_for_function(
+        "+document.getElementById('run-stats').dataset.step > 0 && "
+        "document.getElementById('run-status').dataset.status === 'running'",
+        timeout=60_000,
+    )
     assert page.is_enabled("#cancel-btn")
     page.click("#cancel-btn")
     page.wait_for_function("document.getElementById('run-status').dataset.status === 'cancelled'", timeout=40_000)
@@ -231,7 +245,9 @@ def test_cancel_keeps_the_step0_snapshot_servable(page, live_url, short_run, scr
     with page.expect_response(lambda r: r.url.endswith("/api/v1/model")) as sw:
         row.locator("button.serve").click()
     assert sw.value.ok
-    page.wait_for_function("(n) => document.getElementById('ckpt-table').dataset.loaded === n", arg=f"{run_id}/step-000000")
+    page.wait_for_function(
+        "(n) => document.getElementById('ckpt-table').dataset.loaded === n", arg=f"{run_id}/step-000000"
+    )
     health = api(page, live_url, "GET", "/health")
     assert health["info"]["train_steps"] == 0 and health["model"] in page.inner_text(".model-badge")
     screenshot(page, "train-cancelled")
@@ -245,8 +261,11 @@ def test_the_slider_replays_each_snapshot(page, live_url, short_run, screenshot)
     assert steps[0] == 0 and steps[-1] == SHORT["max_steps"] and len(steps) == len(SHORT["snapshots"])
     open_page(page, live_url)
     page.select_option("#run-select", run_id)
-    page.wait_for_function("(id) => document.getElementById('replay-panel').dataset.run === id "
-                           "&& document.getElementById('replay-panel').dataset.step === '0'", arg=run_id)
+    page.wait_for_function(
+        "(id) => document.getElementById('replay-panel').dataset.run === id "
+        "&& document.getElementById('replay-panel').dataset.step === '0'",
+        arg=run_id,
+    )
     text = page.input_value("#replay-text")
 
     def frame():
@@ -319,9 +338,13 @@ def test_the_causal_mask_experiment_compares_its_variants(page, live_url, screen
     page.wait_for_function("document.getElementById('exp-causal-mask').dataset.state === 'done'", timeout=90_000)
     assert card.locator(".look-for").inner_text().endswith(exp["what_to_look_for"])
     listed = {r["id"]: r for r in api(page, live_url, "GET", "/training")}
-    ids = [next(i for i, r in listed.items() if r["request"] == v["request"] and r["status"] == "done")
-           for v in exp["variants"]]
-    traces = page.evaluate("() => document.querySelector('#exp-causal-mask .exp-loss').data.map(t => ({name: t.name, y: t.y}))")
+    ids = [
+        next(i for i, r in listed.items() if r["request"] == v["request"] and r["status"] == "done")
+        for v in exp["variants"]
+    ]
+    traces = page.evaluate(
+        "() => document.querySelector('#exp-causal-mask .exp-loss').data.map(t => ({name: t.name, y: t.y}))"
+    )
     for v, run_id in zip(exp["variants"], ids):
         body = api(page, live_url, "GET", f"/training/{run_id}")
         train = next(t for t in traces if t["name"] == f"{v['label']} · train")
@@ -379,8 +402,10 @@ def test_the_start_form_sends_llama_style_and_an_override(page, live_url, short_
     page.select_option("#preset", "llama-style")
     llama = api(page, live_url, "GET", f"/params?preset=llama-style&vocab_size={vocab}")
     assert llama["config"]["pos"] == "rope" and llama["config"]["mlp"] == "swiglu"
-    page.wait_for_function("(n) => document.getElementById('preset-info').textContent.includes(n)",
-                           arg=f"{llama['counts']['total']:,} parameters")
+    page.wait_for_function(
+        "(n) => document.getElementById('preset-info').textContent.includes(n)",
+        arg=f"{llama['counts']['total']:,} parameters",
+    )
     assert "RoPE" in page.inner_text("#preset-info") and "grouped-query" in page.inner_text("#preset-info")
     # the architecture box starts closed, its fields "as the preset" (the preset's own choice named)
     assert not page.is_visible("#arch-pos")
@@ -399,13 +424,17 @@ def test_the_start_form_sends_llama_style_and_an_override(page, live_url, short_
     assert detail.startswith("Value error, overrides: ")
     page.wait_for_function("document.getElementById('start-msg').textContent.includes('cannot be built')")
     msg = page.inner_text("#start-msg")
-    assert "cannot be built" in msg and detail.removeprefix("Value error, overrides: ") in msg and "Value error" not in msg
+    assert (
+        "cannot be built" in msg and detail.removeprefix("Value error, overrides: ") in msg and "Value error" not in msg
+    )
     screenshot(page, "train-arch-refused")
 
     # a possible one: llama-style with one key/value head (multi-query), sent as the only override
     page.fill("#arch-kv", "1")
-    page.wait_for_function("document.getElementById('arch-error').hidden && "
-                           "document.getElementById('arch-info').textContent.includes('n_kv_head=1')")
+    page.wait_for_function(
+        "document.getElementById('arch-error').hidden && "
+        "document.getElementById('arch-info').textContent.includes('n_kv_head=1')"
+    )
     page.click("#more-box summary")
     page.fill("#vocab-size", str(SHORT["vocab_size"]))
     page.fill("#batch-size", "4")
@@ -432,7 +461,9 @@ def fast_gqa(experiments: list[dict]) -> dict:
     and 3 s long so the page can train it in a test; the labels and overrides are the API's."""
     exp = json.loads(json.dumps(next(e for e in experiments if e["name"] == "gqa")))
     for v in exp["variants"]:
-        v["request"].update(preset="tiny", vocab_size=SHORT["vocab_size"], batch_size=8, time_budget=3.0, max_steps=None)
+        v["request"].update(
+            preset="tiny", vocab_size=SHORT["vocab_size"], batch_size=8, time_budget=3.0, max_steps=None
+        )
     return exp
 
 
@@ -442,12 +473,16 @@ def test_every_experiment_is_listed_with_its_variants(page, live_url):
     names = {e["name"] for e in listed}
     assert {"positions", "rmsnorm", "swiglu", "gqa", "moe", "muon", "llama-style"} <= names
     for exp in listed:
-        card = page.locator(f'#exp-{exp["name"]}')
+        card = page.locator(f"#exp-{exp['name']}")
         assert card.locator(".variant").count() == len(exp["variants"])
         for i, v in enumerate(exp["variants"]):
             assert v["label"] in card.locator(".variant").nth(i).inner_text()
         budget = exp["variants"][0]["request"]["time_budget"]
-        want = f"Run ({len(exp['variants'])} runs of {budget:g} s each)" if budget else f"Run ({len(exp['variants'])} short runs)"
+        want = (
+            f"Run ({len(exp['variants'])} runs of {budget:g} s each)"
+            if budget
+            else f"Run ({len(exp['variants'])} short runs)"
+        )
         assert card.locator("button.exp-run").inner_text() == want
     gqa = page.locator("#exp-gqa")
     assert gqa.get_attribute("data-variants") == "3" and "60 s budget" in gqa.inner_text()
@@ -457,15 +492,22 @@ def test_every_experiment_is_listed_with_its_variants(page, live_url):
 
 def test_a_finished_three_variant_experiment_links_its_runs_to_compare(page, live_url, short_run, screenshot):
     exp = fast_gqa(api(page, live_url, "GET", "/experiments"))
-    page.route("**/api/v1/experiments", lambda route: route.fulfill(
-        status=200, content_type="application/json", body=json.dumps([exp])))
+    page.route(
+        "**/api/v1/experiments",
+        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps([exp])),
+    )
     answers = []  # the page's POST /api/v1/training answers, in order
-    page.on("response", lambda r: answers.append(r) if r.url.endswith("/api/v1/training") and r.request.method == "POST" else None)
+    page.on(
+        "response",
+        lambda r: answers.append(r) if r.url.endswith("/api/v1/training") and r.request.method == "POST" else None,
+    )
     open_page(page, live_url)
     card = page.locator("#exp-gqa")
     assert card.locator("button.exp-run").inner_text() == "Run (3 runs of 3 s each)"
     card.locator("button.exp-run").click()
-    page.wait_for_function("['done', 'failed'].includes(document.getElementById('exp-gqa').dataset.state)", timeout=300_000)
+    page.wait_for_function(
+        "['done', 'failed'].includes(document.getElementById('exp-gqa').dataset.state)", timeout=300_000
+    )
     assert card.get_attribute("data-state") == "done", card.locator(".exp-msg").inner_text()
     assert [r.status for r in answers] == [202] * 3 or all(r.status in (200, 202) for r in answers)
     started = [r.json()["id"] for r in answers]
@@ -476,7 +518,9 @@ def test_a_finished_three_variant_experiment_links_its_runs_to_compare(page, liv
         assert body["request"]["overrides"]["n_kv_head"] == v["request"]["overrides"]["n_kv_head"]
 
     # the loss curves against the step, one pair per variant
-    traces = page.evaluate("() => document.querySelector('#exp-gqa .exp-loss').data.map(t => ({name: t.name, x: t.x, y: t.y}))")
+    traces = page.evaluate(
+        "() => document.querySelector('#exp-gqa .exp-loss').data.map(t => ({name: t.name, x: t.x, y: t.y}))"
+    )
     for v, body in zip(exp["variants"], bodies):
         train = next(t for t in traces if t["name"] == f"{v['label']} · train")
         assert train["x"] == [h["step"] for h in body["history"]] and train["y"] == [h["loss"] for h in body["history"]]
@@ -492,8 +536,10 @@ def test_a_finished_three_variant_experiment_links_its_runs_to_compare(page, liv
         assert exp["variants"][i]["label"] in row.inner_text() and f"{body['step']:,}" in row.inner_text()
         assert f"{checkpoints[body['checkpoint']]['val_loss']:.4f}" in row.inner_text()
     # three variants: the second and the third, each against the first
-    assert compare_pairs(card) == [(bodies[0]["checkpoint"], bodies[1]["checkpoint"]),
-                                   (bodies[0]["checkpoint"], bodies[2]["checkpoint"])]
+    assert compare_pairs(card) == [
+        (bodies[0]["checkpoint"], bodies[1]["checkpoint"]),
+        (bodies[0]["checkpoint"], bodies[2]["checkpoint"]),
+    ]
     assert [b["checkpoint"] for b in bodies] == started
     screenshot(page, "train-experiment-gqa")
     assert unexpected_errors(page) == []
