@@ -29,7 +29,7 @@ function request(ms = 250) {
   slot.soon(run, ms);
 }
 
-const fieldOf = (err) => (Array.isArray(err.detail) && err.detail[0] && err.detail[0].loc ? err.detail[0].loc.at(-1) : null);
+const fieldOf = (err) => (Array.isArray(err.detail) && err.detail[0]?.loc ? err.detail[0].loc.at(-1) : null);
 
 async function run(signal) {
   const text = $("text").value;

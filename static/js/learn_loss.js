@@ -16,12 +16,12 @@ async function load(signal) {
     x: b.p, y: b.loss, type: "scatter", mode: "lines", name: "loss = −ln p", line: { color: OKABE.blue, width: 3 },
     hovertemplate: "p = %{x:.4g}<br>loss %{y:.4f} nats<extra></extra>",
   }];
-  baselines.forEach((bl, i) => data.push({
+  data.push(...baselines.map((bl, i) => ({
     x: [pMin, 1], y: [bl.loss, bl.loss], type: "scatter", mode: "lines",
     name: `uniform guess, ${bl.label}: ln ${int(bl.vocab_size)} = ${fixed(bl.loss, 2)}`,
     line: { color: SERIES[(i + 1) % SERIES.length], dash: i === 0 ? "dash" : "dot", width: i === 0 ? 2 : 1.5 },
     hovertemplate: `${bl.label}<br>ln V = %{y:.4f} nats<extra></extra>`,
-  }));
+  })));
   data.push({
     x: b.marks.map((m) => m.p), y: b.marks.map((m) => m.loss), type: "scatter", mode: "markers+text", name: "marked points",
     text: b.marks.map((m) => m.short), textposition: b.marks.map((_, i) => (i === 1 ? "bottom right" : "middle right")), cliponaxis: false,

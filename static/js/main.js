@@ -115,13 +115,13 @@ let inflight = null;     // { parts } of the request in flight
 const forwardSlot = latest();
 
 function requestForward(parts, ms = 250) {
-  parts.forEach((p) => pending.add(p));
+  for (const p of parts) pending.add(p);
   forwardSlot.soon(runForward, ms);
 }
 
 // `signal` is aborted by the next request: a stale answer never replaces a newer one.
 async function runForward(signal) {
-  if (inflight) inflight.parts.forEach((p) => pending.add(p));   // it was just aborted: keep what it was asked for
+  if (inflight) for (const p of inflight.parts) pending.add(p);   // it was just aborted: keep what it was asked for
   inflight = null;
   const text = $("prompt").value;
   if (!text) return;
@@ -208,7 +208,7 @@ function apply(res, parts, text) {
 
 function markPosition() {
   const p = selectedPosition();
-  document.querySelectorAll("#tokens .tok").forEach((s) => s.classList.toggle("sel", +s.dataset.index === p));
+  for (const s of document.querySelectorAll("#tokens .tok")) s.classList.toggle("sel", +s.dataset.index === p);
 }
 
 function selectHead(layer, head) {
@@ -243,7 +243,7 @@ const stages = () => [...document.querySelectorAll("section.stage")];
 
 function currentStage() {
   const list = stages();
-  const active = document.activeElement && document.activeElement.closest ? document.activeElement.closest("section.stage") : null;
+  const active = document.activeElement?.closest ? document.activeElement.closest("section.stage") : null;
   if (active) {
     const r = active.getBoundingClientRect();
     if (r.bottom > 0 && r.top < innerHeight) return list.indexOf(active);

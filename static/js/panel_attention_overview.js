@@ -21,16 +21,16 @@ let decorate = null;     // (marksOf(layer, head) -> element | null) => void, af
 export function initAttentionOverview({ onSelectHead, onSelectPosition, kvHeads = 0 } = {}) {
   handlers = { onSelectHead, onSelectPosition };
   nKvHead = kvHeads;
-  addDownloads($("model-view-plot"), "attention-all-heads", () => trace && trace.attention, { canvas: gridImage });
-  addDownloads($("attention-plot"), "attention-head", () => trace && trace.attention);
-  addDownloads($("head-view"), "head-view", () => trace && trace.attention, { svgEl: () => $("head-view").querySelector("svg") });
-  addDownloads($("query-bars-plot"), "query-attention", () => trace && trace.attention);
+  addDownloads($("model-view-plot"), "attention-all-heads", () => trace?.attention, { canvas: gridImage });
+  addDownloads($("attention-plot"), "attention-head", () => trace?.attention);
+  addDownloads($("head-view"), "head-view", () => trace?.attention, { svgEl: () => $("head-view").querySelector("svg") });
+  addDownloads($("query-bars-plot"), "query-attention", () => trace?.attention);
 }
 
 export function renderAttentionOverview(t, selection) {
   if (t) trace = t;
   sel = selection;
-  if (!trace || !trace.attention) return;
+  if (!trace?.attention) return;
   const a = trace.attention;
   $("attn-shapes").innerHTML = `${a.layers.length} layers × ${a.heads.length} heads, each a <b>T × T</b> map (T = ${trace.tokens.length}).`;
   later("model-view", $("model-view-plot"), drawModelView);
@@ -44,7 +44,7 @@ export function setGridDecorator(fn) {
 }
 
 function applyDecorator() {
-  if (!grid || !decorate || !trace || !trace.attention) return;
+  if (!grid || !decorate || !trace?.attention) return;
   const a = trace.attention;
   const g = grid;
   decorate((layer, head) => g.marks(a.layers.indexOf(layer), a.heads.indexOf(head)));
@@ -66,7 +66,7 @@ const causal = () => trace.causal !== false;
 const windowOf = () => trace.window || 0;
 
 function drawSelected() {
-  if (!trace || !trace.attention) return;
+  if (!trace?.attention) return;
   drawHead();
   highlightModelView();
   later("head-view", $("head-view"), drawHeadView);
@@ -126,7 +126,7 @@ function kvGroups(heads) {
 }
 
 function gridImage() {
-  if (!trace || !trace.attention) return null;
+  if (!trace?.attention) return null;
   const a = trace.attention;
   return heatGridImage(a.pattern, trace.tokens.length,
     { rowNames: a.layers.map((l) => `L${l}`), colNames: a.heads.map((h) => `H${h}`), window: windowOf() });
@@ -200,7 +200,7 @@ function drawHeadView() {
       fill: isSel ? OKABE.vermillion : "#1d1d1f", "font-weight": isSel ? 700 : 400, class: "hv-tok", "data-index": i }, t);
     const right = mk("text", { x: x1 + 6, y: y(i) + font / 3, "font-size": font, "font-family": MONO, fill: "#1d1d1f", "data-index": i }, t);
     left.style.cursor = "pointer";
-    left.addEventListener("click", () => handlers.onSelectPosition && handlers.onSelectPosition(i));
+    left.addEventListener("click", () => handlers.onSelectPosition?.(i));
     svg.append(left, right);
   });
   box.replaceChildren(svg);

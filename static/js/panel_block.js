@@ -47,8 +47,8 @@ export function renderBlock(trace, parts = ["layernorm", "head_detail"]) {
   nHead = trace.n_head || 1;
   if (trace.layernorm && parts.includes("layernorm")) { ln = trace.layernorm; later("ln", $("ln-plot"), drawLayerNorm); }
   if (trace.head_detail && parts.includes("head_detail")) { hd = trace.head_detail; drawHead(trace.d_model); }
-  const l = (hd || ln || {}).layer;
-  const p = (hd || ln || {}).position;
+  const l = (hd || ln)?.layer;
+  const p = (hd || ln)?.position;
   const kv = hd && groupSize() > 1 ? ` (key/value head ${hd.kv_head})` : "";
   $("block-tag").textContent = hd ? `layer ${hd.layer} · head ${hd.head}${kv} · position ${p} “${labels[p] ?? ""}”`
     : (l !== undefined ? `layer ${l}` : "");
@@ -95,7 +95,7 @@ function drawLayerNorm() {
   const gd = $("ln-plot");
   if (!gd.dataset.clickBound) {
     gd.dataset.clickBound = "1";
-    gd.on("plotly_click", (ev) => { const p = ev.points && ev.points[0]; if (p) setFeature(p.x); });
+    gd.on("plotly_click", (ev) => { const p = ev.points?.[0]; if (p) setFeature(p.x); });
   }
   const i = sel;
   const row = (k, v, title) => el("tr", { title: title || "" }, el("th", { text: k }), el("td", { class: "mono", text: v }));

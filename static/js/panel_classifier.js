@@ -14,8 +14,8 @@ export function initClassifier() {
   if (!$("classifier-panel")) return;
   $("cl-head").addEventListener("change", () => { if (block) drawAttention(); });
   addDownloads($("cl-probs-plot"), "classifier", () => block);
-  addDownloads($("cl-attn-plot"), "classifier-attention", () => block && block.attention);
-  addDownloads($("cl-dc-plot"), "classifier-decomposition", () => block && block.decomposition);
+  addDownloads($("cl-attn-plot"), "classifier-attention", () => block?.attention);
+  addDownloads($("cl-dc-plot"), "classifier-decomposition", () => block?.decomposition);
 }
 
 export function renderClassifier(trace, tokenLabels) {
@@ -93,11 +93,13 @@ function drawAttention() {
   if (pick === "mean") {  // the API's attention_mean: each layer's heads averaged
     b.attention_mean.forEach((row, l) => { rows.push(row); names.push(`layer ${l} (mean)`); });
   }
-  b.attention.forEach((heads, l) => heads.forEach((row, h) => {
-    if (pick === "mean" || (pick !== "all" && +pick !== h)) return;
-    rows.push(row);
-    names.push(pick === "all" ? `L${l}H${h}` : `layer ${l}`);
-  }));
+  b.attention.forEach((heads, l) => {
+    heads.forEach((row, h) => {
+      if (pick === "mean" || (pick !== "all" && +pick !== h)) return;
+      rows.push(row);
+      names.push(pick === "all" ? `L${l}H${h}` : `layer ${l}`);
+    });
+  });
   const gd = $("cl-attn-plot");
   tokenStrip(gd, rows, labels.slice(0, rows.length ? rows[0].length : 0), {
     rowNames: names, colorTitle: "attention", hoverName: "weight", name: "classifier-attention", mark: b.position });

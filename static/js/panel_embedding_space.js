@@ -52,7 +52,7 @@ function drawProjection() {
       x: pts.map((t) => t.x), y: pts.map((t) => t.y), text: pts.map((t) => visible(t.text)),
       customdata: pts.map((t) => t.id), textposition: "top center", textfont: { size: 12, color },
       marker: { size, color, line: { width: 1, color: "#fff" } },
-      hovertemplate: "“%{text}” id %{customdata}<br>PC1 %{x}, PC2 %{y}<extra>" + name + "</extra>",
+      hovertemplate: `“%{text}” id %{customdata}<br>PC1 %{x}, PC2 %{y}<extra>${name}</extra>`,
     };
   };
   const data = [{
@@ -77,7 +77,7 @@ function drawProjection() {
   if (!gd.dataset.clickBound) {
     gd.dataset.clickBound = "1";
     gd.on("plotly_click", (ev) => {
-      const p = ev.points && ev.points[0];
+      const p = ev.points?.[0];
       if (p && p.customdata !== undefined) {
         const t = byId.get(p.customdata);
         if (t) { $("nb-search").value = t.text; searchNeighbours(t.text, t.id); }

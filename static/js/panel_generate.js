@@ -132,7 +132,7 @@ function drawAttention(last) {
   const keys = keyIds.map((_, i) => visible(allTexts[i] ?? "?"));
   const rows = [];
   const names = [];
-  last.attention.forEach((layer, l) => layer.forEach((w, h) => { rows.push(w); names.push(`L${l} H${h}`); }));
+  last.attention.forEach((layer, l) => { layer.forEach((w, h) => { rows.push(w); names.push(`L${l} H${h}`); }); });
   const width = gd.clientWidth || 1000;
   // one row per head: 18 px each for a few dozen heads; for more (GPT-2 small has 144) 7 px each,
   // labelled once per layer with a line between layers; the hover names every row

@@ -28,7 +28,7 @@ let testTrace = null;
 export function initHeads({ onSelectHead, redecorate } = {}) {
   handlers = { onSelectHead, redecorate };
   drawLegend();
-  addDownloads($("role-test-plot"), "head-on-test-input", () => testTrace && testTrace.attention);
+  addDownloads($("role-test-plot"), "head-on-test-input", () => testTrace?.attention);
 }
 
 const headsUrl = (text, ablate) => `/heads?${new URLSearchParams(ablate ? { text } : { text, ablate: "false" })}`;
@@ -49,7 +49,7 @@ function whenNear(node, signal) {
 export function loadHeads(text, nTokens) {
   shownText = text;
   $("roles-json").href = `/api/v1${headsUrl(text, true)}`;
-  handlers.redecorate && handlers.redecorate();     // the old prompt's marks go
+  handlers.redecorate?.();     // the old prompt's marks go
   const box = $("roles-box");
   if (nTokens < 2) {
     slot.cancel();
@@ -85,7 +85,7 @@ function show(res, text, state) {
     ...(state === "ready" ? [] : [el("span", { class: "muted", text: " Ablation (switching each role head off) is still running…" })]));
   drawLegend();
   drawTable();
-  handlers.redecorate && handlers.redecorate();
+  handlers.redecorate?.();
   const box = $("roles-box");
   box.dataset.state = state;
   box.dataset.roles = JSON.stringify(roleHeads().map((h) => [h.layer, h.head, h.roles, h.status]));

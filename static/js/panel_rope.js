@@ -12,7 +12,7 @@ export function initRope() {
   if (!$("step-rope")) return;
   addDownloads($("rope-angles-plot"), "rope-angles", () => part);
   addDownloads($("rope-q-plot"), "rope-queries", () => part);
-  addDownloads($("rope-distance-plot"), "rope-distance-check", () => part && part.distance_check);
+  addDownloads($("rope-distance-plot"), "rope-distance-check", () => part?.distance_check);
 }
 
 export function renderRope(trace) {

@@ -98,7 +98,7 @@ export class MergeStepper {
     ids.forEach((id, i) => {
       const entry = this.vocab.get(id);
       const box = document.createElement("span");
-      box.className = "piece" + (i === made ? " made" : "") + (next >= 0 && (i === next || i === next + 1) ? " next" : "");
+      box.className = `piece${i === made ? " made" : ""}${next >= 0 && (i === next || i === next + 1) ? " next" : ""}`;
       box.dataset.id = id;
       const text = document.createElement("span");
       text.className = "piece-text";

@@ -40,7 +40,7 @@ export function renderPretokens(container, pretokens, selectedText) {
   pretokens.forEach((p, i) => {
     const b = document.createElement("button");
     b.type = "button";
-    b.className = `pre tok-${i % 5}` + (p.text === selectedText ? " selected" : "");
+    b.className = `pre tok-${i % 5}${p.text === selectedText ? " selected" : ""}`;
     b.dataset.index = i;
     b.dataset.text = p.text;
     b.title = `pre-token #${i} · characters ${p.start} up to ${p.end} · click to replay its merges`;
@@ -104,7 +104,7 @@ export function renderCompare(tbody, blocks, cmp, current, showIds) {
 
     if (e.tokens) {
       const box = document.createElement("div");
-      box.className = "compare-block" + (e.encoding === current ? " current" : "");
+      box.className = `compare-block${e.encoding === current ? " current" : ""}`;
       box.dataset.encoding = e.encoding;
       const h = document.createElement("h3");
       h.textContent = `${e.encoding} · ${fmt(e.counts.tokens)} tokens`;

@@ -8,7 +8,7 @@ export function renderTokens(container, countEl, tokens) {
     span.className = `tok tok-${t.index % 5}`;
     span.dataset.id = t.id;
     span.dataset.index = t.index;
-    span.title = `position ${t.index} · id ${t.id} · bytes ${t.bytes_hex}` + (t.valid_utf8 ? "" : " (part of a character)");
+    span.title = `position ${t.index} · id ${t.id} · bytes ${t.bytes_hex}${t.valid_utf8 ? "" : " (part of a character)"}`;
     span.textContent = visible(t.text);
     container.appendChild(span);
     if (t.text.endsWith("\n")) container.appendChild(document.createElement("br"));

@@ -65,10 +65,10 @@ function snapCell(g, picked) {
 function row(g, statusById, picked) {
   const c = g.final || g.snaps[0];
   const st = statusById.get(g.run);
-  const label = runs.getRun(g.run) && runs.getRun(g.run).label;
+  const label = runs.getRun(g.run)?.label;
   const what = g.run === "builtin" ? "the model the app starts with"
     : [label, st && `${st.status}`, st && runs.describeRequest(st.request)].filter(Boolean).join(" · ");
-  const loaded = (g.final && g.final.loaded) || g.snaps.some((s) => s.loaded);
+  const loaded = (g.final?.loaded) || g.snaps.some((s) => s.loaded);
   return el("tr", { class: loaded ? "loaded-row" : "", dataset: { run: g.run } },
     el("td", {}, el("code", { text: g.run }), el("div", { class: "muted small", text: what })),
     el("td", { text: c.corpus }),
@@ -87,11 +87,11 @@ export async function refresh() {
   const groups = [...new Set(list.map((c) => c.name.split("/")[0]))];
   // builtin first, then the newest run first
   groups.sort((a, b) => (a === "builtin" ? -1 : b === "builtin" ? 1 : (order.get(b) ?? -1) - (order.get(a) ?? -1)));
-  served = (list.find((c) => c.loaded) || {}).name || "builtin";
+  served = list.find((c) => c.loaded)?.name || "builtin";
   const byRun = group(list);
   const picked = new Map([...$("ckpt-table").querySelectorAll("select.snap-select[data-picked]")].map((s) => [s.dataset.run, s.value]));
   $("ckpt-table").tBodies[0].replaceChildren(...groups.map((r) => row(byRun.get(r), statusById, picked)));
-  $("ckpt-table").dataset.loaded = (list.find((c) => c.loaded) || {}).name || "";
+  $("ckpt-table").dataset.loaded = list.find((c) => c.loaded)?.name || "";
   return list;
 }
 

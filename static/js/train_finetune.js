@@ -185,7 +185,7 @@ const jobText = (j) => `${j.id} · ${j.task} · ${j.methods.join(", ")} · sizes
 async function loadJobs(select = null) {
   jobs = await apiGet("/finetune");
   const sel = $("ft-job");
-  const want = select || (shown && shown.id) || urlGet("job");
+  const want = select || (shown?.id) || urlGet("job");
   sel.replaceChildren(...[...jobs].reverse().map((j) => el("option", { value: j.id, text: jobText(j) })));
   if (jobs.some((j) => j.id === want)) sel.value = want;
   return jobs;

@@ -191,7 +191,7 @@ async function refreshList() {
   const keep = shown ? shown.id : sel.value;
   sel.replaceChildren(...list.slice().reverse().map((s) => {
     const known = runs.getRun(s.id);
-    return el("option", { value: s.id, text: optionText(s, known && known.label) });
+    return el("option", { value: s.id, text: optionText(s, known?.label) });
   }));
   if (keep && list.some((s) => s.id === keep)) sel.value = keep;
   return list;

@@ -101,14 +101,14 @@ function drawNext(f) {
   const cands = f.forward.next_token.slice(0, 10).reverse();
   const last = f.forward.tokens[f.forward.tokens.length - 1];
   draw($("replay-next"), [{
-    type: "bar", orientation: "h", x: cands.map((c) => c.prob), y: cands.map((c, i) => i),
+    type: "bar", orientation: "h", x: cands.map((c) => c.prob), y: cands.map((_c, i) => i),
     marker: { color: OKABE.blue }, text: cands.map((c) => pct(c.prob)), textposition: "outside", cliponaxis: false,
     customdata: cands.map((c) => [visible(c.text), c.id, c.logit]),
     hovertemplate: "“%{customdata[0]}” (id %{customdata[1]})<br>probability %{x:.4f}<br>logit %{customdata[2]:.3f}<extra></extra>",
   }], {
     height: 380, title: { text: `next token after “${visible(last.text)}” · step ${f.step}`, x: 0, xanchor: "left", font: { size: 13 } },
     xaxis: { title: { text: "probability" }, range: [0, 1.1], tickformat: ".0%" },
-    yaxis: { tickmode: "array", tickvals: cands.map((c, i) => i), ticktext: cands.map((c) => `“${visible(c.text)}”`),
+    yaxis: { tickmode: "array", tickvals: cands.map((_c, i) => i), ticktext: cands.map((c) => `“${visible(c.text)}”`),
       tickfont: { family: MONO }, automargin: true },
     margin: { l: 20, r: 30, t: 40, b: 45 }, showlegend: false,
   }, `next-token-step-${f.step}`);
@@ -145,7 +145,7 @@ function drawFrame(f) {
   const run = runs.getRun(f.run);
   const u = run ? run.body.uniform_loss : null;
   const loss = f.val_loss === null ? "no validation loss measured yet at this step"
-    : `validation loss ${fmt(f.val_loss, 3)}` + (u !== null ? ` (uniform guess ${fmt(u, 3)})` : "");
+    : `validation loss ${fmt(f.val_loss, 3)}${u !== null ? ` (uniform guess ${fmt(u, 3)})` : ""}`;
   $("replay-info").textContent = `Run ${f.run}, snapshot at step ${f.step}: ${loss}.`;
   drawAttention(f);
   drawNext(f);

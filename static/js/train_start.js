@@ -37,7 +37,7 @@ function say(node, text, kind = "") {
 
 // The JSON schema of one TrainingRequest field: {default, minimum, maximum, description, enum}.
 function field(schema, name) {
-  const p = (schema.properties || {})[name] || {};
+  const p = schema.properties?.[name] || {};
   const alt = (p.anyOf || []).find((a) => a.type && a.type !== "null") || {};
   return { ...alt, ...p };
 }
@@ -258,7 +258,7 @@ async function cancel() {
   const n = body.snapshots.length;
   const kept = n ? `${n === 1 ? "its snapshot (step" : "its snapshots (steps"} ${body.snapshots.join(", ")}) ${n === 1 ? "stays" : "stay"} usable in panels 3 and 4`
     : "it had saved no snapshot yet";
-  say(msg, `Run ${id} ${body.status === "cancelled" ? "was cancelled at step " + body.step : "ended: " + body.status}; ${kept}.`, "ok");
+  say(msg, `Run ${id} ${body.status === "cancelled" ? `was cancelled at step ${body.step}` : `ended: ${body.status}`}; ${kept}.`, "ok");
   runs.load(id);
 }
 

@@ -290,7 +290,7 @@ function downloadSvgElement(svg, format, filename) {
 // (part of the) response the figure was drawn from; `svgEl` switches images to a plain SVG;
 // `canvas` (a function returning a <canvas>) makes the image a PNG of that canvas, with no SVG.
 export function addDownloads(figure, name, getData, { svgEl = null, canvas = null } = {}) {
-  if (figure.previousElementSibling && figure.previousElementSibling.classList.contains("dl-bar")) return;
+  if (figure.previousElementSibling?.classList.contains("dl-bar")) return;
   const image = (format) => () => {
     if (canvas) {
       const c = canvas();
@@ -425,7 +425,7 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     showscale: opts.colorbar !== false,
     text, hoverongaps: true,
     customdata: pairs,
-    hovertemplate: "query %{y} “%{customdata[0]}” · key %{x} “%{customdata[1]}”<br>" + (opts.hoverName || "value") + " %{text}<extra></extra>",
+    hovertemplate: `query %{y} “%{customdata[0]}” · key %{x} “%{customdata[1]}”<br>${opts.hoverName || "value"} %{text}<extra></extra>`,
   }];
   if (opts.plain) {   // numbered rows and columns (positions): no per-cell labels needed
     delete data[0].text;
@@ -454,7 +454,7 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     const cells = { type: "scatter", mode: "text", hoverinfo: "skip", showlegend: false,
       x: [], y: [], text: [], textfont: { family: MONO, size: n > 14 ? 9 : 11, color: "#444" } };
     const masked = (v, q, k) => v === null || outsideWindow(opts.window || 0, q, k);
-    z.forEach((r, q) => r.forEach((v, k) => { if (masked(v, q, k)) { cells.x.push(k); cells.y.push(q); cells.text.push("−∞"); } }));
+    z.forEach((r, q) => { r.forEach((v, k) => { if (masked(v, q, k)) { cells.x.push(k); cells.y.push(q); cells.text.push("−∞"); } }); });
     data.push(cells);
   }
   const title = !opts.title ? undefined : opts.fit
@@ -566,7 +566,7 @@ export function heatGrid(box, maps, n, opts = {}) {
     box.dataset.painted = String(painted);
   }, { rootMargin: "300px 0px" });
   const cells = [];
-  if (opts.colGroups && opts.colGroups.length) {
+  if (opts.colGroups?.length) {
     cells.push(el("span", {}));
     for (const g of opts.colGroups) {
       cells.push(el("span", { class: "hg-group", style: `grid-column: span ${g.to - g.from + 1}`, title: g.title || null,
@@ -594,7 +594,7 @@ export function heatGrid(box, maps, n, opts = {}) {
   const tip = el("div", { class: "hg-tip mono", role: "tooltip", hidden: true });
   box.replaceChildren(gridColorbar(zmin, zmax, opts.colorTitle, opts.maskedName), grid, tip);
   const at = (ev) => {
-    const cv = ev.target.closest && ev.target.closest("canvas.hg-map");
+    const cv = ev.target.closest?.("canvas.hg-map");
     return cv && box.contains(cv) ? cv : null;
   };
   grid.addEventListener("mousemove", (ev) => {
