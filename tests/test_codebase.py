@@ -1,5 +1,5 @@
-"""The house rules a reader relies on, checked: short functions, one drawing toolkit and one API
-module in static/js, a small checkpoint.json, and the README naming every module."""
+"""The house rules a reader relies on, checked: short functions, static/js as lib/ plus one folder
+per page with one drawing toolkit and one API module, a small checkpoint.json, and the README naming every module."""
 
 from __future__ import annotations
 
@@ -27,19 +27,61 @@ def test_no_function_in_model_or_server_is_longer_than_80_lines():
     assert not long, long
 
 
+JS = ROOT / "static" / "js"
+PAGES = ("forward", "compare", "learn", "tokenizer", "train")
+
+
 def js_files():
-    return {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "static" / "js").glob("*.js"))}
+    """static/js's modules by their path there: lib/x.js, forward/main.js, ..."""
+    return {p.relative_to(JS).as_posix(): p.read_text(encoding="utf-8") for p in sorted(JS.rglob("*.js"))}
+
+
+def test_static_js_is_lib_plus_one_folder_per_page_each_started_by_init():
+    assert not list(JS.glob("*.js")), "a module outside lib/ and the page folders"
+    assert sorted(p.name for p in JS.iterdir() if p.is_dir()) == sorted(["lib", *PAGES])
+    for page in PAGES:
+        assert re.search(r"^export function init\(\)", (JS / page / "main.js").read_text(encoding="utf-8"), re.M), page
+    templates = sorted((ROOT / "templates").glob("*.html"))
+    entries = [
+        m for t in templates for m in re.findall(r'set entry = "/static/js/(\w+)/main\.js"', t.read_text("utf-8"))
+    ]
+    assert sorted(entries) == sorted(PAGES), entries
+    for t in templates:  # the page's only script: base.html's, which imports the entry and calls init()
+        assert '<script type="module"' not in t.read_text("utf-8") or t.name == "base.html", t.name
+    base = (ROOT / "templates" / "base.html").read_text("utf-8")
+    assert base.count('<script type="module">import { init } from "{{ entry }}"; init();</script>') == 1
 
 
 def test_static_js_has_one_drawing_toolkit_and_one_api_module():
     for name, src in js_files().items():
-        if name != "viz.js":
+        if name != "lib/plot.js":
             assert not re.search(r"Plotly\.(react|newPlot)\b", src), f"{name} draws with Plotly directly"
+        if name != "lib/dom.js":
             assert not re.search(r"\b(const|let|var|function)\s+\$\s*(=|\()", src), f"{name} defines its own $"
-        if name != "api.js":
+        if name != "lib/api.js":
             assert "AbortController" not in src, f"{name} re-implements wait-then-cancel"
             assert not re.search(r"fetch\(\s*[\"'`]/openapi\.json", src), f"{name} fetches the schema itself"
             assert not re.search(r"function\s+formatDetail\b", src), f"{name} copies formatDetail"
+
+
+TOP_LEVEL = re.compile(r"^(export\s+)?(?:async\s+)?(?:function\*?|const|let|class)\s+([\w$]+)", re.M)
+
+
+def test_no_js_name_has_two_meanings():
+    """No two modules export one name (a page entry's `init` aside), a name lib/ exports is not
+    defined again elsewhere (a page's own `int` or `fmt`), and lib/'s top-level names are unique in
+    lib/: one `renderTokens`, one `hexRgb`, one Viridis table."""
+    exported, defined = {}, {}
+    for name, src in js_files().items():
+        for export, n in TOP_LEVEL.findall(src):
+            defined.setdefault(n, []).append(name)
+            if export and n != "init":
+                exported.setdefault(n, []).append(name)
+    assert not {n: where for n, where in exported.items() if len(where) > 1}
+    from_lib = {n for n, where in exported.items() if where[0].startswith("lib/")}
+    assert not {n: defined[n] for n in from_lib if len(defined[n]) > 1}
+    in_lib = {n: [w for w in where if w.startswith("lib/")] for n, where in defined.items()}
+    assert not {n: where for n, where in in_lib.items() if len(where) > 1}
 
 
 def test_builtin_checkpoint_json_is_small_and_its_history_file_drives_the_curves():

@@ -505,19 +505,22 @@ def test_learn_page_links_its_json_twin_and_the_nav(client):
     assert r.status_code == 200
     assert r.headers["link"] == '</api/v1/curves>; rel="alternate"; type="application/json"'
     assert '<a href="/learn" aria-current="page">Learning</a>' in r.text
+    assert 'import { init } from "/static/js/learn/main.js"; init();' in r.text
+    entry = client.get("/static/js/learn/main.js")
+    assert entry.status_code == 200
     for module in (
-        "learn_schedules",
-        "learn_gelu",
-        "learn_loss",
-        "learn_smoothing",
-        "learn_softmax",
-        "learn_sizes",
-        "learn_kvcache",
-        "learn_scaling",
-        "learn_optimizers",
+        "schedules",
+        "gelu",
+        "loss",
+        "smoothing",
+        "softmax",
+        "sizes",
+        "kvcache",
+        "scaling",
+        "optimizers",
     ):
-        assert f'src="/static/js/{module}.js"' in r.text
-        assert client.get(f"/static/js/{module}.js").status_code == 200
+        assert f'from "./{module}.js"' in entry.text
+        assert client.get(f"/static/js/learn/{module}.js").status_code == 200
     assert (
         '<a href="/learn" >Learning</a>' in client.get("/tokenizer").text
         or 'href="/learn"' in client.get("/tokenizer").text

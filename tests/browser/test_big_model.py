@@ -26,12 +26,12 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 TIMINGS: dict[str, object] = {}
 # No single task may block the tab longer. This is a shared, slow CPU: on a 2-core AVX2 AMD EPYC VM the
 # heaviest drawing (a 128 x 128 heatmap) took 0.8-2.9 s from run to run, even after its token axes
-# stopped Plotly measuring every tick label once per label (viz.js tokenAxis), so 2 s failed by chance.
+# stopped Plotly measuring every tick label once per label (lib/plot.js tokenAxis), so 2 s failed by chance.
 LONG_TASK_LIMIT_MS = 4000
 NODE_LIMIT = 40_000  # an O(heads x T^2) page (one element per weight) is far above this
 SLANTED_GAP_PX = 18  # slanted (-60 degree) token labels need more room than level ones
 MASKED_RGB = (0xEE, 0xEE, 0xEE)
-# Plotly's Viridis stops (as static/js/viz.js paints the canvases): position in 0..255, colour
+# Plotly's Viridis stops (as static/js/lib/palette.js has them for the canvases): position in 0..255, colour
 VIRIDIS = [
     (0, "#440154"),
     (16, "#48186a"),
@@ -62,7 +62,7 @@ STAGE_PLOTS = {
     9: ["iv-plot"],
     10: ["dc-plot"],
 }
-# Collects every long task and every drawing of the page (viz.js measures each as "draw <key>").
+# Collects every long task and every drawing of the page (lib/draw_queue.js measures each as "draw <key>").
 OBSERVE = """
 window.__longtasks = []; window.__draws = [];
 new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__longtasks.push([Math.round(e.startTime), Math.round(e.duration)]); })

@@ -37,7 +37,7 @@ STRIPS = {"strip-a": "char_bits_a", "strip-b": "char_bits_b", "strip-diff": "cha
 
 
 def fmt(x, digits: int) -> str:
-    """viz.js's fmt: '—' for null, fixed digits, or scientific notation below 1e-3 (and at 1e5 or more)."""
+    """lib/format.js's decimal: '—' for null, fixed digits, or scientific notation below 1e-3 (and at 1e5 or more)."""
     if x is None:
         return "—"
     if x != 0 and not 1e-3 <= abs(x) < 1e5:

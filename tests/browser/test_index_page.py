@@ -11,11 +11,11 @@ import pytest
 pytestmark = pytest.mark.browser
 
 PROMPT = "JULIET:\nO Romeo, Romeo"
-PAGE_PARTS = {"include": ["attention", "next_token"], "top_k": 10}  # what static/js/main.js asks for
+PAGE_PARTS = {"include": ["attention", "next_token"], "top_k": 10}  # what static/js/forward/main.js asks for
 
 
 def visible(text: str) -> str:
-    """Python twin of static/js/api.js `visible`: whitespace the reader can see."""
+    """Python twin of static/js/lib/format.js `visible`: whitespace the reader can see."""
     return text.replace(" ", "·").replace("\n", "↵").replace("\t", "→").replace("\r", "␍")
 
 

@@ -168,7 +168,7 @@ def test_a_refused_value_names_its_field_and_clears_when_fixed(page, live_url):
 
 
 def int_text(n: int) -> str:
-    """A whole number as the page writes it (viz.int): 1,234,567."""
+    """A whole number as the page writes it (lib/format.js int): 1,234,567."""
     return f"{n:,}"
 
 

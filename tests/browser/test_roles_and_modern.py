@@ -21,7 +21,7 @@ pytestmark = pytest.mark.browser
 PROMPT = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?"
 MODERN_PROMPT = "The quick brown fox jumps over the lazy dog, and the cat sleeps by the warm fire all day."
 WINDOW = 8
-# viz.ROLE_COLOURS (Okabe-Ito)
+# lib/roles.js ROLE_COLOURS (Okabe-Ito)
 ROLE_COLOURS = {
     "previous-token": "#0072B2",
     "first-token": "#CC79A7",

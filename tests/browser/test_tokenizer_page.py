@@ -15,12 +15,12 @@ TEXT = "Every effort moves you uncharacteristically.\n  Naïve café 👋 <|endo
 
 
 def visible(text: str) -> str:
-    """Python twin of static/js/api.js `visible`."""
+    """Python twin of static/js/lib/format.js `visible`."""
     return text.replace(" ", "·").replace("\n", "↵").replace("\t", "→").replace("\r", "␍")
 
 
 def label(t: dict) -> str:
-    """Python twin of tokenizer_views.js `tokenLabel` (text mode)."""
+    """Python twin of lib/tokens.js `tokenLabel` (text mode)."""
     if not t["valid_utf8"]:
         return " ".join(t["bytes_hex"][i : i + 2] for i in range(0, len(t["bytes_hex"]), 2))
     return visible(t["text"])

@@ -36,7 +36,7 @@ OKABE_ITO = {"#0072B2", "#E69F00", "#009E73", "#56B4E9", "#D55E00", "#CC79A7", "
 
 
 def fmt(x: float, digits: int) -> str:
-    """viz.js's fmt: fixed digits, or scientific notation below 1e-3 (and at 1e5 or more)."""
+    """lib/format.js's decimal: fixed digits, or scientific notation below 1e-3 (and at 1e5 or more)."""
     return (
         f"{x:.2e}".replace("e-0", "e-").replace("e+0", "e+")
         if x != 0 and not 1e-3 <= abs(x) < 1e5

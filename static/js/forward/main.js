@@ -1,0 +1,276 @@
+// The forward-pass page: one POST /api/v1/forward per prompt or selection change (debounced; a
+// newer request aborts the stale one), asking only for the parts that change; each stage panel
+// draws its part. The URL carries the prompt and every setting, so a view can be shared.
+// The modern block's parts (rope, moe) are asked for only when the model has them: the page shell
+// carries /health's model info (#prompt-panel's data-pos, data-n-expert, ...). Head roles
+// (panel_heads, GET /api/v1/heads) load after each new prompt's trace.
+import { apiPost, isAbort, latest, showError } from "../lib/api.js";
+import { $ } from "../lib/dom.js";
+import { tokenLabels } from "../lib/format.js";
+import { real, whole } from "../lib/query.js";
+import { stageNavigation } from "../lib/stages.js";
+import { showPromptTokens } from "./tokens_panel.js";
+import { renderEmbeddings } from "./panel_embeddings.js";
+import { initEmbeddingSpace, loadEmbeddingSpace, setPromptTokens } from "./panel_embedding_space.js";
+import { initBlock, renderBlock } from "./panel_block.js";
+import { initAttentionOverview, renderAttentionOverview, setAttentionSelection, setGridDecorator } from "./panel_attention_overview.js";
+import { decorateGrid, initHeads, loadHeads } from "./panel_heads.js";
+import { initRope, renderRope } from "./panel_rope.js";
+import { initMlp, renderMlp } from "./panel_mlp.js";
+import { initMoe, renderMoe, setMoePosition } from "./panel_moe.js";
+import { initResidual, renderResidual, setResidualPosition } from "./panel_residual.js";
+import { initSampling, renderNext, samplingSettings, setSamplingText } from "./panel_sampling.js";
+import { initGenerate, setGeneratePrompt } from "./panel_generate.js";
+import { initIntervene, setInterveneTrace } from "./panel_intervene.js";
+import { initDecomposition, renderDecomposition } from "./panel_decomposition.js";
+import { initClassifier, renderClassifier } from "./panel_classifier.js";
+
+// The loaded model, as /health's info describes it (the page shell writes it into #prompt-panel).
+const MODEL = (() => {
+  const d = document.getElementById("prompt-panel").dataset;
+  const classifier = d.clsTask ? { task: d.clsTask, start: d.clsStart, delimiter: d.clsDelimiter, extract: d.clsExtract } : null;
+  return { pos: d.pos || "learned", nKvHead: +d.nKvHead || 0, nExpert: +d.nExpert || 0, classifier };
+})();
+const ALL_PARTS = ["embeddings", "attention", "layernorm", "head_detail", MODEL.nExpert ? "moe" : "mlp", "residual",
+  "logit_lens", "next_token", "prompt_loss", "decomposition", ...(MODEL.pos === "rope" ? ["rope"] : []),
+  ...(MODEL.classifier ? ["classifier"] : [])];
+// What a selection change makes stale (everything else stays as it is); parts this model lacks drop out.
+const DEPENDS = Object.fromEntries(Object.entries({
+  layer: ["layernorm", "head_detail", "mlp", "rope"],
+  head: ["head_detail", "rope"],
+  position: ["layernorm", "head_detail", "mlp", "next_token", "decomposition", "rope"],
+  target: ["decomposition"],
+}).map(([k, parts]) => [k, parts.filter((p) => ALL_PARTS.includes(p))]));
+
+const state = {
+  layer: 0, head: 0, position: null, target: null, feature: 0,
+  temperature: 1, top_k: null, top_p: null, seed: 0, steps: 0,
+  heads: [], mlps: [], edits: [],
+};
+let trace = null;        // the merged trace of the prompt on show
+let shownText = null;    // the prompt that trace belongs to
+let labels = [];
+let spaceLoaded = false;
+
+// --- URL ------------------------------------------------------------------------------------
+
+function readUrl() {
+  const q = new URLSearchParams(location.search);
+  if (q.has("text")) $("prompt").value = q.get("text");
+  const shape = $("prompt-panel").dataset;   // the loaded model's shape, as /api/v1/health reports it
+  state.layer = Math.min(whole(q.get("layer"), 0), Math.max(0, (+shape.nLayer || 1) - 1));
+  state.head = Math.min(whole(q.get("head"), 0), Math.max(0, (+shape.nHead || 1) - 1));
+  state.position = whole(q.get("position"));
+  state.target = whole(q.get("target"));
+  state.feature = whole(q.get("feature"), 0);
+  // within the sliders' ranges (the API accepts more; the page shows what its sliders can reach)
+  const t = real(q.get("temperature"), 1);
+  state.temperature = t >= 0.05 && t <= 3 ? t : 1;
+  const k = whole(q.get("top_k"));
+  state.top_k = k ? Math.min(k, 100) : null;
+  const p = real(q.get("top_p"));
+  state.top_p = p !== null && p > 0 && p < 1 ? p : null;
+  state.seed = whole(q.get("seed"), 0);
+  state.steps = Math.min(whole(q.get("steps"), 0), 64);
+  for (const item of (q.get("ablate") || "").split(",").filter(Boolean)) {
+    const m = /^L(\d+)H(\d+)$/.exec(item);
+    const mm = /^MLP(\d+)$/.exec(item);
+    if (m) state.heads.push([+m[1], +m[2]]);
+    else if (mm) state.mlps.push(+mm[1]);
+  }
+  for (const item of (q.get("edit") || "").split(",").filter(Boolean)) {
+    const m = /^(\d+):(\d+)$/.exec(item);
+    if (m) state.edits.push([+m[1], +m[2], null]);
+  }
+}
+
+// Only settings that differ from the defaults are written, so a plain view stays a short URL.
+function writeUrl() {
+  const q = new URLSearchParams({ text: $("prompt").value, layer: state.layer, head: state.head });
+  if (state.position !== null) q.set("position", state.position);
+  if (state.target !== null) q.set("target", state.target);
+  if (state.feature) q.set("feature", state.feature);
+  if (state.temperature !== 1) q.set("temperature", state.temperature);
+  if (state.top_k !== null) q.set("top_k", state.top_k);
+  if (state.top_p !== null) q.set("top_p", state.top_p);
+  if (state.seed) q.set("seed", state.seed);
+  if (state.steps) q.set("steps", state.steps);
+  const ablate = [...state.heads.map(([l, h]) => `L${l}H${h}`), ...state.mlps.map((l) => `MLP${l}`)];
+  if (ablate.length) q.set("ablate", ablate.join(","));
+  if (state.edits.length) q.set("edit", state.edits.map(([p, id]) => `${p}:${id}`).join(","));
+  history.replaceState(null, "", `?${q}`);
+}
+
+// --- the one /forward request ---------------------------------------------------------------
+
+let pending = new Set();
+let inflight = null;     // { parts } of the request in flight
+const forwardSlot = latest();
+
+function requestForward(parts, ms = 250) {
+  for (const p of parts) pending.add(p);
+  forwardSlot.soon(runForward, ms);
+}
+
+// `signal` is aborted by the next request: a stale answer never replaces a newer one.
+async function runForward(signal) {
+  if (inflight) for (const p of inflight.parts) pending.add(p);   // it was just aborted: keep what it was asked for
+  inflight = null;
+  const text = $("prompt").value;
+  if (!text) return;
+  const parts = text !== shownText ? ALL_PARTS : ALL_PARTS.filter((p) => pending.has(p));
+  pending = new Set();
+  if (!parts.length) return;
+  const mine = { parts };
+  inflight = mine;
+  const body = { text, include: parts, layer: state.layer, head: state.head, top_k: 10 };
+  if (state.position !== null) body.position = state.position;
+  if (state.target !== null) body.target = state.target;
+  try {
+    const res = await apiPost("/forward", body, signal);
+    if (inflight === mine) inflight = null;
+    showError(null);
+    apply(res, parts, text);
+  } catch (err) {
+    if (isAbort(err)) return;
+    if (inflight === mine) inflight = null;
+    showError(err);
+  }
+}
+
+function fillSelect(sel, options, value) {
+  const same = sel.options.length === options.length && options.every(([v, t], i) => sel.options[i].value === v && sel.options[i].text === t);
+  if (!same) sel.replaceChildren(...options.map(([v, t]) => new Option(t, v)));
+  sel.value = String(value);
+}
+
+function selectedPosition() {
+  return trace ? trace.position : 0;
+}
+
+function apply(res, parts, text) {
+  const promptChanged = text !== shownText;
+  if (promptChanged || !trace) trace = res;
+  else {
+    for (const p of parts) trace[p] = res[p];
+    trace.position = res.position;
+    trace.causal = res.causal;
+  }
+  shownText = text;
+  labels = tokenLabels(trace.tokens);
+  const T = trace.tokens.length;
+  state.layer = Math.min(state.layer, trace.n_layer - 1);
+  state.head = Math.min(state.head, trace.n_head - 1);
+  const range = (n) => Array.from({ length: n }, (_, i) => [String(i), String(i)]);
+  fillSelect($("layer"), range(trace.n_layer), state.layer);
+  fillSelect($("head"), range(trace.n_head), state.head);
+  fillSelect($("position"), labels.map((t, i) => [String(i), `${i}: ${t}${i === T - 1 ? " (last)" : ""}`]), trace.position);
+  const sel = { layer: state.layer, head: state.head, position: trace.position };
+
+  if (promptChanged) {
+    showPromptTokens($("tokens"), $("token-count"), trace.tokens);
+    renderEmbeddings(trace);
+    renderAttentionOverview(trace, sel);
+    renderResidual(trace, trace.position);
+  } else {
+    setAttentionSelection(sel);
+  }
+  markPosition();
+  renderBlock(trace, parts);
+  if (parts.includes("rope")) renderRope(trace);
+  if (parts.includes("mlp")) renderMlp(trace, labels);
+  if (parts.includes("moe")) renderMoe(trace);
+  if (parts.includes("next_token") || parts.includes("prompt_loss")) renderNext(trace);
+  if (parts.includes("decomposition")) renderDecomposition(trace, trace.next_token, state.target, labels);
+  if (parts.includes("classifier")) renderClassifier(trace, labels);
+  writeUrl();
+  document.body.dataset.ready = "1";
+  document.body.dataset.parts = parts.join(",");
+
+  if (promptChanged) {
+    loadHeads(text, T);
+    setSamplingText(text);
+    setGeneratePrompt(trace.tokens);
+    setInterveneTrace(trace, text);
+    if (!spaceLoaded) { spaceLoaded = true; loadEmbeddingSpace().then(() => setPromptTokens(trace.tokens)); }
+    else setPromptTokens(trace.tokens);
+  }
+}
+
+// --- selection --------------------------------------------------------------------------------
+
+function markPosition() {
+  const p = selectedPosition();
+  for (const s of document.querySelectorAll("#tokens .tok")) s.classList.toggle("sel", +s.dataset.index === p);
+}
+
+function selectHead(layer, head) {
+  const layerChanged = layer !== state.layer;
+  state.layer = layer;
+  state.head = head;
+  $("layer").value = String(layer);
+  $("head").value = String(head);
+  if (trace) setAttentionSelection({ layer, head, position: selectedPosition() });
+  writeUrl();
+  requestForward(layerChanged ? [...DEPENDS.layer, ...DEPENDS.head] : DEPENDS.head, 120);
+}
+
+function selectPosition(p) {
+  if (!trace) return;
+  const T = trace.tokens.length;
+  p = Math.max(0, Math.min(T - 1, p));
+  state.position = p === T - 1 ? null : p;
+  trace.position = p;               // drawn at once from what is already here; the rest follows
+  $("position").value = String(p);
+  markPosition();
+  setAttentionSelection({ layer: state.layer, head: state.head, position: p });
+  setResidualPosition(p);
+  setMoePosition(p);
+  writeUrl();
+  requestForward(DEPENDS.position, 120);
+}
+
+// --- wiring -----------------------------------------------------------------------------------
+
+export function init() {
+  readUrl();
+  initEmbeddingSpace();
+  initBlock({ feature: state.feature, kvHeads: MODEL.nKvHead, onFeatureChange: (f) => { state.feature = f; writeUrl(); } });
+  initRope();
+  initAttentionOverview({ onSelectHead: (l, h) => { selectHead(l, h); $("attention-plot").scrollIntoView({ block: "center" }); },
+    onSelectPosition: selectPosition, kvHeads: MODEL.nKvHead });
+  // a prompt role's head opens in the stage's own head view; a test-input role's head in panel_heads' view
+  initHeads({ onSelectHead: (l, h, where) => { selectHead(l, h); if (where === "prompt") $("attention-plot").scrollIntoView({ block: "center" }); },
+    redecorate: () => setGridDecorator(decorateGrid) });
+  initMlp();
+  initMoe();
+  initResidual();
+  initSampling({ temperature: state.temperature, top_k: state.top_k, top_p: state.top_p }, {
+    onChange: (s) => { Object.assign(state, s); writeUrl(); },
+  });
+  initGenerate({ seed: state.seed, steps: state.steps, settings: samplingSettings,
+    onSeedChange: (s) => { state.seed = s; writeUrl(); },
+    onStepsChange: (n) => { state.steps = n; writeUrl(); } });
+  initIntervene({ heads: state.heads, mlps: state.mlps, edits: state.edits }, {
+    onConfigChange: (c) => { state.heads = c.heads; state.mlps = c.mlps; state.edits = c.edits; writeUrl(); },
+  });
+  initDecomposition({ onTargetChange: (t) => { state.target = t; writeUrl(); requestForward(DEPENDS.target, 0); } });
+  initClassifier();
+
+  $("prompt-form").addEventListener("submit", (e) => { e.preventDefault(); requestForward(ALL_PARTS); });
+  $("prompt").addEventListener("input", () => {
+    state.position = null;   // a new prompt: follow its last token again
+    state.target = null;
+    requestForward(ALL_PARTS);
+  });
+  $("layer").addEventListener("change", (e) => selectHead(+e.target.value, state.head));
+  $("head").addEventListener("change", (e) => selectHead(state.layer, +e.target.value));
+  $("position").addEventListener("change", (e) => selectPosition(+e.target.value));
+  $("tokens").addEventListener("click", (e) => {
+    const span = e.target.closest(".tok");
+    if (span) selectPosition(+span.dataset.index);
+  });
+  stageNavigation({ h: () => selectPosition(selectedPosition() - 1), l: () => selectPosition(selectedPosition() + 1) });
+  // (a classifier's default prompt, a test-half input framed by its special tokens, comes with the page)
+  requestForward(ALL_PARTS, 0);
+}

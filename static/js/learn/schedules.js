@@ -1,0 +1,137 @@
+// Learning-rate schedules panel: the Transformer's and GPT-1's schedules from
+// GET /api/v1/schedules/lr (editable, with kept copies overlaid), and the loaded model's own
+// schedule with the learning rates its trainer really set.
+import { ApiError, apiGet } from "../lib/api.js";
+import { $ } from "../lib/dom.js";
+import { int, sci } from "../lib/format.js";
+import { bindForms, formQuery } from "../lib/forms.js";
+import { OKABE } from "../lib/palette.js";
+import { chart, clearPlot } from "../lib/plot.js";
+
+const panel = $("schedule-panel");
+const form = $("schedule-form");
+const kept = [];  // traces of earlier settings, drawn dashed
+let current = [];
+
+function label(body) {
+  const p = body.params;
+  return body.kind === "transformer"
+    ? `Transformer d_model=${p.d_model}, warmup=${int(p.warmup)}`
+    : `GPT-1 max_lr=${sci(p.max_lr)}, warmup=${int(p.warmup)}, min_lr=${sci(p.min_lr)}`;
+}
+
+function curveTrace(body, color, dash = "solid", name = null) {
+  return {
+    x: body.step, y: body.lr, type: "scatter", mode: "lines", name: name || label(body),
+    line: { color, width: dash === "solid" ? 2.5 : 1.5, dash },
+    hovertemplate: "step %{x:,}<br>learning rate %{y:.4e}<extra>%{fullData.name}</extra>",
+  };
+}
+
+function peakTrace(bodies) {
+  return {
+    x: bodies.map((b) => b.peak.step), y: bodies.map((b) => b.peak.lr), type: "scatter", mode: "markers+text",
+    name: "peaks", showlegend: false, cliponaxis: false, marker: { size: 9, color: bodies.map((b) => (b.kind === "transformer" ? OKABE.blue : OKABE.orange)),
+      line: { color: "#fff", width: 1 } },
+    text: bodies.map((b) => `peak ${sci(b.peak.lr, 2)} at step ${int(b.peak.step)}`), textposition: "top right",
+    hovertemplate: "peak at step %{x:,}<br>learning rate %{y:.4e}<extra></extra>",
+  };
+}
+
+async function loadPublished(signal) {
+  const both = formQuery(form);
+  const tq = formQuery(form, "t");
+  const gq = formQuery(form, "g");
+  for (const [k, v] of both) { tq.set(k, v); gq.set(k, v); }
+  const [t, g] = await Promise.all([
+    apiGet(`/schedules/lr?kind=transformer&${tq}`, signal),
+    apiGet(`/schedules/lr?kind=gpt1&${gq}`, signal),
+  ]);
+  current = [t, g];
+  const data = [...kept, curveTrace(t, OKABE.blue), curveTrace(g, OKABE.orange), peakTrace([t, g])];
+  await chart($("schedule-plot"), data, {
+    xaxis: { title: { text: "update step" }, tickformat: ",d" },
+    yaxis: { title: { text: "learning rate" }, exponentformat: "e", rangemode: "tozero" },
+    legend: { orientation: "h", y: -0.25, x: 0 }, height: 380,
+  });
+  $("schedule-summary").textContent =
+    `Transformer: rises to ${sci(t.peak.lr, 2)} at step ${int(t.peak.step)} and has fallen to ` +
+    `${sci(t.end.lr, 2)} by step ${int(t.end.step)}, still above zero. ` +
+    `GPT-1: rises to ${sci(g.peak.lr, 2)} at step ${int(g.peak.step)} and reaches ${sci(g.end.lr, 2)} ` +
+    `at step ${int(g.end.step)}. Hover a curve for the exact rate at any step.`;
+}
+
+// --- the loaded model's own schedule ----------------------------------------------------------
+
+const mform = $("model-schedule-form");
+const mpanel = $("model-schedule-box");
+const fields = { max_lr: "m-max-lr", warmup: "m-warmup", min_lr: "m-min-lr", total_steps: "m-total" };
+let recorded = null;
+
+function fillFields(schedule, always = false) {
+  for (const [k, id] of Object.entries(fields)) if (always || $(id).value === "") $(id).value = schedule[k];
+}
+
+// The API refuses kind=model (naming the field `kind`) when checkpoint.json records no schedule:
+// an imported model (GPT-2, nanoGPT) was trained elsewhere. That is no error of the reader's input.
+const noSchedule = (err) => err instanceof ApiError && err.status === 422 && Array.isArray(err.detail)
+  && err.detail.some((d) => (d.loc || []).includes("kind"));
+
+async function loadModel(signal) {
+  let body;
+  try {
+    body = await apiGet(`/schedules/lr?kind=model&${formQuery(mform)}`, signal);
+  } catch (err) {
+    if (!noSchedule(err)) throw err;
+    mform.hidden = true;
+    clearPlot($("model-schedule-plot"));
+    $("model-schedule-plot").hidden = true;
+    mpanel.dataset.schedule = "none";
+    $("model-schedule-summary").textContent = `Nothing to draw for this model: ${err.detail.map((d) => d.msg).join("; ")} ` +
+      "(a model imported from elsewhere was trained by another program, which kept its schedule to itself).";
+    return;
+  }
+  mform.hidden = false;
+  $("model-schedule-plot").hidden = false;
+  mpanel.dataset.schedule = "recorded";
+  recorded = body.checkpoint_schedule;
+  fillFields(recorded);
+  const data = [curveTrace(body, OKABE.blue, "solid", "schedule (gptscope.model.schedules.warmup_cosine)")];
+  if (body.history) {
+    data.push({
+      x: body.history.step, y: body.history.lr, type: "scatter", mode: "markers", name: "rate the trainer set",
+      marker: { color: OKABE.orange, size: 6, symbol: "circle-open", line: { width: 1.5 } },
+      customdata: body.history.loss,
+      hovertemplate: "update at step %{x:,}<br>learning rate %{y:.4e}<br>training loss %{customdata:.4f} nats<extra></extra>",
+    });
+  }
+  await chart($("model-schedule-plot"), data, {
+    xaxis: { title: { text: "update step" }, tickformat: ",d" },
+    yaxis: { title: { text: "learning rate" }, exponentformat: "e", rangemode: "tozero" },
+  });
+  const r = recorded;
+  let text = `Recorded in checkpoint.json: warm up over ${int(r.warmup)} updates to ${sci(r.max_lr, 2)}, then a cosine ` +
+    `down to ${sci(r.min_lr, 2)} at step ${int(r.total_steps)}.`;
+  if (body.history && body.history_max_abs_diff !== null) {
+    text += " Across every recorded update the rate the trainer set differs from the curve by at most " +
+      (body.history_max_abs_diff === 0 ? "0: they are identical."
+        : `${sci(body.history_max_abs_diff, 2)}: a run with a time budget plans its length after a few updates and ` +
+          "again a third of the way in, and its earlier updates followed the first plan.");
+  } else if (body.history) {
+    text += " The curve now shows your edited values; the dots still show the recorded run.";
+  }
+  $("model-schedule-summary").textContent = text;
+}
+
+export function init() {
+  const runPublished = bindForms(panel, form, loadPublished);
+  $("schedule-pin").addEventListener("click", () => {
+    const dashes = ["dash", "dot", "dashdot", "longdash"];
+    const dash = dashes[(kept.length / 2) % dashes.length];
+    for (const b of current) kept.push(curveTrace(b, b.kind === "transformer" ? OKABE.sky : OKABE.vermillion, dash, `kept: ${label(b)}`));
+    runPublished();
+  });
+  $("schedule-clear").addEventListener("click", () => { kept.length = 0; runPublished(); });
+  const runModel = bindForms(mpanel, mform, loadModel);
+  $("model-schedule-reset").addEventListener("click", () => { if (recorded) { fillFields(recorded, true); runModel(); } });
+}

@@ -1,0 +1,66 @@
+// The PNG / SVG / JSON bar above a figure: its image, or the exact API data it was drawn from.
+import { el } from "./dom.js";
+
+function downloadBlob(blob, filename) {
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = filename;
+  document.body.appendChild(a);
+  a.click();
+  setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+}
+
+function downloadJSON(obj, filename) {
+  downloadBlob(new Blob([JSON.stringify(obj, null, 1)], { type: "application/json" }), `${filename}.json`);
+}
+
+function downloadPlotly(gd, format, filename) {
+  const fl = gd._fullLayout || {};
+  return Plotly.downloadImage(gd, { format, filename, width: fl.width || 900, height: fl.height || 500, scale: format === "png" ? 2 : 1 });
+}
+
+// An SVG element (not Plotly) as SVG or PNG.
+function downloadSvgElement(svg, format, filename) {
+  const clone = svg.cloneNode(true);
+  clone.setAttribute("xmlns", "http://www.w3.org/2000/svg");
+  const text = new XMLSerializer().serializeToString(clone);
+  if (format === "svg") {
+    downloadBlob(new Blob([text], { type: "image/svg+xml" }), `${filename}.svg`);
+    return;
+  }
+  const { width, height } = svg.getBoundingClientRect();
+  const img = new Image();
+  img.onload = () => {
+    const c = document.createElement("canvas");
+    c.width = Math.ceil(width * 2); c.height = Math.ceil(height * 2);
+    const ctx = c.getContext("2d");
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, c.width, c.height);
+    ctx.scale(2, 2); ctx.drawImage(img, 0, 0, width, height);
+    c.toBlob((b) => downloadBlob(b, `${filename}.png`), "image/png");
+  };
+  img.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(text)}`;
+}
+
+// A small PNG / SVG / JSON bar placed just above a figure. `getData` returns the exact API
+// (part of the) response the figure was drawn from; `svgEl` switches images to a plain SVG;
+// `canvas` (a function returning a <canvas>) makes the image a PNG of that canvas, with no SVG.
+export function addDownloads(figure, name, getData, { svgEl = null, canvas = null } = {}) {
+  if (figure.previousElementSibling?.classList.contains("dl-bar")) return;
+  const image = (format) => () => {
+    if (canvas) {
+      const c = canvas();
+      if (c) c.toBlob((b) => downloadBlob(b, `${name}.png`), "image/png");
+      return;
+    }
+    const svg = typeof svgEl === "function" ? svgEl() : svgEl;
+    if (svg) downloadSvgElement(svg, format, name);
+    else if (figure._fullLayout) downloadPlotly(figure, format, name);
+  };
+  const bar = el("div", { class: "dl-bar", role: "group", "aria-label": `download ${name}`, "data-for": figure.id },
+    el("span", { class: "dl-label", text: "download" }),
+    el("button", { type: "button", class: "dl", "data-format": "png", title: `${name} as a PNG image`, onclick: image("png"), text: "PNG" }),
+    canvas ? null : el("button", { type: "button", class: "dl", "data-format": "svg", title: `${name} as an SVG image`, onclick: image("svg"), text: "SVG" }),
+    el("button", { type: "button", class: "dl", "data-format": "json", title: `the API data behind ${name} as JSON`,
+      onclick: () => { const d = getData(); if (d) downloadJSON(d, name); }, text: "JSON" }));
+  figure.before(bar);
+}

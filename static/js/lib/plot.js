@@ -1,0 +1,100 @@
+// The one place a Plotly figure is drawn: the page's layout and config, token axes, colour limits
+// and the shapes the heatmaps share. Nothing here computes a model number: it only selects and
+// lays out what the API sent.
+import { MONO } from "./palette.js";
+
+// Plotly tick format for a probability axis: percentages with two significant digits, so an axis
+// that ends at 0.004% still reads 0.001%, 0.002%, ... rather than 0% five times.
+export const PROB_TICKS = ".2~p";
+
+// Whether a sliding window of `window` keys (0: none) hides key k from query q: k is more than
+// window - 1 positions back. (Keys after q are the causal mask's.)
+export const outsideWindow = (window, q, k) => window > 0 && k <= q - window;
+
+// A token axis: one label per row/column while they fit (>= 14 px each; `gap` px for slanted
+// labels), else every k-th with k a round step (2, 4, 5, 10, ...), the label prefixed by its
+// position; the hover always names every token. A 128-token prompt gets 32 labels on a 500-px
+// axis, never 128.
+const TICK_PX = 14;
+export const SLANTED_TICK_PX = 20;
+const TICK_STEPS = [1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000];
+
+// ticklabeloverflow "allow": the margins are sized for the labels, and Plotly's default ("hide
+// past div") measures every label once per label drawn, each measure a layout of the whole page
+// (2 s of one task for a 128-token map on a page of 17,000 elements).
+export function tokenAxis(labels, px, extra = {}, gap = TICK_PX) {
+  const n = labels.length;
+  const room = Math.max(1, Math.floor(px / gap));
+  const step = TICK_STEPS.find((s) => Math.ceil(n / s) <= room) ?? Math.ceil(n / room);
+  const size = Math.max(9, Math.min(12, Math.floor((px * step) / Math.max(1, n)) - 2));
+  const vals = labels.map((_, i) => i).filter((i) => i % step === 0);
+  const text = (i) => (step === 1 || labels[i] === String(i) ? labels[i] : `${i} ${labels[i]}`);
+  return {
+    tickmode: "array", tickvals: vals, ticktext: vals.map(text),
+    tickfont: { family: MONO, size }, showgrid: false, zeroline: false, automargin: true,
+    ticklabeloverflow: "allow", ...extra,
+  };
+}
+
+// Robust symmetric limit for signed data: the 99th percentile of |z| (so one outlier does not
+// wash out the rest); the colour bar says it clips, hover gives the exact value.
+export function signedLimit(rows) {
+  const a = [];
+  for (const r of rows) for (const v of r) if (v !== null && v !== undefined) a.push(Math.abs(v));
+  if (!a.length) return 1;
+  a.sort((x, y) => x - y);
+  return a[Math.min(a.length - 1, Math.floor(a.length * 0.99))] || a[a.length - 1] || 1;
+}
+
+function plotConfig(name) {
+  return {
+    displaylogo: false, responsive: true,
+    modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
+    toImageButtonOptions: { filename: name },
+  };
+}
+
+function baseLayout(extra = {}) {
+  return {
+    font: { family: "system-ui, -apple-system, Segoe UI, sans-serif", size: 12, color: "#1d1d1f" },
+    paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+    margin: { l: 60, r: 20, t: 40, b: 40 },
+    hoverlabel: { font: { family: MONO, size: 12 } },
+    ...extra,
+  };
+}
+
+// The one place a plot is drawn (or redrawn in place). Resolves once Plotly has drawn it.
+export function draw(gd, data, layout, name) {
+  const done = Plotly.react(gd, data, baseLayout(layout), plotConfig(name || gd.id));
+  gd.dataset.drawn = String((+gd.dataset.drawn || 0) + 1);
+  return done;
+}
+
+// Remove a plot (its panel has nothing to show).
+export function clearPlot(gd) {
+  Plotly.purge(gd);
+}
+
+// A line or bar chart as the /learn panels draw them: a legend under the plot, axes that make
+// room for their labels, the page's font and Plotly's own hover labels. Resolves once drawn.
+export function chart(gd, data, layout = {}) {
+  const full = {
+    margin: { l: 64, r: 16, t: 28, b: 48 },
+    height: 340,
+    hovermode: "closest",
+    legend: { orientation: "h", y: -0.22, x: 0 },
+    font: { family: "system-ui, -apple-system, 'Segoe UI', sans-serif", size: 12 },
+    hoverlabel: {},
+    ...layout,
+  };
+  full.xaxis = { automargin: true, ...(full.xaxis || {}) };
+  full.yaxis = { automargin: true, ...(full.yaxis || {}) };
+  return draw(gd, data, full);
+}
+
+// An outline around one row of a heatmap (the selected position).
+export function rowBox(row, ncols, color = "#D55E00", xref = "x", yref = "y") {
+  return { type: "rect", xref, yref, x0: -0.5, x1: ncols - 0.5, y0: row - 0.5, y1: row + 0.5,
+    line: { color, width: 2 }, fillcolor: "rgba(0,0,0,0)" };
+}

@@ -1,0 +1,88 @@
+// Stage navigation by keyboard, shared by / and /compare: j / k go to the next / previous
+// section.stage, a digit jumps to that stage (0 is the tenth), and a page adds its own keys (h / l
+// step the position or the character). The stage lands just under the sticky #selection-bar and is
+// kept there while the panels near it draw; the #stage-nav link of the current stage gets
+// aria-current="step" and body[data-stage] its number (1-based).
+import { $ } from "./dom.js";
+import { drawNearby } from "./draw_queue.js";
+
+const stages = () => [...document.querySelectorAll("section.stage")];
+
+function currentStage() {
+  const list = stages();
+  const active = document.activeElement?.closest ? document.activeElement.closest("section.stage") : null;
+  if (active) {
+    const r = active.getBoundingClientRect();
+    if (r.bottom > 0 && r.top < innerHeight) return list.indexOf(active);
+  }
+  if (scrollY < 4) return -1;          // at the very top the prompt is the current place
+  const barBottom = $("selection-bar").getBoundingClientRect().bottom;
+  let idx = -1;
+  list.forEach((s, i) => { if (s.getBoundingClientRect().top <= barBottom + 12) idx = i; });
+  return idx;
+}
+
+// Put the stage just under the sticky bar, and keep it there for a moment: drawing the panels
+// near it (drawNearby) can make a panel above it taller and push it down the screen. Any other
+// scroll (the user's wheel, keys or scrollbar; a script's scrollIntoView) or a click ends that.
+let settling = null;
+function alignStage(s) {
+  settling?.();
+  let at = scrollY;
+  const align = () => {
+    scrollTo({ top: Math.max(0, s.getBoundingClientRect().top + scrollY - $("selection-bar").offsetHeight - 8), behavior: "instant" });
+    at = scrollY;
+  };
+  const onScroll = () => { if (Math.abs(scrollY - at) > 2) stop(); };
+  const ro = new ResizeObserver(align);
+  const stop = () => {
+    ro.disconnect(); clearTimeout(timer);
+    removeEventListener("scroll", onScroll); removeEventListener("pointerdown", stop);
+    settling = null;
+  };
+  const timer = setTimeout(stop, 2000);
+  align();
+  ro.observe(document.body);
+  addEventListener("scroll", onScroll, { passive: true });
+  addEventListener("pointerdown", stop, { passive: true });
+  settling = stop;
+}
+
+function markNav(i) {
+  document.querySelectorAll("#stage-nav a").forEach((a, j) => {
+    if (j === i) a.setAttribute("aria-current", "step"); else a.removeAttribute("aria-current");
+  });
+  document.body.dataset.stage = String(i + 1);
+}
+
+function goToStage(i) {
+  const list = stages();
+  i = Math.max(0, Math.min(list.length - 1, i));
+  const s = list[i];
+  alignStage(s);
+  s.focus({ preventScroll: true });
+  markNav(i);
+  drawNearby();
+}
+
+// `keys`: the page's own keys, { key: handler } (e.g. { h: back, l: forward }).
+export function stageNavigation(keys = {}) {
+  document.addEventListener("keydown", (e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    const t = e.target;
+    if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
+    const k = e.key;
+    const digit = /^[0-9]$/.test(k) ? (k === "0" ? 9 : +k - 1) : null;
+    if (k === "j" || k === "J") goToStage(currentStage() + 1);
+    else if (k === "k" || k === "K") goToStage(Math.max(0, currentStage() - 1));
+    else if (digit !== null && digit < stages().length) goToStage(digit);
+    else if (Object.hasOwn(keys, k)) keys[k]();
+    else return;
+    e.preventDefault();
+  });
+  let frame = 0;
+  addEventListener("scroll", () => {
+    cancelAnimationFrame(frame);
+    frame = requestAnimationFrame(() => markNav(currentStage()));
+  }, { passive: true });
+}
