@@ -25,7 +25,7 @@ from ..schemas.heads import (
     TrainingHeads,
 )
 from ..service import ModelService
-from .forward import prompt_ids, token_text
+from .common import prompt_ids, token_text
 from .tokens import token_pieces
 from .training import _snapshot_service
 
