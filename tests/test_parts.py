@@ -76,9 +76,7 @@ def test_each_parts_declared_hooks_are_enough_for_its_builder(kind_client):
         assert alone.json()[name] == every[name], name
 
 
-@pytest.mark.parametrize(
-    ("field", "a", "b"), [("layer", 0, 1), ("head", 0, 3), ("position", 2, 6), ("target", 10, 20)]
-)
+@pytest.mark.parametrize(("field", "a", "b"), [("layer", 0, 1), ("head", 0, 3), ("position", 2, 6), ("target", 10, 20)])
 def test_a_part_that_a_selection_changes_declares_it(kind_client, field, a, b):
     """The page re-requests only the parts stale_on a changed field: every other part must come back
     the same, and every declared one must in fact change on these models."""
