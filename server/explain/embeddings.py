@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..schemas.embeddings import Neighbour, NeighboursResponse, PositionsResponse, ProjectedToken, ProjectionResponse
 from ..service import ModelService
 from . import tokens as tok
-from .forward import rounded, token_text
+from .common import rounded, token_text
 
 
 @lru_cache(maxsize=4)

@@ -7,7 +7,7 @@ import torch
 from ..errors import InputError
 from ..schemas.intervene import Compared, InterveneRequest, InterveneResponse, RunSummary
 from ..service import ModelService
-from .forward import next_tokens, prompt_ids, token_text
+from .common import next_tokens, prompt_ids, token_text
 from .tokens import token_pieces
 
 

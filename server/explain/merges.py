@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import tiktoken
 
-from gptscope.model import lessons as L
+from gptscope.model import lessons as model_lessons
 from gptscope.model.bpe import BPEMerges
 from gptscope.model.tokenizers import CharEncoding
 
@@ -251,12 +251,16 @@ def compare(
                 bytes_per_token=round(n_bytes / n, 4) if n else None,
                 tokens_vs_fewest=round(n / fewest, 4) if fewest else None,
                 embedding_params=enc.n_vocab * d_model,
-                attention_scores=L.attention_scores(n),
-                character_attention_ratio=round(L.attention_scores(n_chars) / L.attention_scores(n), 4) if n else None,
+                attention_scores=model_lessons.attention_scores(n),
+                character_attention_ratio=round(
+                    model_lessons.attention_scores(n_chars) / model_lessons.attention_scores(n), 4
+                )
+                if n
+                else None,
                 tokens=tok.token_pieces(enc, ids, text) if include_tokens else None,
             )
         )
-    chars = CharacterLevel(positions=n_chars, attention_scores=L.attention_scores(n_chars))
+    chars = CharacterLevel(positions=n_chars, attention_scores=model_lessons.attention_scores(n_chars))
     return CompareResponse(characters=n_chars, character_level=chars, bytes=n_bytes, d_model=d_model, encodings=out)
 
 

@@ -7,7 +7,6 @@ import torch
 from gptscope.model.sampling import filter_logits, sample_next
 
 from ..errors import InputError
-from ..schemas.forward import NextToken
 from ..schemas.sampling import (
     CacheSize,
     FilteredToken,
@@ -17,8 +16,9 @@ from ..schemas.sampling import (
     NextTokenResponse,
     SamplingSettings,
 )
+from ..schemas.stages import NextToken
 from ..service import ModelService
-from .forward import prompt_ids, rounded, token_text
+from .common import prompt_ids, rounded, token_text
 from .tokens import token_pieces
 
 

@@ -89,7 +89,7 @@ def checkpoints(runs: RunManager, builtin: Path, loaded: Path) -> list[Checkpoin
 
 
 @lru_cache(maxsize=8)
-def _snapshot_service(path: str) -> ModelService:
+def snapshot_service(path: str) -> ModelService:
     return ModelService(Path(path))
 
 
@@ -100,7 +100,7 @@ def replay(runs: RunManager, run_id: str, step: int, text: str, tokens: int) -> 
     steps = runs.snapshot_steps(run_id)
     if step not in steps:
         raise InputError("step", f"run {run_id} has no snapshot at step {step}; snapshots: {steps}", where="query")
-    svc = _snapshot_service(str(runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))))
+    svc = snapshot_service(str(runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))))
     trace = fwd.forward(svc, ForwardRequest(text=text, include=["attention", "next_token"], truncate=True))
     ids = tok.encode(svc.encoding, text, where="query")[-svc.model.cfg.n_ctx // 2 :]
     with svc.run() as m:
