@@ -40,7 +40,7 @@ def test_static_js_is_lib_plus_one_folder_per_page_each_started_by_init():
     assert not list(JS.glob("*.js")), "a module outside lib/ and the page folders"
     assert sorted(p.name for p in JS.iterdir() if p.is_dir()) == sorted(["lib", *PAGES])
     for page in PAGES:
-        assert re.search(r"^export function init\(\)", (JS / page / "main.js").read_text(encoding="utf-8"), re.M), page
+        assert re.search(r"^export (async )?function init\(\)", (JS / page / "main.js").read_text(encoding="utf-8"), re.M), page
     templates = sorted((ROOT / "templates").glob("*.html"))
     entries = [
         m for t in templates for m in re.findall(r'set entry = "/static/js/(\w+)/main\.js"', t.read_text("utf-8"))

@@ -1,10 +1,11 @@
 // The forward-pass page: one POST /api/v1/forward per prompt or selection change (debounced; a
 // newer request aborts the stale one), asking only for the parts that change; each stage panel
 // draws its part. The URL carries the prompt and every setting, so a view can be shared.
-// The modern block's parts (rope, moe) are asked for only when the model has them: the page shell
-// carries /health's model info (#prompt-panel's data-pos, data-n-expert, ...). Head roles
-// (panel_heads, GET /api/v1/heads) load after each new prompt's trace.
-import { apiPost, isAbort, latest, showError } from "../lib/api.js";
+// Which parts there are comes from GET /api/v1/forward/parts: the ones the loaded model has (mlp or
+// moe, rope only for a RoPE model, classifier only for a fine-tuned classifier) and, for each, the
+// selection fields whose change makes it stale. Head roles (panel_heads, GET /api/v1/heads) load
+// after each new prompt's trace.
+import { apiGet, apiPost, isAbort, latest, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { tokenLabels } from "../lib/format.js";
 import { real, whole } from "../lib/query.js";
@@ -25,22 +26,19 @@ import { initIntervene, setInterveneTrace } from "./panel_intervene.js";
 import { initDecomposition, renderDecomposition } from "./panel_decomposition.js";
 import { initClassifier, renderClassifier } from "./panel_classifier.js";
 
-// The loaded model, as /health's info describes it (the page shell writes it into #prompt-panel).
-const MODEL = (() => {
-  const d = document.getElementById("prompt-panel").dataset;
-  const classifier = d.clsTask ? { task: d.clsTask, start: d.clsStart, delimiter: d.clsDelimiter, extract: d.clsExtract } : null;
-  return { pos: d.pos || "learned", nKvHead: +d.nKvHead || 0, nExpert: +d.nExpert || 0, classifier };
-})();
-const ALL_PARTS = ["embeddings", "attention", "layernorm", "head_detail", MODEL.nExpert ? "moe" : "mlp", "residual",
-  "logit_lens", "next_token", "prompt_loss", "decomposition", ...(MODEL.pos === "rope" ? ["rope"] : []),
-  ...(MODEL.classifier ? ["classifier"] : [])];
-// What a selection change makes stale (everything else stays as it is); parts this model lacks drop out.
-const DEPENDS = Object.fromEntries(Object.entries({
-  layer: ["layernorm", "head_detail", "mlp", "rope"],
-  head: ["head_detail", "rope"],
-  position: ["layernorm", "head_detail", "mlp", "next_token", "decomposition", "rope"],
-  target: ["decomposition"],
-}).map(([k, parts]) => [k, parts.filter((p) => ALL_PARTS.includes(p))]));
+// The loaded model's key/value heads, as /health's info says (the page shell writes it into #prompt-panel).
+const N_KV_HEAD = +document.getElementById("prompt-panel").dataset.nKvHead || 0;
+// The parts this model has, in the registry's order, and what a selection change makes stale
+// (everything else stays as it is): both filled from GET /api/v1/forward/parts by init().
+let ALL_PARTS = [];
+let DEPENDS = { layer: [], head: [], position: [], target: [] };
+
+async function loadParts() {
+  const { parts } = await apiGet("/forward/parts");
+  const mine = parts.filter((p) => p.applies);
+  ALL_PARTS = mine.map((p) => p.name);
+  DEPENDS = Object.fromEntries(Object.keys(DEPENDS).map((k) => [k, mine.filter((p) => p.stale_on.includes(k)).map((p) => p.name)]));
+}
 
 const state = {
   layer: 0, head: 0, position: null, target: null, feature: 0,
@@ -232,13 +230,19 @@ function selectPosition(p) {
 
 // --- wiring -----------------------------------------------------------------------------------
 
-export function init() {
+export async function init() {
+  try {
+    await loadParts();
+  } catch (err) {
+    showError(err);
+    return;
+  }
   readUrl();
   initEmbeddingSpace();
-  initBlock({ feature: state.feature, kvHeads: MODEL.nKvHead, onFeatureChange: (f) => { state.feature = f; writeUrl(); } });
+  initBlock({ feature: state.feature, kvHeads: N_KV_HEAD, onFeatureChange: (f) => { state.feature = f; writeUrl(); } });
   initRope();
   initAttentionOverview({ onSelectHead: (l, h) => { selectHead(l, h); $("attention-plot").scrollIntoView({ block: "center" }); },
-    onSelectPosition: selectPosition, kvHeads: MODEL.nKvHead });
+    onSelectPosition: selectPosition, kvHeads: N_KV_HEAD });
   // a prompt role's head opens in the stage's own head view; a test-input role's head in panel_heads' view
   initHeads({ onSelectHead: (l, h, where) => { selectHead(l, h); if (where === "prompt") $("attention-plot").scrollIntoView({ block: "center" }); },
     redecorate: () => setGridDecorator(decorateGrid) });
