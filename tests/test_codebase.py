@@ -40,7 +40,9 @@ def test_static_js_is_lib_plus_one_folder_per_page_each_started_by_init():
     assert not list(JS.glob("*.js")), "a module outside lib/ and the page folders"
     assert sorted(p.name for p in JS.iterdir() if p.is_dir()) == sorted(["lib", *PAGES])
     for page in PAGES:
-        assert re.search(r"^export (async )?function init\(\)", (JS / page / "main.js").read_text(encoding="utf-8"), re.M), page
+        assert re.search(
+            r"^export (async )?function init\(\)", (JS / page / "main.js").read_text(encoding="utf-8"), re.M
+        ), page
     templates = sorted((ROOT / "templates").glob("*.html"))
     entries = [
         m for t in templates for m in re.findall(r'set entry = "/static/js/(\w+)/main\.js"', t.read_text("utf-8"))
@@ -82,6 +84,42 @@ def test_no_js_name_has_two_meanings():
     assert not {n: defined[n] for n in from_lib if len(defined[n]) > 1}
     in_lib = {n: [w for w in where if w.startswith("lib/")] for n, where in defined.items()}
     assert not {n: where for n, where in in_lib.items() if len(where) > 1}
+
+
+# A JS function starts on a line that ends with "{" and declares one (`function`, an arrow `=>`, or
+# a method `name(...) {`); it ends at the first later line that starts with "}" at its indentation
+# (static/js is written that way: biome's lint keeps it parseable, this keeps it short).
+JS_OPENS = re.compile(r"\{\s*(//.*)?$")
+JS_METHOD = re.compile(
+    r"^\s*(async\s+|static\s+|get\s+|set\s+)?(?!if\b|for\b|while\b|switch\b|catch\b|else\b|return\b)[\w$]+\s*\(.*\)\s*\{"
+)
+
+
+def js_functions(src):
+    """(first line, length in lines, header) of each function in a module's source."""
+    lines = src.split("\n")
+    for i, line in enumerate(lines):
+        code = "" if line.lstrip().startswith("//") else line
+        if not JS_OPENS.search(line) or not (re.search(r"\bfunction\b|=>", code) or JS_METHOD.match(code)):
+            continue
+        indent = " " * (len(line) - len(line.lstrip()))
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith(indent + "}")), len(lines))
+        yield i + 1, end - i + 1, line.strip()
+
+
+def test_js_function_lengths_are_measured():
+    src = "export function f(a = {}) {\n  g(() => {\n    h();\n  });\n}\nclass C {\n  m(x) {\n    return x;\n  }\n}\n"
+    assert [(n, length) for n, length, _ in js_functions(src)] == [(1, 5), (2, 3), (7, 3)]
+
+
+def test_no_js_function_is_longer_than_80_lines():
+    long = [
+        f"static/js/{name}:{n} {head} ({length} lines)"
+        for name, src in js_files().items()
+        for n, length, head in js_functions(src)
+        if length > MAX_FUNCTION_LINES
+    ]
+    assert not long, long
 
 
 def test_builtin_checkpoint_json_is_small_and_its_history_file_drives_the_curves():

@@ -45,6 +45,69 @@ function gridColorbar(zmin, zmax, title, maskedName) {
     maskedName ? el("span", { text: maskedName }) : null);
 }
 
+// The grid's cells: the column groups and headers, then per row its header and one canvas (with
+// its div.hg-marks) per column.
+function gridCells(maps, n, opts) {
+  const nR = maps.length;
+  const nC = nR ? maps[0].length : 0;
+  const cells = [];
+  if (opts.colGroups?.length) {
+    cells.push(el("span", {}));
+    for (const g of opts.colGroups) {
+      cells.push(el("span", { class: "hg-group", style: `grid-column: span ${g.to - g.from + 1}`, title: g.title || null,
+        dataset: { from: g.from, to: g.to }, text: g.label }));
+    }
+  }
+  cells.push(el("span", {}));
+  for (let c = 0; c < nC; c++) cells.push(el("span", { class: "hg-col", text: (opts.colNames || [])[c] ?? String(c) }));
+  const canvases = [];
+  const overlays = [];
+  for (let r = 0; r < nR; r++) {
+    cells.push(el("span", { class: "hg-row", text: (opts.rowNames || [])[r] ?? String(r) }));
+    overlays.push([]);
+    for (let c = 0; c < nC; c++) {
+      const cv = el("canvas", { class: "hg-map", width: n, height: n, tabindex: 0, role: "button",
+        "aria-label": opts.cellName ? opts.cellName(r, c) : `row ${r}, column ${c}`, dataset: { row: r, col: c } });
+      const marks = el("div", { class: "hg-marks" });
+      canvases.push(cv);
+      overlays[r].push(marks);
+      cells.push(el("div", { class: "hg-cell" }, cv, marks));
+    }
+  }
+  return { cells, canvases, overlays };
+}
+
+// Hover (the tooltip names the cell under the pointer), click, Enter and Space (opts.onSelect).
+function gridEvents(box, grid, tip, maps, n, opts) {
+  const at = (ev) => {
+    const cv = ev.target.closest?.("canvas.hg-map");
+    return cv && box.contains(cv) ? cv : null;
+  };
+  grid.addEventListener("mousemove", (ev) => {
+    const cv = at(ev);
+    if (!cv || !opts.hoverText) { tip.hidden = true; return; }
+    const r = +cv.dataset.row;
+    const c = +cv.dataset.col;
+    const rect = cv.getBoundingClientRect();
+    const k = Math.min(n - 1, Math.max(0, Math.floor(((ev.clientX - rect.left) / rect.width) * n)));
+    const q = Math.min(n - 1, Math.max(0, Math.floor(((ev.clientY - rect.top) / rect.height) * n)));
+    const row = maps[r][c][q] || [];
+    tip.textContent = opts.hoverText(r, c, q, k, row[k] ?? null);
+    tip.hidden = false;
+    tip.style.left = `${Math.min(ev.clientX + 14, innerWidth - tip.offsetWidth - 8)}px`;
+    tip.style.top = `${ev.clientY + 14}px`;
+  });
+  grid.addEventListener("mouseleave", () => { tip.hidden = true; });
+  const choose = (ev) => {
+    const cv = at(ev);
+    if (cv && opts.onSelect) opts.onSelect(+cv.dataset.row, +cv.dataset.col);
+  };
+  grid.addEventListener("click", choose);
+  grid.addEventListener("keydown", (ev) => {   // a mark inside a cell is a button: it keeps its own keys
+    if ((ev.key === "Enter" || ev.key === " ") && at(ev)) { ev.preventDefault(); choose(ev); }
+  });
+}
+
 // The grid: maps[r][c] is a T x T map (rows may stop short: a causal model's masked keys).
 // opts: rowNames, colNames (the headers), cellName(r, c) (its accessible name), zmin/zmax,
 //   colorTitle, maskedName (the colour key's name for masked cells; none without it),
@@ -73,61 +136,12 @@ export function heatGrid(box, maps, n, opts = {}) {
     }
     box.dataset.painted = String(painted);
   }, { rootMargin: "300px 0px" });
-  const cells = [];
-  if (opts.colGroups?.length) {
-    cells.push(el("span", {}));
-    for (const g of opts.colGroups) {
-      cells.push(el("span", { class: "hg-group", style: `grid-column: span ${g.to - g.from + 1}`, title: g.title || null,
-        dataset: { from: g.from, to: g.to }, text: g.label }));
-    }
-  }
-  cells.push(el("span", {}));
-  for (let c = 0; c < nC; c++) cells.push(el("span", { class: "hg-col", text: (opts.colNames || [])[c] ?? String(c) }));
-  const canvases = [];
-  const overlays = [];
-  for (let r = 0; r < nR; r++) {
-    cells.push(el("span", { class: "hg-row", text: (opts.rowNames || [])[r] ?? String(r) }));
-    overlays.push([]);
-    for (let c = 0; c < nC; c++) {
-      const cv = el("canvas", { class: "hg-map", width: n, height: n, tabindex: 0, role: "button",
-        "aria-label": opts.cellName ? opts.cellName(r, c) : `row ${r}, column ${c}`, dataset: { row: r, col: c } });
-      const marks = el("div", { class: "hg-marks" });
-      canvases.push(cv);
-      overlays[r].push(marks);
-      cells.push(el("div", { class: "hg-cell" }, cv, marks));
-    }
-  }
+  const { cells, canvases, overlays } = gridCells(maps, n, opts);
   const grid = el("div", { class: "hg-grid",   // maps at most maxCell (200) px wide
     style: `grid-template-columns: auto repeat(${nC}, minmax(0, 1fr)); max-width: ${nC * ((opts.maxCell || 200) + 6) + 40}px` }, cells);
   const tip = el("div", { class: "hg-tip mono", role: "tooltip", hidden: true });
   box.replaceChildren(gridColorbar(zmin, zmax, opts.colorTitle, opts.maskedName), grid, tip);
-  const at = (ev) => {
-    const cv = ev.target.closest?.("canvas.hg-map");
-    return cv && box.contains(cv) ? cv : null;
-  };
-  grid.addEventListener("mousemove", (ev) => {
-    const cv = at(ev);
-    if (!cv || !opts.hoverText) { tip.hidden = true; return; }
-    const r = +cv.dataset.row;
-    const c = +cv.dataset.col;
-    const rect = cv.getBoundingClientRect();
-    const k = Math.min(n - 1, Math.max(0, Math.floor(((ev.clientX - rect.left) / rect.width) * n)));
-    const q = Math.min(n - 1, Math.max(0, Math.floor(((ev.clientY - rect.top) / rect.height) * n)));
-    const row = maps[r][c][q] || [];
-    tip.textContent = opts.hoverText(r, c, q, k, row[k] ?? null);
-    tip.hidden = false;
-    tip.style.left = `${Math.min(ev.clientX + 14, innerWidth - tip.offsetWidth - 8)}px`;
-    tip.style.top = `${ev.clientY + 14}px`;
-  });
-  grid.addEventListener("mouseleave", () => { tip.hidden = true; });
-  const choose = (ev) => {
-    const cv = at(ev);
-    if (cv && opts.onSelect) opts.onSelect(+cv.dataset.row, +cv.dataset.col);
-  };
-  grid.addEventListener("click", choose);
-  grid.addEventListener("keydown", (ev) => {   // a mark inside a cell is a button: it keeps its own keys
-    if ((ev.key === "Enter" || ev.key === " ") && at(ev)) { ev.preventDefault(); choose(ev); }
-  });
+  gridEvents(box, grid, tip, maps, n, opts);
   // a map shown at least as large as its cells: crisp pixels; smaller: smoothed
   requestAnimationFrame(() => {
     const w = canvases.length ? canvases[0].clientWidth : 0;

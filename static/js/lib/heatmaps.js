@@ -60,25 +60,10 @@ function padRows(rows, n, fill = null) {
   return rows.map((r) => (r.length < n ? [...r, ...Array(n - r.length).fill(fill)] : r));
 }
 
-// A (T x T) query-by-key map. `z` may hold null (drawn as the masked "−∞"); rows shorter than T
-// (a causal model's attention) are padded with empty cells, which causalMask covers.
-// opts: signed, limit, zmin/zmax, colorTitle, hoverName, title, xTitle/yTitle, row (outlined),
-//   cell/minSide/maxSide (the square's size), colorbar (false: none), tickangle, plain (numbered axes),
-//   name (download name), traceName,
-//   fit: size the square to the element's width, margins to the longest label (the big head map),
-//   causalMask: cover the cells above the diagonal (a key after its query) with a light overlay
-//     named "causal mask"; only for a model that has the mask (the response's `causal` says so).
-//   window: a sliding window's width (the response's `window`; 0 none): the keys it hides are
-//     covered by an overlay named "window mask" the same way.
-//   shapes, annotations: more layout shapes / annotations (e.g. marks on the square)
-export function squareHeatmap(gd, z, labels, opts = {}) {
+// The square's side, the figure's size and margins and the axes' ticks: opts.fit sizes it to the
+// element's width, else it follows opts.cell / minSide / maxSide.
+function squareSize(gd, labels, opts) {
   const n = labels.length;
-  const signed = !!opts.signed;
-  const lim = signed ? (opts.limit ?? signedLimit(z)) : null;
-  const hasNull = z.some((r) => r.some((v) => v === null));
-  const text = opts.plain ? null : padRows(z.map((r) => r.map((v) => (v === null ? "−∞ (masked)" : String(v)))), n, "");
-  z = padRows(z, n);
-  const pairs = opts.plain ? null : labels.map((q) => labels.map((k) => [q, k]));
   let side;
   let margin;
   let width;
@@ -106,22 +91,12 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     height = side + 110;
     axis = opts.plain ? plainAxis : tokenAxis(labels, side);
   }
-  const data = [{
-    type: "heatmap", name: opts.traceName, z, x: labels.map((_, i) => i), y: labels.map((_, i) => i),
-    colorscale: signed ? SIGNED : SEQ,
-    zmin: signed ? -lim : (opts.zmin ?? 0), zmax: signed ? lim : (opts.zmax ?? 1), zmid: signed ? 0 : undefined,
-    colorbar: opts.fit ? { title: { text: opts.colorTitle || "" }, thickness: 14, len: 1, lenmode: "fraction" }
-      : { title: { text: opts.colorTitle || "", side: "right" }, thickness: 10 },
-    showscale: opts.colorbar !== false,
-    text, hoverongaps: true,
-    customdata: pairs,
-    hovertemplate: `query %{y} “%{customdata[0]}” · key %{x} “%{customdata[1]}”<br>${opts.hoverName || "value"} %{text}<extra></extra>`,
-  }];
-  if (opts.plain) {   // numbered rows and columns (positions): no per-cell labels needed
-    delete data[0].text;
-    delete data[0].customdata;
-    data[0].hovertemplate = `${opts.yTitle} %{y} · ${opts.xTitle} %{x}<br>${opts.hoverName || "value"} %{z}<extra></extra>`;
-  }
+  return { side, margin, width, height, axis };
+}
+
+// The overlays over the masked cells of `data[0]`: the causal mask, a sliding window's, and "−∞"
+// written in the masked cells while they are large enough to read.
+function maskTraces(data, z, pairs, n, side, hasNull, opts) {
   if (opts.causalMask) {
     data.push({
       type: "heatmap", name: "causal mask", x: data[0].x, y: data[0].y,
@@ -147,6 +122,45 @@ export function squareHeatmap(gd, z, labels, opts = {}) {
     z.forEach((r, q) => { r.forEach((v, k) => { if (masked(v, q, k)) { cells.x.push(k); cells.y.push(q); cells.text.push("−∞"); } }); });
     data.push(cells);
   }
+}
+
+// A (T x T) query-by-key map. `z` may hold null (drawn as the masked "−∞"); rows shorter than T
+// (a causal model's attention) are padded with empty cells, which causalMask covers.
+// opts: signed, limit, zmin/zmax, colorTitle, hoverName, title, xTitle/yTitle, row (outlined),
+//   cell/minSide/maxSide (the square's size), colorbar (false: none), tickangle, plain (numbered axes),
+//   name (download name), traceName,
+//   fit: size the square to the element's width, margins to the longest label (the big head map),
+//   causalMask: cover the cells above the diagonal (a key after its query) with a light overlay
+//     named "causal mask"; only for a model that has the mask (the response's `causal` says so).
+//   window: a sliding window's width (the response's `window`; 0 none): the keys it hides are
+//     covered by an overlay named "window mask" the same way.
+//   shapes, annotations: more layout shapes / annotations (e.g. marks on the square)
+export function squareHeatmap(gd, z, labels, opts = {}) {
+  const n = labels.length;
+  const signed = !!opts.signed;
+  const lim = signed ? (opts.limit ?? signedLimit(z)) : null;
+  const hasNull = z.some((r) => r.some((v) => v === null));
+  const text = opts.plain ? null : padRows(z.map((r) => r.map((v) => (v === null ? "−∞ (masked)" : String(v)))), n, "");
+  z = padRows(z, n);
+  const pairs = opts.plain ? null : labels.map((q) => labels.map((k) => [q, k]));
+  const { side, margin, width, height, axis } = squareSize(gd, labels, opts);
+  const data = [{
+    type: "heatmap", name: opts.traceName, z, x: labels.map((_, i) => i), y: labels.map((_, i) => i),
+    colorscale: signed ? SIGNED : SEQ,
+    zmin: signed ? -lim : (opts.zmin ?? 0), zmax: signed ? lim : (opts.zmax ?? 1), zmid: signed ? 0 : undefined,
+    colorbar: opts.fit ? { title: { text: opts.colorTitle || "" }, thickness: 14, len: 1, lenmode: "fraction" }
+      : { title: { text: opts.colorTitle || "", side: "right" }, thickness: 10 },
+    showscale: opts.colorbar !== false,
+    text, hoverongaps: true,
+    customdata: pairs,
+    hovertemplate: `query %{y} “%{customdata[0]}” · key %{x} “%{customdata[1]}”<br>${opts.hoverName || "value"} %{text}<extra></extra>`,
+  }];
+  if (opts.plain) {   // numbered rows and columns (positions): no per-cell labels needed
+    delete data[0].text;
+    delete data[0].customdata;
+    data[0].hovertemplate = `${opts.yTitle} %{y} · ${opts.xTitle} %{x}<br>${opts.hoverName || "value"} %{z}<extra></extra>`;
+  }
+  maskTraces(data, z, pairs, n, side, hasNull, opts);
   const title = !opts.title ? undefined : opts.fit
     ? { text: opts.title, x: 0, xanchor: "left", xref: "paper", y: 1, yanchor: "top", yref: "container", pad: { t: 8 } }
     : { text: opts.title, x: 0, xanchor: "left", font: { size: 13 } };
