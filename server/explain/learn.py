@@ -19,6 +19,7 @@ from gptscope.model.schedules import warmup_cosine
 from ..errors import InputError
 from ..schemas import learn as schemas
 from ..service import ModelService
+from .digits import EXACT
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -50,7 +51,7 @@ def parse_floats(text: str, field: str, lo: int = 2, hi: int = 64, bound: float 
     return values
 
 
-def json_float(x: float, digits: int = 12) -> float:
+def json_float(x: float, digits: int = EXACT) -> float:
     """Round for JSON (and turn -0.0 into 0.0)."""
     return round(float(x), digits) + 0.0
 

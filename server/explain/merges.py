@@ -38,6 +38,7 @@ from ..schemas.tokenize import (
 )
 from ..service import ModelService
 from . import tokens as tok
+from .digits import COARSE
 
 TITLES = {
     "gpt2": "GPT-2 (2019), reused by GPT-3",
@@ -246,14 +247,14 @@ def compare(
                     characters=n_chars,
                     bytes=n_bytes,
                     tokens=n,
-                    characters_per_token=round(n_chars / n, 4) if n else None,
+                    characters_per_token=round(n_chars / n, COARSE) if n else None,
                 ),
-                bytes_per_token=round(n_bytes / n, 4) if n else None,
-                tokens_vs_fewest=round(n / fewest, 4) if fewest else None,
+                bytes_per_token=round(n_bytes / n, COARSE) if n else None,
+                tokens_vs_fewest=round(n / fewest, COARSE) if fewest else None,
                 embedding_params=enc.n_vocab * d_model,
                 attention_scores=model_lessons.attention_scores(n),
                 character_attention_ratio=round(
-                    model_lessons.attention_scores(n_chars) / model_lessons.attention_scores(n), 4
+                    model_lessons.attention_scores(n_chars) / model_lessons.attention_scores(n), COARSE
                 )
                 if n
                 else None,

@@ -36,7 +36,8 @@ from ..schemas.stages import (
     RopeDistanceCheck,
 )
 from ..service import ModelService
-from .common import COARSE, FINE, VALUE, attention_rows, next_tokens, rounded, token_text
+from .common import attention_rows, next_tokens, rounded, token_text
+from .digits import COARSE, FINE, VALUE
 
 LENS_K = 3  # logit lens: candidates kept per stage and position
 HIST_BINS = 40  # MLP: bins of each layer's pre-activation histogram
