@@ -387,6 +387,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention, in three pieces: `qkv` (the projections, RoPE, the KV cache,
+    shared key/value heads), then `fused` (fast mode) or `explained` (explain mode, every hook)."""
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -411,55 +414,69 @@ class CausalSelfAttention(nn.Module):
         self.explain = False  # the step-by-step path (set by GPT.set_mode)
 
     def forward(self, x: torch.Tensor, kv: LayerKV | None = None) -> torch.Tensor:
+        q, k, v = self.qkv(x, kv)  # (B, nh, T, hs), (B, nh, Tk, hs), (B, nh, Tk, hs)
+        y = self.explained(q, k, v) if self.explain else self.fused(q, k, v)  # (B, T, d)
+        return self.resid_dropout(y)
+
+    def qkv(self, x: torch.Tensor, kv: LayerKV | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, d) -> q (B, nh, T, hs) for the new positions; k, v (B, nh, Tk, hs) for all of
+        them so far: the cached ones (Tk - T) and the new T."""
         B, T, d = x.shape
-        cfg = self.cfg
-        nh, n_kv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
+        nh, n_kv, hs = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.d_head
         q, k, v = self.c_attn(x).split([d, n_kv * hs, n_kv * hs], dim=2)
         q = self.hook_q(q.view(B, T, nh, hs))
         k = self.hook_k(k.view(B, T, n_kv, hs))
-        v = self.hook_v(v.view(B, T, n_kv, hs)).transpose(1, 2)  # (B, n_kv, T, hs)
-        if cfg.pos == "rope":  # positions continue after the cached ones
-            start = kv.cache.length if kv is not None else 0
-            cos, sin = rope_angles(hs, torch.arange(start, start + T, device=x.device), cfg.rope_base)
-            cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, hs/2): the same turn for every head
-            q, k = self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, nh, T, hs), (B, n_kv, T, hs)
+        v = self.hook_v(v.view(B, T, n_kv, hs))
+        if self.cfg.pos == "rope":  # positions continue after the cached ones
+            q, k = self.rope(q, k, start=kv.cache.length if kv is not None else 0)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), (B, n_kv, T, hs)
         if kv is not None:
             k, v = kv.append(k, v)  # (B, n_kv, Tk, hs) including the cached positions
-        if n_kv != nh:  # each key/value head serves nh / n_kv query heads
+        if n_kv != nh:  # grouped-query attention: each key/value head serves nh / n_kv query heads
             k, v = k.repeat_interleave(nh // n_kv, dim=1), v.repeat_interleave(nh // n_kv, dim=1)
-        Tk = k.size(2)
-        causal = cfg.causal
-        p_drop = cfg.dropout if self.training else 0.0
+        return q, k, v
 
-        if not self.explain:
-            if not causal or (T == 1 and not cfg.window):
-                mask, is_causal = None, False  # a single newest query may see every cached key
-            elif Tk == T and not cfg.window:
-                mask, is_causal = None, True
-            else:
-                mask, is_causal = causal_allowed(T, Tk, x.device, cfg.window), False
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal
-            )  # (B, nh, T, hs)
-        else:
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, Tk)
-            scores = self.hook_attn_scores(scores)
-            if causal:
-                scores = scores.masked_fill(~causal_allowed(T, Tk, x.device, cfg.window), float("-inf"))
-            pattern = self.hook_pattern(F.softmax(scores, dim=-1))
-            y = self.attn_dropout(pattern) @ v  # (B, nh, T, hs)
+    def rope(self, q: torch.Tensor, k: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE: turn q (B, T, nh, hs) and k (B, T, n_kv, hs) by their positions start ... start + T - 1."""
+        T = q.size(1)
+        cos, sin = rope_angles(self.cfg.d_head, torch.arange(start, start + T, device=q.device), self.cfg.rope_base)
+        cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, hs/2): the same turn for every head
+        return self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
 
+    def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Fast mode: PyTorch's fused scaled_dot_product_attention, then one W_O matmul for all heads."""
+        B, nh, T, hs = q.shape
+        mask, is_causal = self.sdpa_mask(T, k.size(2), q.device)
+        p_drop = self.cfg.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal
+        )  # (B, nh, T, hs)
         z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs)
-        if self.explain:
-            w_o = self.c_proj.weight.view(d, nh, hs)  # (d_out, nh, hs)
-            result = self.hook_result(torch.einsum("bths,dhs->bthd", z, w_o))  # (B, T, nh, d)
-            out = result.sum(2)
-            if self.c_proj.bias is not None:
-                out = out + self.c_proj.bias
-        else:
-            out = self.c_proj(z.reshape(B, T, d))
-        return self.resid_dropout(out)
+        return self.c_proj(z.reshape(B, T, nh * hs))
+
+    def sdpa_mask(self, T: int, Tk: int, device: torch.device) -> tuple[torch.Tensor | None, bool]:
+        """The (attn_mask, is_causal) for T queries over Tk keys: none without a causal mask (BERT-
+        style) or for a single newest query (it may see every cached key); SDPA's own causal mask
+        for a square with no window; else the (T, Tk) allowed cells (a cache before T, a window)."""
+        if not self.cfg.causal or (T == 1 and not self.cfg.window):
+            return None, False
+        if Tk == T and not self.cfg.window:
+            return None, True
+        return causal_allowed(T, Tk, device, self.cfg.window), False
+
+    def explained(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Explain mode, step by step: softmax(QK^T / sqrt(hs)) with the mask, and each head's
+        output in the residual space on its own (hook_result), summed. Every hook point fires."""
+        _B, nh, T, hs = q.shape
+        scores = self.hook_attn_scores((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs)))  # (B, nh, T, Tk)
+        if self.cfg.causal:
+            scores = scores.masked_fill(~causal_allowed(T, k.size(2), q.device, self.cfg.window), float("-inf"))
+        pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, Tk)
+        z = self.hook_z((self.attn_dropout(pattern) @ v).transpose(1, 2))  # (B, T, nh, hs)
+        w_o = self.c_proj.weight.view(-1, nh, hs)  # (d, nh, hs)
+        result = self.hook_result(torch.einsum("bths,dhs->bthd", z, w_o))  # (B, T, nh, d)
+        out = result.sum(2)  # (B, T, d)
+        return out if self.c_proj.bias is None else out + self.c_proj.bias
 
 
 class MLP(nn.Module):
