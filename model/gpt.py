@@ -1,10 +1,28 @@
 """A small GPT, in one readable file.
 
-Decoder-only Transformer in the style of GPT-1/GPT-2:
+A decoder-only Transformer. GPTConfig's defaults build GPT-2's block:
 
     tokens -> token embedding (W_E) + learned position embedding (W_P)
-           -> n_layer x Block(attention, MLP, residual adds, LayerNorm)
+           -> n_layer x Block:  x = x + Attention(LayerNorm(x))   nh heads: softmax(q k^T / sqrt(hs)) v
+                                x = x + MLP(LayerNorm(x))         W_down GELU(W_up x), 4d wide
            -> final LayerNorm -> logits = h @ W_E^T (weight tying)
+
+and a switch in GPTConfig turns each piece into the modern block of the LLaMA family (the
+"llama-style" preset turns them all on):
+
+    tokens -> token embedding (W_E)                               pos="rope": no W_P; attention turns
+           -> n_layer x Block:  x = x + Attention(RMSNorm(x))       q and k by their position (RoPE)
+                                x = x + SwiGLU(RMSNorm(x))        norm_type="rmsnorm": no mean, no shift
+           -> final RMSNorm -> logits = h @ W_E^T                 mlp="swiglu": W_down (silu(W_gate x) * W_up x),
+                                                                    8d/3 wide (the parameters of 4d GELU)
+                                                                  n_kv_head < n_head: grouped-query attention,
+                                                                    nh / n_kv query heads share a key/value
+                                                                    head (n_kv_head=1: multi-query)
+                                                                  bias=False: no biases anywhere
+
+More switches: window=w (sliding-window attention: each query sees its last w keys), n_expert
+(mixture of experts: a router sends each token to top_k_experts of n_expert MLPs), norm="post"
+(GPT-1: LN(x + f(x))) or "both" (Gemma 2's sandwich: x + LN(f(LN(x)))), causal=False (no mask).
 
 Every intermediate worth showing passes through a `HookPoint`, an identity module whose dotted
 name is stable (for example ``blocks.0.attn.hook_pattern``).  Nothing is recorded unless someone
@@ -14,18 +32,20 @@ remove them again.
 Two modes decide which arithmetic runs, and `GPT.set_mode` is the only switch:
 
     "fast"     (training, the CLI)  fused kernels: PyTorch's scaled_dot_product_attention,
-               F.layer_norm, one W_O matmul for all heads. The attention scores and pattern,
-               each head's result and the LayerNorm scale never exist as tensors, so their
-               hook points do not fire.
+               F.layer_norm or F.rms_norm, one W_O matmul for all heads. The attention scores
+               and pattern, each head's result and LayerNorm's or RMSNorm's scale and output
+               never exist as tensors, so their hook points do not fire.
     "explain"  (serving)  the step-by-step path: softmax(QK^T / sqrt(d_head)) with the mask,
-               LayerNorm written out, each head's output formed separately. Every hook fires.
+               the norms written out, each head's output formed separately. Every hook fires.
 
 `hooks()` and `capture()` run their `with` block in explain mode and restore the mode after.
-The two modes agree to float32 rounding (`tests/test_model.py` checks it), not bit for bit, so
-the server stays in explain mode: every panel then shows the same digits for the same prompt.
+The two modes agree to float32 rounding (`tests/test_model.py` and `tests/test_modern.py` check
+it), not bit for bit, so the server stays in explain mode: every panel then shows the same digits
+for the same prompt.
 
 Shape legend used in the comments: B batch, T query positions, Tk key positions (T plus the
-KV cache), d d_model, nh heads, hs head size (d / nh), V vocabulary, dm MLP width.
+KV cache), d d_model, nh heads, n_kv key/value heads, hs head size (d / nh), V vocabulary,
+dm MLP width, E experts, k experts chosen per token.
 """
 
 from __future__ import annotations
@@ -127,13 +147,16 @@ class GPTConfig:
         return cls(**d)
 
 
-# Architectures the app knows by name. `cpu` is what the built-in model is trained with (its
-# vocabulary comes from the tokenizer trained on the corpus); `gpt1` and `gpt2` reproduce the
-# published shapes so their sizes can be shown, and a GPU user can train them.
+# Architectures the app knows by name. `cpu` is the shape both training recipes start from
+# (model/train.py's RECIPES) and the one benchmarks/ times. The built-in model
+# (model/builtin/checkpoint.json) was trained from it with overrides, 6 blocks of width 192 over
+# 256 positions with dropout 0.1, and its 2048-token vocabulary comes from the BPE tokenizer
+# trained on the corpus. `gpt1` and `gpt2` reproduce the published shapes so their sizes can be
+# shown, and a GPU user can train them.
 PRESETS: dict[str, dict] = {
     "tiny": dict(n_ctx=64, n_layer=2, n_head=4, d_model=64),
-    "cpu": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),  # the built-in model (benchmarks/)
-    # the CPU shape as GPT-2 built it, and as LLaMA-family models build it today: rotary positions,
+    "cpu": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),  # the recipes' default shape
+    # the cpu shape as GPT-2 built it, and as LLaMA-family models build it today: rotary positions,
     # RMSNorm, SwiGLU, grouped-query attention (2 key/value heads for 4 query heads), no biases.
     # SwiGLU is 398 wide here (about 3.1d) so the two have the same parameter count (within 0.1%).
     "gpt2-style": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),
@@ -288,7 +311,7 @@ class RMSNorm(nn.Module):
         self.hook_normalized = HookPoint()  # (B, T, d) after the gain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.explain and hasattr(F, "rms_norm"):
+        if not self.explain:
             return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(x / scale * self.weight)
@@ -354,7 +377,7 @@ class KVCache:
         return LayerKV(self, i)
 
     def numel_used(self) -> int:
-        """Numbers held for the filled positions: layers x 2 (K and V) x T x d."""
+        """Numbers held for the filled positions: layers x 2 (K and V) x B x T x n_kv x hs."""
         L, B, nh, _, hs = self.k.shape
         return L * 2 * B * self.length * nh * hs
 
