@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .formulas import OptState, adam_step
+from .gpt import hook_name
 
 # --------------------------------------------------------------------------------------------
 # Initialisation
@@ -324,7 +325,7 @@ def head_gradients(model, ids: Sequence[int], layer: int, head: int) -> dict:
         kept[name.rsplit(".", 1)[1]] = t
 
     inputs, targets = shift(ids)
-    names = [f"blocks.{layer}.attn.hook_{k}" for k in ("pattern", "v", "z")]
+    names = [hook_name(n, layer) for n in ("attn.hook_pattern", "attn.hook_v", "attn.hook_z")]
     with torch.inference_mode(False), torch.enable_grad(), model.hooks([(n, keep) for n in names]):
         logits, _ = model(torch.tensor([inputs], dtype=torch.long))
         loss = F.cross_entropy(logits[0].float(), torch.tensor(targets, dtype=torch.long))
