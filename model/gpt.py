@@ -51,7 +51,7 @@ dm MLP width, E experts, k experts chosen per token.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
@@ -259,10 +259,12 @@ def hook_name(name: str, layer: int | None = None) -> str:
 
 # A hook function receives (tensor, hook_name) and returns None (look only) or a replacement.
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
+# Which hook points a hook function is added to: one name, a predicate on the name, or None for all.
+HookFilter = str | Callable[[str], bool] | None
 Mode = Literal["fast", "explain"]
 
 
-def _matches(name: str, flt) -> bool:
+def _matches(name: str, flt: HookFilter) -> bool:
     if flt is None:
         return True
     if callable(flt):
@@ -634,7 +636,7 @@ class GPT(nn.Module):
     def _init_weights(m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)  # N(0, 0.02)
-            if getattr(m, "bias", None) is not None:
+            if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
 
     # ---- forward ---------------------------------------------------------------------------
@@ -681,7 +683,7 @@ class GPT(nn.Module):
     # ---- hooks -----------------------------------------------------------------------------
 
     @contextmanager
-    def hooks(self, fwd_hooks: list[tuple[object, HookFn]]) -> Iterator[GPT]:
+    def hooks(self, fwd_hooks: Sequence[tuple[HookFilter, HookFn]]) -> Iterator[GPT]:
         """Add forward hooks for the duration of a `with` block; they are always removed.
 
         Each entry is (name or predicate or None for all, fn(tensor, name) -> tensor | None).
@@ -703,7 +705,9 @@ class GPT(nn.Module):
             self.set_mode(mode)
 
     @contextmanager
-    def capture(self, names=None) -> Iterator[dict[str, torch.Tensor]]:
+    def capture(
+        self, names: HookFilter | list[str] | tuple[str, ...] | set[str] | frozenset[str] = None
+    ) -> Iterator[dict[str, torch.Tensor]]:
         """Record the named intermediates of every forward pass inside the block.
 
         names: None for all hook points, a list of names, or a predicate on the name.

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .gpt import GPT, hook_name
+from .gpt import GPT, HookFn, hook_name
 
 ROLES = ("previous-token", "first-token", "current-token", "local", "duplicate-token", "induction")
 PROMPT_ROLES = ("previous-token", "first-token", "current-token", "local")
@@ -94,7 +94,9 @@ def prompt_scores(pattern: torch.Tensor) -> dict[str, torch.Tensor]:
     }
     if T > LOCAL_WINDOW - 1:
         q = torch.arange(LOCAL_WINDOW - 1, T)
-        window = sum(pattern[..., q, q - k] for k in range(LOCAL_WINDOW))
+        window = pattern[..., q, q]  # each query's last LOCAL_WINDOW keys, its own included
+        for k in range(1, LOCAL_WINDOW):
+            window = window + pattern[..., q, q - k]
         out["local"] = window.mean(-1)
     else:
         out["local"] = pattern[..., 1:, :].sum(-1).mean(-1)
@@ -168,7 +170,7 @@ def assign_roles(scores: dict[str, torch.Tensor], base: dict[str, dict]) -> list
 # --- ablation ------------------------------------------------------------------------------------
 
 
-def _ablate_hook(head: int, how: str):
+def _ablate_hook(head: int, how: str) -> HookFn:
     def fn(z: torch.Tensor, _name: str) -> torch.Tensor:
         z = z.clone()  # (B, T, nh, hs)
         if how == "zero":

@@ -111,7 +111,7 @@ def adam_moments_constant(g: float, steps: int, beta1: float, beta2: float, eps:
     torch.optim.Adam uses): the raw moments m_t, v_t (pulled towards their zero start), the
     bias-corrected ones (exactly g and g^2 at every step) and the step with and without the
     correction (without it the first step is (1 - b1) / sqrt(1 - b2) times too long)."""
-    out = {k: [] for k in ("m", "v", "m_hat", "v_hat", "step", "step_uncorrected")}
+    out: dict[str, list[float]] = {k: [] for k in ("m", "v", "m_hat", "v_hat", "step", "step_uncorrected")}
     theta, state = [0.0], OptState()
     for t in range(1, steps + 1):
         new, state = adam_step(theta, [g], state, lr, beta1, beta2, eps)
