@@ -473,9 +473,8 @@ class CausalSelfAttention(nn.Module):
         B, nh, T, hs = q.shape
         mask, is_causal = self.sdpa_mask(T, k.size(2), q.device)
         p_drop = self.cfg.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal
-        )  # (B, nh, T, hs)
+        # y (B, nh, T, hs): scores, mask, softmax and the weighted sum of values in one kernel
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal)
         z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs)
         return self.c_proj(z.reshape(B, T, nh * hs))
 
