@@ -319,7 +319,7 @@ class RMSNorm(nn.Module):
         return self.hook_normalized(x / scale * self.weight)
 
 
-def make_norm(cfg: GPTConfig) -> nn.Module:
+def make_norm(cfg: GPTConfig) -> LayerNorm | RMSNorm:
     if cfg.norm_type == "rmsnorm":
         return RMSNorm(cfg.d_model, cfg.ln_eps)
     return LayerNorm(cfg.d_model, cfg.bias, cfg.ln_eps)

@@ -34,7 +34,8 @@ class ModelCache:
     """At most MAX_CACHED ModelServices, by folder; the app's loaded model is reused, not copied."""
 
     def __init__(self, size: int = MAX_CACHED) -> None:
-        self.size, self._lock, self._items = size, threading.Lock(), OrderedDict()
+        self.size, self._lock = size, threading.Lock()
+        self._items: OrderedDict[tuple[str, int], ModelService] = OrderedDict()
 
     def get(self, path: Path, loaded: ModelService) -> ModelService:
         path = path.resolve()
@@ -171,8 +172,8 @@ def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> Comp
     same_tok = svcs[0].meta.get("tokenizer") == svcs[1].meta.get("tokenizer") and ia["ids"] == ib["ids"]
     bits_a = _char_bits(ia["pieces"], ia["token_loss"], n)
     bits_b = _char_bits(ib["pieces"], ib["token_loss"], n)
-    both = [i for i in range(n) if bits_a[i] is not None and bits_b[i] is not None]
-    in_both = set(both)
+    # the characters both models scored: index -> (bits of a, bits of b)
+    both = {i: (a, b) for i, (a, b) in enumerate(zip(bits_a, bits_b)) if a is not None and b is not None}
     kl_ab = kl_ba = diff = None
     if same_tok:
         pa, pb = ia["logp"], ib["logp"]
@@ -191,10 +192,10 @@ def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> Comp
         same_tokenizer=same_tok,
         char_bits_a=[r5(x) for x in bits_a],
         char_bits_b=[r5(x) for x in bits_b],
-        char_bits_diff=[r5(bits_b[i] - bits_a[i]) if i in in_both else None for i in range(n)],
+        char_bits_diff=[r5(both[i][1] - both[i][0]) if i in both else None for i in range(n)],
         common_chars=len(both),
-        common_bits_a=round(sum(bits_a[i] for i in both), VALUE),
-        common_bits_b=round(sum(bits_b[i] for i in both), VALUE),
+        common_bits_a=round(sum(a for a, _ in both.values()), VALUE),
+        common_bits_b=round(sum(b for _, b in both.values()), VALUE),
         kl_ab=kl_ab,
         kl_ba=kl_ba,
         attention_diff=diff,

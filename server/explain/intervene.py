@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gptscope.model.gpt import hook_name
+from gptscope.model.gpt import HookFn, hook_name
 
 from ..errors import InputError
 from ..schemas.intervene import Compared, InterveneRequest, InterveneResponse, RunSummary
@@ -53,7 +53,7 @@ def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse
     def zero(t: torch.Tensor, _name: str):
         return torch.zeros_like(t)
 
-    hooks = [(hook_name("attn.hook_z", li), zero_heads) for li in by_layer]
+    hooks: list[tuple[str, HookFn]] = [(hook_name("attn.hook_z", li), zero_heads) for li in by_layer]
     hooks += [(hook_name("hook_mlp_out", li), zero) for li in sorted(set(req.ablate_mlps))]
     with service.run() as m:
         clean, _ = m(torch.tensor([ids], device=service.device))

@@ -148,7 +148,7 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
         if allow_special and p.text in specials:
             ids = [specials[p.text]]
             pieces = tok.token_pieces(enc, ids, p.text)
-            byte_strs, byte_ids, steps = [], [], []
+            byte_strs, byte_ids, steps = [], [], list[MergeStep]()
         elif isinstance(enc, CharEncoding):  # one character, one token: nothing to merge
             ids, byte_strs, byte_ids, steps = [rank_of[data]], [p.text], [rank_of[data]], []
             pieces = tok.token_pieces(enc, ids, p.text)

@@ -85,7 +85,7 @@ def pretokens(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[Pr
     """The regex split of the encoding (special tokens, when allowed, are their own pieces)."""
     pat = regex.compile(enc._pat_str)
     out: list[PreToken] = []
-    segments = [(0, text)]
+    segments: list[tuple[int, str | PreToken]] = [(0, text)]  # (offset, text to split or a special token)
     if allow_special and enc.special_tokens_set:
         sp = regex.compile("|".join(regex.escape(s) for s in sorted(enc.special_tokens_set, key=len, reverse=True)))
         segments, last = [], 0
