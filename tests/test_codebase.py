@@ -50,4 +50,3 @@ def test_builtin_checkpoint_json_is_small_and_its_history_file_drives_the_curves
     meta = ckpt.read_meta(folder)
     history = ckpt.read_history(folder, meta)
     assert len(history) == meta["step"] and {"step", "loss", "lr", "grad_norm"} <= set(history[0])
-
