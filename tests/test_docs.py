@@ -190,21 +190,27 @@ def test_the_screenshot_the_readme_shows_is_a_png_of_the_page():
     assert width >= 1000 and height >= 600, (width, height)
 
 
-def load_hooks_script():
+@pytest.fixture(scope="module")
+def hooks_script():
     spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_the_hook_table_is_what_the_model_has():
-    hooks = load_hooks_script()
-    text = hooks.DOC.read_text(encoding="utf-8")
-    assert hooks.render(text) == text, "docs/architecture.md's hook table is out of date: run  python docs/hooks.py"
+@pytest.fixture(scope="module")
+def hook_table(hooks_script) -> str:
+    return hooks_script.table()
 
 
-def test_the_hook_table_names_every_kind_of_hook():
-    table = load_hooks_script().table()
+def test_the_hook_table_is_what_the_model_has(hooks_script, hook_table):
+    text = hooks_script.DOC.read_text(encoding="utf-8")
+    fresh = f"{hooks_script.BEGIN}\n{hook_table}\n{hooks_script.END}"
+    assert fresh in text, "docs/architecture.md's hook table is out of date: run  python docs/hooks.py"
+    assert text.count(hooks_script.BEGIN) == 1, "one hook table only"
+
+
+def test_the_hook_table_names_every_kind_of_hook(hook_table):
     for name in (
         "blocks.{i}.attn.hook_k` | (B, T, n_kv, hs) llama",
         "blocks.{i}.attn.hook_q_rot",
@@ -214,4 +220,4 @@ def test_the_hook_table_names_every_kind_of_hook():
         "blocks.{i}.ln1_post.hook_scale",
         "blocks.{i}.attn.hook_pattern` | (B, nh, T, Tk)",
     ):
-        assert name in table, name
+        assert name in hook_table, name
