@@ -18,7 +18,11 @@ from ..errors import InputError
 from ..runs import RunManager
 from ..schemas.compare import CompareRequest, CompareResponse, CompareSide, ParamChange, ParamComparison
 from ..service import ModelService
-from . import forward as fwd
+from . import parts as registry
+from . import stages
+from .common import attention_rows, check_index, next_tokens, prompt_ids
+from .digits import FINE, VALUE
+from .forward import run_trace
 from .model_info import model_info
 from .tokens import token_pieces
 
@@ -79,16 +83,18 @@ def _char_bits(pieces, token_loss: list[float | None], n_chars: int) -> list[flo
 
 def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple[CompareSide, dict]:
     cfg = svc.model.cfg
-    ids, _ = fwd.prompt_ids(svc, req.text, truncate=False)
-    layer = fwd.check_index(req.layer, cfg.n_layer, "layer")
-    head = fwd.check_index(req.head, cfg.n_head, "head")
+    ids, _ = prompt_ids(svc, req.text, truncate=False)
+    layer = check_index(req.layer, cfg.n_layer, "layer")
+    head = check_index(req.head, cfg.n_head, "head")
     pieces = token_pieces(svc.encoding, ids, req.text)
     pos = _token_at_char(pieces, char)
-    with svc.run() as m, m.capture(fwd._needed_hooks({"attention", "logit_lens"}, cfg, [layer], layer)) as cache:
-        logits = m(torch.tensor([ids], device=svc.device))[0][0].float()  # (T, V)
-        c = {k: v[0] for k, v in cache.items()}
-        streams = [c["blocks.0.hook_resid_pre"]] + [c[f"blocks.{li}.hook_resid_post"] for li in range(cfg.n_layer)]
-        lens = fwd._logit_lens(svc, m, streams, ["embed"] + [f"block {li}" for li in range(cfg.n_layer)], ids)
+    # the forward page's own parts, on this side's model: the selected head's pattern and the logit lens
+    sel = stages.Selection(layers=[layer], heads=[head], layer=layer, head=head, position=pos)
+    parts = [registry.BY_NAME["attention"], registry.BY_NAME["logit_lens"]]
+    with svc.run() as m:
+        trace = run_trace(svc, ids, parts, sel, m, every=True)  # every position's loss is drawn
+        lens = stages.logit_lens(trace)
+    logits = trace.logits.float()  # (T, V)
     lp = (
         torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1))[:, 0]
         if len(ids) > 1
@@ -108,19 +114,19 @@ def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple
         vocab_size=cfg.vocab_size,
         tokenizer=info.tokenizer,
         tokens=pieces,
-        token_loss=[None if x is None else round(x, 5) for x in token_loss],
-        total_bits=round(total, 5),
+        token_loss=[None if x is None else round(x, VALUE) for x in token_loss],
+        total_bits=round(total, VALUE),
         scored_chars=covered,
-        bits_per_char=round(total / covered, 5) if covered else None,
+        bits_per_char=round(total / covered, VALUE) if covered else None,
         position=pos,
-        next_token=fwd.next_tokens(svc, logits[pos], req.top_k),
-        attention=fwd.attention_rows(c[f"blocks.{layer}.attn.hook_pattern"][head : head + 1], cfg.causal)[0],
+        next_token=next_tokens(svc, logits[pos], req.top_k),
+        attention=attention_rows(trace.act("attn.hook_pattern", layer)[head : head + 1], cfg.causal)[0],
         logit_lens=lens,
     )
     return side, {
         "ids": ids,
         "logp": torch.log_softmax(logits[pos], -1),
-        "pattern": c[f"blocks.{layer}.attn.hook_pattern"][head],
+        "pattern": trace.act("attn.hook_pattern", layer)[head],
         "token_loss": token_loss,
         "pieces": pieces,
     }
@@ -142,9 +148,9 @@ def _params(a: ModelService, b: ModelService) -> ParamComparison:
                 ParamChange(
                     name=k,
                     shape=list(va.shape),
-                    a_norm=round(na, 5),
-                    b_norm=round(nb, 5),
-                    relative_change=round(float((vb - va).norm()) / na, 6) if na else None,
+                    a_norm=round(na, VALUE),
+                    b_norm=round(nb, VALUE),
+                    relative_change=round(float((vb - va).norm()) / na, FINE) if na else None,
                 )
             )
     return ParamComparison(
@@ -170,11 +176,11 @@ def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> Comp
     kl_ab = kl_ba = diff = None
     if same_tok:
         pa, pb = ia["logp"], ib["logp"]
-        kl_ab = round(float(F.kl_div(pb, pa, log_target=True, reduction="sum")), 6)  # sum p_a (log p_a - log p_b)
-        kl_ba = round(float(F.kl_div(pa, pb, log_target=True, reduction="sum")), 6)
+        kl_ab = round(float(F.kl_div(pb, pa, log_target=True, reduction="sum")), FINE)  # sum p_a (log p_a - log p_b)
+        kl_ba = round(float(F.kl_div(pa, pb, log_target=True, reduction="sum")), FINE)
         if svcs[0].model.cfg.causal == svcs[1].model.cfg.causal:
-            diff = fwd.attention_rows((ib["pattern"] - ia["pattern"]).unsqueeze(0), svcs[0].model.cfg.causal)[0]
-    r5 = lambda x: None if x is None else round(x, 5)  # noqa: E731
+            diff = attention_rows((ib["pattern"] - ia["pattern"]).unsqueeze(0), svcs[0].model.cfg.causal)[0]
+    r5 = lambda x: None if x is None else round(x, VALUE)  # noqa: E731
     return CompareResponse(
         text=req.text,
         char=char,
@@ -187,8 +193,8 @@ def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> Comp
         char_bits_b=[r5(x) for x in bits_b],
         char_bits_diff=[r5(bits_b[i] - bits_a[i]) if i in in_both else None for i in range(n)],
         common_chars=len(both),
-        common_bits_a=round(sum(bits_a[i] for i in both), 5),
-        common_bits_b=round(sum(bits_b[i] for i in both), 5),
+        common_bits_a=round(sum(bits_a[i] for i in both), VALUE),
+        common_bits_b=round(sum(bits_b[i] for i in both), VALUE),
         kl_ab=kl_ab,
         kl_ba=kl_ba,
         attention_diff=diff,

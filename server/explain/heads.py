@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from gptscope.model import corpus as corpus_mod
-from gptscope.model import heads as hd
+from gptscope.model import heads as model_heads
 from gptscope.model.tokenizers import CharEncoding
 
 from ..config import LARGE_MODEL_PARAMS
@@ -25,9 +25,10 @@ from ..schemas.heads import (
     TrainingHeads,
 )
 from ..service import ModelService
-from .forward import prompt_ids, token_text
+from .common import prompt_ids, token_text
+from .digits import COARSE
 from .tokens import token_pieces
-from .training import _snapshot_service
+from .training import snapshot_service
 
 DEFAULT_TEXT_CHARS = 1200
 
@@ -48,29 +49,31 @@ def text_for(service: ModelService, text: str | None) -> str:
     return t
 
 
-def repeated(service: ModelService) -> hd.RepeatedTokens:
+def repeated(service: ModelService) -> model_heads.RepeatedTokens:
     cfg = service.model.cfg
-    return hd.repeated_tokens(cfg.vocab_size, cfg.n_ctx, exclude=tuple(service.encoding._special_tokens.values()))
+    return model_heads.repeated_tokens(
+        cfg.vocab_size, cfg.n_ctx, exclude=tuple(service.encoding._special_tokens.values())
+    )
 
 
 def _definitions(base: dict[str, dict]) -> list[RoleDefinition]:
     return [
         RoleDefinition(
             name=r,
-            definition=hd.DEFINITIONS[r],
-            input="prompt" if r in hd.PROMPT_ROLES else "repeated random tokens",
+            definition=model_heads.DEFINITIONS[r],
+            input="prompt" if r in model_heads.PROMPT_ROLES else "repeated random tokens",
             baseline_max=base[r]["max"],
             baseline_mean=base[r]["mean"],
-            threshold=round(hd.threshold(base, r), 4),
+            threshold=round(model_heads.threshold(base, r), COARSE),
         )
-        for r in hd.ROLES
+        for r in model_heads.ROLES
     ]
 
 
 MAX_ABLATED_LARGE = 12  # role heads ablated in a large model (each ablation is a full forward pass)
 
 
-def _status(h: hd.HeadReport) -> str:
+def _status(h: model_heads.HeadReport) -> str:
     if not h.roles:
         return "no clear role"
     if h.ablation is None:
@@ -78,7 +81,7 @@ def _status(h: hd.HeadReport) -> str:
     return "confirmed" if h.ablation["confirmed"] else "not confirmed"
 
 
-def _summary(rep: hd.HeadsReport, n_heads: int) -> str:
+def _summary(rep: model_heads.HeadsReport, n_heads: int) -> str:
     with_role = [h for h in rep.heads if h.roles]
     confirmed = [h for h in with_role if _status(h) == "confirmed"]
     tested = [h for h in with_role if h.ablation is not None]
@@ -103,10 +106,10 @@ def _summary(rep: hd.HeadsReport, n_heads: int) -> str:
 
 
 @lru_cache(maxsize=8)
-def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> hd.HeadsReport:
+def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> model_heads.HeadsReport:
     large = service.model.num_params() >= LARGE_MODEL_PARAMS
     with service.run() as m:
-        return hd.analyse(
+        return model_heads.analyse(
             m,
             torch.tensor([ids], device=service.device),
             repeated(service),
@@ -128,8 +131,8 @@ def heads(service: ModelService, text: str | None, ablate: bool = True) -> Heads
         model=service.name,
         n_layer=cfg.n_layer,
         n_head=cfg.n_head,
-        margin=hd.ROLE_MARGIN,
-        min_score=hd.ROLE_MIN,
+        margin=model_heads.ROLE_MARGIN,
+        min_score=model_heads.ROLE_MIN,
         roles=_definitions(rep_.baseline),
         prompt=token_pieces(service.encoding, ids),
         test_input=RepeatedTokensInput(
@@ -157,13 +160,13 @@ def heads(service: ModelService, text: str | None, ablate: bool = True) -> Heads
 
 @lru_cache(maxsize=64)
 def _snapshot_scores(path: str) -> tuple[dict, dict, float | None, int]:
-    svc = _snapshot_service(path)  # the replay's loaded snapshot, not a second copy
+    svc = snapshot_service(path)  # the replay's loaded snapshot, not a second copy
     ids, _ = prompt_ids(svc, text_for(svc, None), truncate=True)
     with svc.run() as m:
         prompt = torch.tensor([ids])
         rep = repeated(svc)
-        scores = hd.all_scores(m, prompt, rep)
-        ic = hd.in_context_score(m, rep)
+        scores = model_heads.all_scores(m, prompt, rep)
+        ic = model_heads.in_context_score(m, rep)
         base = _baseline_for(svc.model.cfg, tuple(ids), svc)
     evals = svc.meta.get("evals") or []
     return (
@@ -180,7 +183,7 @@ _BASELINES: dict[tuple, dict] = {}
 def _baseline_for(cfg, ids: tuple[int, ...], svc: ModelService) -> dict:
     key = (tuple(sorted(cfg.to_dict().items())), ids)
     if key not in _BASELINES:
-        _BASELINES[key] = hd.baseline(svc.model, torch.tensor([ids]), repeated(svc))
+        _BASELINES[key] = model_heads.baseline(svc.model, torch.tensor([ids]), repeated(svc))
     return _BASELINES[key]
 
 
@@ -194,21 +197,21 @@ def training_heads(runs: RunManager, run_id: str) -> TrainingHeads:
         scores, extra, val_loss, _ = _snapshot_scores(str(path))
         base = extra["baseline"]
         t = {r: torch.tensor(v) for r, v in scores.items()}
-        roles = hd.assign_roles(t, base)
+        roles = model_heads.assign_roles(t, base)
         snaps.append(
             SnapshotHeads(
                 step=step,
                 val_loss=val_loss,
-                scores={r: [[round(x, 4) for x in row] for row in v] for r, v in scores.items()},
-                best={r: round(float(t[r].max()), 4) for r in hd.ROLES},
-                role_counts={r: sum(r in hr for row in roles for hr in row) for r in hd.ROLES},
+                scores={r: [[round(x, COARSE) for x in row] for row in v] for r, v in scores.items()},
+                best={r: round(float(t[r].max()), COARSE) for r in model_heads.ROLES},
+                role_counts={r: sum(r in hr for row in roles for hr in row) for r in model_heads.ROLES},
                 in_context=InContext(**extra["in_context"]),
             )
         )
     return TrainingHeads(
         run=run_id,
         roles=_definitions(base) if base else [],
-        margin=hd.ROLE_MARGIN,
-        min_score=hd.ROLE_MIN,
+        margin=model_heads.ROLE_MARGIN,
+        min_score=model_heads.ROLE_MIN,
         snapshots=snaps,
     )

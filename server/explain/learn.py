@@ -11,14 +11,15 @@ from collections.abc import Sequence
 
 import torch
 
-from gptscope.model import formulas as C
-from gptscope.model import lessons as LS
+from gptscope.model import formulas
+from gptscope.model import lessons as model_lessons
 from gptscope.model.gpt import PRESETS, GPTConfig, count_params
 from gptscope.model.schedules import warmup_cosine
 
 from ..errors import InputError
-from ..schemas import learn as S
+from ..schemas import learn as schemas
 from ..service import ModelService
+from .digits import EXACT
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -30,7 +31,7 @@ def query_error(field: str, message: str) -> InputError:
     return InputError(field, message, where="query")
 
 
-def _finite(values: Sequence[float], field: str) -> list[float]:
+def finite(values: Sequence[float], field: str) -> list[float]:
     out = [float(v) for v in values]
     if not all(math.isfinite(v) for v in out):
         raise query_error(field, "these settings give a value too large to represent; choose smaller ones")
@@ -50,7 +51,7 @@ def parse_floats(text: str, field: str, lo: int = 2, hi: int = 64, bound: float 
     return values
 
 
-def _r(x: float, digits: int = 12) -> float:
+def json_float(x: float, digits: int = EXACT) -> float:
     """Round for JSON (and turn -0.0 into 0.0)."""
     return round(float(x), digits) + 0.0
 
@@ -74,7 +75,7 @@ def lr_schedule(
     total_steps: int | None,
     min_lr: float | None,
     points: int,
-) -> S.ScheduleResponse:
+) -> schemas.ScheduleResponse:
     given = dict(d_model=d_model, warmup=warmup, max_lr=max_lr, total_steps=total_steps, min_lr=min_lr)
     given = {k: v for k, v in given.items() if v is not None}
     recorded = None
@@ -100,31 +101,33 @@ def lr_schedule(
         )
 
     total, w = int(p["total_steps"]), int(p["warmup"])
-    steps = C.schedule_steps(total, points, extra=(w - 1, w))
+    steps = formulas.schedule_steps(total, points, extra=(w - 1, w))
     if kind == "transformer":
-        lr = C.lr_curve("transformer", steps, d_model=p["d_model"], warmup=w)
+        lr = formulas.lr_curve("transformer", steps, d_model=p["d_model"], warmup=w)
         function = "gptscope.model.schedules.transformer"
         formula = "lr(t) = d_model^-0.5 * min(t^-0.5, t * warmup^-1.5), t = max(step, 1)"
-        params = S.ScheduleParams(d_model=p["d_model"], warmup=w, total_steps=total)
+        params = schemas.ScheduleParams(d_model=p["d_model"], warmup=w, total_steps=total)
     else:
-        lr = C.lr_curve("warmup_cosine", steps, max_lr=p["max_lr"], warmup=w, total_steps=total, min_lr=p["min_lr"])
+        lr = formulas.lr_curve(
+            "warmup_cosine", steps, max_lr=p["max_lr"], warmup=w, total_steps=total, min_lr=p["min_lr"]
+        )
         function = "gptscope.model.schedules.warmup_cosine"
         formula = (
             "lr = max_lr * (step + 1) / warmup while step < warmup; then "
             "min_lr + (max_lr - min_lr) * (1 + cos(pi * (step - warmup) / (total_steps - warmup))) / 2"
         )
-        params = S.ScheduleParams(warmup=w, max_lr=p["max_lr"], min_lr=p["min_lr"], total_steps=total)
-    lr = _finite(lr, "d_model" if kind == "transformer" else "max_lr")
+        params = schemas.ScheduleParams(warmup=w, max_lr=p["max_lr"], min_lr=p["min_lr"], total_steps=total)
+    lr = finite(lr, "d_model" if kind == "transformer" else "max_lr")
     i_peak = max(range(len(lr)), key=lambda i: (lr[i], steps[i] == w))  # a tie goes to the end of warmup
-    resp = S.ScheduleResponse(
+    resp = schemas.ScheduleResponse(
         kind=kind,
         function=function,
         formula=formula,
         params=params,
         step=steps,
         lr=lr,
-        peak=S.SchedulePoint(step=steps[i_peak], lr=lr[i_peak]),
-        end=S.SchedulePoint(step=steps[-1], lr=lr[-1]),
+        peak=schemas.SchedulePoint(step=steps[i_peak], lr=lr[i_peak]),
+        end=schemas.SchedulePoint(step=steps[-1], lr=lr[-1]),
     )
     if kind == "model":
         resp.checkpoint_schedule = recorded
@@ -132,7 +135,7 @@ def lr_schedule(
     return resp
 
 
-def _history(service: ModelService, p: dict, recorded: dict) -> tuple[S.LrHistory | None, float | None]:
+def _history(service: ModelService, p: dict, recorded: dict) -> tuple[schemas.LrHistory | None, float | None]:
     recs = [r for r in service.history if isinstance(r, dict) and "lr" in r and "step" in r]
     if not recs:
         return None, None
@@ -149,7 +152,7 @@ def _history(service: ModelService, p: dict, recorded: dict) -> tuple[S.LrHistor
         idx = sorted({round(i * (len(recs) - 1) / (HISTORY_POINTS - 1)) for i in range(HISTORY_POINTS)})
         recs = [recs[i] for i in idx]
     recs = [r for r in recs if math.isfinite(float(r["lr"])) and math.isfinite(float(r.get("loss", 0.0)))]
-    hist = S.LrHistory(
+    hist = schemas.LrHistory(
         step=[int(r["step"]) - 1 for r in recs],
         lr=[float(r["lr"]) for r in recs],
         loss=[float(r.get("loss", 0.0)) for r in recs],
@@ -162,36 +165,38 @@ def _history(service: ModelService, p: dict, recorded: dict) -> tuple[S.LrHistor
 # --------------------------------------------------------------------------------------------
 
 
-def gelu(x_min: float, x_max: float, points: int) -> S.GeluResponse:
+def gelu(x_min: float, x_max: float, points: int) -> schemas.GeluResponse:
     if x_max <= x_min:
         raise query_error("x_max", f"{x_max:g} must be greater than x_min={x_min:g}")
-    xs = sorted({_r(x) for x in C.linspace(x_min, x_max, points)} | ({-1.0} if x_min <= -1.0 <= x_max else set()))
-    ge = [C.gelu_exact(x) for x in xs]
-    gt = [C.gelu_tanh(x) for x in xs]
+    xs = sorted(
+        {json_float(x) for x in formulas.linspace(x_min, x_max, points)} | ({-1.0} if x_min <= -1.0 <= x_max else set())
+    )
+    ge = [formulas.gelu_exact(x) for x in xs]
+    gt = [formulas.gelu_tanh(x) for x in xs]
     gap = [b - a for a, b in zip(ge, gt)]
 
-    def worst(lo: float, hi: float) -> S.XY:
+    def worst(lo: float, hi: float) -> schemas.XY:
         inside = [i for i, x in enumerate(xs) if lo <= x <= hi] or list(range(len(xs)))
         i = max(inside, key=lambda j: abs(gap[j]))
-        return S.XY(x=_r(xs[i]), y=float(gap[i]))
+        return schemas.XY(x=json_float(xs[i]), y=float(gap[i]))
 
-    mx, mv = C.gelu_minimum("exact")
-    tx, tv = C.gelu_minimum("tanh")
-    return S.GeluResponse(
+    mx, mv = formulas.gelu_minimum("exact")
+    tx, tv = formulas.gelu_minimum("tanh")
+    return schemas.GeluResponse(
         x=xs,
         gelu_exact=ge,
         gelu_tanh=gt,
-        relu=[C.relu(x) for x in xs],
-        d_gelu_exact=[C.gelu_exact_grad(x) for x in xs],
-        d_gelu_tanh=[C.gelu_tanh_grad(x) for x in xs],
-        d_relu=[C.relu_grad(x) for x in xs],
+        relu=[formulas.relu(x) for x in xs],
+        d_gelu_exact=[formulas.gelu_exact_grad(x) for x in xs],
+        d_gelu_tanh=[formulas.gelu_tanh_grad(x) for x in xs],
+        d_relu=[formulas.relu_grad(x) for x in xs],
         gap=gap,
         max_abs_gap=worst(-math.inf, math.inf),
         max_abs_gap_band=worst(-2.0, 2.0),
-        minimum=S.XY(x=mx, y=mv),
-        minimum_tanh=S.XY(x=tx, y=tv),
-        derivative_at_minus_one=S.XY(x=-1.0, y=C.gelu_exact_grad(-1.0)),
-        relu_derivative_at_minus_one=S.XY(x=-1.0, y=C.relu_grad(-1.0)),
+        minimum=schemas.XY(x=mx, y=mv),
+        minimum_tanh=schemas.XY(x=tx, y=tv),
+        derivative_at_minus_one=schemas.XY(x=-1.0, y=formulas.gelu_exact_grad(-1.0)),
+        relu_derivative_at_minus_one=schemas.XY(x=-1.0, y=formulas.relu_grad(-1.0)),
         torch_gelu="gelu_exact = F.gelu(x); gelu_tanh = F.gelu(x, approximate='tanh'); relu = F.relu(x)",
     )
 
@@ -203,84 +208,84 @@ def gelu(x_min: float, x_max: float, points: int) -> S.GeluResponse:
 GPT1_VOCAB, GPT2_VOCAB, GPT1_PERPLEXITY = 40_478, 50_257, 18.4
 
 
-def _baseline(label: str, v: int) -> S.Baseline:
-    return S.Baseline(label=label, vocab_size=v, loss=math.log(v))
+def _baseline(label: str, v: int) -> schemas.Baseline:
+    return schemas.Baseline(label=label, vocab_size=v, loss=math.log(v))
 
 
 def cross_entropy(
     service: ModelService, vocab_size: int | None, points: int, logits: str, target: int, epsilon: float
-) -> S.CrossEntropyResponse:
+) -> schemas.CrossEntropyResponse:
     V = vocab_size or service.model.cfg.vocab_size
     lg = parse_floats(logits, "logits")
     if target >= len(lg):
         raise query_error("target", f"{target} is out of range; the {len(lg)} logits have indices 0..{len(lg) - 1}")
-    ps = sorted(set(C.logspace(1e-4, 1.0, points)) | {0.25, 1.0})
-    g = C.xent_gradient(lg, target, epsilon)
+    ps = sorted(set(formulas.logspace(1e-4, 1.0, points)) | {0.25, 1.0})
+    g = formulas.xent_gradient(lg, target, epsilon)
     baselines = [
         _baseline(f"this model's vocabulary ({service.name})", service.model.cfg.vocab_size),
         _baseline("GPT-1 (40,478 tokens)", GPT1_VOCAB),
         _baseline("GPT-2 (50,257 tokens)", GPT2_VOCAB),
     ]
     marks = [
-        S.LossMark(
+        schemas.LossMark(
             label="p = 0.25: the true token gets a quarter of the probability",
             p=0.25,
-            loss=C.nll(0.25),
-            short=f"p = 0.25: {C.nll(0.25):.3f} nats",
+            loss=formulas.nll(0.25),
+            short=f"p = 0.25: {formulas.nll(0.25):.3f} nats",
         ),
-        S.LossMark(
+        schemas.LossMark(
             label=f"uniform guess over {V:,} tokens: p = 1/V",
             p=1.0 / V,
             loss=math.log(V),
             short=f"p = 1/{V:,}: {math.log(V):.2f} nats",
         ),
-        S.LossMark(
+        schemas.LossMark(
             label="GPT-1's reported perplexity 18.4: as unsure as a pick among 18.4 tokens",
             p=1.0 / GPT1_PERPLEXITY,
             loss=math.log(GPT1_PERPLEXITY),
             short=f"GPT-1, perplexity 18.4: {math.log(GPT1_PERPLEXITY):.2f} nats",
         ),
     ]
-    return S.CrossEntropyResponse(
+    return schemas.CrossEntropyResponse(
         p=ps,
-        loss=[_r(C.nll(p)) for p in ps],
+        loss=[json_float(formulas.nll(p)) for p in ps],
         vocab_size=V,
         uniform=_baseline(f"{V:,} tokens", V),
         baselines=baselines,
         marks=marks,
-        gradient=S.GradientExample(
+        gradient=schemas.GradientExample(
             logits=lg,
             target=target,
             epsilon=epsilon,
             p=g["p"],
             q=g["q"],
             grad=g["grad"],
-            grad_sum=_r(g["grad_sum"], 15),
+            grad_sum=json_float(g["grad_sum"], 15),
             loss=g["loss"],
         ),
     )
 
 
-def label_smoothing(epsilon: float, vocab_size: int, points: int) -> S.LabelSmoothingResponse:
+def label_smoothing(epsilon: float, vocab_size: int, points: int) -> schemas.LabelSmoothingResponse:
     V = vocab_size
     q_true, q_other = 1.0 - epsilon + epsilon / V, epsilon / V
-    ps = C.linspace(0.001, 0.999, points)
+    ps = formulas.linspace(0.001, 0.999, points)
     if 0.001 < q_true < 0.999:
         ps = sorted(set(ps) | {q_true})
-    eps_grid = C.linspace(0.0, 1.0, 51)
-    return S.LabelSmoothingResponse(
+    eps_grid = formulas.linspace(0.0, 1.0, 51)
+    return schemas.LabelSmoothingResponse(
         epsilon=epsilon,
         vocab_size=V,
         q_true=q_true,
         q_other=q_other,
-        floor=C.label_smoothing_floor(epsilon, V),
-        floor_by_sum=C.label_smoothing_floor_by_sum(epsilon, V) if V <= 2_000_000 else None,
+        floor=formulas.label_smoothing_floor(epsilon, V),
+        floor_by_sum=formulas.label_smoothing_floor_by_sum(epsilon, V) if V <= 2_000_000 else None,
         p=ps,
-        loss_smoothed=_finite([C.smoothed_loss(p, epsilon, V) for p in ps], "vocab_size"),
-        loss_one_hot=[C.nll(p) for p in ps],
+        loss_smoothed=finite([formulas.smoothed_loss(p, epsilon, V) for p in ps], "vocab_size"),
+        loss_one_hot=[formulas.nll(p) for p in ps],
         best_p=q_true,
         epsilons=eps_grid,
-        floors=[_r(C.label_smoothing_floor(e, V)) for e in eps_grid],
+        floors=[json_float(formulas.label_smoothing_floor(e, V)) for e in eps_grid],
     )
 
 
@@ -291,27 +296,27 @@ def label_smoothing(epsilon: float, vocab_size: int, points: int) -> S.LabelSmoo
 SWEEP_D_K = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 
-def _hist(values: torch.Tensor, half_width: float, bins: int = 41) -> S.Histogram:
+def _hist(values: torch.Tensor, half_width: float, bins: int = 41) -> schemas.Histogram:
     v = values.clamp(-half_width, half_width)
     counts = torch.histc(v, bins=bins, min=-half_width, max=half_width)
-    edges = C.linspace(-half_width, half_width, bins + 1)
-    return S.Histogram(
-        edges=[_r(e) for e in edges],
-        centers=[_r((a + b) / 2) for a, b in itertools.pairwise(edges)],
+    edges = formulas.linspace(-half_width, half_width, bins + 1)
+    return schemas.Histogram(
+        edges=[json_float(e) for e in edges],
+        centers=[json_float((a + b) / 2) for a, b in itertools.pairwise(edges)],
         counts=[int(c) for c in counts.tolist()],
     )
 
 
 def softmax_scale(
     d_k: int, samples: int, seed: int, n_keys: int, logits: str, temperature: float, shift: float
-) -> S.SoftmaxScaleResponse:
-    raw, scaled = C.dot_product_scores(d_k, samples, seed)
-    row_raw, row_scaled = C.attention_row(d_k, n_keys, seed)
-    sweep = C.saturation_sweep(SWEEP_D_K, n_keys, rows=256, seed=seed)
+) -> schemas.SoftmaxScaleResponse:
+    raw, scaled = formulas.dot_product_scores(d_k, samples, seed)
+    row_raw, row_scaled = formulas.attention_row(d_k, n_keys, seed)
+    sweep = formulas.saturation_sweep(SWEEP_D_K, n_keys, rows=256, seed=seed)
     lg = parse_floats(logits, "logits")
-    w_raw, w_scaled = C.softmax(row_raw), C.softmax(row_scaled)
-    p1, pt, ps = C.softmax(lg), C.softmax(lg, temperature), C.softmax([v + shift for v in lg])
-    return S.SoftmaxScaleResponse(
+    w_raw, w_scaled = formulas.softmax(row_raw), formulas.softmax(row_scaled)
+    p1, pt, ps = formulas.softmax(lg), formulas.softmax(lg, temperature), formulas.softmax([v + shift for v in lg])
+    return schemas.SoftmaxScaleResponse(
         d_k=d_k,
         samples=samples,
         seed=seed,
@@ -373,7 +378,7 @@ CONFIG_FIELDS = (
 
 
 def preset_names() -> list[str]:
-    return ["model", *PRESETS, *C.REFERENCE_SHAPES, "transformer-base"]
+    return ["model", *PRESETS, *formulas.REFERENCE_SHAPES, "transformer-base"]
 
 
 # Vaswani et al.'s base model: 6 + 6 layers of width 512, 8 heads, FFN 2,048, a 37,000-token shared
@@ -383,7 +388,7 @@ ENC_DEC_FIELDS = ("vocab_size", "n_layer", "n_head", "d_model", "d_mlp", "tie_we
 STATED_TIED, STATED_UNTIED = 65_000_000, 84_000_000
 
 
-def encoder_decoder_params(overrides: dict) -> S.ParamsResponse:
+def encoder_decoder_params(overrides: dict) -> schemas.ParamsResponse:
     """preset=transformer-base: model.lessons.encoder_decoder_counts, tied and untied, as a ParamsResponse."""
     other = next((k for k in CONFIG_FIELDS if k not in ENC_DEC_FIELDS and overrides.get(k) is not None), None)
     if other:
@@ -392,8 +397,8 @@ def encoder_decoder_params(overrides: dict) -> S.ParamsResponse:
     if p["d_model"] % p["n_head"]:
         raise query_error("n_head", f"d_model={p['d_model']} is not divisible by n_head={p['n_head']}")
     d_ff = p["d_mlp"] or 4 * p["d_model"]
-    tied = LS.encoder_decoder_counts(p["vocab_size"], p["d_model"], p["n_layer"], d_ff, tie=True)
-    untied = LS.encoder_decoder_counts(p["vocab_size"], p["d_model"], p["n_layer"], d_ff, tie=False)
+    tied = model_lessons.encoder_decoder_counts(p["vocab_size"], p["d_model"], p["n_layer"], d_ff, tie=True)
+    untied = model_lessons.encoder_decoder_counts(p["vocab_size"], p["d_model"], p["n_layer"], d_ff, tie=False)
     c = tied if p["tie_weights"] else untied
     d, L = p["d_model"], p["n_layer"]
     weights = c["embedding"] + c["output"] + L * (4 * d * d + 2 * d * d_ff) + L * (8 * d * d + 2 * d * d_ff)
@@ -417,7 +422,7 @@ def encoder_decoder_params(overrides: dict) -> S.ParamsResponse:
         (f"decoder ({L} layers: self-attention, cross-attention, FFN)", c["decoder"]),
         ("output matrix (untied, V × d)", c["output"]),
     ]
-    cfg = S.ParamsConfig(
+    cfg = schemas.ParamsConfig(
         vocab_size=p["vocab_size"],
         n_ctx=p["n_ctx"],
         n_layer=L,
@@ -431,7 +436,7 @@ def encoder_decoder_params(overrides: dict) -> S.ParamsResponse:
         mlp="relu",
         n_kv_head=p["n_head"],
     )
-    return S.ParamsResponse(
+    return schemas.ParamsResponse(
         preset="transformer-base",
         config=cfg,
         counts=counts,
@@ -439,8 +444,8 @@ def encoder_decoder_params(overrides: dict) -> S.ParamsResponse:
         embedding_share=(c["embedding"] + c["output"]) / weights,
         non_embedding=weights - c["embedding"] - c["output"],
         twelve_d_squared=12 * d * d,
-        parts=[S.Part(label=lab, count=n, share=n / c["total"]) for lab, n in parts if n],
-        encoder_decoder=S.EncoderDecoderCount(
+        parts=[schemas.Part(label=lab, count=n, share=n / c["total"]) for lab, n in parts if n],
+        encoder_decoder=schemas.EncoderDecoderCount(
             encoder_layer=c["encoder_layer"],
             decoder_layer=c["decoder_layer"],
             encoder=c["encoder"],
@@ -468,8 +473,8 @@ def _preset_dict(service: ModelService, name: str) -> dict:
         return dict(service.model.cfg.to_dict().items())
     if name in PRESETS:
         return dict(PRESETS[name])
-    if name in C.REFERENCE_SHAPES:
-        return dict(C.REFERENCE_SHAPES[name])
+    if name in formulas.REFERENCE_SHAPES:
+        return dict(formulas.REFERENCE_SHAPES[name])
     raise query_error("preset", f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
 
 
@@ -492,8 +497,8 @@ def _config(base: dict, overrides: dict) -> GPTConfig:
         raise query_error(field, msg) from None
 
 
-def _config_model(cfg: GPTConfig) -> S.ParamsConfig:
-    return S.ParamsConfig(**{k: getattr(cfg, k) for k in CONFIG_FIELDS})
+def _config_model(cfg: GPTConfig) -> schemas.ParamsConfig:
+    return schemas.ParamsConfig(**{k: getattr(cfg, k) for k in CONFIG_FIELDS})
 
 
 def _shares(c: dict) -> tuple[float, float, int]:
@@ -502,7 +507,7 @@ def _shares(c: dict) -> tuple[float, float, int]:
     return c["token_embedding"] / seed, (c["token_embedding"] + c["position_embedding"]) / seed, non_embedding
 
 
-def params(service: ModelService, preset: str | None, overrides: dict) -> S.ParamsResponse:
+def params(service: ModelService, preset: str | None, overrides: dict) -> schemas.ParamsResponse:
     if preset == "transformer-base":
         return encoder_decoder_params(overrides)
     base = _preset_dict(service, preset) if preset else {}
@@ -528,8 +533,8 @@ def params(service: ModelService, preset: str | None, overrides: dict) -> S.Para
         ("unembedding (untied)", counts["unembedding"]),
         ("biases and norms" if cfg.bias else "norm gains (no biases)", counts["biases_and_norms"]),
     ]
-    parts_out = [S.Part(label=lab, count=n, share=n / counts["total"]) for lab, n in parts if n]
-    return S.ParamsResponse(
+    parts_out = [schemas.Part(label=lab, count=n, share=n / counts["total"]) for lab, n in parts if n]
+    return schemas.ParamsResponse(
         preset=preset,
         config=_config_model(cfg),
         counts=counts,
@@ -541,35 +546,35 @@ def params(service: ModelService, preset: str | None, overrides: dict) -> S.Para
     )
 
 
-def presets(service: ModelService) -> S.PresetsResponse:
+def presets(service: ModelService) -> schemas.PresetsResponse:
     rows = []
     for name in ["model", "gpt1", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3"]:
         cfg = _config(_preset_dict(service, name), {})
         c = count_params(cfg)
         tok_share, _, non_emb = _shares(c)
         label = f"{PRESET_LABELS[name]} ({service.name})" if name == "model" else PRESET_LABELS[name]
-        batch = model_batch(service) if name == "model" else LS.PAPER_BATCHES.get(name)
+        batch = model_batch(service) if name == "model" else model_lessons.PAPER_BATCHES.get(name)
         rows.append(
-            S.PresetRow(
+            schemas.PresetRow(
                 name=name,
                 label=label,
                 config=_config_model(cfg),
                 total=c["total"],
                 batch_size=batch[0] if batch else None,
                 context=batch[1] if batch else None,
-                tokens_per_update=LS.tokens_per_update(*batch) if batch else None,
+                tokens_per_update=model_lessons.tokens_per_update(*batch) if batch else None,
                 seed_convention=c["seed_convention"],
                 per_block=c["per_block_seed_convention"],
                 token_embedding_share=tok_share,
                 non_embedding=non_emb,
             )
         )
-    return S.PresetsResponse(presets=rows)
+    return schemas.PresetsResponse(presets=rows)
 
 
 def kv_cache(
     n_layer: int, n_head: int, n_kv_head: int, d_head: int, context: int, batch: int, bytes_per_value: int, points: int
-) -> S.KvCacheResponse:
+) -> schemas.KvCacheResponse:
     if n_kv_head > n_head:
         raise query_error(
             "n_kv_head", f"{n_kv_head} is more than n_head={n_head}; each key/value head serves one or more query heads"
@@ -581,10 +586,10 @@ def kv_cache(
         )
 
     def size(kv: int, ctx: int) -> int:
-        return C.kv_cache_bytes(n_layer, kv, d_head, ctx, batch, bytes_per_value)
+        return formulas.kv_cache_bytes(n_layer, kv, d_head, ctx, batch, bytes_per_value)
 
     contexts = sorted({round(i * context / (points - 1)) for i in range(points)})
-    return S.KvCacheResponse(
+    return schemas.KvCacheResponse(
         n_layer=n_layer,
         n_head=n_head,
         n_kv_head=n_kv_head,
@@ -609,21 +614,23 @@ KAPLAN_N_C, KAPLAN_ALPHA = 8.8e13, 0.076
 
 def scaling_law(
     service: ModelService, n_min: float, n_max: float, n_c: float, alpha: float, points: int
-) -> S.ScalingLawResponse:
+) -> schemas.ScalingLawResponse:
     if n_max <= n_min:
         raise query_error("n_max", f"{n_max:g} must be greater than n_min={n_min:g}")
-    ns = C.logspace(n_min, n_max, points)
+    ns = formulas.logspace(n_min, n_max, points)
     marks = []
     for row in presets(service).presets:
         marks.append(
-            S.ScalingMark(label=row.label, n=row.non_embedding, loss=C.kaplan_loss(row.non_embedding, n_c, alpha))
+            schemas.ScalingMark(
+                label=row.label, n=row.non_embedding, loss=formulas.kaplan_loss(row.non_embedding, n_c, alpha)
+            )
         )
-    return S.ScalingLawResponse(
+    return schemas.ScalingLawResponse(
         n_c=n_c,
         alpha=alpha,
         formula=f"L(N) = (N / {n_c:.3g})^-{alpha:g}  (N: non-embedding parameters; L: nats per token)",
         n=ns,
-        loss=_finite([C.kaplan_loss(n, n_c, alpha) for n in ns], "alpha"),
+        loss=finite([formulas.kaplan_loss(n, n_c, alpha) for n in ns], "alpha"),
         marks=marks,
         per_tenfold=alpha * math.log(10),
         ratio_per_tenfold=10**-alpha,
@@ -653,36 +660,36 @@ def optimizers(
     weight_decay: float,
     grid: int,
     lr_muon: float = 0.15,
-) -> S.OptimizersResponse:
-    rv = C.Ravine(a=a, b=b, x0=x0, y0=y0)
+) -> schemas.OptimizersResponse:
+    rv = formulas.Ravine(a=a, b=b, x0=x0, y0=y0)
     start = (start_x, start_y)
     runs = [
-        ("sgd", "SGD", {"lr": lr_sgd}, lambda t, g, s: C.sgd_step(t, g, s, lr_sgd)),
+        ("sgd", "SGD", {"lr": lr_sgd}, lambda t, g, s: formulas.sgd_step(t, g, s, lr_sgd)),
         (
             "momentum",
             "SGD + momentum",
             {"lr": lr_momentum, "momentum": momentum},
-            lambda t, g, s: C.momentum_step(t, g, s, lr_momentum, momentum),
+            lambda t, g, s: formulas.momentum_step(t, g, s, lr_momentum, momentum),
         ),
         (
             "adam",
             "Adam",
             {"lr": lr_adam, "beta1": beta1, "beta2": beta2},
-            lambda t, g, s: C.adam_step(t, g, s, lr_adam, beta1, beta2),
+            lambda t, g, s: formulas.adam_step(t, g, s, lr_adam, beta1, beta2),
         ),
         (
             "adamw",
             "AdamW",
             {"lr": lr_adam, "beta1": beta1, "beta2": beta2, "weight_decay": weight_decay},
-            lambda t, g, s: C.adamw_step(t, g, s, lr_adam, beta1, beta2, weight_decay=weight_decay),
+            lambda t, g, s: formulas.adamw_step(t, g, s, lr_adam, beta1, beta2, weight_decay=weight_decay),
         ),
-        ("muon", "Muon", {"lr": lr_muon, "momentum": 0.9}, lambda t, g, s: C.muon_step(t, g, s, lr_muon, 0.9)),
+        ("muon", "Muon", {"lr": lr_muon, "momentum": 0.9}, lambda t, g, s: formulas.muon_step(t, g, s, lr_muon, 0.9)),
     ]
     paths = []
     for name, label, hyper, update in runs:
-        p = C.descend(rv, start, steps, update)
+        p = formulas.descend(rv, start, steps, update)
         paths.append(
-            S.OptimizerPath(
+            schemas.OptimizerPath(
                 name=name,
                 label=label,
                 hyper=hyper,
@@ -698,23 +705,23 @@ def optimizers(
     xs = [start_x, x0] + [v for p in paths for v in p.x if abs(v) <= cap]
     ys = [start_y, y0] + [v for p in paths for v in p.y if abs(v) <= cap]
     mx, my = 0.1 * (max(xs) - min(xs)) + 0.5, 0.1 * (max(ys) - min(ys)) + 0.5
-    gx = C.linspace(min(xs) - mx, max(xs) + mx, grid)
-    gy = C.linspace(min(ys) - my, max(ys) + my, grid)
+    gx = formulas.linspace(min(xs) - mx, max(xs) + mx, grid)
+    gy = formulas.linspace(min(ys) - my, max(ys) + my, grid)
     z = [[rv.loss(x, y) for x in gx] for y in gy]
-    return S.OptimizersResponse(
+    return schemas.OptimizersResponse(
         formula=f"f(x, y) = 0.5 * ({a:g} (x - {x0:g})^2 + {b:g} (y - {y0:g})^2)",
         a=a,
         b=b,
-        minimum=S.XY(x=x0, y=y0),
-        start=S.XY(x=start_x, y=start_y),
+        minimum=schemas.XY(x=x0, y=y0),
+        start=schemas.XY(x=start_x, y=start_y),
         steps=steps,
         sgd_stability_limit=2.0 / b,
-        grid=S.ContourGrid(x=gx, y=gy, z=z, z_sqrt=[[math.sqrt(v) for v in row] for row in z]),
+        grid=schemas.ContourGrid(x=gx, y=gy, z=z, z_sqrt=[[math.sqrt(v) for v in row] for row in z]),
         paths=paths,
     )
 
 
-def curves_index() -> S.CurvesIndex:
+def curves_index() -> schemas.CurvesIndex:
     e = [
         ("/api/v1/schedules/lr?kind=transformer", "the original Transformer's learning-rate schedule"),
         ("/api/v1/schedules/lr?kind=gpt1", "GPT-1's warmup + cosine schedule"),
@@ -738,4 +745,4 @@ def curves_index() -> S.CurvesIndex:
         ("/api/v1/curves/head-gradients", "how the loss reaches an attention head: real gradients of the loaded model"),
         ("/api/v1/curves/tokens-per-update", "predictions per update and over pretraining, against SNLI"),
     ]
-    return S.CurvesIndex(endpoints=[{"path": p, "what": w} for p, w in e])
+    return schemas.CurvesIndex(endpoints=[{"path": p, "what": w} for p, w in e])

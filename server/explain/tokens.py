@@ -11,6 +11,7 @@ from ..errors import InputError
 from ..schemas.common import TokenPiece
 from ..schemas.tokenize import PreToken, TokenCounts, TokenizeResponse
 from ..service import ModelService
+from .digits import COARSE
 
 
 def encoding_names() -> list[str]:
@@ -128,6 +129,6 @@ def tokenize(service: ModelService, text: str, encoding: str, allow_special: boo
             characters=len(text),
             bytes=n_bytes,
             tokens=len(ids),
-            characters_per_token=round(len(text) / len(ids), 4) if ids else None,
+            characters_per_token=round(len(text) / len(ids), COARSE) if ids else None,
         ),
     )

@@ -21,6 +21,7 @@ from ..service import ModelService
 from . import embeddings as emb
 from . import forward as fwd
 from . import tokens as tok
+from .digits import SECONDS
 
 
 def status(job: Job, since: int = 0) -> TrainingStatus:
@@ -32,7 +33,7 @@ def status(job: Job, since: int = 0) -> TrainingStatus:
         request=job.request,
         step=job.step,
         total_steps=job.total_steps,
-        elapsed_s=round(job.elapsed, 2),
+        elapsed_s=round(job.elapsed, SECONDS),
         eta_s=job.eta(),
         tokens_per_s=last.tokens_per_s if last else None,
         uniform_loss=job.uniform_loss,
@@ -89,7 +90,7 @@ def checkpoints(runs: RunManager, builtin: Path, loaded: Path) -> list[Checkpoin
 
 
 @lru_cache(maxsize=8)
-def _snapshot_service(path: str) -> ModelService:
+def snapshot_service(path: str) -> ModelService:
     return ModelService(Path(path))
 
 
@@ -100,7 +101,7 @@ def replay(runs: RunManager, run_id: str, step: int, text: str, tokens: int) -> 
     steps = runs.snapshot_steps(run_id)
     if step not in steps:
         raise InputError("step", f"run {run_id} has no snapshot at step {step}; snapshots: {steps}", where="query")
-    svc = _snapshot_service(str(runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))))
+    svc = snapshot_service(str(runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))))
     trace = fwd.forward(svc, ForwardRequest(text=text, include=["attention", "next_token"], truncate=True))
     ids = tok.encode(svc.encoding, text, where="query")[-svc.model.cfg.n_ctx // 2 :]
     with svc.run() as m:

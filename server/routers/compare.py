@@ -6,9 +6,8 @@ from fastapi import APIRouter, Query
 
 from ..deps import Runs, Service
 from ..explain import compare as ex
-from ..schemas.common import ERROR_RESPONSES, NOT_FOUND
+from ..schemas.common import ERROR_RESPONSES, MAX_PROMPT_CHARS, NOT_FOUND
 from ..schemas.compare import CompareRequest, CompareResponse
-from ..schemas.forward import MAX_PROMPT_CHARS
 from ..schemas.training import CHECKPOINT_PATTERN
 
 router = APIRouter(tags=["compare"])

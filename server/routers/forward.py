@@ -6,8 +6,9 @@ from fastapi import APIRouter, Query
 
 from ..deps import Service
 from ..explain import forward as fwd
-from ..schemas.common import ERROR_RESPONSES
-from ..schemas.forward import MAX_PROMPT_CHARS, ForwardRequest, ForwardResponse, LogitLensBlock
+from ..schemas.common import ERROR_RESPONSES, MAX_PROMPT_CHARS
+from ..schemas.forward import ForwardRequest, ForwardResponse, PartsResponse
+from ..schemas.stages import LogitLensBlock
 
 router = APIRouter(tags=["forward"])
 
@@ -20,6 +21,15 @@ router = APIRouter(tags=["forward"])
 )
 def forward(req: ForwardRequest, service: Service) -> ForwardResponse:
     return fwd.forward(service, req)
+
+
+@router.get(
+    "/forward/parts",
+    response_model=PartsResponse,
+    summary="The parts a trace can include, which the loaded model has, and what makes each stale",
+)
+def forward_parts(service: Service) -> PartsResponse:
+    return fwd.part_list(service)
 
 
 @router.get(

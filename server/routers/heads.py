@@ -6,8 +6,7 @@ from fastapi import APIRouter, Query
 
 from ..deps import Runs, Service
 from ..explain import heads as ex
-from ..schemas.common import ERROR_RESPONSES
-from ..schemas.forward import MAX_PROMPT_CHARS
+from ..schemas.common import ERROR_RESPONSES, MAX_PROMPT_CHARS
 from ..schemas.heads import HeadsResponse, TrainingHeads
 
 router = APIRouter(tags=["heads"])

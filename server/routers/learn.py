@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from ..deps import Service
 from ..explain import learn as ex
-from ..schemas import learn as S
+from ..schemas import learn as schemas
 from ..schemas.common import ERROR_RESPONSES
 
 MAX_QK_NUMBERS = 2_000_000
@@ -21,14 +21,14 @@ Points = Annotated[int, Query(ge=2, le=4000, description="how many points on the
 DEFAULT_LOGITS = "2,1,0.5,0,-1"
 
 
-@router.get("/curves", response_model=S.CurvesIndex, summary="Every curve endpoint the /learn page draws")
-def index() -> S.CurvesIndex:
+@router.get("/curves", response_model=schemas.CurvesIndex, summary="Every curve endpoint the /learn page draws")
+def index() -> schemas.CurvesIndex:
     return ex.curves_index()
 
 
 @router.get(
     "/schedules/lr",
-    response_model=S.ScheduleResponse,
+    response_model=schemas.ScheduleResponse,
     responses=ERROR_RESPONSES,
     summary="A learning-rate schedule: the Transformer's, GPT-1's, or the loaded model's own",
 )
@@ -51,7 +51,7 @@ def lr_schedule(
     ] = None,
     min_lr: Annotated[float | None, Query(ge=0, le=10, description="warmup_cosine end value (gpt1 0)")] = None,
     points: Points = 400,
-) -> S.ScheduleResponse:
+) -> schemas.ScheduleResponse:
     return ex.lr_schedule(
         service,
         kind,
@@ -66,7 +66,7 @@ def lr_schedule(
 
 @router.get(
     "/curves/gelu",
-    response_model=S.GeluResponse,
+    response_model=schemas.GeluResponse,
     responses=ERROR_RESPONSES,
     summary="GELU (exact and tanh), ReLU and their derivatives, with the minimum and GELU'(-1)",
 )
@@ -74,13 +74,13 @@ def gelu(
     x_min: Annotated[float, Query(ge=-20, le=20)] = -4.0,
     x_max: Annotated[float, Query(ge=-20, le=20)] = 4.0,
     points: Points = 401,
-) -> S.GeluResponse:
+) -> schemas.GeluResponse:
     return ex.gelu(x_min, x_max, points)
 
 
 @router.get(
     "/curves/cross-entropy",
-    response_model=S.CrossEntropyResponse,
+    response_model=schemas.CrossEntropyResponse,
     responses=ERROR_RESPONSES,
     summary="-ln p against p, uniform baselines ln V, and the softmax cross-entropy gradient p - q",
 )
@@ -96,13 +96,13 @@ def cross_entropy(
     ] = DEFAULT_LOGITS,
     target: Annotated[int, Query(ge=0, le=63, description="index of the true token among the logits")] = 0,
     epsilon: Annotated[float, Query(ge=0, le=1, description="label smoothing of the target (0: one-hot)")] = 0.0,
-) -> S.CrossEntropyResponse:
+) -> schemas.CrossEntropyResponse:
     return ex.cross_entropy(service, vocab_size, points, logits, target, epsilon)
 
 
 @router.get(
     "/curves/label-smoothing",
-    response_model=S.LabelSmoothingResponse,
+    response_model=schemas.LabelSmoothingResponse,
     responses=ERROR_RESPONSES,
     summary="The loss floor label smoothing sets: the entropy of the smoothed target",
 )
@@ -110,13 +110,13 @@ def label_smoothing(
     epsilon: Annotated[float, Query(ge=0, le=1)] = 0.1,
     vocab_size: Annotated[int, Query(ge=2, le=100_000_000)] = 37_000,
     points: Points = 400,
-) -> S.LabelSmoothingResponse:
+) -> schemas.LabelSmoothingResponse:
     return ex.label_smoothing(epsilon, vocab_size, points)
 
 
 @router.get(
     "/curves/softmax-scale",
-    response_model=S.SoftmaxScaleResponse,
+    response_model=schemas.SoftmaxScaleResponse,
     responses=ERROR_RESPONSES,
     summary="Random q.k before and after dividing by sqrt(d_k); softmax temperature and shift invariance",
 )
@@ -132,7 +132,7 @@ def softmax_scale(
     ] = DEFAULT_LOGITS,
     temperature: Annotated[float, Query(ge=0.05, le=20)] = 0.5,
     shift: Annotated[float, Query(ge=-1000, le=1000, description="added to every logit")] = 100.0,
-) -> S.SoftmaxScaleResponse:
+) -> schemas.SoftmaxScaleResponse:
     if samples * d_k > MAX_QK_NUMBERS:  # bounded work per request
         raise ex.query_error("samples", f"samples x d_k is {samples * d_k:,}; the limit is {MAX_QK_NUMBERS:,}")
     return ex.softmax_scale(d_k, samples, seed, n_keys, logits, temperature, shift)
@@ -140,7 +140,7 @@ def softmax_scale(
 
 @router.get(
     "/params",
-    response_model=S.ParamsResponse,
+    response_model=schemas.ParamsResponse,
     responses=ERROR_RESPONSES,
     summary="Exact and seed-convention parameter counts of a preset or any config (gptscope.model.gpt.count_params)",
 )
@@ -173,7 +173,7 @@ def params(
     ] = None,
     n_expert: Annotated[int | None, Query(ge=0, le=256, description="experts per block (0: one dense MLP)")] = None,
     top_k_experts: Annotated[int | None, Query(ge=1, le=256)] = None,
-) -> S.ParamsResponse:
+) -> schemas.ParamsResponse:
     overrides = dict(
         vocab_size=vocab_size,
         n_ctx=n_ctx,
@@ -196,16 +196,16 @@ def params(
 
 @router.get(
     "/params/presets",
-    response_model=S.PresetsResponse,
+    response_model=schemas.PresetsResponse,
     summary="Parameter counts of the loaded model, GPT-1, the GPT-2 sizes and GPT-3",
 )
-def params_presets(service: Service) -> S.PresetsResponse:
+def params_presets(service: Service) -> schemas.PresetsResponse:
     return ex.presets(service)
 
 
 @router.get(
     "/curves/kv-cache",
-    response_model=S.KvCacheResponse,
+    response_model=schemas.KvCacheResponse,
     responses=ERROR_RESPONSES,
     summary="KV-cache memory against context length: multi-head versus grouped-query attention",
 )
@@ -220,13 +220,13 @@ def kv_cache(
     batch: Annotated[int, Query(ge=1, le=4096, description="sequences generated at once")] = 1,
     bytes_per_value: Annotated[int, Query(ge=1, le=8, description="2 for float16/bfloat16, 4 for float32")] = 2,
     points: Annotated[int, Query(ge=2, le=1000)] = 65,
-) -> S.KvCacheResponse:
+) -> schemas.KvCacheResponse:
     return ex.kv_cache(n_layer, n_head, n_kv_head, d_head, context, batch, bytes_per_value, points)
 
 
 @router.get(
     "/curves/scaling-law",
-    response_model=S.ScalingLawResponse,
+    response_model=schemas.ScalingLawResponse,
     responses=ERROR_RESPONSES,
     summary="Kaplan et al.'s power law L = (N / 8.8e13)^-0.076, with known models marked",
 )
@@ -237,13 +237,13 @@ def scaling_law(
     n_c: Annotated[float, Query(ge=1e6, le=1e20)] = ex.KAPLAN_N_C,
     alpha: Annotated[float, Query(ge=0.001, le=1)] = ex.KAPLAN_ALPHA,
     points: Points = 200,
-) -> S.ScalingLawResponse:
+) -> schemas.ScalingLawResponse:
     return ex.scaling_law(service, n_min, n_max, n_c, alpha, points)
 
 
 @router.get(
     "/curves/optimizers",
-    response_model=S.OptimizersResponse,
+    response_model=schemas.OptimizersResponse,
     responses=ERROR_RESPONSES,
     summary="SGD, momentum, Adam, AdamW and Muon stepping on a narrow ravine: contour grid and paths",
 )
@@ -264,7 +264,7 @@ def optimizers(
     weight_decay: Annotated[float, Query(ge=0, le=1, description="AdamW's decoupled decay")] = 0.1,
     lr_muon: Annotated[float, Query(gt=0, le=10, description="Muon's step (each direction moves by this much)")] = 0.15,
     grid: Annotated[int, Query(ge=10, le=200, description="contour grid points per side")] = 61,
-) -> S.OptimizersResponse:
+) -> schemas.OptimizersResponse:
     return ex.optimizers(
         a=a,
         b=b,

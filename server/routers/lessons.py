@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 
 from ..deps import Service
 from ..explain import lessons as ex
-from ..schemas import lessons as S
+from ..schemas import lessons as schemas
 from ..schemas.common import ERROR_RESPONSES
 
 router = APIRouter(tags=["curves"])
@@ -33,7 +33,7 @@ LessonText = Annotated[
 
 @router.get(
     "/curves/initialisation",
-    response_model=S.InitResponse,
+    response_model=schemas.InitResponse,
     responses=ERROR_RESPONSES,
     summary="N(0, 0.02) against Xavier and He: weight scale, the variance of a pre-activation, and a simulation",
 )
@@ -43,13 +43,13 @@ def initialisation(
         int, Query(ge=1, le=256, description="random LayerNorm'd hidden vectors pushed through each matrix")
     ] = 128,
     seed: Seed = 0,
-) -> S.InitResponse:
+) -> schemas.InitResponse:
     return ex.initialisation(width, rows, seed)
 
 
 @router.get(
     "/curves/dropout",
-    response_model=S.DropoutResponse,
+    response_model=schemas.DropoutResponse,
     responses=ERROR_RESPONSES,
     summary="Inverted dropout on a real vector (an embedding row of the loaded model): mask, 1/(1-p), expectation kept",
 )
@@ -71,13 +71,13 @@ def dropout(
     ] = None,
     seed: Seed = 0,
     trials: Annotated[int, Query(ge=1, le=20_000, description="fresh masks averaged to show the expectation")] = 5000,
-) -> S.DropoutResponse:
+) -> schemas.DropoutResponse:
     return ex.dropout(service, p, size, token_id, seed, trials)
 
 
 @router.get(
     "/curves/adam",
-    response_model=S.AdamResponse,
+    response_model=schemas.AdamResponse,
     responses=ERROR_RESPONSES,
     summary="Adam's moving averages: memory 1/(1-beta), bias correction in the first steps, epsilon",
 )
@@ -92,13 +92,13 @@ def adam(
     ages: Annotated[
         int, Query(ge=2, le=5000, description="how far back the weights of past gradients are drawn")
     ] = 3000,
-) -> S.AdamResponse:
+) -> schemas.AdamResponse:
     return ex.adam(beta1, beta2, eps, gradient, steps, ages)
 
 
 @router.get(
     "/curves/embedding-scale",
-    response_model=S.EmbeddingScaleResponse,
+    response_model=schemas.EmbeddingScaleResponse,
     responses=ERROR_RESPONSES,
     summary="Embeddings times sqrt(d_model) against the sinusoidal position vector's norm sqrt(d_model/2)",
 )
@@ -107,13 +107,13 @@ def embedding_scale(
     positions: Annotated[int, Query(ge=1, le=2048)] = 128,
     tokens: Annotated[int, Query(ge=1, le=1024, description="random embedding rows")] = 128,
     seed: Seed = 0,
-) -> S.EmbeddingScaleResponse:
+) -> schemas.EmbeddingScaleResponse:
     return ex.embedding_scale(d_model, positions, tokens, seed)
 
 
 @router.get(
     "/curves/masked-lm",
-    response_model=S.MaskedLmResponse,
+    response_model=schemas.MaskedLmResponse,
     responses=ERROR_RESPONSES,
     summary="BERT against GPT: bidirectional and causal masks on one text; masked-LM corruption (15%: 80/10/10)",
 )
@@ -122,23 +122,23 @@ def masked_lm(
     text: LessonText = DEFAULT_SENTENCE,
     seed: Seed = 0,
     rate: Annotated[float, Query(gt=0, le=1, description="share of positions picked (BERT: 0.15)")] = 0.15,
-) -> S.MaskedLmResponse:
+) -> schemas.MaskedLmResponse:
     return ex.masked_lm(service, text, seed, rate)
 
 
 @router.get(
     "/curves/teacher-forcing",
-    response_model=S.TeacherForcingResponse,
+    response_model=schemas.TeacherForcingResponse,
     responses=ERROR_RESPONSES,
     summary="Inputs and targets one position apart; one forward pass of the loaded model scores every position",
 )
-def teacher_forcing(service: Service, text: LessonText = DEFAULT_SENTENCE) -> S.TeacherForcingResponse:
+def teacher_forcing(service: Service, text: LessonText = DEFAULT_SENTENCE) -> schemas.TeacherForcingResponse:
     return ex.teacher_forcing(service, text)
 
 
 @router.get(
     "/curves/head-gradients",
-    response_model=S.HeadGradientsResponse,
+    response_model=schemas.HeadGradientsResponse,
     responses=ERROR_RESPONSES,
     summary="How the loss reaches an attention head: real dL/dA, dL/dV of one head and every head's weight-gradient norm",
 )
@@ -147,13 +147,13 @@ def head_gradients(
     text: LessonText = DEFAULT_SENTENCE,
     layer: Annotated[int, Query(ge=0, le=1000, description="below the loaded model's n_layer")] = 0,
     head: Annotated[int, Query(ge=0, le=1024, description="below the loaded model's n_head")] = 0,
-) -> S.HeadGradientsResponse:
+) -> schemas.HeadGradientsResponse:
     return ex.head_gradients(service, text, layer, head)
 
 
 @router.get(
     "/curves/tokens-per-update",
-    response_model=S.TokensPerUpdateResponse,
+    response_model=schemas.TokensPerUpdateResponse,
     responses=ERROR_RESPONSES,
     summary="Predictions per update (batch x context) and over pretraining, against a labelled data set",
 )
@@ -168,5 +168,5 @@ def tokens_per_update(
     labelled_examples: Annotated[
         int, Query(ge=1, le=10**12, description="the labelled set (SNLI: about 550,000)")
     ] = 550_000,
-) -> S.TokensPerUpdateResponse:
+) -> schemas.TokensPerUpdateResponse:
     return ex.tokens_per_update(service, batch, context, corpus_tokens, epochs, labelled_examples)

@@ -22,6 +22,8 @@ import typing
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+MAX_PROMPT_CHARS = 20_000  # the longest prompt text any endpoint takes
+
 
 def _is_int(annotation) -> bool:
     """int, or Annotated[int, ...] (an int with constraints)."""

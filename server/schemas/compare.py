@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .common import StrictRequest, TokenPiece
-from .forward import MAX_PROMPT_CHARS, LogitLensBlock, Matrix, NextToken
+from .common import MAX_PROMPT_CHARS, StrictRequest, TokenPiece
+from .stages import LogitLensBlock, Matrix, NextToken
 from .training import CHECKPOINT_PATTERN
 
 

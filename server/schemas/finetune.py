@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from .common import StrictRequest, TokenPiece
-from .forward import ClassifierBlock
+from .stages import ClassifierBlock
 
 Method = Literal["finetune", "finetune_no_lm", "scratch", "probe"]
 ALL_METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]

@@ -1,34 +1,21 @@
 """The forward trace of a prompt, stage by stage. Each stage is optional: a tool asks only for
-what it shows (`include`), and a selected layer / head / position narrows the detailed parts."""
+what it shows (`include`), and a selected layer / head / position narrows the detailed parts.
+
+The stages' names, their fields in the answer and their meanings come from the registry of parts
+(server/explain/parts.py); their blocks are the models in stages.py."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from .common import StrictRequest, TokenId, TokenPiece
+from ..explain.parts import NAMES, PARTS
+from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .stages import LogitLensBlock  # noqa: F401  (the answer of POST /api/v1/logit-lens)
 
-MAX_PROMPT_CHARS = 20_000
-
-ForwardPart = Literal[
-    "embeddings",
-    "attention",
-    "layernorm",
-    "head_detail",
-    "mlp",
-    "residual",
-    "logit_lens",
-    "next_token",
-    "prompt_loss",
-    "decomposition",
-    "rope",
-    "moe",
-    "classifier",
-]
-ALL_PARTS: tuple[str, ...] = ForwardPart.__args__  # type: ignore[attr-defined]
-
-Matrix = list[list[float]]
+ForwardPart = Literal[NAMES]  # type: ignore[valid-type]
+ALL_PARTS: tuple[str, ...] = NAMES
 
 
 class ForwardRequest(StrictRequest):
@@ -57,8 +44,10 @@ class ForwardRequest(StrictRequest):
         "`text` is then ignored. Each id must be below the loaded model's vocab_size, "
         "and there may be at most n_ctx of them (see /api/v1/health)",
     )
-    include: list[ForwardPart] = Field(
-        default_factory=lambda: ["attention", "next_token"], description="which stages of the trace to return"
+    include: list[ForwardPart] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: ["attention", "next_token"],
+        description="which stages of the trace to return (GET /api/v1/forward/parts lists them, and which "
+        "the loaded model has; a part it lacks is null in the answer)",
     )
     layers: list[int] | None = Field(None, description="attention: only these layers (default all)")
     heads: list[int] | None = Field(None, description="attention: only these heads (default all)")
@@ -72,240 +61,9 @@ class ForwardRequest(StrictRequest):
     truncate: bool = Field(False, description="keep the last n_ctx tokens of a longer prompt instead of refusing it")
 
 
-class NextToken(BaseModel):
-    id: int
-    text: str
-    prob: float
-    logit: float
+class TraceHeader(BaseModel):
+    """What every trace says, whichever parts were asked for."""
 
-
-class AttentionBlock(BaseModel):
-    layers: list[int] = Field(description="layer index of each entry of `pattern`")
-    heads: list[int] = Field(description="head index of each entry of `pattern[l]`")
-    pattern: list[list[Matrix]] = Field(
-        description="[layer][head][query][key]: softmax weights, 4 decimals; each row sums to 1. For a causal "
-        "model (`causal` true) row q lists keys 0..q only: later keys are masked and get exactly 0, "
-        "so they are left out (half the bytes). A model trained without the mask has full rows."
-    )
-
-
-class EmbeddingsBlock(BaseModel):
-    token: Matrix = Field(description="(T, d) rows of W_E for the prompt's token ids")
-    pos: Literal["learned", "rope", "none"] = Field(
-        "learned",
-        description="how the model knows positions: learned rows "
-        "added here, or rotary (RoPE, inside attention), or not at all",
-    )
-    position: Matrix | None = Field(
-        description="(T, d) rows of W_P for positions 0..T-1 (null without learned positions)"
-    )
-    sum: Matrix = Field(description="(T, d) token + position: the residual stream entering block 0")
-    token_norms: list[float]
-    position_norms: list[float] | None
-
-
-class LayerNormDetail(BaseModel):
-    layer: int
-    which: str = Field(description="ln1 (before attention in a pre-norm model; after the add in post-norm)")
-    position: int
-    kind: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="RMSNorm subtracts no mean and has no shift")
-    input: list[float] = Field(description="(d,) the vector entering the LayerNorm")
-    mean: float | None = Field(description="the mean LayerNorm subtracts (null for RMSNorm, which keeps it)")
-    variance: float = Field(description="LayerNorm: the variance; RMSNorm: the mean of the squares")
-    eps: float
-    std: float = Field(description="sqrt(variance + eps): LayerNorm's standard deviation, RMSNorm's root mean square")
-    normalized: list[float] = Field(description="(input - mean) / std (RMSNorm: input / std), before gain and shift")
-    gain: list[float]
-    shift: list[float] | None
-    output: list[float] = Field(description="normalized * gain + shift")
-
-
-class HeadDetail(BaseModel):
-    layer: int
-    head: int
-    d_head: int
-    scale: float = Field(description="1 / sqrt(d_head): scores are divided by sqrt(d_head)")
-    q: Matrix = Field(description="(T, d_head) queries of this head (after RoPE's rotation when `rotated`)")
-    k: Matrix = Field(description="(T, d_head) keys of its key/value head (after RoPE's rotation when `rotated`)")
-    v: Matrix = Field(description="(T, d_head) values of its key/value head")
-    kv_head: int = Field(
-        0,
-        description="the key/value head this query head reads: with grouped-query attention "
-        "n_head / n_kv_head query heads share each one",
-    )
-    rotated: bool = Field(False, description="q and k are shown after RoPE turned them by their positions")
-    scores: Matrix = Field(description="(T, T) Q K^T / sqrt(d_head), before the mask")
-    masked_scores: list[list[float | None]] = Field(description="(T, T) after the causal mask; null stands for -inf")
-    pattern: Matrix = Field(description="(T, T) softmax of the masked scores")
-    z: Matrix = Field(description="(T, d_head) pattern @ V: the weighted sum of values")
-    result: Matrix = Field(description="(T, d) this head's output in the residual space: z @ W_O[head]")
-    position: int
-    resid_pre: list[float] = Field(description="(d,) stream entering the block at the selected position")
-    attn_out: list[float] = Field(description="(d,) all heads' outputs + bias at that position")
-    resid_mid: list[float] = Field(description="(d,) stream after the attention residual add")
-
-
-class Histogram(BaseModel):
-    edges: list[float]
-    counts: list[int]
-
-
-class Neuron(BaseModel):
-    index: int
-    pre: float
-    post: float
-
-
-class MLPLayer(BaseModel):
-    layer: int
-    histogram: Histogram = Field(description="pre-activations of every neuron at every position")
-    fraction_negative: float
-    mean: float
-    std: float
-
-
-class MLPBlock(BaseModel):
-    gelu: str = Field(
-        description="'exact' x*Phi(x) or 'tanh' approximation, as the model uses; 'silu' for a SwiGLU "
-        "MLP (its gate's activation; post = silu(gate) * value)"
-    )
-    curve_x: list[float]
-    curve_y: list[float] = Field(description="the model's GELU at curve_x (drawn under the histograms)")
-    layers: list[MLPLayer]
-    layer: int
-    position: int
-    top_neurons: list[Neuron] = Field(
-        description="the neurons with the largest post-GELU value at the selected layer and position"
-    )
-    d_mlp: int
-
-
-class ResidualBlock(BaseModel):
-    stages: list[str] = Field(description="'embed' then 'block i' for the stream after each block")
-    norms: Matrix = Field(description="[stage][position] L2 norm of the residual stream")
-
-
-class LensCandidate(BaseModel):
-    id: int
-    text: str
-    prob: float
-
-
-class LogitLensBlock(BaseModel):
-    stages: list[str]
-    positions: list[int]
-    top: list[list[list[LensCandidate]]] = Field(
-        description="[stage][position][k] tokens the final LayerNorm + unembedding would predict from the stream at that stage"
-    )
-    actual_next_prob: list[list[float | None]] = Field(
-        description="[stage][position] probability of the token that really follows (null at the last position)"
-    )
-
-
-class PositionLoss(BaseModel):
-    position: int
-    next_id: int
-    next_text: str
-    prob: float = Field(description="probability the model gave the token that really came next")
-    loss: float = Field(description="-ln(prob), nats")
-
-
-class PromptLoss(BaseModel):
-    positions: list[PositionLoss]
-    mean_loss: float | None
-    perplexity: float | None = Field(description="exp(mean loss)")
-    uniform_loss: float = Field(description="ln(vocab size): a uniform guess's loss")
-
-
-class Contribution(BaseModel):
-    name: str = Field(
-        description="embed, L{l}H{h} (a head), L{l} attn bias, L{l} attention (a sandwich-norm model's "
-        "whole normalised attention output), MLP{l}, or final bias"
-    )
-    kind: Literal["embed", "head", "attn_bias", "attn", "mlp", "bias"]
-    layer: int | None = None
-    head: int | None = None
-    value: float
-
-
-class Decomposition(BaseModel):
-    position: int
-    target_id: int
-    target_text: str
-    logit: float = Field(description="the model's logit for the target token")
-    contributions: list[Contribution]
-    total: float = Field(description="sum of the contributions")
-    residual_error: float = Field(description="logit - total")
-    exact: bool = Field(description="true for pre-norm models (final LayerNorm scale held at its real value)")
-    note: str
-
-
-class RopeDistanceCheck(BaseModel):
-    offset: int = Field(description="the second placement's start position")
-    distances: list[int] = Field(description="query position minus key position")
-    scores_at_start: list[float] = Field(
-        description="score of the selected q and k with the key at position 0 and the query `distance` after it"
-    )
-    scores_at_offset: list[float] = Field(
-        description="the same q and k with the key at `offset`: the same curve, "
-        "because RoPE's score depends only on the distance"
-    )
-
-
-class RopeBlock(BaseModel):
-    """How RoPE turns a head's queries and keys (selected layer and head)."""
-
-    layer: int
-    head: int
-    kv_head: int
-    base: float
-    frequencies: list[float] = Field(
-        description="(d_head/2,) radians per position for each pair of dimensions: base^(-2i/d_head)"
-    )
-    angles: Matrix = Field(description="(T, d_head/2) the angle each pair turns by at each position")
-    q: Matrix = Field(description="(T, d_head) queries before the rotation")
-    q_rotated: Matrix
-    k: Matrix = Field(description="(T, d_head) keys of the key/value head before the rotation")
-    k_rotated: Matrix
-    distance_check: RopeDistanceCheck
-
-
-class ExpertLayer(BaseModel):
-    layer: int
-    probs: Matrix = Field(description="(T, n_expert) the router's probabilities for each token")
-    choice: list[list[int]] = Field(description="(T, top_k) the experts each token went to")
-    load: list[float] = Field(
-        description="(n_expert,) share of this prompt's token-to-expert assignments each expert got"
-    )
-
-
-class MoEBlock(BaseModel):
-    n_expert: int
-    top_k: int
-    layers: list[ExpertLayer]
-
-
-class ClassifierBlock(BaseModel):
-    """A served classifier's reading of the prompt: W_y applied to the final hidden state at the last position."""
-
-    task: str
-    labels: list[str]
-    position: int = Field(description="the position read (the last one)")
-    at_extract: bool = Field(
-        description="whether the last token is the extract token the classifier was trained to read"
-    )
-    logits: list[float] = Field(description="one per label: W_y . h_last + b")
-    probs: list[float]
-    predicted: int = Field(description="index of the winning label")
-    attention: list[list[list[float]]] = Field(description="[layer][head][key]: the last position's attention row")
-    attention_mean: list[list[float]] = Field(description="[layer][key]: that row averaged over the layer's heads")
-    decomposition: Decomposition = Field(
-        description="the winning label's logit split into what each component "
-        "wrote into the residual stream (target_id is the label index)"
-    )
-
-
-class ForwardResponse(BaseModel):
     model: str
     tokens: list[TokenPiece]
     truncated: int = Field(0, description="tokens dropped from the front when truncate was asked for")
@@ -323,21 +81,33 @@ class ForwardResponse(BaseModel):
         "keys); the weights outside the window are 0",
     )
     position: int = Field(description="the selected position")
-    embeddings: EmbeddingsBlock | None = None
-    attention: AttentionBlock | None = None
-    layernorm: LayerNormDetail | None = None
-    head_detail: HeadDetail | None = None
-    mlp: MLPBlock | None = Field(None, description="null for a mixture-of-experts model (see moe)")
-    rope: RopeBlock | None = Field(None, description="RoPE models only")
-    moe: MoEBlock | None = Field(None, description="mixture-of-experts models only")
-    residual: ResidualBlock | None = None
-    logit_lens: LogitLensBlock | None = None
-    next_token: list[NextToken] | None = Field(None, description="top-k next tokens after the selected position")
-    prompt_loss: PromptLoss | None = None
-    decomposition: Decomposition | None = None
-    classifier: ClassifierBlock | None = Field(
-        None,
-        description="fine-tuned classifiers only (GET /api/v1/health: "
-        "info.classifier; null for a language model): the label W_y reads at "
-        "the last position",
+
+
+_PART_FIELDS: dict[str, Any] = {p.name: (p.block | None, Field(None, description=p.description)) for p in PARTS}
+
+if TYPE_CHECKING:  # a static checker sees the parts' fields as Any: they are made from the registry below
+
+    class ForwardResponse(TraceHeader):
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+    ForwardResponse = create_model(
+        "ForwardResponse",
+        __base__=TraceHeader,
+        __doc__="A forward trace: the header, then one field per part (null unless asked for and applicable).",
+        __module__=__name__,
+        **_PART_FIELDS,
     )
+
+
+class PartInfo(BaseModel):
+    name: str
+    description: str
+    applies: bool = Field(description="whether the loaded model has this part (else it is null in every trace)")
+    stale_on: list[Literal["layer", "head", "position", "target"]] = Field(
+        description="the selection fields of a request whose change alters this part (the others leave it as it was)"
+    )
+
+
+class PartsResponse(BaseModel):
+    parts: list[PartInfo] = Field(description="every part of the trace, in the order the page shows them")

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .common import StrictRequest, TokenPiece
-from .forward import MAX_PROMPT_CHARS, NextToken
+from .common import MAX_PROMPT_CHARS, StrictRequest, TokenPiece
+from .stages import NextToken
 
 
 class HeadRef(StrictRequest):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .common import StrictRequest, TokenId, TokenPiece
-from .forward import MAX_PROMPT_CHARS, NextToken
+from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .stages import NextToken
 
 MAX_TEMPERATURE = 100.0
 

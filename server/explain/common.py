@@ -1,0 +1,92 @@
+"""What every explain module needs: a prompt's ids for the loaded model, index checks, token text,
+and rounding for JSON with named precisions."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import InputError
+from ..schemas.stages import NextToken
+from ..service import ModelService
+from .digits import COARSE, FINE, VALUE
+from .tokens import check_text, encode
+
+
+def rounded(t: torch.Tensor, digits: int = VALUE) -> list:
+    """A tensor as (nested) lists of floats rounded for compact JSON (NaN/inf never appear).
+
+    Rounded in float64: a float32 0.6031 widens to 0.6031000018119812 in JSON, while the float64
+    nearest to 0.6031 prints as 0.6031 (the same digits in a third of the bytes)."""
+    t = torch.nan_to_num(t.detach().double(), nan=0.0, posinf=0.0, neginf=0.0)
+    return torch.round(t, decimals=digits).tolist()
+
+
+def attention_rows(pattern: torch.Tensor, causal: bool) -> list:
+    """(heads, T, T) weights -> [head][query][key]; a causal model's row q stops at key q (the
+    masked keys' weights are exactly 0 and are left out)."""
+    rows = rounded(pattern, COARSE)
+    return [[r[: q + 1] for q, r in enumerate(h)] for h in rows] if causal else rows
+
+
+def token_text(service: ModelService, tid: int) -> str:
+    return service.encoding.decode_single_token_bytes(int(tid)).decode("utf-8", errors="replace")
+
+
+def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "text") -> tuple[list[int], int]:
+    """Token ids of a prompt for the loaded model; refuses (or, if asked, truncates) a prompt that
+    does not fit the context window. Returns the ids and how many were dropped from the front."""
+    check_text(text, field)
+    # a classifier's prompt is written with its special tokens (<|start|> ... <|extract|>)
+    ids = encode(service.encoding, text, allow_special=service.classifier is not None, field=field)
+    n_ctx = service.model.cfg.n_ctx
+    if not ids:
+        raise InputError(field, "the prompt has no tokens")
+    if len(ids) > n_ctx:
+        if not truncate:
+            raise InputError(
+                field,
+                f"the prompt is {len(ids)} tokens; the model's context window is n_ctx={n_ctx} tokens "
+                f"(send truncate=true to keep the last {n_ctx})",
+            )
+        return ids[-n_ctx:], len(ids) - n_ctx
+    return ids, 0
+
+
+def given_ids(service: ModelService, ids: list[int]) -> list[int]:
+    V, n_ctx = service.model.cfg.vocab_size, service.model.cfg.n_ctx
+    bad = next((i for i in ids if not 0 <= i < V), None)
+    if bad is not None:
+        raise InputError("ids", f"token id {bad} is outside the vocabulary 0..{V - 1}")
+    if len(ids) > n_ctx:
+        raise InputError("ids", f"{len(ids)} ids exceed the model's context window n_ctx={n_ctx}")
+    return list(ids)
+
+
+def check_index(value: int, n: int, field: str) -> int:
+    if not 0 <= value < n:
+        raise InputError(field, f"{value} is out of range; valid values are 0..{n - 1}")
+    return value
+
+
+def check_indices(requested: list[int] | None, n: int, field: str) -> list[int]:
+    """The requested indices, checked and sorted; all of 0..n-1 when none were asked for."""
+    if requested is None:
+        return list(range(n))
+    for i in requested:
+        check_index(i, n, field)
+    return sorted(set(requested))
+
+
+def next_tokens(service: ModelService, logits: torch.Tensor, k: int) -> list[NextToken]:
+    """Top-k candidates from one position's logits (V,)."""
+    probs = torch.softmax(logits.float(), -1)
+    top = torch.topk(probs, min(k, probs.numel()))
+    return [
+        NextToken(
+            id=int(i),
+            text=token_text(service, int(i)),
+            prob=round(float(p), FINE),
+            logit=round(float(logits[int(i)]), COARSE),
+        )
+        for p, i in zip(top.values, top.indices)
+    ]
