@@ -221,3 +221,11 @@ def test_the_hook_table_names_every_kind_of_hook(hook_table):
         "blocks.{i}.attn.hook_pattern` | (B, nh, T, Tk)",
     ):
         assert name in hook_table, name
+
+
+def test_the_api_page_names_every_part_of_the_forward_trace():
+    from gptscope.server.explain.parts import PARTS
+
+    api = (DOCS / "api.md").read_text(encoding="utf-8")
+    missing = [part.name for part in PARTS if f"`{part.name}`" not in api]
+    assert not missing, f"docs/api.md does not name the forward parts {missing}"
