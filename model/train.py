@@ -51,7 +51,7 @@ from .schedules import warmup_cosine
 from .tokenizers import PUBLIC_ENCODINGS, encoding_from_spec
 
 # The best recipe we know for a run of minutes on each kind of device: what `gptscope train` and
-# the app use for every field not given. The CPU recipe won README's 150-s benchmark sweep (Muon
+# the app use for every field not given. The CPU recipe won the 150-s benchmark sweep (docs/benchmarks.md) (Muon
 # for the blocks' matrices: 2.015 bits/char against AdamW's 2.13); the GPU one is a scaled-up
 # guess that has not been benchmarked here (no GPU was available). `precision` is not part of
 # a recipe: model/precision.py measures what the device computes natively.

