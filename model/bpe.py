@@ -52,7 +52,7 @@ class BPEMerges:
 
     @classmethod
     def from_dict(cls, d: dict) -> BPEMerges:
-        merges = [tuple(int(x) for x in m) for m in d["merges"]]
+        merges = [(int(a), int(b), int(n)) for a, b, n in d["merges"]]
         for i, (a, b, _) in enumerate(merges):
             if not (0 <= a < 256 + i and 0 <= b < 256 + i):
                 raise ValueError(f"merge {i} refers to a token that does not exist yet")

@@ -158,8 +158,9 @@ def save(
     return folder
 
 
-def _read_hashed(folder: Path, name: str, sha: str, label: str) -> bytes:
-    """The bytes of a file named in checkpoint.json, checked against its recorded sha256."""
+def _read_hashed(folder: Path, name: object, sha: object, label: str) -> bytes:
+    """The bytes of a file named in checkpoint.json, checked against its recorded sha256 (name and
+    sha as the JSON has them: anything, or missing)."""
     if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith("."):
         raise CheckpointError(f"{label} file name {name!r} is not a plain file name")
     p = folder / name
@@ -186,7 +187,7 @@ def read_history(path: str | Path, meta: dict) -> list[dict]:
         raise CheckpointError(f"history file {meta['history']} is not JSON lines: {e}") from None
 
 
-def _read_tensors(folder: Path, name: str, sha: str, label: str) -> dict[str, torch.Tensor]:
+def _read_tensors(folder: Path, name: object, sha: object, label: str) -> dict[str, torch.Tensor]:
     blob = _read_hashed(folder, name, sha, label)
     try:
         return st_load(blob)

@@ -14,7 +14,7 @@ Shakespeare models:
     Draws on apace; four happy days bring in
 
 (speakers as NAME: lines, stage directions in square brackets, headings as plain lines, no
-markdown left). `shakespeare-markdown` is the text exactly as the package ships it (the README's
+markdown left). `shakespeare-markdown` is the text exactly as the package ships it (docs/benchmarks.md's
 benchmark trains on it). In both, the first 90% of the characters are for training, the last 10%
 are held out for validation and evaluation.
 """

@@ -1,10 +1,28 @@
 """A small GPT, in one readable file.
 
-Decoder-only Transformer in the style of GPT-1/GPT-2:
+A decoder-only Transformer. GPTConfig's defaults build GPT-2's block:
 
     tokens -> token embedding (W_E) + learned position embedding (W_P)
-           -> n_layer x Block(attention, MLP, residual adds, LayerNorm)
+           -> n_layer x Block:  x = x + Attention(LayerNorm(x))   nh heads: softmax(q k^T / sqrt(hs)) v
+                                x = x + MLP(LayerNorm(x))         W_down GELU(W_up x), 4d wide
            -> final LayerNorm -> logits = h @ W_E^T (weight tying)
+
+and a switch in GPTConfig turns each piece into the modern block of the LLaMA family (the
+"llama-style" preset turns them all on):
+
+    tokens -> token embedding (W_E)                               pos="rope": no W_P; attention turns
+           -> n_layer x Block:  x = x + Attention(RMSNorm(x))       q and k by their position (RoPE)
+                                x = x + SwiGLU(RMSNorm(x))        norm_type="rmsnorm": no mean, no shift
+           -> final RMSNorm -> logits = h @ W_E^T                 mlp="swiglu": W_down (silu(W_gate x) * W_up x),
+                                                                    8d/3 wide (the parameters of 4d GELU)
+                                                                  n_kv_head < n_head: grouped-query attention,
+                                                                    nh / n_kv query heads share a key/value
+                                                                    head (n_kv_head=1: multi-query)
+                                                                  bias=False: no biases anywhere
+
+More switches: window=w (sliding-window attention: each query sees its last w keys), n_expert
+(mixture of experts: a router sends each token to top_k_experts of n_expert MLPs), norm="post"
+(GPT-1: LN(x + f(x))) or "both" (Gemma 2's sandwich: x + LN(f(LN(x)))), causal=False (no mask).
 
 Every intermediate worth showing passes through a `HookPoint`, an identity module whose dotted
 name is stable (for example ``blocks.0.attn.hook_pattern``).  Nothing is recorded unless someone
@@ -14,24 +32,26 @@ remove them again.
 Two modes decide which arithmetic runs, and `GPT.set_mode` is the only switch:
 
     "fast"     (training, the CLI)  fused kernels: PyTorch's scaled_dot_product_attention,
-               F.layer_norm, one W_O matmul for all heads. The attention scores and pattern,
-               each head's result and the LayerNorm scale never exist as tensors, so their
-               hook points do not fire.
+               F.layer_norm or F.rms_norm, one W_O matmul for all heads. The attention scores
+               and pattern, each head's result and LayerNorm's or RMSNorm's scale and output
+               never exist as tensors, so their hook points do not fire.
     "explain"  (serving)  the step-by-step path: softmax(QK^T / sqrt(d_head)) with the mask,
-               LayerNorm written out, each head's output formed separately. Every hook fires.
+               the norms written out, each head's output formed separately. Every hook fires.
 
 `hooks()` and `capture()` run their `with` block in explain mode and restore the mode after.
-The two modes agree to float32 rounding (`tests/test_model.py` checks it), not bit for bit, so
-the server stays in explain mode: every panel then shows the same digits for the same prompt.
+The two modes agree to float32 rounding (`tests/test_model.py` and `tests/test_modern.py` check
+it), not bit for bit, so the server stays in explain mode: every panel then shows the same digits
+for the same prompt.
 
 Shape legend used in the comments: B batch, T query positions, Tk key positions (T plus the
-KV cache), d d_model, nh heads, hs head size (d / nh), V vocabulary, dm MLP width.
+KV cache), d d_model, nh heads, n_kv key/value heads, hs head size (d / nh), V vocabulary,
+dm MLP width, E experts, k experts chosen per token.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
@@ -127,13 +147,16 @@ class GPTConfig:
         return cls(**d)
 
 
-# Architectures the app knows by name. `cpu` is what the built-in model is trained with (its
-# vocabulary comes from the tokenizer trained on the corpus); `gpt1` and `gpt2` reproduce the
-# published shapes so their sizes can be shown, and a GPU user can train them.
+# Architectures the app knows by name. `cpu` is the shape both training recipes start from
+# (model/train.py's RECIPES) and the one benchmarks/ times. The built-in model
+# (model/builtin/checkpoint.json) was trained from it with overrides, 6 blocks of width 192 over
+# 256 positions with dropout 0.1, and its 2048-token vocabulary comes from the BPE tokenizer
+# trained on the corpus. `gpt1` and `gpt2` reproduce the published shapes so their sizes can be
+# shown, and a GPU user can train them.
 PRESETS: dict[str, dict] = {
     "tiny": dict(n_ctx=64, n_layer=2, n_head=4, d_model=64),
-    "cpu": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),  # the built-in model (benchmarks/)
-    # the CPU shape as GPT-2 built it, and as LLaMA-family models build it today: rotary positions,
+    "cpu": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),  # the recipes' default shape
+    # the cpu shape as GPT-2 built it, and as LLaMA-family models build it today: rotary positions,
     # RMSNorm, SwiGLU, grouped-query attention (2 key/value heads for 4 query heads), no biases.
     # SwiGLU is 398 wide here (about 3.1d) so the two have the same parameter count (within 0.1%).
     "gpt2-style": dict(n_ctx=128, n_layer=4, n_head=4, d_model=128, dropout=0.0),
@@ -236,10 +259,12 @@ def hook_name(name: str, layer: int | None = None) -> str:
 
 # A hook function receives (tensor, hook_name) and returns None (look only) or a replacement.
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
+# Which hook points a hook function is added to: one name, a predicate on the name, or None for all.
+HookFilter = str | Callable[[str], bool] | None
 Mode = Literal["fast", "explain"]
 
 
-def _matches(name: str, flt) -> bool:
+def _matches(name: str, flt: HookFilter) -> bool:
     if flt is None:
         return True
     if callable(flt):
@@ -288,13 +313,13 @@ class RMSNorm(nn.Module):
         self.hook_normalized = HookPoint()  # (B, T, d) after the gain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.explain and hasattr(F, "rms_norm"):
+        if not self.explain:
             return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(x / scale * self.weight)
 
 
-def make_norm(cfg: GPTConfig) -> nn.Module:
+def make_norm(cfg: GPTConfig) -> LayerNorm | RMSNorm:
     if cfg.norm_type == "rmsnorm":
         return RMSNorm(cfg.d_model, cfg.ln_eps)
     return LayerNorm(cfg.d_model, cfg.bias, cfg.ln_eps)
@@ -354,7 +379,7 @@ class KVCache:
         return LayerKV(self, i)
 
     def numel_used(self) -> int:
-        """Numbers held for the filled positions: layers x 2 (K and V) x T x d."""
+        """Numbers held for the filled positions: layers x 2 (K and V) x B x T x n_kv x hs."""
         L, B, nh, _, hs = self.k.shape
         return L * 2 * B * self.length * nh * hs
 
@@ -387,6 +412,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention, in three pieces: `qkv` (the projections, RoPE, the KV cache,
+    shared key/value heads), then `fused` (fast mode) or `explained` (explain mode, every hook)."""
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -411,55 +439,68 @@ class CausalSelfAttention(nn.Module):
         self.explain = False  # the step-by-step path (set by GPT.set_mode)
 
     def forward(self, x: torch.Tensor, kv: LayerKV | None = None) -> torch.Tensor:
+        q, k, v = self.qkv(x, kv)  # (B, nh, T, hs), (B, nh, Tk, hs), (B, nh, Tk, hs)
+        y = self.explained(q, k, v) if self.explain else self.fused(q, k, v)  # (B, T, d)
+        return self.resid_dropout(y)
+
+    def qkv(self, x: torch.Tensor, kv: LayerKV | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, d) -> q (B, nh, T, hs) for the new positions; k, v (B, nh, Tk, hs) for all of
+        them so far: the cached ones (Tk - T) and the new T."""
         B, T, d = x.shape
-        cfg = self.cfg
-        nh, n_kv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
+        nh, n_kv, hs = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.d_head
         q, k, v = self.c_attn(x).split([d, n_kv * hs, n_kv * hs], dim=2)
         q = self.hook_q(q.view(B, T, nh, hs))
         k = self.hook_k(k.view(B, T, n_kv, hs))
-        v = self.hook_v(v.view(B, T, n_kv, hs)).transpose(1, 2)  # (B, n_kv, T, hs)
-        if cfg.pos == "rope":  # positions continue after the cached ones
-            start = kv.cache.length if kv is not None else 0
-            cos, sin = rope_angles(hs, torch.arange(start, start + T, device=x.device), cfg.rope_base)
-            cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, hs/2): the same turn for every head
-            q, k = self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, nh, T, hs), (B, n_kv, T, hs)
+        v = self.hook_v(v.view(B, T, n_kv, hs))
+        if self.cfg.pos == "rope":  # positions continue after the cached ones
+            q, k = self.rope(q, k, start=kv.cache.length if kv is not None else 0)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), (B, n_kv, T, hs)
         if kv is not None:
             k, v = kv.append(k, v)  # (B, n_kv, Tk, hs) including the cached positions
-        if n_kv != nh:  # each key/value head serves nh / n_kv query heads
+        if n_kv != nh:  # grouped-query attention: each key/value head serves nh / n_kv query heads
             k, v = k.repeat_interleave(nh // n_kv, dim=1), v.repeat_interleave(nh // n_kv, dim=1)
-        Tk = k.size(2)
-        causal = cfg.causal
-        p_drop = cfg.dropout if self.training else 0.0
+        return q, k, v
 
-        if not self.explain:
-            if not causal or (T == 1 and not cfg.window):
-                mask, is_causal = None, False  # a single newest query may see every cached key
-            elif Tk == T and not cfg.window:
-                mask, is_causal = None, True
-            else:
-                mask, is_causal = causal_allowed(T, Tk, x.device, cfg.window), False
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal
-            )  # (B, nh, T, hs)
-        else:
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, Tk)
-            scores = self.hook_attn_scores(scores)
-            if causal:
-                scores = scores.masked_fill(~causal_allowed(T, Tk, x.device, cfg.window), float("-inf"))
-            pattern = self.hook_pattern(F.softmax(scores, dim=-1))
-            y = self.attn_dropout(pattern) @ v  # (B, nh, T, hs)
+    def rope(self, q: torch.Tensor, k: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE: turn q (B, T, nh, hs) and k (B, T, n_kv, hs) by their positions start ... start + T - 1."""
+        T = q.size(1)
+        cos, sin = rope_angles(self.cfg.d_head, torch.arange(start, start + T, device=q.device), self.cfg.rope_base)
+        cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, hs/2): the same turn for every head
+        return self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
 
+    def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Fast mode: PyTorch's fused scaled_dot_product_attention, then one W_O matmul for all heads."""
+        B, nh, T, hs = q.shape
+        mask, is_causal = self.sdpa_mask(T, k.size(2), q.device)
+        p_drop = self.cfg.dropout if self.training else 0.0
+        # y (B, nh, T, hs): scores, mask, softmax and the weighted sum of values in one kernel
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal)
         z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs)
-        if self.explain:
-            w_o = self.c_proj.weight.view(d, nh, hs)  # (d_out, nh, hs)
-            result = self.hook_result(torch.einsum("bths,dhs->bthd", z, w_o))  # (B, T, nh, d)
-            out = result.sum(2)
-            if self.c_proj.bias is not None:
-                out = out + self.c_proj.bias
-        else:
-            out = self.c_proj(z.reshape(B, T, d))
-        return self.resid_dropout(out)
+        return self.c_proj(z.reshape(B, T, nh * hs))
+
+    def sdpa_mask(self, T: int, Tk: int, device: torch.device) -> tuple[torch.Tensor | None, bool]:
+        """The (attn_mask, is_causal) for T queries over Tk keys: none without a causal mask (BERT-
+        style) or for a single newest query (it may see every cached key); SDPA's own causal mask
+        for a square with no window; else the (T, Tk) allowed cells (a cache before T, a window)."""
+        if not self.cfg.causal or (T == 1 and not self.cfg.window):
+            return None, False
+        if Tk == T and not self.cfg.window:
+            return None, True
+        return causal_allowed(T, Tk, device, self.cfg.window), False
+
+    def explained(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Explain mode, step by step: softmax(QK^T / sqrt(hs)) with the mask, and each head's
+        output in the residual space on its own (hook_result), summed. Every hook point fires."""
+        _B, nh, T, hs = q.shape
+        scores = self.hook_attn_scores((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs)))  # (B, nh, T, Tk)
+        if self.cfg.causal:
+            scores = scores.masked_fill(~causal_allowed(T, k.size(2), q.device, self.cfg.window), float("-inf"))
+        pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, Tk)
+        z = self.hook_z((self.attn_dropout(pattern) @ v).transpose(1, 2))  # (B, T, nh, hs)
+        w_o = self.c_proj.weight.view(-1, nh, hs)  # (d, nh, hs)
+        result = self.hook_result(torch.einsum("bths,dhs->bthd", z, w_o))  # (B, T, nh, d)
+        out = result.sum(2)  # (B, T, d)
+        return out if self.c_proj.bias is None else out + self.c_proj.bias
 
 
 class MLP(nn.Module):
@@ -594,7 +635,7 @@ class GPT(nn.Module):
     def _init_weights(m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)  # N(0, 0.02)
-            if getattr(m, "bias", None) is not None:
+            if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
 
     # ---- forward ---------------------------------------------------------------------------
@@ -641,7 +682,7 @@ class GPT(nn.Module):
     # ---- hooks -----------------------------------------------------------------------------
 
     @contextmanager
-    def hooks(self, fwd_hooks: list[tuple[object, HookFn]]) -> Iterator[GPT]:
+    def hooks(self, fwd_hooks: Sequence[tuple[HookFilter, HookFn]]) -> Iterator[GPT]:
         """Add forward hooks for the duration of a `with` block; they are always removed.
 
         Each entry is (name or predicate or None for all, fn(tensor, name) -> tensor | None).
@@ -663,7 +704,9 @@ class GPT(nn.Module):
             self.set_mode(mode)
 
     @contextmanager
-    def capture(self, names=None) -> Iterator[dict[str, torch.Tensor]]:
+    def capture(
+        self, names: HookFilter | list[str] | tuple[str, ...] | set[str] | frozenset[str] = None
+    ) -> Iterator[dict[str, torch.Tensor]]:
         """Record the named intermediates of every forward pass inside the block.
 
         names: None for all hook points, a list of names, or a predicate on the name.

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .gpt import GPT
+from .gpt import GPT, HookFn, hook_name
 
 ROLES = ("previous-token", "first-token", "current-token", "local", "duplicate-token", "induction")
 PROMPT_ROLES = ("previous-token", "first-token", "current-token", "local")
@@ -94,7 +94,9 @@ def prompt_scores(pattern: torch.Tensor) -> dict[str, torch.Tensor]:
     }
     if T > LOCAL_WINDOW - 1:
         q = torch.arange(LOCAL_WINDOW - 1, T)
-        window = sum(pattern[..., q, q - k] for k in range(LOCAL_WINDOW))
+        window = pattern[..., q, q]  # each query's last LOCAL_WINDOW keys, its own included
+        for k in range(1, LOCAL_WINDOW):
+            window = window + pattern[..., q, q - k]
         out["local"] = window.mean(-1)
     else:
         out["local"] = pattern[..., 1:, :].sum(-1).mean(-1)
@@ -111,7 +113,7 @@ def repeat_scores(pattern: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
 
 def patterns(model: GPT, ids: torch.Tensor) -> torch.Tensor:
     """Every head's attention pattern: ids (B, T) -> (B, n_layer, n_head, T, T)."""
-    names = [f"blocks.{li}.attn.hook_pattern" for li in range(model.cfg.n_layer)]
+    names = [hook_name("attn.hook_pattern", li) for li in range(model.cfg.n_layer)]
     with torch.inference_mode(), model.capture(names) as cache:
         model(ids)
     return torch.stack([cache[n] for n in names], dim=1)
@@ -168,7 +170,7 @@ def assign_roles(scores: dict[str, torch.Tensor], base: dict[str, dict]) -> list
 # --- ablation ------------------------------------------------------------------------------------
 
 
-def _ablate_hook(head: int, how: str):
+def _ablate_hook(head: int, how: str) -> HookFn:
     def fn(z: torch.Tensor, _name: str) -> torch.Tensor:
         z = z.clone()  # (B, T, nh, hs)
         if how == "zero":
@@ -183,7 +185,7 @@ def _ablate_hook(head: int, how: str):
 def task_loss(model: GPT, ids: torch.Tensor, start: int = 0, ablate: tuple[int, int, str] | None = None) -> float:
     """Mean next-token loss of ids (B, T) over the targets at positions >= start + 1 (predicted from
     position >= start), optionally with one head (layer, head, 'zero' | 'mean') switched off."""
-    hooks = [] if ablate is None else [(f"blocks.{ablate[0]}.attn.hook_z", _ablate_hook(ablate[1], ablate[2]))]
+    hooks = [] if ablate is None else [(hook_name("attn.hook_z", ablate[0]), _ablate_hook(ablate[1], ablate[2]))]
     with torch.inference_mode(), model.hooks(hooks):
         logits, _ = model(ids)
     lp = F.log_softmax(logits[:, start:-1].float(), -1)

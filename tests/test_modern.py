@@ -164,6 +164,40 @@ def test_fast_and_explain_paths_agree_and_the_cache_changes_nothing(name):
     assert torch.equal(with_cache, without)
 
 
+# (config, queries T, cached keys before them): one case for each mask the fast path hands SDPA
+MASK_CASES = {
+    "bert-style": (dict(causal=False, n_kv_head=2), 6, 4, (False, False)),
+    "one-new-query": (dict(pos="rope"), 1, 9, (False, False)),
+    "square": (dict(n_kv_head=1), 8, 0, (False, True)),
+    "chunk-after-a-cache": (dict(pos="rope", n_kv_head=2), 5, 7, (True, False)),
+    "window": (dict(window=3), 1, 9, (True, False)),
+    "window-square": (dict(window=3, pos="rope"), 8, 0, (True, False)),
+}
+
+
+@pytest.mark.parametrize("name", list(MASK_CASES))
+def test_fused_and_explained_attention_agree_for_every_mask(name):
+    kw, T, cached, want_mask = MASK_CASES[name]
+    attn = model(**kw).blocks[0].attn
+    torch.manual_seed(4)
+    x = torch.randn(2, T, 32)
+    cache = KVCache(attn.cfg, 2)
+    cache.k[0].normal_(), cache.v[0].normal_()  # keys and values of `cached` earlier positions
+    cache.length = cached
+    with torch.no_grad():
+        q, k, v = attn.qkv(x, cache.layer(0))
+        assert q.shape == (2, 4, T, 8) and k.shape == v.shape == (2, 4, cached + T, 8)  # (B, nh, Tk, hs)
+        mask, is_causal = attn.sdpa_mask(T, cached + T, x.device)
+        assert (mask is not None, is_causal) == want_mask
+        fused, explained = attn.fused(q, k, v), attn.explained(q, k, v)
+    assert fused.shape == explained.shape == (2, T, 32)
+    torch.testing.assert_close(fused, explained, atol=1e-5, rtol=0)
+    if kw.get("causal", True) and (T > 1 or kw.get("window")):  # a mask that hides something ...
+        with torch.no_grad():
+            unmasked = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, T, 32)
+        assert (attn.c_proj(unmasked) - fused).abs().max() > 1e-4  # ... changes the output
+
+
 def test_llama_style_has_gpt2_styles_parameter_count():
     g, li = (count_params(preset_config(n, vocab_size=2048))["total"] for n in ("gpt2-style", "llama-style"))
     assert abs(g - li) / g < 0.002

@@ -8,12 +8,8 @@ import torch
 from ..errors import InputError
 from ..schemas.stages import NextToken
 from ..service import ModelService
+from .digits import COARSE, FINE, VALUE
 from .tokens import check_text, encode
-
-# Decimals kept in JSON, named by what a number is for, so that every panel and tool agree:
-COARSE = 4  # drawn as a colour or a length: attention weights, norms, embeddings, logits, histograms
-VALUE = 5  # read as numbers: activations, q/k/v, scores, losses, contributions
-FINE = 6  # small numbers read exactly: probabilities, variances, frequencies
 
 
 def rounded(t: torch.Tensor, digits: int = VALUE) -> list:

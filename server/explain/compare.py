@@ -21,6 +21,7 @@ from ..service import ModelService
 from . import parts as registry
 from . import stages
 from .common import attention_rows, check_index, next_tokens, prompt_ids
+from .digits import FINE, VALUE
 from .forward import run_trace
 from .model_info import model_info
 from .tokens import token_pieces
@@ -33,7 +34,8 @@ class ModelCache:
     """At most MAX_CACHED ModelServices, by folder; the app's loaded model is reused, not copied."""
 
     def __init__(self, size: int = MAX_CACHED) -> None:
-        self.size, self._lock, self._items = size, threading.Lock(), OrderedDict()
+        self.size, self._lock = size, threading.Lock()
+        self._items: OrderedDict[tuple[str, int], ModelService] = OrderedDict()
 
     def get(self, path: Path, loaded: ModelService) -> ModelService:
         path = path.resolve()
@@ -93,7 +95,7 @@ def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple
     with svc.run() as m:
         trace = run_trace(svc, ids, parts, sel, m, every=True)  # every position's loss is drawn
         lens = stages.logit_lens(trace)
-    logits, c = trace.logits.float(), trace.cache  # (T, V)
+    logits = trace.logits.float()  # (T, V)
     lp = (
         torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1))[:, 0]
         if len(ids) > 1
@@ -113,19 +115,19 @@ def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple
         vocab_size=cfg.vocab_size,
         tokenizer=info.tokenizer,
         tokens=pieces,
-        token_loss=[None if x is None else round(x, 5) for x in token_loss],
-        total_bits=round(total, 5),
+        token_loss=[None if x is None else round(x, VALUE) for x in token_loss],
+        total_bits=round(total, VALUE),
         scored_chars=covered,
-        bits_per_char=round(total / covered, 5) if covered else None,
+        bits_per_char=round(total / covered, VALUE) if covered else None,
         position=pos,
         next_token=next_tokens(svc, logits[pos], req.top_k),
-        attention=attention_rows(c[f"blocks.{layer}.attn.hook_pattern"][head : head + 1], cfg.causal)[0],
+        attention=attention_rows(trace.act("attn.hook_pattern", layer)[head : head + 1], cfg.causal)[0],
         logit_lens=lens,
     )
     return side, {
         "ids": ids,
         "logp": torch.log_softmax(logits[pos], -1),
-        "pattern": c[f"blocks.{layer}.attn.hook_pattern"][head],
+        "pattern": trace.act("attn.hook_pattern", layer)[head],
         "token_loss": token_loss,
         "pieces": pieces,
     }
@@ -147,9 +149,9 @@ def _params(a: ModelService, b: ModelService) -> ParamComparison:
                 ParamChange(
                     name=k,
                     shape=list(va.shape),
-                    a_norm=round(na, 5),
-                    b_norm=round(nb, 5),
-                    relative_change=round(float((vb - va).norm()) / na, 6) if na else None,
+                    a_norm=round(na, VALUE),
+                    b_norm=round(nb, VALUE),
+                    relative_change=round(float((vb - va).norm()) / na, FINE) if na else None,
                 )
             )
     return ParamComparison(
@@ -170,16 +172,16 @@ def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> Comp
     same_tok = svcs[0].meta.get("tokenizer") == svcs[1].meta.get("tokenizer") and ia["ids"] == ib["ids"]
     bits_a = _char_bits(ia["pieces"], ia["token_loss"], n)
     bits_b = _char_bits(ib["pieces"], ib["token_loss"], n)
-    both = [i for i in range(n) if bits_a[i] is not None and bits_b[i] is not None]
-    in_both = set(both)
+    # the characters both models scored: index -> (bits of a, bits of b)
+    both = {i: (a, b) for i, (a, b) in enumerate(zip(bits_a, bits_b)) if a is not None and b is not None}
     kl_ab = kl_ba = diff = None
     if same_tok:
         pa, pb = ia["logp"], ib["logp"]
-        kl_ab = round(float(F.kl_div(pb, pa, log_target=True, reduction="sum")), 6)  # sum p_a (log p_a - log p_b)
-        kl_ba = round(float(F.kl_div(pa, pb, log_target=True, reduction="sum")), 6)
+        kl_ab = round(float(F.kl_div(pb, pa, log_target=True, reduction="sum")), FINE)  # sum p_a (log p_a - log p_b)
+        kl_ba = round(float(F.kl_div(pa, pb, log_target=True, reduction="sum")), FINE)
         if svcs[0].model.cfg.causal == svcs[1].model.cfg.causal:
             diff = attention_rows((ib["pattern"] - ia["pattern"]).unsqueeze(0), svcs[0].model.cfg.causal)[0]
-    r5 = lambda x: None if x is None else round(x, 5)  # noqa: E731
+    r5 = lambda x: None if x is None else round(x, VALUE)  # noqa: E731
     return CompareResponse(
         text=req.text,
         char=char,
@@ -190,10 +192,10 @@ def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> Comp
         same_tokenizer=same_tok,
         char_bits_a=[r5(x) for x in bits_a],
         char_bits_b=[r5(x) for x in bits_b],
-        char_bits_diff=[r5(bits_b[i] - bits_a[i]) if i in in_both else None for i in range(n)],
+        char_bits_diff=[r5(both[i][1] - both[i][0]) if i in both else None for i in range(n)],
         common_chars=len(both),
-        common_bits_a=round(sum(bits_a[i] for i in both), 5),
-        common_bits_b=round(sum(bits_b[i] for i in both), 5),
+        common_bits_a=round(sum(a for a, _ in both.values()), VALUE),
+        common_bits_b=round(sum(b for _, b in both.values()), VALUE),
         kl_ab=kl_ab,
         kl_ba=kl_ba,
         attention_diff=diff,

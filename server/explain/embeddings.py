@@ -13,6 +13,7 @@ from ..schemas.embeddings import Neighbour, NeighboursResponse, PositionsRespons
 from ..service import ModelService
 from . import tokens as tok
 from .common import rounded, token_text
+from .digits import COARSE, SIMILARITY, VALUE
 
 
 @lru_cache(maxsize=4)
@@ -22,7 +23,7 @@ def _pca(service: ModelService) -> tuple[torch.Tensor, list[float]]:
     _, s, v = torch.linalg.svd(w, full_matrices=False)
     coords = w @ v[:2].T  # (V, 2)
     var = (s**2) / (s**2).sum()
-    return coords, [round(float(x), 5) for x in var[:2]]
+    return coords, [round(float(x), VALUE) for x in var[:2]]
 
 
 def projection(service: ModelService, limit: int) -> ProjectionResponse:
@@ -32,7 +33,10 @@ def projection(service: ModelService, limit: int) -> ProjectionResponse:
         explained_variance_ratio=var,
         tokens=[
             ProjectedToken(
-                id=i, text=token_text(service, i), x=round(float(coords[i, 0]), 4), y=round(float(coords[i, 1]), 4)
+                id=i,
+                text=token_text(service, i),
+                x=round(float(coords[i, 0]), COARSE),
+                y=round(float(coords[i, 1]), COARSE),
             )
             for i in range(n)
         ],
@@ -69,10 +73,13 @@ def neighbours(service: ModelService, token: str | None, token_id: int | None, k
         id=tid,
         text=token_text(service, tid),
         token=ProjectedToken(
-            id=tid, text=token_text(service, tid), x=round(float(coords[tid, 0]), 4), y=round(float(coords[tid, 1]), 4)
+            id=tid,
+            text=token_text(service, tid),
+            x=round(float(coords[tid, 0]), COARSE),
+            y=round(float(coords[tid, 1]), COARSE),
         ),
         neighbours=[
-            Neighbour(id=int(i), text=token_text(service, int(i)), cosine=round(float(s), 5))
+            Neighbour(id=int(i), text=token_text(service, int(i)), cosine=round(float(s), VALUE))
             for s, i in zip(top.values, top.indices)
         ],
     )
@@ -104,5 +111,7 @@ def positions(service: ModelService, limit: int) -> PositionsResponse:
     learned = F.normalize(wp[idx], dim=-1)
     sin = F.normalize(sinusoidal(wp.size(0), wp.size(1))[idx], dim=-1)
     return PositionsResponse(
-        positions=idx, learned_similarity=rounded(learned @ learned.T, 3), sinusoidal_similarity=rounded(sin @ sin.T, 3)
+        positions=idx,
+        learned_similarity=rounded(learned @ learned.T, SIMILARITY),
+        sinusoidal_similarity=rounded(sin @ sin.T, SIMILARITY),
     )

@@ -19,6 +19,7 @@ from ..schemas.finetune import (
 )
 from ..schemas.forward import ForwardRequest
 from ..service import ModelService
+from .digits import COARSE, SECONDS
 from .forward import forward
 
 N_EXAMPLES = 6
@@ -34,7 +35,7 @@ def task_info(task: tasks_mod.Task) -> TaskInfo:
         n_test=len(task.test),
         train_counts=task.counts(task.train),
         test_counts=task.counts(task.test),
-        chance=round(task.chance, 4),
+        chance=round(task.chance, COARSE),
         train_plays=task.train_plays,
         test_plays=task.test_plays,
         excluded_plays=task.excluded_plays,
@@ -56,7 +57,7 @@ def job_status(job: FinetuneJobState) -> FinetuneJob:
         task=job.task.name,
         checkpoint=job.checkpoint,
         labels=job.task.labels,
-        chance=round(job.task.chance, 4),
+        chance=round(job.task.chance, COARSE),
         methods=req.methods,
         sizes=req.sizes,
         lm_weight=req.lm_weight,
@@ -66,7 +67,7 @@ def job_status(job: FinetuneJobState) -> FinetuneJob:
         current=Progress(**job.current) if job.current else None,
         saved_as=job.saved_as,
         error=job.error,
-        elapsed=round(job.elapsed, 2),
+        elapsed=round(job.elapsed, SECONDS),
     )
 
 

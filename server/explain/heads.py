@@ -26,6 +26,7 @@ from ..schemas.heads import (
 )
 from ..service import ModelService
 from .common import prompt_ids, token_text
+from .digits import COARSE
 from .tokens import token_pieces
 from .training import snapshot_service
 
@@ -63,7 +64,7 @@ def _definitions(base: dict[str, dict]) -> list[RoleDefinition]:
             input="prompt" if r in model_heads.PROMPT_ROLES else "repeated random tokens",
             baseline_max=base[r]["max"],
             baseline_mean=base[r]["mean"],
-            threshold=round(model_heads.threshold(base, r), 4),
+            threshold=round(model_heads.threshold(base, r), COARSE),
         )
         for r in model_heads.ROLES
     ]
@@ -201,8 +202,8 @@ def training_heads(runs: RunManager, run_id: str) -> TrainingHeads:
             SnapshotHeads(
                 step=step,
                 val_loss=val_loss,
-                scores={r: [[round(x, 4) for x in row] for row in v] for r, v in scores.items()},
-                best={r: round(float(t[r].max()), 4) for r in model_heads.ROLES},
+                scores={r: [[round(x, COARSE) for x in row] for row in v] for r, v in scores.items()},
+                best={r: round(float(t[r].max()), COARSE) for r in model_heads.ROLES},
                 role_counts={r: sum(r in hr for row in roles for hr in row) for r in model_heads.ROLES},
                 in_context=InContext(**extra["in_context"]),
             )

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import torch
 
+from gptscope.model.gpt import HookFn, hook_name
+
 from ..errors import InputError
 from ..schemas.intervene import Compared, InterveneRequest, InterveneResponse, RunSummary
 from ..service import ModelService
 from .common import next_tokens, prompt_ids, token_text
+from .digits import FINE, VALUE
 from .tokens import token_pieces
 
 
 def _mean_loss(logits: torch.Tensor, ids: list[int]) -> float | None:
     if len(ids) < 2:
         return None
-    return round(float(torch.nn.functional.cross_entropy(logits[:-1].float(), torch.tensor(ids[1:]))), 5)
+    return round(float(torch.nn.functional.cross_entropy(logits[:-1].float(), torch.tensor(ids[1:]))), VALUE)
 
 
 def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse:
@@ -50,8 +53,8 @@ def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse
     def zero(t: torch.Tensor, _name: str):
         return torch.zeros_like(t)
 
-    hooks = [(f"blocks.{li}.attn.hook_z", zero_heads) for li in by_layer]
-    hooks += [(f"blocks.{li}.hook_mlp_out", zero) for li in sorted(set(req.ablate_mlps))]
+    hooks: list[tuple[str, HookFn]] = [(hook_name("attn.hook_z", li), zero_heads) for li in by_layer]
+    hooks += [(hook_name("hook_mlp_out", li), zero) for li in sorted(set(req.ablate_mlps))]
     with service.run() as m:
         clean, _ = m(torch.tensor([ids], device=service.device))
         with m.hooks(hooks):
@@ -68,7 +71,10 @@ def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse
     compared = sorted(
         (
             Compared(
-                id=i, text=token_text(service, i), clean=round(float(p_clean[i]), 6), altered=round(float(p_alt[i]), 6)
+                id=i,
+                text=token_text(service, i),
+                clean=round(float(p_clean[i]), FINE),
+                altered=round(float(p_alt[i]), FINE),
             )
             for i in union
         ),
@@ -85,6 +91,6 @@ def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse
             loss=_mean_loss(alt, altered_ids),
             top=next_tokens(service, alt[-1], req.top_k),
         ),
-        kl_divergence=round(max(0.0, kl), 6),
+        kl_divergence=round(max(0.0, kl), FINE),
         compared=compared,
     )

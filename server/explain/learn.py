@@ -19,6 +19,7 @@ from gptscope.model.schedules import warmup_cosine
 from ..errors import InputError
 from ..schemas import learn as schemas
 from ..service import ModelService
+from .digits import EXACT
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -50,7 +51,7 @@ def parse_floats(text: str, field: str, lo: int = 2, hi: int = 64, bound: float 
     return values
 
 
-def json_float(x: float, digits: int = 12) -> float:
+def json_float(x: float, digits: int = EXACT) -> float:
     """Round for JSON (and turn -0.0 into 0.0)."""
     return round(float(x), digits) + 0.0
 
@@ -75,9 +76,10 @@ def lr_schedule(
     min_lr: float | None,
     points: int,
 ) -> schemas.ScheduleResponse:
-    given = dict(d_model=d_model, warmup=warmup, max_lr=max_lr, total_steps=total_steps, min_lr=min_lr)
-    given = {k: v for k, v in given.items() if v is not None}
-    recorded = None
+    asked = dict(d_model=d_model, warmup=warmup, max_lr=max_lr, total_steps=total_steps, min_lr=min_lr)
+    given: dict[str, float] = {k: v for k, v in asked.items() if v is not None}
+    p: dict[str, float]
+    recorded: dict | None = None
     if kind == "transformer":
         p = {**TRANSFORMER_DEFAULTS, **{k: v for k, v in given.items() if k in TRANSFORMER_DEFAULTS}}
         if p["warmup"] < 1:
@@ -85,9 +87,10 @@ def lr_schedule(
     elif kind == "gpt1":
         p = {**GPT1_DEFAULTS, **{k: v for k, v in given.items() if k in GPT1_DEFAULTS}}
     else:  # model
-        recorded = service.meta.get("schedule")
-        if not isinstance(recorded, dict) or recorded.get("kind") != "warmup_cosine":
+        schedule = service.meta.get("schedule")
+        if not isinstance(schedule, dict) or schedule.get("kind") != "warmup_cosine":
             raise query_error("kind", "the loaded model's checkpoint.json records no warmup_cosine schedule")
+        recorded = schedule
         p = {k: recorded[k] for k in ("max_lr", "min_lr", "warmup", "total_steps")}
         p.update({k: v for k, v in given.items() if k in p})
     if p["warmup"] > p["total_steps"]:
@@ -102,7 +105,7 @@ def lr_schedule(
     total, w = int(p["total_steps"]), int(p["warmup"])
     steps = formulas.schedule_steps(total, points, extra=(w - 1, w))
     if kind == "transformer":
-        lr = formulas.lr_curve("transformer", steps, d_model=p["d_model"], warmup=w)
+        lr = formulas.lr_curve("transformer", steps, d_model=int(p["d_model"]), warmup=w)
         function = "gptscope.model.schedules.transformer"
         formula = "lr(t) = d_model^-0.5 * min(t^-0.5, t * warmup^-1.5), t = max(step, 1)"
         params = schemas.ScheduleParams(d_model=p["d_model"], warmup=w, total_steps=total)
@@ -128,7 +131,7 @@ def lr_schedule(
         peak=schemas.SchedulePoint(step=steps[i_peak], lr=lr[i_peak]),
         end=schemas.SchedulePoint(step=steps[-1], lr=lr[-1]),
     )
-    if kind == "model":
+    if recorded is not None:  # kind "model"
         resp.checkpoint_schedule = recorded
         resp.history, resp.history_max_abs_diff = _history(service, p, recorded)
     return resp

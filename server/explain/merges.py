@@ -38,6 +38,7 @@ from ..schemas.tokenize import (
 )
 from ..service import ModelService
 from . import tokens as tok
+from .digits import COARSE
 
 TITLES = {
     "gpt2": "GPT-2 (2019), reused by GPT-3",
@@ -98,13 +99,7 @@ def merge_steps(rank_of: dict[bytes, int], data: bytes) -> list[tuple[int, int, 
     return steps
 
 
-def merges(service: ModelService, text: str, encoding: str, allow_special: bool = False) -> MergesResponse:
-    tok.check_text(text)
-    enc = tok.resolve_encoding(service, encoding)
-    tok.encode(enc, text, allow_special)  # a character vocabulary refuses characters it lacks, naming them
-    rank_of = ranks(enc)
-    specials = enc._special_tokens
-    pre = tok.pretokens(enc, text, allow_special)
+def _check_pretoken_sizes(pre) -> None:
     for i, p in enumerate(pre):
         n = len(p.text.encode("utf-8"))
         if n > MAX_MERGES_PRETOKEN_BYTES:
@@ -113,6 +108,36 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
                 f"pre-token {i} ({p.text[:24]!r}…) is {n:,} bytes; the merge walk takes pre-tokens of at "
                 f"most {MAX_MERGES_PRETOKEN_BYTES} bytes (MAX_MERGES_PRETOKEN_BYTES); /tokenize has no such limit",
             )
+
+
+def _walk(rank_of: dict[bytes, int], data: bytes, raw: list) -> tuple[list[str], list[int], list[MergeStep], list[int]]:
+    """One pre-token's bytes, its merges as steps (from merge_steps' raw list) and its final ids."""
+    single = [data[k : k + 1] for k in range(len(data))]
+    steps = [
+        MergeStep(
+            step=s,
+            rank=rank,
+            position=pos,
+            left=rank_of[left],
+            right=rank_of[right],
+            merged=rank,
+            pieces=[_text(a)[0] for a in after],
+            piece_ids=[rank_of[a] for a in after],
+        )
+        for s, (rank, pos, left, right, after) in enumerate(raw, start=1)
+    ]
+    final = raw[-1][4] if raw else single
+    return [_text(b)[0] for b in single], [rank_of[b] for b in single], steps, [rank_of[f] for f in final]
+
+
+def merges(service: ModelService, text: str, encoding: str, allow_special: bool = False) -> MergesResponse:
+    tok.check_text(text)
+    enc = tok.resolve_encoding(service, encoding)
+    tok.encode(enc, text, allow_special)  # a character vocabulary refuses characters it lacks, naming them
+    rank_of = ranks(enc)
+    specials = enc._special_tokens
+    pre = tok.pretokens(enc, text, allow_special)
+    _check_pretoken_sizes(pre)
     seen: set[int] = set()
     cache: dict[bytes, list] = {}
     out: list[PreTokenMerges] = []
@@ -123,36 +148,16 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
         if allow_special and p.text in specials:
             ids = [specials[p.text]]
             pieces = tok.token_pieces(enc, ids, p.text)
-            byte_strs, byte_ids, steps = [], [], []
+            byte_strs, byte_ids, steps = [], [], list[MergeStep]()
         elif isinstance(enc, CharEncoding):  # one character, one token: nothing to merge
             ids, byte_strs, byte_ids, steps = [rank_of[data]], [p.text], [rank_of[data]], []
             pieces = tok.token_pieces(enc, ids, p.text)
         else:
             if data not in cache:
                 cache[data] = merge_steps(rank_of, data)
-            raw = cache[data]
-            byte_ids = [rank_of[data[k : k + 1]] for k in range(len(data))]
-            byte_strs = [_text(data[k : k + 1])[0] for k in range(len(data))]
-            steps = []
-            for s, (rank, pos, left, right, after) in enumerate(raw, start=1):
-                after_ids = [rank_of[a] for a in after]
-                steps.append(
-                    MergeStep(
-                        step=s,
-                        rank=rank,
-                        position=pos,
-                        left=rank_of[left],
-                        right=rank_of[right],
-                        merged=rank,
-                        pieces=[_text(a)[0] for a in after],
-                        piece_ids=after_ids,
-                    )
-                )
-                seen.update(after_ids)
-            final = raw[-1][4] if raw else [data[k : k + 1] for k in range(len(data))]
-            ids = [rank_of[f] for f in final]
+            byte_strs, byte_ids, steps, ids = _walk(rank_of, data, cache[data])
             pieces = tok.token_pieces(enc, ids, p.text)
-            seen.update(byte_ids)
+            seen.update(byte_ids, *(st.piece_ids for st in steps))
         for t in pieces:  # spans and positions relative to the whole text
             t.start += p.start
             t.end += p.start
@@ -246,14 +251,14 @@ def compare(
                     characters=n_chars,
                     bytes=n_bytes,
                     tokens=n,
-                    characters_per_token=round(n_chars / n, 4) if n else None,
+                    characters_per_token=round(n_chars / n, COARSE) if n else None,
                 ),
-                bytes_per_token=round(n_bytes / n, 4) if n else None,
-                tokens_vs_fewest=round(n / fewest, 4) if fewest else None,
+                bytes_per_token=round(n_bytes / n, COARSE) if n else None,
+                tokens_vs_fewest=round(n / fewest, COARSE) if fewest else None,
                 embedding_params=enc.n_vocab * d_model,
                 attention_scores=model_lessons.attention_scores(n),
                 character_attention_ratio=round(
-                    model_lessons.attention_scores(n_chars) / model_lessons.attention_scores(n), 4
+                    model_lessons.attention_scores(n_chars) / model_lessons.attention_scores(n), COARSE
                 )
                 if n
                 else None,

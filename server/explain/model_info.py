@@ -7,6 +7,7 @@ from gptscope.model.gpt import count_params
 
 from ..schemas.health import ClassifierInfo, Health, ModelInfo
 from ..service import ModelService
+from .digits import VALUE
 
 
 def model_info(service: ModelService) -> ModelInfo:
@@ -30,7 +31,7 @@ def model_info(service: ModelService) -> ModelInfo:
         corpus=str(meta.get("corpus", {}).get("name", "?")),
         train_steps=int(meta.get("step", 0)),
         final_val_loss=evals[-1]["val_loss"] if evals else None,
-        uniform_loss=round(math.log(cfg.vocab_size), 5),
+        uniform_loss=round(math.log(cfg.vocab_size), VALUE),
         command=str(meta.get("command", "")),
         source=str(meta.get("source", {}).get("kind", "trained")),
         pos=cfg.pos,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from gptscope.model.gpt import hook_name
 from gptscope.model.sampling import filter_logits, sample_next
 
 from ..errors import InputError
@@ -19,6 +20,7 @@ from ..schemas.sampling import (
 from ..schemas.stages import NextToken
 from ..service import ModelService
 from .common import prompt_ids, rounded, token_text
+from .digits import COARSE, FINE, VALUE
 from .tokens import token_pieces
 
 
@@ -30,7 +32,7 @@ def _check_top_k(service: ModelService, s: SamplingSettings) -> None:
 
 def _entropy(p: torch.Tensor) -> float:
     p = p[p > 0]
-    return round(float(-(p * p.log()).sum()), 5)
+    return round(float(-(p * p.log()).sum()), VALUE)
 
 
 def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenResponse:
@@ -45,12 +47,12 @@ def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenRespons
         FilteredToken(
             id=int(i),
             text=token_text(service, int(i)),
-            logit=round(float(last[i]), 4),
-            p_raw=round(float(f.probs_raw[i]), 6),
-            p_temperature=round(float(f.probs_temperature[i]), 6),
+            logit=round(float(last[i]), COARSE),
+            p_raw=round(float(f.probs_raw[i]), FINE),
+            p_temperature=round(float(f.probs_temperature[i]), FINE),
             in_top_k=bool(f.kept_top_k[i]),
             kept=bool(f.kept[i]),
-            p_final=round(float(f.probs_final[i]), 6),
+            p_final=round(float(f.probs_final[i]), FINE),
         )
         for i in order
     ]
@@ -59,7 +61,7 @@ def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenRespons
         settings=SamplingSettings(**req.model_dump(include={"temperature", "top_k", "top_p"})),
         candidates=cands,
         n_kept=int(f.kept.sum()),
-        kept_mass=round(float(f.probs_temperature[f.kept].sum()), 6),
+        kept_mass=round(float(f.probs_temperature[f.kept].sum()), FINE),
         entropy_raw=_entropy(f.probs_raw),
         entropy_temperature=_entropy(f.probs_temperature),
         entropy_final=_entropy(f.probs_final),
@@ -78,7 +80,6 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
     if len(req.ids) > cfg.n_ctx:
         raise InputError("ids", f"{len(req.ids)} ids exceed the model's context window n_ctx={cfg.n_ctx}")
     ids = torch.tensor([req.ids], device=service.device)
-    last = "blocks.{}.attn.hook_pattern"
     with service.run() as m:
         # a stepper's request repeats the last one's ids plus the token it drew: those keys and
         # values are reused, as GPT.generate keeps its cache from one token to the next
@@ -98,7 +99,7 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
     numbers = cache.numel_used()
     return GenerateStepResponse(
         token=piece,
-        prob=round(s.prob, 6),
+        prob=round(s.prob, FINE),
         ids=new_ids,
         step=req.step,
         seed=req.seed,
@@ -106,14 +107,14 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
             NextToken(
                 id=int(i),
                 text=token_text(service, int(i)),
-                prob=round(float(p), 6),
-                logit=round(float(logits[0, -1, int(i)]), 4),
+                prob=round(float(p), FINE),
+                logit=round(float(logits[0, -1, int(i)]), COARSE),
             )
             for p, i in zip(top.values, top.indices)
         ],
         prefill_tokens=len(req.ids) - 1,
         reused_tokens=reused,
-        attention=rounded(torch.stack([cap[last.format(li)][0, :, 0] for li in range(cfg.n_layer)]), 5),
+        attention=rounded(torch.stack([cap[hook_name("attn.hook_pattern", li)][0, :, 0] for li in range(cfg.n_layer)])),
         cache=CacheSize(
             layers=cfg.n_layer, positions=cache.length, d_model=cfg.d_model, numbers=numbers, bytes_float32=numbers * 4
         ),

@@ -6,16 +6,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from gptscope.model.gpt import GPT, GPTConfig, apply_rope, causal_allowed, hook_name, rope_angles
+from gptscope.model.gpt import (
+    GPT,
+    Block,
+    GPTConfig,
+    LayerNorm,
+    RMSNorm,
+    apply_rope,
+    causal_allowed,
+    hook_name,
+    rope_angles,
+)
 
 from ..schemas.stages import (
     AttentionBlock,
     ClassifierBlock,
     Contribution,
+    ContributionKind,
     Decomposition,
     EmbeddingsBlock,
     ExpertLayer,
@@ -36,7 +48,8 @@ from ..schemas.stages import (
     RopeDistanceCheck,
 )
 from ..service import ModelService
-from .common import COARSE, FINE, VALUE, attention_rows, next_tokens, rounded, token_text
+from .common import attention_rows, next_tokens, rounded, token_text
+from .digits import COARSE, FINE, VALUE
 
 LENS_K = 3  # logit lens: candidates kept per stage and position
 HIST_BINS = 40  # MLP: bins of each layer's pre-activation histogram
@@ -92,6 +105,19 @@ class Trace:
         return m.lm_head(m.ln_final(final[None]))[0, 0]
 
 
+def block(m: GPT, layer: int) -> Block:
+    """Block `layer` of the model, as its type (nn.ModuleList forgets it)."""
+    b = m.blocks[layer]
+    assert isinstance(b, Block)
+    return b
+
+
+def final_norm(m: GPT) -> LayerNorm | RMSNorm:
+    """The final norm of a pre-norm or sandwich model (a post-norm model has none)."""
+    assert isinstance(m.ln_final, (LayerNorm, RMSNorm)), "a post-norm model has no final norm"
+    return m.ln_final
+
+
 def stage_names(cfg: GPTConfig) -> list[str]:
     return ["embed"] + [f"block {li}" for li in range(cfg.n_layer)]
 
@@ -117,7 +143,7 @@ def embeddings(t: Trace) -> EmbeddingsBlock:
 
 def layernorm(t: Trace) -> LayerNormDetail:
     layer, pos, cfg = t.sel.layer, t.sel.position, t.cfg
-    ln = t.model.blocks[layer].ln1
+    ln = block(t.model, layer).ln1
     # pre-norm: ln1 reads the stream entering the block; post-norm: it reads stream + attention
     x = t.act("hook_resid_pre", layer)[pos]
     if cfg.norm not in ("pre", "both"):
@@ -301,7 +327,7 @@ def decompose(
     + MLP). Holding the final LayerNorm's scale at its real value makes the map from stream to
     logit linear: logit = sum_c ((c - mean c) / scale) . (g * w_out) + b . w_out + bias_out.
     """
-    about = dict(position=pos, target_id=target_id, target_text=target_text, logit=round(logit, VALUE))
+    about: dict[str, Any] = dict(position=pos, target_id=target_id, target_text=target_text, logit=round(logit, VALUE))
     if m.cfg.norm == "post":
         return Decomposition(
             **about,
@@ -327,15 +353,17 @@ def decompose(
     )
 
 
-def split_logit(m: GPT, c: dict[str, torch.Tensor], pos: int, w_out: torch.Tensor, bias_out: float = 0.0):
+def split_logit(
+    m: GPT, c: dict[str, torch.Tensor], pos: int, w_out: torch.Tensor, bias_out: float = 0.0
+) -> list[Contribution]:
     """What each component wrote into the residual stream at `pos`, read through the final norm
     (its scale held at its real value) and the output row w_out: the rows sum to the logit w_out . h
     (+ bias_out, listed as "output bias" when non-zero). Pre-norm and sandwich models only."""
-    cfg, ln = m.cfg, m.ln_final
+    cfg, ln = m.cfg, final_norm(m)
     direction = ln.weight * w_out / c["ln_final.hook_scale"][pos, 0]
     centre = cfg.norm_type == "layernorm"  # RMSNorm does not subtract the mean
 
-    def part(name: str, kind: str, vec: torch.Tensor, **where: int) -> Contribution:
+    def part(name: str, kind: ContributionKind, vec: torch.Tensor, **where: int) -> Contribution:
         value = float(((vec - vec.mean() if centre else vec) * direction).sum())
         return Contribution(name=name, kind=kind, value=value, **where)
 
@@ -347,7 +375,7 @@ def split_logit(m: GPT, c: dict[str, torch.Tensor], pos: int, w_out: torch.Tenso
         else:
             res = c[hook_name("attn.hook_result", li)][pos]  # (nh, d)
             rows += [part(f"L{li}H{h}", "head", res[h], layer=li, head=h) for h in range(cfg.n_head)]
-            if (bias := m.blocks[li].attn.c_proj.bias) is not None:
+            if (bias := block(m, li).attn.c_proj.bias) is not None:
                 rows.append(part(f"L{li} attn bias", "attn_bias", bias, layer=li))
         rows.append(part(f"MLP{li}", "mlp", c[hook_name("hook_mlp_out", li)][pos], layer=li))
     if ln.bias is not None:

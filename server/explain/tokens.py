@@ -11,6 +11,7 @@ from ..errors import InputError
 from ..schemas.common import TokenPiece
 from ..schemas.tokenize import PreToken, TokenCounts, TokenizeResponse
 from ..service import ModelService
+from .digits import COARSE
 
 
 def encoding_names() -> list[str]:
@@ -84,7 +85,7 @@ def pretokens(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[Pr
     """The regex split of the encoding (special tokens, when allowed, are their own pieces)."""
     pat = regex.compile(enc._pat_str)
     out: list[PreToken] = []
-    segments = [(0, text)]
+    segments: list[tuple[int, str | PreToken]] = [(0, text)]  # (offset, text to split or a special token)
     if allow_special and enc.special_tokens_set:
         sp = regex.compile("|".join(regex.escape(s) for s in sorted(enc.special_tokens_set, key=len, reverse=True)))
         segments, last = [], 0
@@ -128,6 +129,6 @@ def tokenize(service: ModelService, text: str, encoding: str, allow_special: boo
             characters=len(text),
             bytes=n_bytes,
             tokens=len(ids),
-            characters_per_token=round(len(text) / len(ids), 4) if ids else None,
+            characters_per_token=round(len(text) / len(ids), COARSE) if ids else None,
         ),
     )

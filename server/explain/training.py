@@ -21,6 +21,7 @@ from ..service import ModelService
 from . import embeddings as emb
 from . import forward as fwd
 from . import tokens as tok
+from .digits import SECONDS
 
 
 def status(job: Job, since: int = 0) -> TrainingStatus:
@@ -32,7 +33,7 @@ def status(job: Job, since: int = 0) -> TrainingStatus:
         request=job.request,
         step=job.step,
         total_steps=job.total_steps,
-        elapsed_s=round(job.elapsed, 2),
+        elapsed_s=round(job.elapsed, SECONDS),
         eta_s=job.eta(),
         tokens_per_s=last.tokens_per_s if last else None,
         uniform_loss=job.uniform_loss,

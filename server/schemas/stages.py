@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 Matrix = list[list[float]]
+ContributionKind = Literal["embed", "head", "attn_bias", "attn", "mlp", "bias"]  # what wrote a contribution
 
 
 class NextToken(BaseModel):
@@ -160,7 +161,7 @@ class Contribution(BaseModel):
         description="embed, L{l}H{h} (a head), L{l} attn bias, L{l} attention (a sandwich-norm model's "
         "whole normalised attention output), MLP{l}, or final bias"
     )
-    kind: Literal["embed", "head", "attn_bias", "attn", "mlp", "bias"]
+    kind: ContributionKind
     layer: int | None = None
     head: int | None = None
     value: float
