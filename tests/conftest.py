@@ -1,4 +1,12 @@
-"""Shared fixtures: the built-in model loaded once, an in-process client, a tiny random GPT."""
+"""Shared fixtures: the built-in model loaded once, an in-process client, a tiny random GPT.
+
+`python -m pytest` runs every test (the README's command, and CI's). The fast subset for the
+edit-test loop, `python -m pytest -m "not slow and not browser"`, runs in under a minute on two
+cores: `@pytest.mark.slow` marks each test whose own work takes seconds (it trains or fine-tunes a
+model, starts processes such as torchrun, a wheel's venv or kill -9 rounds, runs the notebook, or
+sweeps every architecture). Expensive setup that tests only read is shared through module or
+session fixtures instead.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +23,11 @@ from gptscope.server.service import ModelService
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout (examples/ is not package data)
 
-torch.set_num_threads(2)
+# One thread for the tests' own torch work (the app sets its own count in each request and job
+# thread): the tensors here are small, and on a shared two-core machine a second thread spin-waits
+# against other processes (test_modern + test_model + test_lessons + test_forward_api: 53 s on one
+# thread, 290 s on two, under load).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -283,7 +283,9 @@ def story(tmp_path_factory):
     return p
 
 
-@pytest.mark.parametrize("name", list(COMBOS))
+@pytest.mark.parametrize(  # each trains a model: llama-like (most parts at once) stays in the fast subset
+    "name", [n if n == "llama-like" else pytest.param(n, marks=pytest.mark.slow) for n in COMBOS]
+)
 def test_every_combination_trains_and_its_loss_falls(name, story, tmp_path):
     from gptscope.model.train import TrainConfig, train
 

@@ -317,6 +317,7 @@ def test_resume_with_a_time_budget_trains_more(trained, corpus_file, tmp_path):
 # ---- distributed data parallel -----------------------------------------------------------------
 
 
+@pytest.mark.slow  # torchrun starts two training processes
 def test_ddp_two_ranks_end_with_identical_weights(corpus_file, tmp_path):
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GPTSCOPE_RANK_DIGESTS": "1"}
