@@ -309,7 +309,7 @@ def test_resume_from_a_snapshot_reproduces_the_uninterrupted_run(corpus_file, tm
 
 def test_resume_with_a_time_budget_trains_more(trained, corpus_file, tmp_path):
     res, out = trained
-    more = train(tiny_tc(corpus_file, time_budget=1.0), resume=out, out=tmp_path / "more", progress=False)
+    more = train(tiny_tc(corpus_file, time_budget=0.3), resume=out, out=tmp_path / "more", progress=False)
     assert more.meta["step"] > res.meta["step"]
     assert len(more.history) == more.meta["step"]
 
