@@ -1,6 +1,21 @@
-"""Shared fixtures: the built-in model loaded once, an in-process client, a tiny random GPT."""
+"""Shared fixtures: the built-in model loaded once, an in-process client, a tiny random GPT.
+
+`python -m pytest` runs every test (the README's command, and CI's). The fast subset for the
+edit-test loop, `python -m pytest -m "not slow and not browser"`, runs in under a minute on two
+cores: `@pytest.mark.slow` marks each test whose own work takes seconds (it trains or fine-tunes a
+model, starts processes such as torchrun, a wheel's venv or kill -9 rounds, runs the notebook, or
+sweeps every architecture). Expensive setup that tests only read is shared through module or
+session fixtures instead.
+"""
 
 from __future__ import annotations
+
+import os
+
+# OpenMP threads that wait for work sleep instead of spinning (read when torch loads, below): on a
+# shared two-core machine a training job's spinning threads starve everything else (three
+# test_training_api tests: 8 s instead of 11-31 s under load). Results are the same either way.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from pathlib import Path
 
@@ -14,8 +29,29 @@ from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 from gptscope.server.service import ModelService
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout (examples/ is not package data)
+BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
 
-torch.set_num_threads(2)
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """tests/browser is not even imported when -m is a plain `and` of terms, one of them
+    `not browser` (as in the fast subset), since that deselects every browser test: 2.5 s less."""
+    expr = config.getoption("markexpr") or ""
+    terms = {t.strip() for t in expr.split(" and ")}
+    if (
+        collection_path == BROWSER_TESTS
+        and "not browser" in terms
+        and not any(c in expr for c in "()")
+        and " or " not in expr
+    ):
+        return True
+    return None
+
+
+# One thread for the tests' own torch work (the app sets its own count in each request and job
+# thread): the tensors here are small, and on a shared two-core machine a second thread spin-waits
+# against other processes (test_modern + test_model + test_lessons + test_forward_api: 53 s on one
+# thread, 290 s on two, under load).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

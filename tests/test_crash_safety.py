@@ -35,6 +35,7 @@ SAVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # 12 saver processes started and killed
 def test_kill_9_during_saves_never_loses_the_last_complete_checkpoint(tmp_path):
     folder = tmp_path / "ckpt"
     script = tmp_path / "saver.py"

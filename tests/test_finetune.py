@@ -170,6 +170,7 @@ def synthetic_task(n: int = 160) -> tasks.Task:
     return tasks.Task("synthetic", "csv", "apples or stones", ["apples", "stones"], exs[:cut], exs[cut:])
 
 
+@pytest.mark.slow  # fine-tunes the built-in model for 40 steps
 def test_finetune_learns_a_tiny_separable_task(builtin):
     p = ft.prepare(builtin.model, "builtin", builtin.encoding(), synthetic_task())
     result, clf = ft.run_cell(p, "finetune", 0, lm_weight=0.5, seed=0, steps=40, keep_model=True)
@@ -253,6 +254,7 @@ def test_finetune_refuses_bad_requests_naming_the_field(client, body, field):
         assert field in detail
 
 
+@pytest.mark.slow  # fine-tunes the built-in model in four cells, twice
 def test_a_job_runs_saves_and_its_classifier_is_served_and_explained(client):
     body = {"task": "mine", "methods": ["finetune", "probe"], "sizes": [8, 0], "steps": 4, "save_as": "mine-clf"}
     client.post("/api/v1/finetune/tasks", files={"file": ("t.csv", good_csv())}, data={"name": "mine"})
@@ -313,6 +315,7 @@ def test_cancel_and_unknown_job(client):
     assert job["status"] == "cancelled" and job["cells"] == []
 
 
+@pytest.mark.slow  # fine-tunes the built-in model in four cells
 def test_cli_finetune_prints_progress_and_one_json_line(tmp_path, capsys):
     csv = tmp_path / "apples.csv"
     csv.write_bytes(good_csv(60))

@@ -151,6 +151,7 @@ def test_unigram_and_bigram_entropies_of_a_tiny_text():
 # --- the API --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # scores random twins and ablates every role head of the built-in model
 def test_heads_api_on_the_built_in_model(client, service):
     r = client.get("/api/v1/heads")
     assert r.status_code == 200, r.text

@@ -205,7 +205,13 @@ def test_llama_style_has_gpt2_styles_parameter_count():
     assert (cfg.pos, cfg.norm_type, cfg.mlp, cfg.n_kv_head, cfg.bias) == ("rope", "rmsnorm", "swiglu", 2, False)
 
 
-@pytest.mark.parametrize("name", ["llama-like", "everything", "moe", "sandwich", "window"])
+@pytest.mark.parametrize(  # "everything" (every new part at once) stays in the fast subset
+    "name",
+    [
+        n if n == "everything" else pytest.param(n, marks=pytest.mark.slow)
+        for n in ("llama-like", "everything", "moe", "sandwich", "window")
+    ],
+)
 def test_checkpoints_of_each_load_and_serve_every_part(name, tmp_path):
     m = model(**COMBOS[name])
     chars = [chr(32 + i) for i in range(61)]  # space to backslash: capitals, digits, punctuation
@@ -317,7 +323,9 @@ def story(tmp_path_factory):
     return p
 
 
-@pytest.mark.parametrize("name", list(COMBOS))
+@pytest.mark.parametrize(  # each trains a model: llama-like (most parts at once) stays in the fast subset
+    "name", [n if n == "llama-like" else pytest.param(n, marks=pytest.mark.slow) for n in COMBOS]
+)
 def test_every_combination_trains_and_its_loss_falls(name, story, tmp_path):
     from gptscope.model.train import TrainConfig, train
 

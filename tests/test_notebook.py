@@ -8,6 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 
+@pytest.mark.slow  # runs the notebook in a fresh kernel
 def test_the_tour_runs_top_to_bottom_and_shows_embedded_panels(executed_tour, tour_embeds):
     text = "".join(
         out.get("text", "")

@@ -274,7 +274,7 @@ def test_resume_from_a_final_checkpoint_continues_exactly(corpus_file, tmp_path,
     first half of a 2N-step run; min_lr_ratio=1 (flat after warmup) makes the schedules agree, so
     everything else that resuming restores (weights, AdamW moments and step count, Muon's momentum,
     batch streams) is what this compares."""
-    N = 12
+    N = 6
     kw = dict(min_lr_ratio=1.0, optimizer=optimizer, muon_lr=0.02)
     whole = train(tiny_tc(corpus_file, max_steps=2 * N, **kw), progress=False)
     train(tiny_tc(corpus_file, max_steps=N, **kw), out=tmp_path / "half", progress=False)
@@ -296,7 +296,7 @@ def test_resume_from_a_final_checkpoint_continues_exactly(corpus_file, tmp_path,
 def test_resume_from_a_snapshot_reproduces_the_uninterrupted_run(corpus_file, tmp_path):
     """A run of 2N steps with the (default) cosine schedule snapshots at N; resuming from that
     snapshot ends with the same weights as the run that never stopped."""
-    N = 12
+    N = 6
     whole = train(tiny_tc(corpus_file, max_steps=2 * N, snapshots=(0.5,)), out=tmp_path / "whole", progress=False)
     snap = tmp_path / "whole" / "snapshots" / f"step-{N:06d}"
     meta = ckpt.read_meta(snap)
@@ -309,7 +309,7 @@ def test_resume_from_a_snapshot_reproduces_the_uninterrupted_run(corpus_file, tm
 
 def test_resume_with_a_time_budget_trains_more(trained, corpus_file, tmp_path):
     res, out = trained
-    more = train(tiny_tc(corpus_file, time_budget=1.0), resume=out, out=tmp_path / "more", progress=False)
+    more = train(tiny_tc(corpus_file, time_budget=0.3), resume=out, out=tmp_path / "more", progress=False)
     assert more.meta["step"] > res.meta["step"]
     assert len(more.history) == more.meta["step"]
 
@@ -317,6 +317,7 @@ def test_resume_with_a_time_budget_trains_more(trained, corpus_file, tmp_path):
 # ---- distributed data parallel -----------------------------------------------------------------
 
 
+@pytest.mark.slow  # torchrun starts two training processes
 def test_ddp_two_ranks_end_with_identical_weights(corpus_file, tmp_path):
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GPTSCOPE_RANK_DIGESTS": "1"}

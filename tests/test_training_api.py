@@ -43,6 +43,7 @@ def wait(c, run_id, timeout=120):
     raise AssertionError(f"run {run_id} did not finish")
 
 
+@pytest.mark.slow  # trains 60 steps, then replays and scores its snapshots
 def test_a_run_trains_snapshots_and_can_be_served(tclient):
     r = tclient.post("/api/v1/training", json={**FAST, "max_steps": 60, "snapshots": [0, 0.5, 1]})
     assert r.status_code == 202
@@ -161,6 +162,7 @@ def test_exactly_one_of_steps_or_time(tclient):
     assert r.status_code == 422 and "max_steps" in r.json()["detail"][0]["msg"]
 
 
+@pytest.mark.slow  # trains a BPE on all of Shakespeare and encodes it
 def test_identical_shakespeare_requests_are_cached_and_runs_survive_a_restart(tclient, service):
     req = {"preset": "tiny", "vocab_size": 300, "batch_size": 4, "max_steps": 4, "snapshots": [], "seed": 3}
     first = tclient.post("/api/v1/training", json=req)

@@ -35,6 +35,22 @@ MASKED_RGB = [0xEE, 0xEE, 0xEE]
 
 # --- helpers ---------------------------------------------------------------------------------------
 
+# An init script: counts, per element id, the reports of the page's IntersectionObservers (after the
+# page's own callback has run), so a test can wait until the page has looked at an element instead
+# of sleeping.
+COUNT_OBSERVER_REPORTS = """(() => {
+  const Native = window.IntersectionObserver;
+  window.observerReports = {};
+  window.IntersectionObserver = class extends Native {
+    constructor(callback, options) {
+      super((entries, observer) => {
+        callback(entries, observer);
+        for (const e of entries) if (e.target.id) window.observerReports[e.target.id] = (window.observerReports[e.target.id] || 0) + 1;
+      }, options);
+    }
+  };
+})()"""
+
 
 def api(page, url: str, path: str, body: dict | None = None) -> dict:
     resp = (
@@ -122,9 +138,11 @@ def query_of(url: str) -> dict[str, str]:
 
 
 def test_role_marks_on_the_grid_match_the_heads_api(page, live_url, screenshot):
+    page.add_init_script(COUNT_OBSERVER_REPORTS)
     open_page(page, live_url, {"text": PROMPT})
     # the roles are scored only when stage 4 comes near: the page's top costs no /heads request
-    page.wait_for_timeout(800)
+    # (once the trace has drawn, the page watches the roles box: wait until it has had its answer)
+    page.wait_for_function("() => (window.observerReports['roles-box'] || 0) >= 1")
     assert page.get_attribute("#roles-box", "data-state") == "waiting"
     assert not any("/api/v1/heads" in u for u in page.requests)
     grid_painted(page)

@@ -14,6 +14,16 @@ SENTENCE = "The transformer unpacks unhelpful words into smaller pieces before p
 TEXT = "Every effort moves you uncharacteristically.\n  Naïve café 👋 <|endoftext|>"
 
 
+# An init script: the ids of the page's running intervals (setInterval not yet cleared). On this page
+# only the step players start one, so an empty set means no player can step any more.
+TRACK_INTERVALS = """(() => {
+  const set = window.setInterval.bind(window), clear = window.clearInterval.bind(window);
+  window.liveIntervals = new Set();
+  window.setInterval = (...args) => { const id = set(...args); window.liveIntervals.add(id); return id; };
+  window.clearInterval = (id) => { window.liveIntervals.delete(id); clear(id); };
+})()"""
+
+
 def visible(text: str) -> str:
     """Python twin of static/js/lib/format.js `visible`."""
     return text.replace(" ", "·").replace("\n", "↵").replace("\t", "→").replace("\r", "␍")
@@ -189,6 +199,7 @@ def test_tokens_encodings_ids_merges_and_comparison(page, live_url):
 
 
 def test_merge_stepper_replays_uncharacteristically(page, live_url, screenshot):
+    page.add_init_script(TRACK_INTERVALS)
     open_page(page, live_url)
     type_text(page, TEXT)
     merges = api(page, live_url, "/tokenize/merges", text=" uncharacteristically", encoding="gpt2")
@@ -221,7 +232,8 @@ def test_merge_stepper_replays_uncharacteristically(page, live_url, screenshot):
     page.wait_for_function("() => +document.getElementById('merge-pieces').dataset.step >= 2")
     page.click("#merge-play")
     paused_at = int(page.get_attribute("#merge-pieces", "data-step"))
-    page.wait_for_timeout(1200)
+    page.wait_for_function("() => window.liveIntervals.size === 0")  # the player's timer is gone
+    assert page.text_content("#merge-play") == "▶ Play"
     assert int(page.get_attribute("#merge-pieces", "data-step")) == paused_at
 
     # Clicking the last step shows the final tokens: ' un', 'character', 'istically'.
