@@ -192,13 +192,15 @@ def merges(service: ModelService, text: str, encoding: str, allow_special: bool 
 def encoding_info(service: ModelService, name: str) -> EncodingInfo:
     enc = tok.resolve_encoding(service, name)
     n_merge = len(ranks(enc))
+    specials = sorted(enc._special_tokens.items(), key=lambda x: x[1])
     return EncodingInfo(
         name=name,
         title=title(service, name),
         vocab_size=enc.n_vocab,
         mergeable_tokens=n_merge,
         merges=0 if isinstance(enc, CharEncoding) else n_merge - 256,
-        special_tokens=[SpecialToken(text=t, id=i) for t, i in sorted(enc._special_tokens.items(), key=lambda x: x[1])],
+        special_tokens=[SpecialToken(text=t, id=i) for t, i in specials],
+        unassigned_ids=enc.n_vocab - n_merge - len(specials),
         pattern=enc._pat_str,
     )
 

@@ -116,7 +116,14 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
         reused_tokens=reused,
         attention=rounded(torch.stack([cap[hook_name("attn.hook_pattern", li)][0, :, 0] for li in range(cfg.n_layer)])),
         cache=CacheSize(
-            layers=cfg.n_layer, positions=cache.length, d_model=cfg.d_model, numbers=numbers, bytes_float32=numbers * 4
+            layers=cfg.n_layer,
+            positions=cache.length,
+            kv_heads=cfg.n_kv_head,
+            d_head=cfg.d_head,
+            n_head=cfg.n_head,
+            d_model=cfg.d_model,
+            numbers=numbers,
+            bytes_float32=numbers * 4,
         ),
         text=service.encoding.decode(new_ids),
     )

@@ -19,6 +19,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from gptscope.model.train import TrainConfig
+
 from ..config import TEMPLATES_DIR
 from ..deps import Service
 from ..explain.model_info import model_info
@@ -87,7 +89,8 @@ def learn_page(request: Request, service: Service) -> Response:
 
 @router.get("/train", response_class=HTMLResponse)
 def train_page(request: Request, service: Service) -> Response:
-    return render(request, service, "train.html", "train", "/api/v1/checkpoints")
+    # the limit the trainer clips the gradient's norm to (the page's runs use the trainer's default)
+    return render(request, service, "train.html", "train", "/api/v1/checkpoints", grad_clip=TrainConfig.grad_clip)
 
 
 @router.get("/compare", response_class=HTMLResponse)

@@ -80,8 +80,11 @@ class GenerateStepRequest(SamplingSettings):
 class CacheSize(BaseModel):
     layers: int
     positions: int = Field(description="T: positions held in the cache after this step")
+    kv_heads: int = Field(description="key/value heads cached per layer (fewer than n_head: grouped-query attention)")
+    d_head: int = Field(description="numbers per head's key (and value) vector")
+    n_head: int = Field(description="query heads, which share the kv_heads key/value heads")
     d_model: int
-    numbers: int = Field(description="layers x 2 (K and V) x T x d_model")
+    numbers: int = Field(description="layers x 2 (K and V) x T x kv_heads x d_head")
     bytes_float32: int
 
 

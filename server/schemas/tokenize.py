@@ -60,6 +60,10 @@ class EncodingInfo(BaseModel):
     mergeable_tokens: int = Field(description="tokens BPE can produce: the 256 single bytes plus one per learned merge")
     merges: int = Field(description="learned merges (mergeable tokens minus the 256 single bytes)")
     special_tokens: list[SpecialToken]
+    unassigned_ids: int = Field(
+        description="ids below vocab_size that name no token at all (neither mergeable nor special): "
+        "vocab_size = mergeable_tokens + special tokens + unassigned_ids"
+    )
     pattern: str = Field(description="the pre-token regular expression; BPE never merges across its matches")
 
 

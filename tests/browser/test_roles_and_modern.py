@@ -12,6 +12,7 @@ the API's numbers; the page asks for the rope / moe parts only when /health says
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
@@ -547,4 +548,31 @@ def test_mixture_of_experts_panel_matches_the_api(page, moe, screenshot):
     assert plot_data(page, "moe-probs-plot")[0]["z"] == [L["probs"][2] for L in m["layers"]]
     page.locator("#moe-box").scroll_into_view_if_needed()
     screenshot(page, "forward-mixture-of-experts")
+    assert page.console_errors == []
+
+
+def test_captions_follow_the_served_model(page, modern):
+    """Issue #26's captions on a model where the old text was wrong: grouped-query attention (the KV cache's
+    factors), an RMSNorm pre-norm block, and a checkpoint that does not say what it was trained on."""
+    open_page(page, modern, {"text": MODERN_PROMPT})
+    prompt = page.text_content("#prompt-panel .caption")
+    assert "Shakespeare-like" not in prompt and "does not say what text it was trained on" in prompt
+    assert page.text_content("#rms-caption").strip().startswith("Before attention (this model normalises first")
+
+    page.locator("#generate-panel").scroll_into_view_if_needed()
+    page.click("#gen-next")
+    page.wait_for_function("document.getElementById('generate-panel').dataset.steps === '1'")
+    ids = [t["id"] for t in api(page, modern, "/forward", {"text": MODERN_PROMPT, "include": []})["tokens"]]
+    cache = api(page, modern, "/generate/step", {"ids": ids, "step": 0, "seed": 0})["cache"]
+    assert (cache["kv_heads"], cache["n_head"]) == (2, 4)
+    text = page.inner_text("#gen-cache")
+    m = re.search(
+        r"(\d+) layers × 2 \(K and V\) × (\d+) positions × (\d+) key/value heads × (\d+) numbers per head → ([\d,]+) numbers",
+        text,
+    )
+    assert m, text
+    layers, positions, kv, d_head, numbers = (int(g.replace(",", "")) for g in m.groups())
+    assert layers * 2 * positions * kv * d_head == numbers == cache["numbers"]
+    assert (kv, d_head) == (cache["kv_heads"], cache["d_head"])
+    assert "4 query heads share 2 key/value heads" in text
     assert page.console_errors == []

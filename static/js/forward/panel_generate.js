@@ -111,8 +111,13 @@ function render() {
   const last = steps[steps.length - 1];
   $("gen-cache").innerHTML = last
     ? `KV cache after step ${last.step}: ${last.cache.layers} layers × 2 (K and V) × ${last.cache.positions} positions × ` +
-      `d = ${last.cache.d_model} → <b>${last.cache.numbers.toLocaleString()}</b> numbers ` +
-      `(${last.cache.bytes_float32.toLocaleString()} bytes as float32). This step computed 1 new position; ` +
+      `${last.cache.kv_heads} key/value heads × ${last.cache.d_head} numbers per head → ` +
+      `<b>${last.cache.numbers.toLocaleString()}</b> numbers ` +
+      (last.cache.kv_heads < last.cache.n_head
+        ? `(grouped-query attention: its ${last.cache.n_head} query heads share ${last.cache.kv_heads} key/value heads; ` +
+          `${last.cache.bytes_float32.toLocaleString()} bytes as float32). `
+        : `(${last.cache.bytes_float32.toLocaleString()} bytes as float32). `) +
+      `This step computed 1 new position; ` +
       `the other ${last.prefill_tokens} came from the cache.`
     : "Press “Next token” to sample the first token after the prompt.";
 
