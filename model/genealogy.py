@@ -1,0 +1,431 @@
+"""The genealogy the texts narrate: from the 2017 Transformer to InstructGPT.
+
+Pure data and functions, no web code. Each model carries what it changed (sorted into
+architecture or training/alignment the way gpt-family-exercises.txt sorts them), the config its
+parameter count is computed from (gptscope.model.gpt.count_params, the function /api/v1/params
+uses), its data, batch and context, and the results the texts quote. Every fact names the seed
+text it comes from and, where the text cites one, the paper. A config value the texts do not give
+(GPT-2 Medium's width, BERT's vocabulary, GPT-3's heads...) is marked ``from_text=False`` and
+names the paper the text cites for that model: the count is still computed, the value is not the
+texts'.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .formulas import nll
+from .gpt import GPTConfig, count_params
+
+NOTES = "gpt-bert-transformer-notes.txt"
+EXERCISES = "gpt-family-exercises.txt"
+GPT1_TEXT = "gpt1-genealogy.txt"
+LEARN_TEXT = "how-models-learn.txt"
+GPT2_TEXT = "llm-pretraining-for-generalists.txt"
+SEED_FILES = (NOTES, EXERCISES, GPT1_TEXT, LEARN_TEXT, GPT2_TEXT)
+
+VASWANI = "Vaswani et al., Attention Is All You Need (2017)"
+RADFORD_2018 = "Radford et al., Improving Language Understanding by Generative Pre-Training (2018)"
+RADFORD_2019 = "Radford et al., Language Models are Unsupervised Multitask Learners (2019)"
+DEVLIN = "Devlin et al., BERT (2018), arXiv:1810.04805"
+LIU = "Liu et al., RoBERTa (2019), arXiv:1907.11692"
+LAN = "Lan et al., ALBERT (2020), arXiv:1909.11942"
+XIONG = "Xiong et al., On Layer Normalization in the Transformer Architecture (2020)"
+PRESS_WOLF = "Press and Wolf, Using the Output Embedding to Improve Language Models (2016)"
+MULLER = "Müller, Kornblith and Hinton, When Does Label Smoothing Help? (2019)"
+LOSHCHILOV = "Loshchilov and Hutter, Fixing Weight Decay Regularization in Adam (2017)"
+HENDRYCKS = "Hendrycks and Gimpel, Gaussian Error Linear Units (2016)"
+BROWN = "Brown et al., Language Models are Few-Shot Learners (2020), the GPT-3 paper"
+OUYANG = "Ouyang et al., Training language models to follow instructions with human feedback (2022)"
+
+
+@dataclass(frozen=True)
+class Source:
+    seed: str  # the seed file the fact is read from
+    paper: str | None = None  # the paper that text cites for it, if it cites one
+
+
+@dataclass(frozen=True)
+class Fact:
+    name: str
+    value: float | int | str
+    caption: str
+    source: Source
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Change:
+    what: str
+    kind: str  # "architecture" or "training/alignment"
+    source: Source
+
+
+@dataclass(frozen=True)
+class ConfigValue:
+    name: str
+    value: int | str
+    from_text: bool
+    source: Source
+
+
+@dataclass
+class Generation:
+    key: str
+    name: str
+    year: int
+    shape: str  # encoder-decoder, decoder-only or encoder-only
+    config: GPTConfig
+    config_sources: dict[str, tuple[bool, Source]]
+    quoted_params: float | None
+    quoted_params_source: Source | None
+    params_note: str
+    changes: list[Change] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    counted: dict[str, int] = field(default_factory=dict)
+
+
+def _cfg(vocab: int, ctx: int, layers: int, heads: int, width: int, **kw) -> GPTConfig:
+    return GPTConfig(vocab_size=vocab, n_ctx=ctx, n_layer=layers, n_head=heads, d_model=width, **kw)
+
+
+def transformer_count(cfg: GPTConfig) -> dict[str, int]:
+    """The 2017 encoder-decoder counted with count_params' pieces: n_layer encoder blocks (attention +
+    FFN), as many decoder blocks (the same plus a cross-attention of four d x d matrices), one shared
+    embedding table (the output reuses it), sinusoidal positions (no parameters). Weights only, the
+    way the GPT-1 text counts."""
+    c = count_params(cfg)
+    encoder = cfg.n_layer * c["per_block_seed_convention"]
+    decoder = cfg.n_layer * (c["per_block_seed_convention"] + c["attention_weights_per_block"])
+    return {
+        "seed_convention": c["token_embedding"] + encoder + decoder,
+        "token_embedding": c["token_embedding"],
+        "encoder": encoder,
+        "decoder": decoder,
+    }
+
+
+def bert_additions(cfg: GPTConfig) -> dict[str, int]:
+    """What BERT has beyond the GPT-style stack count_params counts: two segment rows, the
+    embedding LayerNorm, the pooler (d x d + bias) that feeds NSP's two-way classifier, and the MLM
+    head's transform (d x d + bias + LayerNorm) and output bias (one per vocabulary entry)."""
+    d, v = cfg.d_model, cfg.vocab_size
+    parts = {
+        "segment_embedding": 2 * d,
+        "embedding_norm": 2 * d,
+        "pooler": d * d + d,
+        "nsp_head": 2 * d + 2,
+        "mlm_transform": d * d + d + 2 * d,
+        "mlm_output_bias": v,
+    }
+    return {**parts, "total": sum(parts.values())}
+
+
+def _src(seed: str, paper: str | None = None) -> Source:
+    return Source(seed, paper)
+
+
+def _config_sources(text: Source, paper: Source, given: set[str]) -> dict[str, tuple[bool, Source]]:
+    names = ("n_layer", "d_model", "n_head", "n_ctx", "vocab_size")
+    return {n: (True, text) if n in given else (False, paper) for n in names}
+
+
+GPT2_SIZES = (  # name, layers, width, heads, the params the LAMBADA table quotes
+    ("GPT-2 Small", 12, 768, 12, 124e6),
+    ("GPT-2 Medium", 24, 1024, 16, 355e6),
+    ("GPT-2 Large", 36, 1280, 20, 774e6),
+    ("GPT-2 XL", 48, 1600, 25, 1.5e9),
+)
+LAMBADA = {"GPT-2 Small": 45.0, "GPT-2 Medium": 55.0, "GPT-2 Large": 58.0, "GPT-2 XL": 63.0}  # zero-shot %
+
+NSP_TASKS = ("MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD")
+NSP_ABLATION = {"BERT_BASE": (84.4, 88.4, 86.7, 92.7, 88.5), "No NSP": (83.9, 84.9, 86.5, 92.6, 87.9)}
+ROBERTA_TASKS = ("SQuAD 1.1", "SQuAD 2.0", "MNLI", "RACE")
+ROBERTA_NSP = {"SEGMENT-PAIR + NSP": (90.4, 78.7, 84.0, 64.2), "FULL-SENTENCES, no NSP": (90.4, 79.1, 84.7, 64.8)}
+
+
+def _transformer() -> Generation:
+    s = _src(NOTES, VASWANI)
+    learn = _src(LEARN_TEXT, VASWANI)
+    return Generation(
+        key="transformer",
+        name="Transformer (base)",
+        year=2017,
+        shape="encoder-decoder",
+        config=_cfg(37_000, 512, 6, 8, 512, pos="none", norm="post"),
+        config_sources={
+            **_config_sources(s, s, {"n_layer", "d_model", "n_head"}),
+            "vocab_size": (True, learn),
+            "n_ctx": (False, _src(NOTES, VASWANI + ": sinusoidal positions have no fixed length; 512 is ours")),
+        },
+        quoted_params=None,
+        quoted_params_source=None,
+        params_note="The texts quote no total for the 2017 model. Counted here: 6 encoder and 6 decoder blocks "
+        "(each decoder block has a cross-attention of four more d x d matrices) and one 37,000-row table shared "
+        "by both embeddings and the output; sinusoidal positions cost nothing.",
+        changes=[
+            Change("recurrence thrown away: attention alone moves information between positions", "architecture", s),
+        ],
+        facts=[
+            Fact("d_ff", 2048, "width of the feed-forward layer inside each block", s),
+            Fact("adam_beta2", 0.98, "Adam's second-moment decay (beta1 0.9)", s),
+            Fact("warmup_steps", 4000, "steps of linear warmup before the inverse-square-root decay", s),
+            Fact("dropout", 0.1, "dropout on sublayer outputs and embeddings", s),
+            Fact("label_smoothing", 0.1, "the share of target mass spread over the other tokens", _src(NOTES, MULLER)),
+            Fact("pairs_en_de", 4.5e6, "English-German sentence pairs of the training data", learn, "pairs"),
+            Fact("pairs_en_fr", 36e6, "English-French sentence pairs", learn, "pairs"),
+            Fact("batch_tokens", 25_000, "source tokens per batch (and as many target tokens)", learn, "tokens"),
+            Fact("train_steps", 100_000, "steps the base model trained for", learn, "steps"),
+            Fact("uniform_loss", 10.5, "the loss of a uniform guess over 37,000 tokens: where training starts", learn),
+        ],
+    )
+
+
+def _gpt1() -> Generation:
+    s = _src(GPT1_TEXT, RADFORD_2018)
+    notes = _src(NOTES, RADFORD_2018)
+    return Generation(
+        key="gpt1",
+        name="GPT-1",
+        year=2018,
+        shape="decoder-only",
+        config=_cfg(40_478, 512, 12, 12, 768, norm="post", gelu="tanh"),
+        config_sources=_config_sources(s, s, {"n_layer", "d_model", "n_head", "n_ctx", "vocab_size"}),
+        quoted_params=116_414_976,
+        quoted_params_source=s,
+        params_note="The GPT-1 text counts weight matrices and tables only (its 116,414,976 is count_params' "
+        "seed convention exactly); the notes round to 117M. The full count adds the biases and LayerNorm gains "
+        "and shifts.",
+        changes=[
+            Change("the encoder and cross-attention dropped: a decoder-only stack", "architecture", s),
+            Change("learned position rows instead of sinusoids", "architecture", s),
+            Change(
+                "generative pretraining, then supervised fine-tuning per task", "training/alignment", _src(EXERCISES)
+            ),
+        ],
+        facts=[
+            Fact(
+                "norm",
+                "post",
+                "LayerNorm after the residual add (the notes say pre-norm; the GPT-1 text and "
+                "the exercises say post-norm, as the paper does: the app follows them)",
+                _src(EXERCISES),
+            ),
+            Fact("data", "BookCorpus (~1B words)", "the pretraining text", notes),
+            Fact("batch", 64, "sequences per update", notes, "sequences"),
+            Fact("tokens_per_update", 32_768, "64 sequences of 512 tokens", s, "tokens"),
+            Fact("epochs", 100, "passes over the corpus", s),
+            Fact("bpe_merges", 40_000, "merges of its byte-pair encoding (40,478 entries with base symbols)", s),
+            Fact("max_lr", 2.5e-4, "peak learning rate, annealed to zero on a cosine", s),
+            Fact("warmup_updates", 2000, "linear warmup from zero", s, "updates"),
+            Fact(
+                "weight_decay",
+                0.01,
+                "decoupled decay on every weight but biases and gains",
+                _src(GPT1_TEXT, LOSHCHILOV),
+            ),
+            Fact("init_std", 0.02, "the standard deviation of every initial weight", s),
+            Fact("activation", "GELU", "a soft gate x * Phi(x) in place of ReLU", _src(GPT1_TEXT, HENDRYCKS)),
+            Fact("perplexity", 18.4, "token-level perplexity after pretraining", s),
+            Fact("tasks_improved", 9, "benchmarks where it beat the state of the art", s),
+            Fact("tasks_evaluated", 12, "benchmarks evaluated", s),
+            Fact("snli_examples", 550_000, "the largest labelled set of the evaluation", s, "examples"),
+        ],
+    )
+
+
+def _bert(name: str, key: str, layers: int, width: int, heads: int, quoted: float) -> Generation:
+    s = _src(NOTES, DEVLIN)
+    return Generation(
+        key=key,
+        name=name,
+        year=2018,
+        shape="encoder-only",
+        config=_cfg(30_522, 512, layers, heads, width, norm="post", causal=False, gelu="exact"),
+        config_sources=_config_sources(s, _src(NOTES, DEVLIN + ": the notes give only the 512 positions"), {"n_ctx"}),
+        quoted_params=quoted,
+        quoted_params_source=_src(NOTES, DEVLIN + ": the notes name BERT but not its size; the paper's"),
+        params_note="count_params counts the GPT-style stack (embeddings, learned positions, blocks); BERT adds "
+        "segment embeddings, an embedding LayerNorm, the pooler and NSP classifier and the MLM head "
+        "(bert_additions): with them the count is close to the paper's rounded figure.",
+        changes=[
+            Change("the full attention mask: every token sees both sides (no new parameters)", "architecture", s),
+            Change("masked-LM and next-sentence prediction as the pretraining objectives", "training/alignment", s),
+        ],
+        facts=[
+            Fact("mask_rate", 0.15, "share of WordPiece tokens picked for masked-LM", s),
+            Fact("mask_token_share", 0.8, "picked positions replaced by [MASK]", s),
+            Fact("random_token_share", 0.1, "picked positions replaced by a random token", s),
+            Fact("unchanged_share", 0.1, "picked positions left as they are", s),
+            Fact("nsp_real_pairs", 0.5, "NSP pairs that really are adjacent sentences", s),
+            Fact("batch", 256, "sequences per batch", s, "sequences"),
+            Fact("tokens_per_batch", 128_000, "tokens per batch as the notes write it (256 x 512 is 131,072)", s),
+            Fact("steps", 1_000_000, "pretraining steps (about 40 epochs)", s),
+            Fact("words", 3.3e9, "words in the pretraining data", s, "words"),
+            Fact("short_steps_share", 0.9, "steps run at 128 tokens (the rest at 512)", s),
+            Fact("max_positions", 512, "learned positions: nothing longer", s),
+        ],
+    )
+
+
+def _gpt2(name: str, layers: int, width: int, heads: int, quoted: float) -> Generation:
+    text = _src(GPT2_TEXT, RADFORD_2019)
+    notes = _src(NOTES, RADFORD_2019)
+    small = name == "GPT-2 Small"
+    given = {"n_layer", "d_model", "n_head", "vocab_size", "n_ctx"} if small else {"vocab_size", "n_ctx"}
+    gen = Generation(
+        key=name.lower().replace(" ", "-"),
+        name=name,
+        year=2019,
+        shape="decoder-only",
+        config=_cfg(50_257, 1024, layers, heads, width, norm="pre", gelu="tanh"),
+        config_sources={
+            **_config_sources(
+                text, _src(GPT2_TEXT, RADFORD_2019 + ": the text's size table is not in the seed"), given
+            ),
+            "n_ctx": (True, notes),
+        },
+        quoted_params=quoted,
+        quoted_params_source=notes,
+        params_note="count_params' full count with the unembedding tied to the token embedding (a tied matrix "
+        "counted once); the notes round it (1,557,611,200 for XL, which they write as 1.5B).",
+        changes=[
+            Change("LayerNorm moved before each sublayer (pre-LN)", "architecture", _src(EXERCISES, XIONG)),
+            Change(
+                "zero-shot transfer: tasks done from language modelling alone", "training/alignment", _src(EXERCISES)
+            ),
+        ],
+        facts=[Fact("lambada_zero_shot", LAMBADA[name], "LAMBADA accuracy, zero-shot", notes, "%")],
+    )
+    if small:
+        gen.facts += [
+            Fact("data", "WebText (~40GB)", "the pretraining text", notes),
+            Fact("batch", 512, "sequences per update", notes, "sequences"),
+            Fact("d_head", 64, "each head's subspace of the 768 features", text),
+            Fact("tying", "tied", "the output matrix is the token embedding's transpose", _src(LEARN_TEXT, PRESS_WOLF)),
+        ]
+    if name == "GPT-2 XL":
+        gen.facts += [
+            Fact("bleu_wmt14_en_fr", 11.5, "WMT-14 English to French, zero-shot", notes, "BLEU"),
+            Fact("coqa_f1", 55, "CoQA reading comprehension, zero-shot", notes, "F1"),
+        ]
+    return gen
+
+
+def _gpt3(key: str, name: str, year: int, changes: list[Change], extra: list[Fact]) -> Generation:
+    ex = _src(EXERCISES, BROWN)
+    paper = _src(EXERCISES, BROWN + ": the texts give d = 12288, 96 layers and 175B only")
+    return Generation(
+        key=key,
+        name=name,
+        year=year,
+        shape="decoder-only",
+        config=_cfg(50_257, 2048, 96, 96, 12_288, norm="pre", gelu="tanh"),
+        config_sources=_config_sources(ex, paper, {"n_layer", "d_model"}),
+        quoted_params=175e9,
+        quoted_params_source=ex,
+        params_note="12 d^2 per layer over 96 layers is 173.9B; the token and position tables and the biases "
+        "bring count_params' count to 174.6B, which the texts round to 175B.",
+        changes=changes,
+        facts=extra,
+    )
+
+
+def generations() -> list[Generation]:
+    """The models of the texts, in order, each with its parameter counts filled in."""
+    ex = _src(EXERCISES)
+    gens = [
+        _transformer(),
+        _gpt1(),
+        _bert("BERT base", "bert-base", 12, 768, 12, 110e6),
+        _bert("BERT large", "bert-large", 24, 1024, 16, 340e6),
+        *(_gpt2(n, layers, w, h, q) for n, layers, w, h, q in GPT2_SIZES),
+        _gpt3(
+            "gpt3",
+            "GPT-3",
+            2020,
+            [Change("few-shot in-context learning from scale (no weight update)", "training/alignment", ex)],
+            [
+                Fact("attention_per_layer", 4 * 12_288**2, "the four attention matrices of one layer (4 d^2)", ex),
+                Fact("params_per_layer", 12 * 12_288**2, "attention and MLP weights of one layer (12 d^2)", ex),
+                Fact("alpha_n", 0.076, "the exponent of the parameter scaling law", ex),
+                Fact("ratio_to_gpt2", round(175 / 1.5, 1), "175B over GPT-2's 1.5B", ex),
+                Fact(
+                    "delta_log_loss",
+                    round(-0.076 * math.log(175 / 1.5), 3),
+                    "the loss change that scale-up buys",
+                    ex,
+                    "nats",
+                ),
+            ],
+        ),
+        _gpt3(
+            "instructgpt",
+            "InstructGPT (GPT-3.5)",
+            2022,
+            [
+                Change(
+                    "RLHF: the same backbone fine-tuned on human feedback",
+                    "training/alignment",
+                    _src(EXERCISES, OUYANG),
+                )
+            ],
+            [],
+        ),
+    ]
+    for g in gens:
+        g.counted = transformer_count(g.config) if g.key == "transformer" else dict(count_params(g.config))
+        if g.key.startswith("bert"):
+            add = bert_additions(g.config)
+            g.counted["bert_additions"] = add["total"]
+            g.counted["total_with_bert_heads"] = g.counted["total"] + add["total"]
+    return gens
+
+
+def embedding_share(g: Generation) -> float:
+    """The token embedding's share of the weights-only count (GPT-1: 26.7%, 'roughly a quarter')."""
+    return g.counted["token_embedding"] / g.counted["seed_convention"]
+
+
+def config_values(g: Generation) -> list[ConfigValue]:
+    cfg = g.config
+    return [ConfigValue(n, getattr(cfg, n), *g.config_sources[n]) for n in g.config_sources]
+
+
+# --------------------------------------------------------------------------------------------
+# The worked examples the texts compute by hand
+# --------------------------------------------------------------------------------------------
+
+
+def uniform_to_perplexity(vocab: int = 40_478, perplexity: float = 18.4) -> dict[str, float]:
+    """GPT-1's drop: ln V nats for a uniform guess, ln(perplexity) after pretraining (10.6 - 2.9 = 7.7)."""
+    start, end = math.log(vocab), math.log(perplexity)
+    return {
+        "vocab": vocab,
+        "perplexity": perplexity,
+        "uniform_loss": start,
+        "pretrained_loss": end,
+        "drop": start - end,
+    }
+
+
+def underflow(n: int = 100, p: float = 0.1) -> dict[str, float]:
+    """n tokens each at probability p: the product in float32 (0: 1e-100 is below its smallest
+    subnormal) against the sum of logarithms, which stays finite."""
+    prod = torch.full((n,), p, dtype=torch.float32).prod().item()
+    log_sum = torch.full((n,), p, dtype=torch.float64).log().sum().item()
+    return {"n": n, "p": p, "product_float32": prod, "log_sum": log_sum, "log10_product": log_sum / math.log(10)}
+
+
+def layernorm_example(x: float = 0.099, mean: float = -0.005, var: float = 0.137, eps: float = 1e-5) -> dict:
+    """The GPT-2 text's first LayerNorm entry: (x - mean) / sqrt(var + eps) (0.104 / 0.370 = 0.281)."""
+    std = math.sqrt(var + eps)
+    return {"x": x, "mean": mean, "var": var, "eps": eps, "std": std, "normalised": (x - mean) / std}
+
+
+def losses_at(ps: tuple[float, ...] = (0.9, 0.25, 0.01)) -> list[dict[str, float]]:
+    """-ln p at the probabilities the texts quote (0.105, 1.386, 4.605 nats)."""
+    return [{"p": p, "loss": nll(p)} for p in ps]
