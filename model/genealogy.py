@@ -426,6 +426,9 @@ def layernorm_example(x: float = 0.099, mean: float = -0.005, var: float = 0.137
     return {"x": x, "mean": mean, "var": var, "eps": eps, "std": std, "normalised": (x - mean) / std}
 
 
-def losses_at(ps: tuple[float, ...] = (0.9, 0.25, 0.01)) -> list[dict[str, float]]:
+LOSS_POINTS = ((0.9, LEARN_TEXT), (0.25, EXERCISES), (0.01, LEARN_TEXT))  # p, the text that quotes its loss
+
+
+def losses_at(points: tuple[tuple[float, str], ...] = LOSS_POINTS) -> list[dict]:
     """-ln p at the probabilities the texts quote (0.105, 1.386, 4.605 nats)."""
-    return [{"p": p, "loss": nll(p)} for p in ps]
+    return [{"p": p, "loss": nll(p), "seed": seed} for p, seed in points]

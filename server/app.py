@@ -22,6 +22,7 @@ from .routers import (
     embeddings,
     finetune,
     forward,
+    genealogy,
     heads,
     health,
     intervene,
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         heads.router,
         compare.router,
         finetune.router,
+        genealogy.router,
     ):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)

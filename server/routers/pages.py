@@ -7,6 +7,7 @@ response carries a Link header to that JSON twin (rel="alternate"), and the page
     /learn      curves and schedules   twin: GET /api/v1/curves (the index of those endpoints)
     /train      training runs          twin: GET /api/v1/checkpoints
     /compare    two models, one text   twin: GET /api/v1/compare?a=...&b=...&text=...
+    /genealogy  the family tree        twin: GET /api/v1/genealogy
 """
 
 from __future__ import annotations
@@ -101,6 +102,11 @@ def compare_page(request: Request, service: Service) -> Response:
         if (q.get(k) or "").isdigit():
             params[k] = q[k]
     return render(request, service, "compare.html", "compare", f"/api/v1/compare?{urlencode(params)}", **params)
+
+
+@router.get("/genealogy", response_class=HTMLResponse)
+def genealogy_page(request: Request, service: Service) -> Response:
+    return render(request, service, "genealogy.html", "genealogy", "/api/v1/genealogy")
 
 
 @lru_cache(maxsize=1)
