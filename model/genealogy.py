@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .formulas import nll
+from .formulas import linspace, nll
 from .gpt import GPTConfig, count_params
 
 NOTES = "gpt-bert-transformer-notes.txt"
@@ -432,3 +432,9 @@ LOSS_POINTS = ((0.9, LEARN_TEXT), (0.25, EXERCISES), (0.01, LEARN_TEXT))  # p, t
 def losses_at(points: tuple[tuple[float, str], ...] = LOSS_POINTS) -> list[dict]:
     """-ln p at the probabilities the texts quote (0.105, 1.386, 4.605 nats)."""
     return [{"p": p, "loss": nll(p), "seed": seed} for p, seed in points]
+
+
+def loss_curve(points: int = 100, lo: float = 0.005) -> dict[str, list[float]]:
+    """-ln p on [lo, 1], the curve the loss examples are marked on."""
+    ps = linspace(lo, 1.0, points)
+    return {"p": ps, "loss": [nll(p) for p in ps]}

@@ -67,10 +67,13 @@ def _tables() -> list[schemas.ResultTable]:
 
 def _worked() -> schemas.WorkedExamples:
     gpt1, learn = g.Source(g.GPT1_TEXT), g.Source(g.LEARN_TEXT)
+    curve = g.loss_curve()
     return schemas.WorkedExamples(
         perplexity_drop=schemas.PerplexityDrop(**g.uniform_to_perplexity(), source=_src(gpt1)),
         underflow=schemas.Underflow(**g.underflow(), source=_src(learn)),
         layernorm=schemas.LayerNormExample(**g.layernorm_example(), source=_src(g.Source(g.GPT2_TEXT))),
+        curve_p=curve["p"],
+        curve_loss=curve["loss"],
         losses=[schemas.LossAt(p=x["p"], loss=x["loss"], source=_src(g.Source(x["seed"]))) for x in g.losses_at()],
     )
 

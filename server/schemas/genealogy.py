@@ -122,6 +122,8 @@ class WorkedExamples(BaseModel):
     underflow: Underflow
     layernorm: LayerNormExample
     losses: list[LossAt] = Field(description="the cross-entropy at the probabilities the texts quote")
+    curve_p: list[float] = Field(description="probabilities on [0.005, 1] where the loss curve is drawn")
+    curve_loss: list[float] = Field(description="-ln p at each of curve_p")
 
 
 class GenealogyResponse(BaseModel):
