@@ -39,7 +39,6 @@ MULLER = "Müller, Kornblith and Hinton, When Does Label Smoothing Help? (2019)"
 LOSHCHILOV = "Loshchilov and Hutter, Fixing Weight Decay Regularization in Adam (2017)"
 HENDRYCKS = "Hendrycks and Gimpel, Gaussian Error Linear Units (2016)"
 BROWN = "Brown et al., Language Models are Few-Shot Learners (2020), the GPT-3 paper"
-OUYANG = "Ouyang et al., Training language models to follow instructions with human feedback (2022)"
 
 
 @dataclass(frozen=True)
@@ -173,8 +172,20 @@ def _transformer() -> Generation:
             Fact("d_ff", 2048, "width of the feed-forward layer inside each block", s),
             Fact("adam_beta2", 0.98, "Adam's second-moment decay (beta1 0.9)", s),
             Fact("warmup_steps", 4000, "steps of linear warmup before the inverse-square-root decay", s),
+            Fact(
+                "norm",
+                "post",
+                "LayerNorm after the residual add: large gradients near the output at the start, which the "
+                "warmup tames (pre-norm later made warmup matter far less)",
+                _src(LEARN_TEXT, XIONG),
+            ),
             Fact("dropout", 0.1, "dropout on sublayer outputs and embeddings", s),
-            Fact("label_smoothing", 0.1, "the share of target mass spread over the other tokens", _src(NOTES, MULLER)),
+            Fact(
+                "label_smoothing",
+                0.1,
+                "the share of target mass spread over the other tokens",
+                _src(LEARN_TEXT, MULLER),
+            ),
             Fact("pairs_en_de", 4.5e6, "English-German sentence pairs of the training data", learn, "pairs"),
             Fact("pairs_en_fr", 36e6, "English-French sentence pairs", learn, "pairs"),
             Fact("batch_tokens", 25_000, "source tokens per batch (and as many target tokens)", learn, "tokens"),
@@ -293,7 +304,7 @@ def _gpt2(name: str, layers: int, width: int, heads: int, quoted: float) -> Gene
         params_note="count_params' full count with the unembedding tied to the token embedding (a tied matrix "
         "counted once); the notes round it (1,557,611,200 for XL, which they write as 1.5B).",
         changes=[
-            Change("LayerNorm moved before each sublayer (pre-LN)", "architecture", _src(EXERCISES, XIONG)),
+            Change("LayerNorm moved before each sublayer (pre-LN)", "architecture", _src(GPT2_TEXT, XIONG)),
             Change(
                 "zero-shot transfer: tasks done from language modelling alone", "training/alignment", _src(EXERCISES)
             ),
@@ -316,7 +327,7 @@ def _gpt2(name: str, layers: int, width: int, heads: int, quoted: float) -> Gene
 
 
 def _gpt3(key: str, name: str, year: int, changes: list[Change], extra: list[Fact]) -> Generation:
-    ex = _src(EXERCISES, BROWN)
+    ex = _src(EXERCISES)
     paper = _src(EXERCISES, BROWN + ": the texts give d = 12288, 96 layers and 175B only")
     return Generation(
         key=key,
@@ -370,7 +381,7 @@ def generations() -> list[Generation]:
                 Change(
                     "RLHF: the same backbone fine-tuned on human feedback",
                     "training/alignment",
-                    _src(EXERCISES, OUYANG),
+                    _src(EXERCISES),
                 )
             ],
             [],
