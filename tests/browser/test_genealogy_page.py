@@ -1,0 +1,83 @@
+"""/genealogy in a real headless Chromium: one card per model of GET /api/v1/genealogy with its
+counted and quoted sizes and its sources, LAMBADA against the counted parameters on a log axis,
+weights and embedding share by generation, the NSP ablations as bars and tables, the worked
+examples on the loss curve; every number drawn is the API's, and nothing is logged as an error."""
+
+from __future__ import annotations
+
+import pytest
+from apihelp import api_json
+
+pytestmark = pytest.mark.browser
+
+
+def traces(page, el_id: str) -> list[dict]:
+    return page.evaluate(
+        """(id) => { const gd = document.getElementById(id);
+             return gd.data.map((t) => ({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []),
+               yaxis: t.yaxis || "y"})); }""",
+        el_id,
+    )
+
+
+def axis_type(page, el_id: str, axis: str) -> str:
+    return page.evaluate("([id, a]) => document.getElementById(id)._fullLayout[a].type", [el_id, axis])
+
+
+@pytest.fixture
+def loaded(page, live_url):
+    page.goto(f"{live_url}/genealogy")
+    page.wait_for_selector('body[data-ready="1"]', state="attached")
+    return page, api_json(page, live_url, "GET", "/genealogy")
+
+
+def test_cards_show_the_apis_models_sizes_and_sources(loaded):
+    page, res = loaded
+    keys = page.eval_on_selector_all("#tree .gen-card", "els => els.map((e) => e.dataset.key)")
+    assert keys == [m["key"] for m in res["models"]]
+    gpt1 = page.inner_text("#gen-gpt1")
+    assert "116,414,976" in gpt1 and "26.7%" in gpt1 and "post-norm" in gpt1
+    for m in res["models"]:
+        card = page.locator(f"#gen-{m['key']}")
+        seeds = card.locator(".gen-src").evaluate_all("els => els.map((e) => e.dataset.seed)")
+        assert set(seeds) <= set(res["seeds"]) and seeds, m["key"]
+        assert card.locator(".gen-changes li").count() == len(m["changes"])
+        assert card.locator(".gen-facts tr").count() == len(m["facts"])
+        assert card.locator(".paper-value").count() == sum(not c["from_text"] for c in m["config"])
+        text = card.inner_text()
+        weights = f"{m['params']['weights_only']:,}"
+        assert weights in text, (m["key"], weights)
+    assert page.locator("#gen-gpt-2-small .gen-src[title^='Xiong']").count() >= 1
+    assert page.locator("#gen-transformer .gen-src[title^='Müller']").count() == 1
+    assert page.locator("#gen-gpt-2-small .gen-src[title^='Press and Wolf']").count() == 1
+    assert page.console_errors == []
+
+
+def test_plots_draw_the_apis_numbers(loaded, screenshot):
+    page, res = loaded
+    (lam,) = traces(page, "lambada-plot")
+    assert lam["x"] == [p["params_counted"] for p in res["lambada"]]
+    assert lam["y"] == [p["accuracy"] for p in res["lambada"]]
+    assert axis_type(page, "lambada-plot", "xaxis") == "log"
+
+    bars, share = traces(page, "params-plot")
+    assert bars["x"] == [m["name"] for m in res["models"]] == share["x"]
+    assert bars["y"] == [m["params"]["weights_only"] for m in res["models"]]
+    assert share["y"] == [m["params"]["embedding_share"] for m in res["models"]] and share["yaxis"] == "y2"
+    assert axis_type(page, "params-plot", "yaxis") == "log"
+
+    nsp = traces(page, "nsp-plot")
+    want = [r["values"] for t in res["tables"] for r in t["rows"]]
+    assert [t["y"] for t in nsp] == want
+    cells = page.eval_on_selector_all("#table-bert_nsp_ablation td", "els => els.map((e) => Number(e.textContent))")
+    assert cells == [v for r in res["tables"][0]["rows"] for v in r["values"]]
+
+    curve, marks = traces(page, "xent-plot")
+    w = res["worked"]
+    assert curve["x"] == w["curve_p"] and curve["y"] == w["curve_loss"]
+    assert marks["x"] == [x["p"] for x in w["losses"]] and marks["y"] == [x["loss"] for x in w["losses"]]
+    assert f"drop: {w['perplexity_drop']['drop']:.3f} nats" in page.inner_text("#worked-drop")
+    assert "float32: 0" in page.inner_text("#worked-underflow")
+    assert f"{w['layernorm']['normalised']:.3f}" in page.inner_text("#worked-layernorm")
+    assert page.console_errors == []
+    screenshot(page, "genealogy")
