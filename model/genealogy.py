@@ -243,6 +243,7 @@ def _gpt1() -> Generation:
             Fact("perplexity", 18.4, "token-level perplexity after pretraining", s),
             Fact("tasks_improved", 9, "benchmarks where it beat the state of the art", s),
             Fact("tasks_evaluated", 12, "benchmarks evaluated", s),
+            Fact("params_rounded", 117e6, "the size the notes' table gives (the count rounded)", notes, "parameters"),
             Fact("snli_examples", 550_000, "the largest labelled set of the evaluation", s, "examples"),
         ],
     )
@@ -278,6 +279,9 @@ def _bert(name: str, key: str, layers: int, width: int, heads: int, quoted: floa
             Fact("words", 3.3e9, "words in the pretraining data", s, "words"),
             Fact("short_steps_share", 0.9, "steps run at 128 tokens (the rest at 512)", s),
             Fact("max_positions", 512, "learned positions: nothing longer", s),
+            Fact(
+                "nsp_successor", "SOP", "ALBERT's replacement for NSP: is the sentence order right?", _src(NOTES, LAN)
+            ),
         ],
     )
 

@@ -114,6 +114,7 @@ def test_gpt1_and_gpt2_small_are_the_notes_training_table(res):
         assert f["batch"] == number(rows["Batch"][col])
         assert f.get("data", rows["Data"][col]) == rows["Data"][col]
     assert facts(model(res, "gpt1"))["data"] == rows["Data"][0]
+    assert facts(model(res, "gpt1"))["params_rounded"] == number(rows["Params"][0])
     assert facts(model(res, "gpt-2-small"))["data"] == rows["Data"][1]
     assert model(res, "gpt-2-small")["params"]["quoted"] == number(rows["Params"][1])
     assert round(model(res, "gpt-2-small")["params"]["total"] / 1e6) == number(rows["Params"][1]) / 1e6
@@ -190,6 +191,7 @@ def test_bert_facts_are_the_notes(res):
     assert f"{round(100 * f['short_steps_share'])}% of steps use seq_len 128" in notes
     assert [f["mask_token_share"], f["random_token_share"], f["unchanged_share"]] == [0.8, 0.1, 0.1]
     assert "The 80/10/10 Split" in notes
+    assert f"with {f['nsp_successor']} (Sentence Order Prediction)" in notes
 
 
 def test_gpt3_numbers_are_the_exercises(res):
