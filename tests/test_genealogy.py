@@ -294,3 +294,37 @@ def test_the_page_and_its_twin(client):
     assert r.status_code == 200 and '<link rel="alternate" type="application/json" href="/api/v1/genealogy">' in r.text
     assert r.headers["link"] == '</api/v1/genealogy>; rel="alternate"; type="application/json"'
     assert 'href="/genealogy" aria-current="page">The family tree</a>' in r.text
+
+
+def test_worked_examples_at_other_numbers(client):
+    r = client.get(
+        "/api/v1/genealogy/worked", params={"vocab": 50257, "perplexity": 1, "n": 20, "p": 0.5, "loss_p": 0.25}
+    )
+    assert r.status_code == 200, r.text
+    w = r.json()
+    assert (
+        w["perplexity_drop"]["drop"] == pytest.approx(math.log(50257)) and w["perplexity_drop"]["pretrained_loss"] == 0
+    )
+    assert w["underflow"]["product_float32"] == pytest.approx(0.5**20) and w["underflow"]["log_sum"] == pytest.approx(
+        20 * math.log(0.5)
+    )
+    assert w["chosen"] == {"p": 0.25, "loss": pytest.approx(math.log(4))}
+    default = client.get("/api/v1/genealogy/worked").json()
+    assert default == client.get("/api/v1/genealogy").json()["worked"]
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"perplexity": 50000}, "perplexity"),  # more than the vocabulary: worse than uniform
+        ({"p": 0}, "p"),
+        ({"loss_p": 1.5}, "loss_p"),
+        ({"n": 0}, "n"),
+        ({"var": -1}, "var"),
+        ({"vocab": "many"}, "vocab"),
+    ],
+)
+def test_bad_worked_input_is_a_422_naming_the_field(client, params, field):
+    r = client.get("/api/v1/genealogy/worked", params=params)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["query", field], r.text

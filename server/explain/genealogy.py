@@ -5,8 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from gptscope.model import genealogy as g
+from gptscope.model.formulas import nll
 
 from ..schemas import genealogy as schemas
+from .learn import query_error
 
 
 def _src(s: g.Source) -> schemas.SourceRef:
@@ -65,13 +67,26 @@ def _tables() -> list[schemas.ResultTable]:
     ]
 
 
-def _worked() -> schemas.WorkedExamples:
+def worked(
+    vocab: int = 40_478,
+    perplexity: float = 18.4,
+    n: int = 100,
+    p: float = 0.1,
+    x: float = 0.099,
+    mean: float = -0.005,
+    var: float = 0.137,
+    loss_p: float = 0.9,
+) -> schemas.WorkedExamples:
+    """The texts' worked examples at the given numbers (the defaults are the texts')."""
+    if perplexity > vocab:
+        raise query_error("perplexity", f"must be at most vocab ({vocab}): a model cannot be less sure than uniform")
     gpt1, learn = g.Source(g.GPT1_TEXT), g.Source(g.LEARN_TEXT)
     curve = g.loss_curve()
     return schemas.WorkedExamples(
-        perplexity_drop=schemas.PerplexityDrop(**g.uniform_to_perplexity(), source=_src(gpt1)),
-        underflow=schemas.Underflow(**g.underflow(), source=_src(learn)),
-        layernorm=schemas.LayerNormExample(**g.layernorm_example(), source=_src(g.Source(g.GPT2_TEXT))),
+        perplexity_drop=schemas.PerplexityDrop(**g.uniform_to_perplexity(vocab, perplexity), source=_src(gpt1)),
+        underflow=schemas.Underflow(**g.underflow(n, p), source=_src(learn)),
+        layernorm=schemas.LayerNormExample(**g.layernorm_example(x, mean, var), source=_src(g.Source(g.GPT2_TEXT))),
+        chosen=schemas.LossPoint(p=loss_p, loss=nll(loss_p)),
         curve_p=curve["p"],
         curve_loss=curve["loss"],
         losses=[schemas.LossAt(p=x["p"], loss=x["loss"], source=_src(g.Source(x["seed"]))) for x in g.losses_at()],
@@ -97,5 +112,5 @@ def genealogy() -> schemas.GenealogyResponse:
         ],
         lambada_source=_src(g.Source(g.NOTES, g.RADFORD_2019)),
         tables=_tables(),
-        worked=_worked(),
+        worked=worked(),
     )

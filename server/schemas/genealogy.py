@@ -117,11 +117,17 @@ class LossAt(BaseModel):
     source: SourceRef
 
 
+class LossPoint(BaseModel):
+    p: float = Field(description="the probability asked for (the query's loss_p)")
+    loss: float = Field(description="-ln p in nats")
+
+
 class WorkedExamples(BaseModel):
     perplexity_drop: PerplexityDrop
     underflow: Underflow
     layernorm: LayerNormExample
     losses: list[LossAt] = Field(description="the cross-entropy at the probabilities the texts quote")
+    chosen: LossPoint = Field(description="the loss at the query's loss_p (default 0.9), marked on the curve")
     curve_p: list[float] = Field(description="probabilities on [0.005, 1] where the loss curve is drawn")
     curve_loss: list[float] = Field(description="-ln p at each of curve_p")
 

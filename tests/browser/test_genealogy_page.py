@@ -28,6 +28,7 @@ def axis_type(page, el_id: str, axis: str) -> str:
 def loaded(page, live_url):
     page.goto(f"{live_url}/genealogy")
     page.wait_for_selector('body[data-ready="1"]', state="attached")
+    page.wait_for_selector('#worked-panel[data-ready="1"]', state="attached")
     return page, api_json(page, live_url, "GET", "/genealogy")
 
 
@@ -66,14 +67,15 @@ def test_plots_draw_the_apis_numbers(loaded, screenshot):
     assert share["y"] == [m["params"]["embedding_share"] for m in res["models"]] and share["yaxis"] == "y2"
     assert axis_type(page, "params-plot", "yaxis") == "log"
 
+    w = res["worked"]
     nsp = traces(page, "nsp-plot")
     want = [r["values"] for t in res["tables"] for r in t["rows"]]
     assert [t["y"] for t in nsp] == want
     cells = page.eval_on_selector_all("#table-bert_nsp_ablation td", "els => els.map((e) => Number(e.textContent))")
     assert cells == [v for r in res["tables"][0]["rows"] for v in r["values"]]
 
-    curve, marks = traces(page, "xent-plot")
-    w = res["worked"]
+    curve, marks, chosen = traces(page, "xent-plot")
+    assert chosen["x"] == [w["chosen"]["p"]] and chosen["y"] == [w["chosen"]["loss"]]
     assert curve["x"] == w["curve_p"] and curve["y"] == w["curve_loss"]
     assert marks["x"] == [x["p"] for x in w["losses"]] and marks["y"] == [x["loss"] for x in w["losses"]]
     assert f"drop: {w['perplexity_drop']['drop']:.3f} nats" in page.inner_text("#worked-drop")
@@ -81,3 +83,25 @@ def test_plots_draw_the_apis_numbers(loaded, screenshot):
     assert f"{w['layernorm']['normalised']:.3f}" in page.inner_text("#worked-layernorm")
     assert page.console_errors == []
     screenshot(page, "genealogy")
+
+
+def test_worked_examples_are_redone_by_the_server(loaded, live_url):
+    page, _ = loaded
+    page.fill("#w-loss-p", "0.01")
+    page.fill("#w-n", "30")
+    page.wait_for_function(
+        "() => document.getElementById('xent-plot').data[2].x[0] === 0.01"
+        " && document.getElementById('worked-panel').dataset.ready === '1'"
+    )
+    w = api_json(page, live_url, "GET", "/genealogy/worked?n=30&loss_p=0.01")
+    (chosen,) = [t for t in traces(page, "xent-plot") if t["name"] == "your p"]
+    assert chosen["y"] == [w["chosen"]["loss"]]
+    shown = page.inner_text("#worked-underflow")
+    assert f"0.1 multiplied 30 times in float32: {w['underflow']['product_float32']!r}" in shown, shown
+    page.fill("#w-perplexity", "90000")  # more than the vocabulary: refused, the field named
+    page.wait_for_selector("#worked-panel[data-error]", state="attached")
+    assert "perplexity" in page.inner_text("#error")
+    page.fill("#w-perplexity", "18.4")
+    page.wait_for_selector("#worked-panel:not([data-error])[data-ready='1']", state="attached")
+    # the refused request is the only thing logged (Chromium reports the 422 it answered)
+    assert all("status of 422" in e and "/genealogy/worked" in e for e in page.console_errors), page.console_errors

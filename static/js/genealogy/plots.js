@@ -50,5 +50,8 @@ export function drawLossCurve(w) {
     { type: "scatter", mode: "markers+text", name: "the texts' examples", x: w.losses.map((x) => x.p),
       y: w.losses.map((x) => x.loss), text: w.losses.map((x) => `p = ${x.p}: ${fixed(x.loss)}`),
       textposition: "top right", marker: { size: 10, color: OKABE.blue } },
+    { type: "scatter", mode: "markers+text", name: "your p", x: [w.chosen.p], y: [w.chosen.loss],
+      text: [`p = ${w.chosen.p}: ${fixed(w.chosen.loss)}`], textposition: "bottom left",
+      marker: { size: 12, symbol: "diamond", color: OKABE.vermillion } },
   ], { xaxis: { title: { text: "probability on the right token" } }, yaxis: { title: { text: "loss (nats)" } } });
 }
