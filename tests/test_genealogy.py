@@ -309,6 +309,8 @@ def test_worked_examples_at_other_numbers(client):
         20 * math.log(0.5)
     )
     assert w["chosen"] == {"p": 0.25, "loss": pytest.approx(math.log(4))}
+    worse = client.get("/api/v1/genealogy/worked", params={"vocab": 100, "perplexity": 400}).json()
+    assert worse["perplexity_drop"]["drop"] == pytest.approx(-math.log(4))  # worse than uniform: a negative drop
     default = client.get("/api/v1/genealogy/worked").json()
     assert default == client.get("/api/v1/genealogy").json()["worked"]
 
@@ -316,7 +318,7 @@ def test_worked_examples_at_other_numbers(client):
 @pytest.mark.parametrize(
     "params, field",
     [
-        ({"perplexity": 50000}, "perplexity"),  # more than the vocabulary: worse than uniform
+        ({"perplexity": 0.5}, "perplexity"),  # below 1: surer than certain
         ({"p": 0}, "p"),
         ({"loss_p": 1.5}, "loss_p"),
         ({"n": 0}, "n"),

@@ -36,7 +36,12 @@ def genealogy() -> schemas.GenealogyResponse:
 def worked(
     vocab: Annotated[int, Query(ge=2, le=10_000_000, description="vocabulary size (GPT-1: 40,478)")] = 40_478,
     perplexity: Annotated[
-        float, Query(ge=1, le=10_000_000, description="perplexity after training (GPT-1: 18.4); at most vocab")
+        float,
+        Query(
+            ge=1,
+            le=10_000_000,
+            description="perplexity after training (GPT-1: 18.4); above vocab, the drop is negative",
+        ),
     ] = 18.4,
     n: Annotated[int, Query(ge=1, le=100_000, description="tokens multiplied together (the text: 100)")] = 100,
     p: Annotated[float, Query(gt=0, le=1, description="the probability of each of them (the text: 0.1)")] = 0.1,
