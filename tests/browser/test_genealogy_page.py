@@ -43,7 +43,7 @@ def test_cards_show_the_apis_models_sizes_and_sources(loaded):
         seeds = card.locator(".gen-src").evaluate_all("els => els.map((e) => e.dataset.seed)")
         assert set(seeds) <= set(res["seeds"]) and seeds, m["key"]
         assert card.locator(".gen-changes li").count() == len(m["changes"])
-        assert card.locator(".gen-facts tr").count() == len(m["facts"])
+        assert card.locator(".gen-facts li").count() == len(m["facts"])
         assert card.locator(".paper-value").count() == sum(not c["from_text"] for c in m["config"])
         text = card.inner_text()
         weights = f"{m['params']['weights_only']:,}"

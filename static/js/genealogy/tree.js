@@ -1,7 +1,7 @@
 // The model cards, the NSP tables and the worked examples of /genealogy: written from the API's
 // answer as it is (lib/format.js only formats).
 import { $, el } from "../lib/dom.js";
-import { decimal, fixed, int, pct } from "../lib/format.js";
+import { fixed, int, pct } from "../lib/format.js";
 
 // A source as a small label: the seed file, the cited paper in its tooltip.
 export function sourceTag(source) {
@@ -10,7 +10,7 @@ export function sourceTag(source) {
 }
 
 function value(v) {
-  return typeof v === "number" ? (Number.isInteger(v) ? int(v) : decimal(v)) : v;
+  return typeof v === "number" ? (Number.isInteger(v) ? int(v) : String(v)) : v;
 }
 
 function configTable(config) {
@@ -42,10 +42,8 @@ function card(m) {
       c.what, sourceTag(c.source)))),
     configTable(m.config),
     paramsBlock(m.params),
-    el("table", { class: "gen-facts" }, m.facts.map((f) => el("tr", { dataset: { fact: f.name } },
-      el("th", { text: f.caption }),
-      el("td", { class: "num", text: `${value(f.value)}${f.unit ? ` ${f.unit}` : ""}` }),
-      el("td", {}, sourceTag(f.source))))));
+    el("ul", { class: "gen-facts" }, m.facts.map((f) => el("li", { dataset: { fact: f.name } },
+      `${f.caption}: `, el("b", { text: `${value(f.value)}${f.unit ? ` ${f.unit}` : ""}` }), sourceTag(f.source)))));
 }
 
 export function renderTree(models) {
