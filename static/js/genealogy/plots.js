@@ -31,7 +31,7 @@ export function drawParams(models) {
   ], {
     height: 380,
     yaxis: { type: "log", title: { text: "weights (log scale)" }, exponentformat: "SI" },
-    yaxis2: { overlaying: "y", side: "right", title: { text: "embedding share" }, tickformat: ".0%", range: [0, 0.35] },
+    yaxis2: { overlaying: "y", side: "right", automargin: true, title: { text: "embedding share", standoff: 12 }, tickformat: ".0%", range: [0, 0.35] },
   });
 }
 
