@@ -220,6 +220,8 @@ def test_every_count_is_count_params_of_the_returned_config(res):
         assert m["params"]["embedding_share"] == pytest.approx(m["params"]["token_embedding"] / c["seed_convention"])
     shares = [model(res, k)["params"]["embedding_share"] for k in ("gpt1", "gpt-2-xl", "gpt3")]
     assert shares == sorted(shares, reverse=True)
+    # the caption's claim: GPT-2 Small, GPT-1's depth and width with a larger vocabulary, has a larger share
+    assert model(res, "gpt-2-small")["params"]["embedding_share"] > model(res, "gpt1")["params"]["embedding_share"]
     bert = model(res, "bert-base")["params"]["pieces"]
     assert round(bert["total_with_bert_heads"] / 1e6) == 110  # the paper's rounded figure
 
