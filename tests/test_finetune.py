@@ -18,6 +18,7 @@ from gptscope.server import cli
 # ---- the built-in tasks' splits -------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds each task from all 37 plays (about 2 s each)
 @pytest.mark.parametrize("name", ["genre", "speaker"])
 def test_task_halves_share_no_line_and_training_has_no_held_out_play(name):
     task = tasks.builtin(name)
@@ -186,6 +187,7 @@ def test_subset_covers_every_label_and_is_seeded():
     assert ft.subset(enc, 3, 0, seed=1) is enc and ft.subset(enc, 3, 99, seed=1) is enc
 
 
+@pytest.mark.slow  # fine-tunes the built-in model
 def test_cells_are_cached_and_a_saved_classifier_loads_back(builtin, tmp_path):
     p = ft.prepare(builtin.model, "builtin", builtin.encoding(), synthetic_task(40))
     first, clf = ft.run_cell(p, "finetune", 16, seed=3, steps=3, cache_dir=tmp_path / "cache", keep_model=True)

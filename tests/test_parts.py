@@ -24,7 +24,10 @@ KINDS = {  # one model of each kind whose parts differ
 TEXT = "HELLO: THE NEW BLOCK!"
 
 
-@pytest.fixture(scope="module", params=list(KINDS))
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(k, marks=pytest.mark.slow) if k == "moe" else k for k in KINDS],  # llama-like stays fast
+)
 def kind_client(request, tmp_path_factory):
     torch.manual_seed(0)
     m = GPT(GPTConfig(**{**SMALL, **KINDS[request.param]})).eval()

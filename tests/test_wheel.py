@@ -75,6 +75,7 @@ def test_packages_list_is_every_package_folder():
     assert all(name == "gptscope" or name.startswith("gptscope.") for name in mapped)
 
 
+@pytest.mark.slow  # parses every module of the package and reads every installed distribution's metadata
 def test_every_third_party_import_is_a_declared_dependency():
     """Each module the package imports (model/, server/, gptscope/) comes from a distribution named in
     pyproject's dependencies (gptscope/notebook.py: or the notebook extra); the tests' ones from the
