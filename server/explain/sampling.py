@@ -19,7 +19,7 @@ from ..schemas.sampling import (
 )
 from ..schemas.stages import NextToken
 from ..service import ModelService
-from .common import prompt_ids, rounded, token_text
+from .common import given_ids, prompt_ids, rounded, token_text
 from .digits import COARSE, FINE, VALUE
 from .tokens import token_pieces
 
@@ -74,11 +74,7 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
     sample the next token from the stream (seed, step), exactly as GPT.generate does."""
     _check_top_k(service, req)
     cfg = service.model.cfg
-    bad = [i for i in req.ids if not 0 <= i < cfg.vocab_size]
-    if bad:
-        raise InputError("ids", f"token id {bad[0]} is outside the vocabulary 0..{cfg.vocab_size - 1}")
-    if len(req.ids) > cfg.n_ctx:
-        raise InputError("ids", f"{len(req.ids)} ids exceed the model's context window n_ctx={cfg.n_ctx}")
+    given_ids(service, req.ids)  # every id in the vocabulary, no more than n_ctx of them
     ids = torch.tensor([req.ids], device=service.device)
     with service.run() as m:
         # a stepper's request repeats the last one's ids plus the token it drew: those keys and
