@@ -104,6 +104,7 @@ def data_models(data_dir: Path) -> list[str]:
 # --- Hugging Face GPT-2 --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds transformers' reference GPT-2 (its model classes take seconds to load)
 def test_hf_gpt2_logits_match_transformers(hf_folder, gpt2_enc, tmp_path):
     m, folder = hf_folder
     dest, summary = importers.import_model(folder, "gpt2-random", tmp_path)
@@ -126,6 +127,7 @@ def test_gpt2_small_shape_counts_124_439_808_params():
     assert count_params(cfg)["total"] == 124_439_808
 
 
+@pytest.mark.slow  # builds transformers' reference GPT-2 (its model classes take seconds to load)
 def test_hf_unprefixed_names_and_attention_buffers(hf_folder, gpt2_enc, tmp_path):
     """openai-community/gpt2's file is a GPT2Model's: no 'transformer.' prefix, causal-mask buffers."""
     m, folder = hf_folder
@@ -144,6 +146,7 @@ def test_hf_unprefixed_names_and_attention_buffers(hf_folder, gpt2_enc, tmp_path
     assert torch.allclose(c.model(torch.tensor([ids]))[0][0], hf_logits(m, ids), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow  # builds transformers' reference GPT-2 (its model classes take seconds to load)
 def test_forward_api_on_imported_gpt2(hf_folder, gpt2_enc, tmp_path):
     m, folder = hf_folder
     data = tmp_path / "data"
@@ -177,6 +180,7 @@ def test_forward_api_on_imported_gpt2(hf_folder, gpt2_enc, tmp_path):
 # --- nanoGPT ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds transformers' reference GPT-2 (its model classes take seconds to load)
 @pytest.mark.parametrize("padded", [False, True])
 def test_nanogpt_logits_match_transformers(gpt2_enc, tmp_path, padded):
     m = hf_model(activation="gelu")  # nanoGPT's MLP uses exact GELU (nn.GELU())
@@ -280,6 +284,7 @@ def copy_hf(folder: Path, dest: Path, edit_config=None, edit_tensors=None) -> Pa
     return dest
 
 
+@pytest.mark.slow  # builds transformers' reference GPT-2 (its model classes take seconds to load)
 @pytest.mark.parametrize(
     "case,edit_config,edit_tensors,message",
     [
@@ -309,6 +314,7 @@ def test_broken_hf_folders_name_the_problem(hf_folder, tmp_path, case, edit_conf
     assert data_models(tmp_path / "data") == []
 
 
+@pytest.mark.slow  # builds transformers' reference GPT-2 (its model classes take seconds to load)
 def test_tokenizer_vocab_that_is_not_gpt2s_is_refused(hf_folder, tmp_path):
     _, folder = hf_folder
     bad = copy_hf(folder, tmp_path / "vocab")
@@ -347,6 +353,7 @@ def test_cli_import_errors_are_clear_and_leave_nothing(tmp_path, capsys):
     assert data_models(tmp_path / "d") == []
 
 
+@pytest.mark.slow  # builds transformers' reference GPT-2 (its model classes take seconds to load)
 def test_an_existing_name_is_not_overwritten(hf_folder, tmp_path):
     _, folder = hf_folder
     importers.import_model(folder, "same", tmp_path)
@@ -357,6 +364,7 @@ def test_an_existing_name_is_not_overwritten(hf_folder, tmp_path):
     assert data_models(tmp_path) == ["same"]
 
 
+@pytest.mark.slow  # builds transformers' reference GPT-2 (its model classes take seconds to load)
 def test_serve_and_generate_find_an_imported_model_by_name(hf_folder, tmp_path, monkeypatch, capsys):
     from gptscope.server.cli import checkpoint_folder
 
