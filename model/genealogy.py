@@ -453,3 +453,40 @@ def loss_curve(points: int = 100, lo: float = 0.005) -> dict[str, list[float]]:
     """-ln p on [lo, 1], the curve the loss examples are marked on."""
     ps = linspace(lo, 1.0, points)
     return {"p": ps, "loss": [nll(p) for p in ps]}
+
+
+MOE_EXPERTS = (1, 8, 16, 64, 128, 256, 512, 1024)  # the expert counts the capacity example is run at
+
+
+def moe_capacity(experts: tuple[int, ...] = MOE_EXPERTS, top_k: int = 2) -> list[dict[str, float]]:
+    """GPT-2 XL's shape with its dense MLP replaced by `e` experts of the same width, `top_k` of them
+    used per token: the stored weights against those one token goes through (the text's claim is
+    100x-1000x the capacity for a much smaller rise in compute). ``total`` is count_params' count;
+    ``active`` leaves out the e - top_k experts a token skips; FLOPs per token are about twice the
+    weights a token is multiplied by (one multiply and one add each): the active ones less the
+    position table, a lookup (the tied token embedding stays in, as the output layer)."""
+    _, layers, width, heads, _ = GPT2_SIZES[-1]
+    dense = _cfg(50_257, 1024, layers, heads, width)
+    base = count_params(dense)
+    rows = []
+    for e in experts:
+        k = min(top_k, e)
+        cfg = _cfg(50_257, 1024, layers, heads, width, n_expert=e, top_k_experts=k) if e > 1 else dense
+        c = count_params(cfg)
+        n_mat, b = (3 if cfg.mlp == "swiglu" else 2), (1 if cfg.bias else 0)
+        per_expert = n_mat * width * cfg.d_mlp + b * ((n_mat - 1) * cfg.d_mlp + width)
+        active = c["total"] - layers * (e - k) * per_expert if e > 1 else c["total"]
+        flops = 2 * (active - c["position_embedding"])
+        dense_flops = 2 * (base["total"] - base["position_embedding"])
+        rows.append(
+            {
+                "experts": e,
+                "top_k": k,
+                "total": c["total"],
+                "active": active,
+                "capacity_ratio": c["total"] / base["total"],
+                "flops_per_token": flops,
+                "compute_ratio": flops / dense_flops,
+            }
+        )
+    return rows

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import torch
+
 from gptscope.model import genealogy as g
+from gptscope.model import history
 from gptscope.model.formulas import nll
 
 from ..schemas import genealogy as schemas
+from .common import rounded
+from .digits import COARSE, VALUE
 
 
 def _src(s: g.Source) -> schemas.SourceRef:
@@ -111,4 +116,84 @@ def genealogy() -> schemas.GenealogyResponse:
         lambada_source=_src(g.Source(g.NOTES, g.RADFORD_2019)),
         tables=_tables(),
         worked=worked(),
+    )
+
+
+# --- From the perceptron to attention, and MoE's capacity ------------------------------------
+
+HISTORY = g.Source(g.GPT2_TEXT)  # the text that tells this history
+
+
+def _points(x: torch.Tensor, y: torch.Tensor) -> schemas.LabelledPoints:
+    return schemas.LabelledPoints(x1=rounded(x[:, 0], VALUE), x2=rounded(x[:, 1], VALUE), label=y.tolist())
+
+
+def _line(w1: float, w2: float, b: float) -> dict[str, list[float]]:
+    x1, x2 = history.segment(w1, w2, b)
+    return {"line_x1": [round(v, VALUE) for v in x1], "line_x2": [round(v, VALUE) for v in x2]}
+
+
+def perceptron(data: str, n: int, epochs: int, lr: float, seed: int) -> schemas.PerceptronResponse:
+    x, y, run = history.perceptron(data, n, epochs, lr, seed)
+    return schemas.PerceptronResponse(
+        data=data,
+        lr=lr,
+        points=_points(x, y),
+        epochs=[
+            schemas.PerceptronEpoch(
+                epoch=e.epoch, w1=e.w[0], w2=e.w[1], b=e.b, **_line(*e.w, e.b), mistakes=e.mistakes, accuracy=e.accuracy
+            )
+            for e in run
+        ],
+        converged=run[-1].mistakes == 0,
+        source=_src(HISTORY),
+    )
+
+
+def mlp(data: str, hidden: int, steps: int, lr: float, n: int, seed: int) -> schemas.MLPResponse:
+    run = history.mlp(data, hidden, steps, lr, n, seed=seed)
+    _, _, linear = history.perceptron(data, n, 100, 0.1, seed)
+    k = run.grid_size
+    grid = rounded(torch.tensor(run.grid).reshape(k, k), COARSE)
+    return schemas.MLPResponse(
+        data=data,
+        hidden=hidden,
+        points=_points(run.x, run.y),
+        steps=run.steps_logged,
+        loss=[round(v, VALUE) for v in run.losses],
+        accuracy=run.accuracy,
+        perceptron_accuracy=max(e.accuracy for e in linear),
+        lines=[schemas.HiddenLine(w1=a, w2=b, b=c, **_line(a, b, c)) for a, b, c in run.hidden],
+        grid_axis=rounded(torch.linspace(-1, 1, k), VALUE),
+        grid=grid,
+        source=_src(HISTORY),
+    )
+
+
+def reach(positions: int, kernel: int, cnn_layers: int, seed: int) -> schemas.ReachResponse:
+    curves = history.reach(positions, kernel=kernel, cnn_layers=cnn_layers, seed=seed)
+    return schemas.ReachResponse(
+        positions=positions,
+        kernel=kernel,
+        cnn_layers=cnn_layers,
+        curves=[
+            schemas.ReachCurve(
+                arch=arch,
+                sensitivity=rounded(torch.tensor(v), VALUE),
+                relative=rounded(torch.tensor(v) / max(max(v), 1e-30), VALUE),
+                path=[history.path_length(arch, positions - 1 - t, kernel, cnn_layers) for t in range(positions)],
+            )
+            for arch, v in curves.items()
+        ],
+        source=_src(HISTORY),
+    )
+
+
+def moe(top_k: int) -> schemas.MoEResponse:
+    return schemas.MoEResponse(
+        base="GPT-2 XL",
+        rows=[schemas.MoERow(**r) for r in g.moe_capacity(top_k=top_k)],
+        claim="Mixture-of-Experts raises the parameter count 100x-1000x over GPT-2 XL while raising each "
+        "token's computation by a much smaller factor",
+        source=_src(HISTORY),
     )

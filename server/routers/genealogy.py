@@ -4,7 +4,7 @@ the defaults are the texts'."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
@@ -53,3 +53,71 @@ def worked(
     ] = 0.9,
 ) -> schemas.WorkedExamples:
     return ex.worked(vocab, perplexity, n, p, x, mean, var, loss_p)
+
+
+Dataset = Annotated[
+    Literal["separable", "xor", "circles"],
+    Query(description="separable: a line splits the classes; xor and circles: no line does"),
+]
+Seed = Annotated[int, Query(ge=0, le=2**31 - 1, description="seeds the points, their order and the weights")]
+
+
+@router.get(
+    "/genealogy/perceptron",
+    response_model=schemas.PerceptronResponse,
+    responses=ERROR_RESPONSES,
+    summary="A perceptron learning a boundary by Rosenblatt's rule: its line after each epoch and its mistakes",
+)
+def perceptron(
+    data: Dataset = "separable",
+    n: Annotated[int, Query(ge=4, le=200, description="labelled points")] = 40,
+    epochs: Annotated[int, Query(ge=1, le=100, description="passes over the points at most")] = 20,
+    lr: Annotated[float, Query(gt=0, le=10, description="the learning rate eta")] = 0.1,
+    seed: Seed = 0,
+) -> schemas.PerceptronResponse:
+    return ex.perceptron(data, n, epochs, lr, seed)
+
+
+@router.get(
+    "/genealogy/mlp",
+    response_model=schemas.MLPResponse,
+    responses=ERROR_RESPONSES,
+    summary="A two-layer MLP bending the boundary a perceptron cannot: loss, hidden units' lines, P(class) on a grid",
+)
+def mlp(
+    data: Dataset = "xor",
+    hidden: Annotated[int, Query(ge=1, le=64, description="hidden tanh units")] = 8,
+    steps: Annotated[int, Query(ge=1, le=1000, description="full-batch Adam steps")] = 400,
+    lr: Annotated[float, Query(gt=0, le=1, description="Adam's learning rate")] = 0.05,
+    n: Annotated[int, Query(ge=4, le=200, description="labelled points")] = 80,
+    seed: Seed = 0,
+) -> schemas.MLPResponse:
+    return ex.mlp(data, hidden, steps, lr, n, seed)
+
+
+@router.get(
+    "/genealogy/reach",
+    response_model=schemas.ReachResponse,
+    responses=ERROR_RESPONSES,
+    summary="How far one layer moves information: the last output's sensitivity to each input for an MLP, "
+    "causal convolutions, an RNN and attention",
+)
+def reach(
+    positions: Annotated[int, Query(ge=2, le=64, description="sequence length T")] = 16,
+    kernel: Annotated[int, Query(ge=2, le=9, description="the convolution's width")] = 3,
+    cnn_layers: Annotated[int, Query(ge=1, le=8, description="stacked causal convolutions")] = 3,
+    seed: Seed = 0,
+) -> schemas.ReachResponse:
+    return ex.reach(positions, kernel, cnn_layers, seed)
+
+
+@router.get(
+    "/genealogy/moe",
+    response_model=schemas.MoEResponse,
+    responses=ERROR_RESPONSES,
+    summary="Mixture-of-Experts on GPT-2 XL's shape: stored weights against each token's compute, by expert count",
+)
+def moe(
+    top_k: Annotated[int, Query(ge=1, le=8, description="experts each token goes through")] = 2,
+) -> schemas.MoEResponse:
+    return ex.moe(top_k)

@@ -141,3 +141,96 @@ class GenealogyResponse(BaseModel):
     lambada_source: SourceRef
     tables: list[ResultTable] = Field(description="BERT's NSP ablation (Table 5 of its paper) and RoBERTa's")
     worked: WorkedExamples
+
+
+# --- From the perceptron to attention, and MoE's capacity (the live examples) ----------------
+
+
+class LabelledPoints(BaseModel):
+    x1: list[float] = Field(description="each point's first coordinate, in [-1, 1]")
+    x2: list[float] = Field(description="each point's second coordinate, in [-1, 1]")
+    label: list[int] = Field(description="each point's class, 0 or 1")
+
+
+class PerceptronEpoch(BaseModel):
+    epoch: int = Field(description="1-based")
+    w1: float = Field(description="the first weight at the end of the epoch")
+    w2: float = Field(description="the second weight")
+    b: float = Field(description="the bias; the boundary is w1 x1 + w2 x2 + b = 0")
+    line_x1: list[float] = Field(
+        description="the boundary's two ends inside [-1, 1]^2: their x1 (empty: no line there)"
+    )
+    line_x2: list[float] = Field(description="their x2")
+    mistakes: int = Field(description="points misclassified, hence updates made, during the epoch")
+    accuracy: float = Field(description="the share of points on their side of the boundary after the epoch")
+
+
+class PerceptronResponse(BaseModel):
+    data: str = Field(description="separable, xor or circles")
+    lr: float = Field(description="the learning rate eta of the update w += eta (y - y_hat) x, b += eta (y - y_hat)")
+    points: LabelledPoints
+    epochs: list[PerceptronEpoch] = Field(description="one per epoch run; the run stops after an epoch with no mistake")
+    converged: bool = Field(description="true when the last epoch made no mistake: a line separates the classes")
+    source: SourceRef
+
+
+class HiddenLine(BaseModel):
+    w1: float
+    w2: float
+    b: float = Field(description="the hidden unit's line is w1 x1 + w2 x2 + b = 0; tanh bends across it")
+    line_x1: list[float] = Field(description="the line's two ends inside [-1, 1]^2: their x1 (empty: it misses)")
+    line_x2: list[float] = Field(description="their x2")
+
+
+class MLPResponse(BaseModel):
+    data: str = Field(description="separable, xor or circles")
+    hidden: int = Field(description="hidden units (tanh) between the two weighted sums")
+    points: LabelledPoints
+    steps: list[int] = Field(description="the training steps the loss is logged at")
+    loss: list[float] = Field(description="binary cross-entropy (nats) at each of steps")
+    accuracy: float = Field(description="the share of points the trained MLP classifies right")
+    perceptron_accuracy: float = Field(
+        description="the best a perceptron reached on the same points in 100 epochs (1.0 only where a line exists)"
+    )
+    lines: list[HiddenLine] = Field(description="each hidden unit's line")
+    grid_axis: list[float] = Field(description="the coordinates the probability grid is sampled at, both axes")
+    grid: list[list[float]] = Field(
+        description="P(class 1) at (x1 = grid_axis[j], x2 = grid_axis[i]) in row i, column j"
+    )
+    source: SourceRef
+
+
+class ReachCurve(BaseModel):
+    arch: str = Field(description="mlp, cnn, rnn or attention")
+    sensitivity: list[float] = Field(
+        description="||d out_T / d x_t|| for t = 1..T: how much the last position's output moves with each input"
+    )
+    relative: list[float] = Field(description="sensitivity over its largest value, for drawing the four on one axis")
+    path: list[int | None] = Field(
+        description="steps a signal takes from position t to the last one (null: it cannot get there in this layer)"
+    )
+
+
+class ReachResponse(BaseModel):
+    positions: int
+    kernel: int = Field(description="the convolution's width")
+    cnn_layers: int = Field(description="stacked causal convolutions: they see (kernel - 1) x cnn_layers back")
+    curves: list[ReachCurve]
+    source: SourceRef
+
+
+class MoERow(BaseModel):
+    experts: int = Field(description="MLPs per layer (1: GPT-2 XL's dense MLP)")
+    top_k: int = Field(description="experts each token goes through")
+    total: int = Field(description="every stored weight, count_params' total")
+    active: int = Field(description="the weights one token uses: total less the experts it skips")
+    capacity_ratio: float = Field(description="total / GPT-2 XL's total")
+    flops_per_token: int = Field(description="about 2 x the weights a token is multiplied by (position table excluded)")
+    compute_ratio: float = Field(description="flops_per_token / GPT-2 XL's")
+
+
+class MoEResponse(BaseModel):
+    base: str = Field(description="the dense model whose MLPs are replaced: GPT-2 XL (48 layers, width 1600)")
+    rows: list[MoERow]
+    claim: str = Field(description="what the text says of it")
+    source: SourceRef

@@ -105,3 +105,66 @@ def test_worked_examples_are_redone_by_the_server(loaded, live_url):
     page.wait_for_selector("#worked-panel:not([data-error])[data-ready='1']", state="attached")
     # the refused request is the only thing logged (Chromium reports the 422 it answered)
     assert all("status of 422" in e and "/genealogy/worked" in e for e in page.console_errors), page.console_errors
+
+
+@pytest.fixture
+def history(page, live_url):
+    page.goto(f"{live_url}/genealogy")
+    for panel in ("perceptron", "mlp", "reach", "moe"):
+        page.wait_for_selector(f'#{panel}-panel[data-ready="1"]', state="attached")
+    return page
+
+
+def test_the_history_panels_draw_the_apis_runs(history, live_url, screenshot):
+    page = history
+    p = api_json(page, live_url, "GET", "/genealogy/perceptron")
+    cls0, cls1, line = traces(page, "perceptron-plot")
+    x1 = [a for a, y in zip(p["points"]["x1"], p["points"]["label"]) if y == 0]
+    assert cls0["x"] == x1 and len(cls0["x"]) + len(cls1["x"]) == len(p["points"]["label"])
+    last = p["epochs"][-1]
+    assert line["x"] == last["line_x1"] and line["y"] == last["line_x2"]
+    assert "converged" in page.inner_text("#perceptron-panel") and p["converged"]
+    # the slider draws an earlier epoch's served line
+    page.eval_on_selector("#p-epoch", "el => { el.value = '1'; el.dispatchEvent(new Event('input')); }")
+    page.wait_for_function("() => document.getElementById('p-epoch-out').textContent === '1'")
+    line = traces(page, "perceptron-plot")[2]
+    assert line["x"] == p["epochs"][0]["line_x1"] and line["y"] == p["epochs"][0]["line_x2"]
+    bars = traces(page, "mistakes-plot")[0]
+    assert bars["y"] == [e["mistakes"] for e in p["epochs"]]
+
+    m = api_json(page, live_url, "GET", "/genealogy/mlp")
+    heat = page.evaluate("() => document.getElementById('mlp-plot').data[0].z")
+    assert heat == m["grid"]
+    assert f"accuracy {m['accuracy']:.0%}" in page.evaluate(
+        "() => document.getElementById('mlp-plot')._fullLayout.title.text"
+    ).replace(".0%", "%")
+    (loss,) = traces(page, "mlp-loss-plot")
+    assert loss["x"] == m["steps"] and loss["y"] == m["loss"]
+
+    r = api_json(page, live_url, "GET", "/genealogy/reach")
+    assert [t["y"] for t in traces(page, "reach-plot")] == [c["relative"] for c in r["curves"]]
+    moe = api_json(page, live_url, "GET", "/genealogy/moe")
+    cap, comp = traces(page, "moe-plot")
+    assert cap["y"] == [x["capacity_ratio"] for x in moe["rows"]] and comp["x"] == [x["experts"] for x in moe["rows"]]
+    assert axis_type(page, "moe-plot", "xaxis") == "log" and axis_type(page, "moe-plot", "yaxis") == "log"
+    assert page.console_errors == []
+    page.locator("#history-h").scroll_into_view_if_needed()
+    screenshot(page, "genealogy-history")
+
+
+def test_history_panels_rerun_at_new_settings(history, live_url):
+    page = history
+    page.select_option("#p-data", "xor")
+    page.wait_for_function("() => document.getElementById('perceptron-plot')._fullLayout.title.text.startsWith('xor')")
+    page.wait_for_selector('#perceptron-panel[data-ready="1"]', state="attached")
+    assert "not converged" in page.evaluate("() => document.getElementById('perceptron-plot')._fullLayout.title.text")
+    page.fill("#m-hidden", "1")
+    page.wait_for_function("() => document.getElementById('mlp-plot')._fullLayout.title.text.includes('1 hidden')")
+    m = api_json(page, live_url, "GET", "/genealogy/mlp?data=xor&hidden=1&steps=400&lr=0.05&seed=0")
+    assert page.evaluate("() => document.getElementById('mlp-plot').data[0].z") == m["grid"]
+    page.fill("#moe-k", "1")
+    page.wait_for_function("() => document.querySelector('#moe-rows caption').textContent.endsWith('1 per token')")
+    page.fill("#r-kernel", "1")  # below 2: refused, the field named
+    page.wait_for_selector("#reach-panel[data-error]", state="attached")
+    assert "kernel" in page.inner_text("#error")
+    assert all("status of 422" in e and "/genealogy/reach" in e for e in page.console_errors), page.console_errors

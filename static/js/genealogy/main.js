@@ -3,6 +3,7 @@
 import { apiGet, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { bindForms, formQuery } from "../lib/forms.js";
+import { initHistory } from "./history.js";
 import { drawLambada, drawNsp, drawParams, drawLossCurve } from "./plots.js";
 import { renderTables, renderTree, renderWorked } from "./tree.js";
 
@@ -14,6 +15,7 @@ export async function init() {
     showError(err);
     return;
   }
+  initHistory();
   renderTree(res.models);
   renderTables(res.tables);
   await Promise.all([drawLambada(res.lambada, res.lambada_source), drawParams(res.models), drawNsp(res.tables)]);
