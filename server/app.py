@@ -36,6 +36,7 @@ from .routers import (
 from .runs import RunManager
 from .security import GuardMiddleware
 from .service import ModelService
+from .wire import ServerTiming
 
 log = logging.getLogger("gptscope")
 
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         upload_limit=corpus_mod.MAX_CORPUS_BYTES + 64 * 1024,
         max_concurrent=settings.max_concurrent,
     )
+    app.add_middleware(ServerTiming)  # outermost: the time it reports includes the guard and compression
     app.state.settings = settings
     app.state.service = service
     app.state.runs = RunManager(settings.data_dir)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import InputError
+from ..schemas.arrays import Arr
 from ..schemas.stages import NextToken
 from ..service import ModelService
 from .digits import COARSE, FINE, VALUE
@@ -18,14 +19,19 @@ def rounded(t: torch.Tensor, digits: int = VALUE) -> list:
     Rounded in float64: a float32 0.6031 widens to 0.6031000018119812 in JSON, while the float64
     nearest to 0.6031 prints as 0.6031 (the same digits in a third of the bytes)."""
     t = torch.nan_to_num(t.detach().double(), nan=0.0, posinf=0.0, neginf=0.0)
-    return torch.round(t, decimals=digits).tolist()
+    return (torch.round(t, decimals=digits) + 0.0).tolist()  # + 0.0: no -0.0 (as Arr)
 
 
-def attention_rows(pattern: torch.Tensor, causal: bool) -> list:
-    """(heads, T, T) weights -> [head][query][key]; a causal model's row q stops at key q (the
-    masked keys' weights are exactly 0 and are left out)."""
-    rows = rounded(pattern, COARSE)
-    return [[r[: q + 1] for q, r in enumerate(h)] for h in rows] if causal else rows
+def arr(t: torch.Tensor, digits: int = VALUE) -> Arr:
+    """A tensor for an array field of an answer: `rounded`'s numbers, made into lists only if the
+    answer goes out as JSON (the binary form sends them from the tensor: server/wire.py)."""
+    return Arr(t, digits)
+
+
+def attention_rows(pattern: torch.Tensor, causal: bool) -> Arr:
+    """(..., T, T) weights -> [...][query][key]; a causal model's row q stops at key q (the masked
+    keys' weights are exactly 0 and are left out)."""
+    return Arr(pattern, COARSE, tril=causal)
 
 
 def token_text(service: ModelService, tid: int) -> str:
