@@ -258,3 +258,24 @@ def test_hook_names_name_real_hook_points(pair):
     m, _, _ = pair
     assert set(pt.hook_names(m.cfg.n_layer)) <= set(m.hook_dict)
     assert pt.Site("resid_pre", m.cfg.n_layer, 0).hook(m.cfg.n_layer) == hook_name("hook_resid_post", 2)
+
+
+def test_the_notebook_helper_answers_a_small_sweep_at_once_and_a_big_one_through_a_job(client, caesar, monkeypatch):
+    from gptscope import notebook
+
+    calls = []
+
+    def fake_api(method, path, payload=None, **query):
+        calls.append((method, path))
+        r = client.request(method, "/api/v1" + path, json=payload)
+        if r.status_code >= 400:
+            raise notebook.ApiError(r.status_code, r.json()["detail"])
+        return r.json()
+
+    monkeypatch.setattr(notebook, "api", fake_api)
+    got = notebook.patch(caesar["clean"], caesar["corrupted"], kinds=["head"], answer=caesar["answer"])
+    assert calls == [("POST", "/patch")] and got["sweeps"][0]["kind"] == "head"
+    monkeypatch.setattr(ex, "MAX_SYNC_MACS", 1.0)  # everything is too big to answer at once now
+    calls.clear()
+    got = notebook.patch(caesar["clean"], caesar["corrupted"], kinds=["mlp_out"], direction="noise")
+    assert calls[:2] == [("POST", "/patch"), ("POST", "/patch/jobs")] and got["sweeps"][0]["kind"] == "mlp_out"

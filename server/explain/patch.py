@@ -194,8 +194,10 @@ def _block_params(model: GPT) -> int:
     return sum(p.numel() for p in model.blocks[0].parameters())
 
 
-def plan(service: ModelService, req: PatchRequest, limit: float = MAX_SYNC_MACS) -> Plan:
-    """Check the request (every limit named by its field), record both prompts, and find what to run."""
+def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -> Plan:
+    """Check the request (every limit named by its field), record both prompts, and find what to run;
+    `limit`: the most multiply-adds it may ask for (MAX_SYNC_MACS unless given)."""
+    limit = MAX_SYNC_MACS if limit is None else limit
     clean_ids, corrupted_ids = _pair(service, req)
     _check_request(service, req, len(clean_ids))
     clean, corrupted = CACHE.record(service, clean_ids), CACHE.record(service, corrupted_ids)
