@@ -279,3 +279,15 @@ def test_the_notebook_helper_answers_a_small_sweep_at_once_and_a_big_one_through
     calls.clear()
     got = notebook.patch(caesar["clean"], caesar["corrupted"], kinds=["mlp_out"], direction="noise")
     assert calls[:2] == [("POST", "/patch"), ("POST", "/patch/jobs")] and got["sweeps"][0]["kind"] == "mlp_out"
+
+
+def test_an_imported_gpt2_is_offered_the_indirect_object_sentence(tmp_path):
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.server.explain import patch_pairs
+    from gptscope.server.service import ModelService
+
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=50257, n_ctx=32, n_layer=1, n_head=2, d_model=16)).eval()
+    ckpt.save(tmp_path, m, {"name": "gpt2-like", "tokenizer": {"kind": "tiktoken", "name": "gpt2"}, "step": 0})
+    got = patch_pairs.pairs(ModelService(tmp_path))
+    assert [(p.name, p.answer_text, p.wrong_text, p.tokens) for p in got] == [("indirect-object", " Mary", " John", 14)]
