@@ -86,9 +86,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args()
-    print(
-        json.dumps({"cpu": cpu_name(), "cores": ALL_CORES, "torch": torch.__version__})
-    )
+    print(json.dumps({"cpu": cpu_name(), "cores": ALL_CORES, "torch": torch.__version__}))
     builtin(a.repeat)
     gpt2_shape(a.repeat)
 
