@@ -16,6 +16,7 @@ from gptscope.model import corpus as corpus_mod
 from . import contract, errors
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
+from .patch_jobs import PatchJobs
 from .routers import (
     compare,
     docs,
@@ -29,6 +30,7 @@ from .routers import (
     learn,
     lessons,
     pages,
+    patch,
     sampling,
     tokenize,
     training,
@@ -57,6 +59,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         yield
         app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
         app.state.finetune.shutdown()
+        app.state.patch_jobs.shutdown()
 
     app = FastAPI(
         title="gptscope",
@@ -83,6 +86,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
     app.state.service = service
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
+    app.state.patch_jobs = PatchJobs()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
     for r in (
@@ -99,6 +103,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         compare.router,
         finetune.router,
         genealogy.router,
+        patch.router,
     ):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)

@@ -58,13 +58,13 @@ def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "t
     return ids, 0
 
 
-def given_ids(service: ModelService, ids: list[int]) -> list[int]:
+def given_ids(service: ModelService, ids: list[int], field: str = "ids") -> list[int]:
     V, n_ctx = service.model.cfg.vocab_size, service.model.cfg.n_ctx
     bad = next((i for i in ids if not 0 <= i < V), None)
     if bad is not None:
-        raise InputError("ids", f"token id {bad} is outside the vocabulary 0..{V - 1}")
+        raise InputError(field, f"token id {bad} is outside the vocabulary 0..{V - 1}")
     if len(ids) > n_ctx:
-        raise InputError("ids", f"{len(ids)} ids exceed the model's context window n_ctx={n_ctx}")
+        raise InputError(field, f"{len(ids)} ids exceed the model's context window n_ctx={n_ctx}")
     return list(ids)
 
 
