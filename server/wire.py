@@ -86,33 +86,34 @@ class ServerTiming:
 
 
 def varints(n: np.ndarray, zigzag: bool) -> bytes:
-    """int64s as LEB128 varints, zigzag-encoded first if asked, vectorised (a pass per byte of
-    the longest)."""
-    n = n.astype(np.int64)
+    """int64s as LEB128 varints, zigzag-encoded first if asked. Vectorised: one pass writes every
+    number's first byte, then each further pass only the numbers that need one more."""
+    n = n.astype(np.int64, copy=False)
     z = ((n << 1) ^ (n >> 63)).view(np.uint64) if zigzag else n.view(np.uint64)  # zigzag: small |n| -> small z
     size = np.ones(z.shape, np.int64)
-    rest = z >> np.uint64(7)
-    while rest.any():
-        size += rest > 0
-        rest >>= np.uint64(7)
+    bound = 1 << 7
+    while bound < 1 << 63 and (z >= bound).any():
+        size += z >= bound
+        bound <<= 7
     start = np.cumsum(size) - size
-    out = np.empty(int(size.sum()), np.uint8)
-    for k in range(int(size.max(initial=0))):
-        has = size > k
-        byte = (z[has] >> np.uint64(7 * k)) & np.uint64(0x7F)
-        more = (size[has] > k + 1).astype(np.uint64) << np.uint64(7)
-        out[start[has] + k] = (byte | more).astype(np.uint8)
+    out = np.empty(int(start[-1] + size[-1]) if z.size else 0, np.uint8)
+    out[start] = (z & np.uint64(0x7F)).astype(np.uint8) | ((size > 1).astype(np.uint8) << 7)
+    idx, k = np.flatnonzero(size > 1), 1
+    while idx.size:
+        zk, more = z[idx] >> np.uint64(7 * k), size[idx] > k + 1
+        out[start[idx] + k] = (zk & np.uint64(0x7F)).astype(np.uint8) | (more.astype(np.uint8) << 7)
+        idx, k = idx[more], k + 1
     return out.tobytes()
 
 
 def array_payload(a: Arr) -> bytes:
-    n = a.scaled()
-    shape = list(n.shape)
-    if a.tril:
+    shape = list(a.tensor.shape)
+    x = a.tensor
+    if a.tril:  # keep the triangle first: half the numbers to scale
         t = shape[-1]
         rows, cols = torch.tril_indices(t, t)
-        n = n[..., rows, cols]
-    flat = n.reshape(-1).numpy()
+        x = x[..., rows, cols]
+    flat = Arr(x, a.digits).scaled().reshape(-1).numpy()
     unsigned = flat.size == 0 or int(flat.min()) >= 0
     head = bytes([1 if a.tril else 0, a.digits, len(shape), int(unsigned)]) + np.asarray(shape, "<u4").tobytes()
     return head + varints(flat, zigzag=not unsigned)

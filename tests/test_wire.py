@@ -92,10 +92,13 @@ def test_every_part_of_a_trace_decodes_to_the_jsons_numbers(client):
         ("POST", "/api/v1/logit-lens", {"json": {"text": "To be, or not to be"}}),
         ("GET", "/api/v1/heads", {"params": {"text": "To be, or not to be, that is the question", "ablate": "false"}}),
         ("POST", "/api/v1/compare", {"json": {"a": "builtin", "b": "builtin", "text": "To be, or not to be"}}),
+        ("POST", "/api/v1/patch", {"json": {"clean": "Long live King Edward", "corrupted": "Long live King Henry"}}),
     ],
 )
 def test_each_heavy_endpoint_sends_both_forms(client, method, path, kw):
     j, b, _, _ = both(client, method, path, **kw)
+    for volatile in ("runs", "seconds"):  # /patch: the second request finds its runs in the cache
+        j.pop(volatile, None), b.pop(volatile, None)
     same(j, b)
 
 

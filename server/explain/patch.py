@@ -34,7 +34,7 @@ from ..schemas.patch import (
     TokenRef,
 )
 from ..service import ModelService
-from .common import check_index, given_ids, next_tokens, prompt_ids, rounded, token_text
+from .common import arr, check_index, given_ids, next_tokens, prompt_ids, token_text
 from .digits import FINE, SECONDS, VALUE
 from .tokens import token_pieces
 
@@ -313,8 +313,8 @@ def _response(service: ModelService, p: Plan, n_runs: int, seconds: float) -> Pa
                 columns="head" if k == "head" else "position",
                 row_layers=[row[0].layer for row in p.rows[k]],
                 row_heads=[row[0].head or 0 for row in p.rows[k]] if k == "head_position" else None,
-                patched=rounded(values, VALUE),
-                effect=rounded((values - corr_m) / (clean_m - corr_m), VALUE),
+                patched=arr(values, VALUE),
+                effect=arr((values - corr_m) / (clean_m - corr_m), VALUE),
             )
         )
     return PatchResponse(

@@ -13,6 +13,7 @@ from ..explain import patch_pairs
 from ..patch_jobs import PatchJobs
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND
 from ..schemas.patch import PatchJob, PatchPair, PatchRequest, PatchResponse
+from ..wire import Binary, answer, responses
 
 router = APIRouter(tags=["patching"])
 
@@ -27,12 +28,12 @@ Jobs = Annotated[PatchJobs, Depends(get_jobs)]
 @router.post(
     "/patch",
     response_model=PatchResponse,
-    responses=ERROR_RESPONSES,
+    responses={**ERROR_RESPONSES, **responses(PatchResponse)},
     summary="Activation patching: which layer, position and head carry the answer from the clean prompt to the "
     "corrupted one (resid_pre, attn_out, mlp_out per layer and position; each head; heads by position)",
 )
-def patch(req: PatchRequest, service: Service) -> PatchResponse:
-    return ex.patch(service, req)
+def patch(req: PatchRequest, service: Service, binary: Binary) -> PatchResponse:
+    return answer(ex.patch(service, req), binary)
 
 
 @router.post(
@@ -50,17 +51,17 @@ def start_job(req: PatchRequest, service: Service, jobs: Jobs) -> PatchJob:
 @router.get(
     "/patch/jobs/{job_id}",
     response_model=PatchJob,
-    responses=NOT_FOUND,
+    responses={**NOT_FOUND, **responses(PatchJob)},
     summary="A patching job: patched runs done and needed, and its answer once done",
 )
-def get_job(job_id: str, jobs: Jobs) -> PatchJob:
-    return jobs.get(job_id).status_json()
+def get_job(job_id: str, jobs: Jobs, binary: Binary) -> PatchJob:
+    return answer(jobs.get(job_id).status_json(), binary)
 
 
 @router.post(
     "/patch/jobs/{job_id}/cancel",
     response_model=PatchJob,
-    responses=NOT_FOUND,
+    responses={**NOT_FOUND, **responses(PatchJob)},
     summary="Stop a patching job",
 )
 def cancel_job(job_id: str, jobs: Jobs) -> PatchJob:

@@ -24,8 +24,9 @@ class Arr:
 
     def scaled(self) -> torch.Tensor:
         """round(x * 10^digits) as int64: the decimal digits the JSON shows (NaN and inf as 0)."""
-        t = torch.nan_to_num(self.tensor.double(), nan=0.0, posinf=0.0, neginf=0.0)
-        return torch.round(t * 10**self.digits).to(torch.int64)
+        t = self.tensor.to(torch.float64, copy=True).mul_(10**self.digits).round_()
+        t.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+        return t.to(torch.int64)
 
     def tolist(self) -> list:
         """Nested lists of floats: the JSON form (float64 rounded, so 0.6031 prints as 0.6031; + 0.0

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from .arrays import Matrix
 from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
 from .intervene import HeadRef
 from .stages import NextToken
@@ -111,8 +112,8 @@ class PatchSweep(BaseModel):
     columns: Literal["position", "head"] = Field(description="what a column indexes")
     row_layers: list[int] = Field(description="the layer of each row")
     row_heads: list[int] | None = Field(description="head_position: the head of each row; null otherwise")
-    patched: list[list[float]] = Field(description="[row][column]: the metric of that cell's patched run")
-    effect: list[list[float]] = Field(
+    patched: Matrix = Field(description="[row][column]: the metric of that cell's patched run")
+    effect: Matrix = Field(
         description="[row][column]: (patched - corrupted) / (clean - corrupted): 0 = the corrupted run's metric, "
         "1 = the clean run's; denoising, a cell near 1 carries what the clean prompt adds; noising, a cell "
         "near 0 is one the answer cannot do without"
