@@ -192,3 +192,23 @@ def test_the_page_of_bytes_is_as_documented():
     signed = wire.array_payload(Arr(torch.tensor([-1.0, 1.0]), 0))
     assert signed[3] == 0 and signed[8:] == bytes([1, 2])  # zigzag: -1 -> 1, 1 -> 2
     assert roundtrip(Arr(torch.tensor(math.pi), 3)).tolist() == 3.142  # no dimensions: one number
+
+
+def test_the_readers_in_docs_api_md_read_what_the_server_writes():
+    """The standalone Python reader printed in docs/api.md (for a tool without gptscope) gives the
+    same arrays as wire.decode_array."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    start = doc.index("def array(data: bytes)")
+    code = doc[start : doc.index("\n\nr = httpx", start)]
+    ns: dict = {"np": np}
+    exec(code, ns)
+    g = torch.Generator().manual_seed(0)
+    for a in (
+        Arr(torch.rand(2, 3, 5, 5, generator=g), 4, tril=True),
+        Arr(torch.randn(7, 3, generator=g) * 100, 5),
+        Arr(torch.tensor([1.0, -2.0, 3.0]), 0),
+    ):
+        data = wire.array_payload(a)
+        assert np.array_equal(ns["array"](data), wire.decode_array(data))
