@@ -29,7 +29,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from .gpt import GPT, GPTConfig
-from .tokenizers import encoding_from_spec
+from .tokenizers import AnyEncoding, encoding_from_spec
 
 META_NAME = "checkpoint.json"
 FORMAT = "gptscope-checkpoint"
@@ -58,7 +58,7 @@ class Checkpoint:
     def config(self) -> GPTConfig:
         return self.model.cfg
 
-    def encoding(self):
+    def encoding(self) -> AnyEncoding:
         return encoding_from_spec(self.meta["tokenizer"], name=self.meta.get("name", "model"))
 
 
