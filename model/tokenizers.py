@@ -33,10 +33,11 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tiktoken
 
@@ -266,6 +267,29 @@ def _split_pattern(pre: Any) -> str:
     return ""
 
 
+Piece = TypeVar("Piece", str, bytes)
+
+
+def lowest_rank_merges(
+    parts: list[Piece], rank: Callable[[Piece, Piece], int | None]
+) -> list[tuple[int, int, Piece, Piece, list[Piece]]]:
+    """BPE's walk: merge the adjacent pair of lowest rank (the leftmost on a tie) until no adjacent
+    pair has one; every step as (rank, position, left, right, the pieces after it)."""
+    parts, steps = list(parts), []
+    while len(parts) > 1:
+        best, at = None, -1
+        for i in range(len(parts) - 1):
+            r = rank(parts[i], parts[i + 1])
+            if r is not None and (best is None or r < best):
+                best, at = r, i
+        if best is None:
+            break
+        left, right = parts[at], parts[at + 1]
+        parts[at : at + 2] = [left + right]
+        steps.append((best, at, left, right, list(parts)))
+    return steps
+
+
 # one merge step of the walk: (merge rank, position, left symbol, right symbol, the symbols after it)
 HFMergeStep = tuple[int, int, str, str, list[str]]
 
@@ -413,26 +437,17 @@ class HFEncoding:
                 out.append(str(self.unk_token))
         return out
 
-    def merge_walk(self, piece: str) -> tuple[list[str], list[HFMergeStep], list[str]]:
+    def merge_walk(self, piece: str, take_whole: bool = True) -> tuple[list[str], list[HFMergeStep], list[str]]:
         """tokenizers' BPE on one piece: its first symbols, every merge (the adjacent pair of lowest
         merge rank, the leftmost on a tie) and the final symbols. With ignore_merges (Llama 3) a
-        piece that is itself a token is taken whole, with no merges."""
+        piece that is itself a token is taken whole, with no merges (take_whole=False: merged anyway,
+        to show what a token was merged from)."""
         first = self.first_symbols(piece)
-        if self.ignore_merges and piece in self.vocab:
+        if take_whole and self.ignore_merges and piece in self.vocab:
             return first, [], [piece]
-        ranks, parts, steps = self.merge_ranks, list(first), []
-        while len(parts) > 1:
-            best, at = None, -1
-            for i in range(len(parts) - 1):
-                r = ranks.get((parts[i], parts[i + 1]))
-                if r is not None and (best is None or r < best):
-                    best, at = r, i
-            if best is None:
-                break
-            left, right = parts[at], parts[at + 1]
-            parts[at : at + 2] = [left + right]
-            steps.append((best, at, left, right, list(parts)))
-        return first, steps, parts
+        ranks = self.merge_ranks
+        steps = lowest_rank_merges(first, lambda a, b: ranks.get((a, b)))  # tokenizers: the pair's own rank
+        return first, steps, steps[-1][4] if steps else first
 
 
 # the tokenizer of a model: tiktoken's (public, trained here, characters) or an imported one's

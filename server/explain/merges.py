@@ -11,13 +11,14 @@ against tokenizers' own encode in tests/test_import_llama.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 import tiktoken
 
 from gptscope.model import lessons as model_lessons
 from gptscope.model.bpe import BPEMerges
-from gptscope.model.tokenizers import AnyEncoding, CharEncoding, HFEncoding
+from gptscope.model.tokenizers import AnyEncoding, CharEncoding, HFEncoding, lowest_rank_merges
 
 from ..config import MAX_MERGES_PRETOKEN_BYTES
 from ..errors import InputError
@@ -85,21 +86,9 @@ def token_bytes(enc: AnyEncoding, token_id: int) -> TokenBytes:
 
 
 def merge_steps(rank_of: dict[bytes, int], data: bytes) -> list[tuple[int, int, bytes, bytes, list[bytes]]]:
-    """BPE on one pre-token's bytes: [(rank, position, left, right, pieces after), ...]."""
-    parts = [data[i : i + 1] for i in range(len(data))]
-    steps = []
-    while len(parts) > 1:
-        best_rank, best_i = None, -1
-        for i in range(len(parts) - 1):
-            r = rank_of.get(parts[i] + parts[i + 1])
-            if r is not None and (best_rank is None or r < best_rank):
-                best_rank, best_i = r, i
-        if best_rank is None:
-            break
-        left, right = parts[best_i], parts[best_i + 1]
-        parts[best_i : best_i + 2] = [left + right]
-        steps.append((best_rank, best_i, left, right, list(parts)))
-    return steps
+    """BPE on one pre-token's bytes: [(rank, position, left, right, pieces after), ...]; a pair's
+    rank is the rank of the token its bytes make (tiktoken's rule)."""
+    return lowest_rank_merges([data[i : i + 1] for i in range(len(data))], lambda a, b: rank_of.get(a + b))
 
 
 def _check_pretoken_sizes(pre) -> None:
@@ -113,22 +102,28 @@ def _check_pretoken_sizes(pre) -> None:
             )
 
 
-def _walk(rank_of: dict[bytes, int], data: bytes, raw: list) -> tuple[list[str], list[int], list[MergeStep], list[int]]:
-    """One pre-token's bytes, its merges as steps (from merge_steps' raw list) and its final ids."""
-    single = [data[k : k + 1] for k in range(len(data))]
-    steps = [
+def _as_steps(raw: list, id_of: Callable, show: Callable) -> list[MergeStep]:
+    """A walk's raw steps (rank, position, left, right, pieces after) as MergeSteps, the pieces
+    named by id_of (their ids) and show (their text)."""
+    return [
         MergeStep(
             step=s,
             rank=rank,
             position=pos,
-            left=rank_of[left],
-            right=rank_of[right],
-            merged=rank,
-            pieces=[_text(a)[0] for a in after],
-            piece_ids=[rank_of[a] for a in after],
+            left=id_of(left),
+            right=id_of(right),
+            merged=id_of(left + right),
+            pieces=[show(a) for a in after],
+            piece_ids=[id_of(a) for a in after],
         )
         for s, (rank, pos, left, right, after) in enumerate(raw, start=1)
     ]
+
+
+def _walk(rank_of: dict[bytes, int], data: bytes, raw: list) -> tuple[list[str], list[int], list[MergeStep], list[int]]:
+    """One pre-token's bytes, its merges as steps (from merge_steps' raw list) and its final ids."""
+    single = [data[k : k + 1] for k in range(len(data))]
+    steps = _as_steps(raw, rank_of.__getitem__, lambda b: _text(b)[0])
     final = raw[-1][4] if raw else single
     return [_text(b)[0] for b in single], [rank_of[b] for b in single], steps, [rank_of[f] for f in final]
 
@@ -142,20 +137,12 @@ def _hf_walk(enc: HFEncoding, piece: str) -> tuple[list[str], list[int], list[Me
     def show(symbol: str) -> str:
         return _text(enc.piece_bytes(symbol))[0]
 
-    steps = [
-        MergeStep(
-            step=s,
-            rank=rank,
-            position=pos,
-            left=vid[left],
-            right=vid[right],
-            merged=vid[left + right],
-            pieces=[show(a) for a in after],
-            piece_ids=[vid[a] for a in after],
-        )
-        for s, (rank, pos, left, right, after) in enumerate(raw, start=1)
-    ]
-    return [show(b) for b in first], [vid[b] for b in first], steps, [vid[f] for f in final]
+    return (
+        [show(b) for b in first],
+        [vid[b] for b in first],
+        _as_steps(raw, vid.__getitem__, show),
+        [vid[f] for f in final],
+    )
 
 
 def _pieces_to_walk(enc: AnyEncoding, text: str, allow_special: bool) -> list[tuple[PreToken, str | bytes | None]]:
@@ -282,7 +269,7 @@ def token_info(service: ModelService, encoding: str, token_id: int) -> TokenInfo
     if isinstance(enc, HFEncoding):
         piece = enc._by_id.get(token_id)
         if not base.special and piece is not None and enc.walkable:
-            _first, steps_hf, final = enc.merge_walk(piece)
+            _first, steps_hf, final = enc.merge_walk(piece, take_whole=False)
             if steps_hf and final == [piece]:
                 merged_from = [enc.vocab[steps_hf[-1][2]], enc.vocab[steps_hf[-1][3]]]
     elif not base.special and len(b) > 1 and not isinstance(enc, CharEncoding):
