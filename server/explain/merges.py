@@ -330,6 +330,11 @@ def compare(
 @lru_cache(maxsize=4)
 def _trained(service: ModelService) -> BPEMerges:
     spec = service.meta.get("tokenizer", {})
+    if spec.get("kind") == "huggingface":
+        raise NoTrainedTokenizer(
+            "the loaded model's tokenizer was imported with it (its tokenizer.json): it has merges but no record "
+            "of training them here; the merge walk (/tokenize/merges) applies them"
+        )
     if spec.get("kind") != "bpe":
         raise NoTrainedTokenizer(
             f"the loaded model uses the public encoding {spec.get('name')!r}; "
