@@ -13,6 +13,7 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import pytest
+from apihelp import api_json
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -76,13 +77,7 @@ def ready(page, url: str, path: str) -> None:
 
 
 def api(page, url: str, path: str, body: dict | None = None) -> dict:
-    resp = (
-        page.request.post(f"{url}/api/v1{path}", data=body, timeout=120_000)
-        if body is not None
-        else page.request.get(f"{url}/api/v1{path}", timeout=120_000)
-    )
-    assert resp.ok, f"{path}: {resp.status} {resp.text()[:400]}"
-    return resp.json()
+    return api_json(page, url, "GET" if body is None else "POST", path, data=body, timeout=120_000)
 
 
 def drawn(page, plot_id: str) -> None:
