@@ -4,7 +4,8 @@ A checkpoint is a folder:
 
     checkpoint.json                 config, tokenizer, corpus, step, evaluations, the command that
                                     made it, and the name + sha256 of every other file (a few
-                                    tens of KB: listing checkpoints reads only this)
+                                    tens of KB: listing checkpoints reads only this; an imported
+                                    LLaMA-family model's tokenizer.json, kept whole, adds a few MB)
     weights-<sha12>.safetensors     the model's parameters (a tied matrix stored once)
     history-<sha12>.jsonl           one JSON line per update: loss, learning rate, gradient norms
     optimizer-<sha12>.safetensors   AdamW moments, only when saved for resuming
