@@ -10,7 +10,7 @@ from ..schemas.arrays import Arr
 from ..schemas.stages import NextToken
 from ..service import ModelService
 from .digits import COARSE, FINE, VALUE
-from .tokens import check_text, encode
+from .tokens import check_text, encode, token_bytes
 
 
 def rounded(t: torch.Tensor, digits: int = VALUE) -> list:
@@ -35,7 +35,7 @@ def attention_rows(pattern: torch.Tensor, causal: bool) -> Arr:
 
 
 def token_text(service: ModelService, tid: int) -> str:
-    return service.encoding.decode_single_token_bytes(int(tid)).decode("utf-8", errors="replace")
+    return token_bytes(service.encoding, int(tid)).decode("utf-8", errors="replace")
 
 
 def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "text") -> tuple[list[int], int]:
