@@ -182,7 +182,7 @@ def decode_array(data: bytes) -> np.ndarray:
         return values.reshape(shape)
     out = np.zeros(shape)
     rows, cols = np.tril_indices(t)
-    out[..., rows, cols] = values.reshape(*shape[:-2], -1)
+    out[..., rows, cols] = values.reshape(*shape[:-2], len(rows))
     return out
 
 

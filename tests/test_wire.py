@@ -209,6 +209,13 @@ def test_the_readers_in_docs_api_md_read_what_the_server_writes():
         Arr(torch.rand(2, 3, 5, 5, generator=g), 4, tril=True),
         Arr(torch.randn(7, 3, generator=g) * 100, 5),
         Arr(torch.tensor([1.0, -2.0, 3.0]), 0),
+        Arr(torch.zeros(6, 0, 3, 3), 4, tril=True),  # no heads selected
     ):
         data = wire.array_payload(a)
         assert np.array_equal(ns["array"](data), wire.decode_array(data))
+
+
+@pytest.mark.parametrize("sel", [{"layers": []}, {"heads": []}, {"layers": [], "heads": []}])
+def test_an_empty_selection_is_an_empty_array_in_both_forms(client, sel):
+    j, b, _, _ = both(client, "POST", "/api/v1/forward", json={"text": "To be", "include": ["attention"], **sel})
+    same(j, b)

@@ -125,7 +125,9 @@ def stage_names(cfg: GPTConfig) -> list[str]:
 
 def attention(t: Trace) -> AttentionBlock:
     sel = t.sel
-    stack = torch.stack([t.act("attn.hook_pattern", li)[sel.heads] for li in sel.layers])  # (L, H, T, T)
+    T = len(t.ids)
+    maps = [t.act("attn.hook_pattern", li)[sel.heads] for li in sel.layers]
+    stack = torch.stack(maps) if maps else torch.zeros(0, len(sel.heads), T, T)  # (L, H, T, T)
     return AttentionBlock(layers=sel.layers, heads=sel.heads, pattern=attention_rows(stack, t.cfg.causal))
 
 
