@@ -218,6 +218,9 @@ def test_a_features_passages_histogram_and_logit_effects(client):
 
 
 def test_the_forward_stage_lists_the_features_at_the_position(client):
+    from gptscope.server import saes
+
+    saes.load(SHIPPED_DIR).derived.clear()  # its labels are then made inside the trace (under the model's lock)
     r = client.post("/api/v1/forward", json={"text": PROMPT, "include": ["sae_features", "residual"], "position": 3})
     b = r.json()["sae_features"]
     acts = [f["activation"] for f in b["features"]]

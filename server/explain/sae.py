@@ -106,8 +106,10 @@ def derived(service: ModelService, loaded: LoadedSAE) -> dict:
                 if i >= 0 and (t := token_text(service, int(flat[i]))) not in seen:
                     seen.append(t)
             labels.append(seen)
-        with service.run() as m:
-            effects = sae_mod.unembed_directions(m, loaded.sae.W_dec)  # (F, V)
+        # only weights are read (no forward pass, no hooks), so not under service.run()'s lock: the
+        # forward trace's sae_features part gets here while holding it
+        with torch.inference_mode():
+            effects = sae_mod.unembed_directions(service.model, loaded.sae.W_dec)  # (F, V)
         up, down = effects.topk(EFFECTS, dim=-1), (-effects).topk(EFFECTS, dim=-1)
         loaded.derived.update(labels=labels, up=up, down=down)
     return loaded.derived
