@@ -342,3 +342,11 @@ def test_the_api_trains_an_sae_in_the_background_with_progress(tiny_checkpoint):
         assert "api-one" in [s["name"] for s in c.get("/api/v1/saes").json()["saes"]]
         parts = {p["name"]: p["applies"] for p in c.get("/api/v1/forward/parts").json()["parts"]}
         assert parts["sae_features"] is True
+
+
+def test_the_features_page_is_in_the_nav_with_its_json_twin(client):
+    r = client.get("/features")
+    assert r.status_code == 200
+    assert '<a href="/features" aria-current="page">Features</a>' in r.text
+    assert r.headers["link"] == '</api/v1/saes>; rel="alternate"; type="application/json"'
+    assert '<a href="/features" >Features</a>' in client.get("/").text
