@@ -25,7 +25,14 @@ from urllib.parse import urlencode
 from .background_server import BackgroundServer
 
 # page -> its path on the server; each panel is the section `<name>-panel` of that page
-PAGES = {"forward": "/", "tokenizer": "/tokenizer", "learn": "/learn", "train": "/train", "compare": "/compare"}
+PAGES = {
+    "forward": "/",
+    "tokenizer": "/tokenizer",
+    "learn": "/learn",
+    "train": "/train",
+    "compare": "/compare",
+    "features": "/features",
+}
 
 _base_url: str | None = None
 _server: BackgroundServer | None = None

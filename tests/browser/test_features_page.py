@@ -81,3 +81,14 @@ def test_stage_11_shows_the_features_at_the_position_and_steers_generation(page,
     )
     assert steered["ids"] == ids
     assert page.console_errors == []
+
+
+def test_one_feature_embeds_alone_as_the_notebook_shows_it(page, live_url):
+    from gptscope import notebook
+
+    assert notebook.PAGES["features"] == "/features"
+    page.goto(f"{live_url}/features?{urlencode({'sae': SAE, 'feature': 408, 'embed': 'feature'})}")
+    page.wait_for_selector('#feature-panel[data-feature="408"]', state="attached")
+    assert page.locator("#feature-panel").is_visible() and not page.locator("#sae-panel").is_visible()
+    assert page.locator("header.topbar").count() == 0 and page.locator("#feat-passages .passage").count() > 0
+    assert page.console_errors == []
