@@ -71,6 +71,14 @@ def test_training_explains_variance_with_unit_decoder_rows(trained):
     assert figures["loss_clean"] <= figures["loss_zero_ablation"] + 1.0
 
 
+def test_relu_with_l1_trains_too(tiny):
+    ids = torch.randint(0, 61, (1000,))
+    tc = S.SAETrainConfig(layer=0, activation="relu", l1_coefficient=0.05, batch_tokens=128, max_tokens=128 * 20)
+    sae, _, st = S.train_sae(tiny, ids, tc, log_every=5)
+    assert sae.cfg.activation == "relu" and st.history[-1]["fvu"] < st.history[0]["fvu"]
+    assert torch.allclose(sae.W_dec.norm(dim=1), torch.ones(sae.cfg.d_sae), atol=1e-5)
+
+
 def test_auxk_trains_only_dead_features_and_resampling_reaims_them():
     torch.manual_seed(2)
     sae = S.SAE(S.SAEConfig(8, 32, 0, "topk", 2))
@@ -350,3 +358,19 @@ def test_the_features_page_is_in_the_nav_with_its_json_twin(client):
     assert '<a href="/features" aria-current="page">Features</a>' in r.text
     assert r.headers["link"] == '</api/v1/saes>; rel="alternate"; type="application/json"'
     assert '<a href="/features" >Features</a>' in client.get("/").text
+
+
+def test_a_switched_model_brings_its_own_saes(client, app, tiny):
+    folder = app.state.settings.data_dir / "models" / "tiny-sae"
+    chars = [chr(32 + i) for i in range(60)] + ["\n"]
+    ckpt.save(folder, tiny, {"name": "tiny-sae", "tokenizer": {"kind": "chars", "chars": chars}, "step": 0})
+    try:
+        assert client.post("/api/v1/model", json={"checkpoint": "models/tiny-sae"}).status_code == 200
+        assert client.get("/api/v1/saes").json() == {"saes": [], "write_folder": str(folder / "saes")}
+        parts = {p["name"]: p["applies"] for p in client.get("/api/v1/forward/parts").json()["parts"]}
+        assert parts["sae_features"] is False
+        r = client.post("/api/v1/generate/step", json={"ids": [1, 2], "steer": {"feature": 0, "scale": 1}})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "steer", "sae"]
+    finally:
+        assert client.post("/api/v1/model", json={"checkpoint": "builtin"}).status_code == 200
+    assert [s["name"] for s in client.get("/api/v1/saes").json()["saes"]] == [SHIPPED]
