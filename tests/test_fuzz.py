@@ -76,11 +76,11 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ST202", "POST /api/v1/finetune"): DEPENDS
     + ": save_as needs `finetune` in methods; a checkpoint not a classifier",
     ("ST202", "POST /api/v1/finetune/tasks"): "the uploaded CSV must hold labelled rows (its content)",
-    # the upload's content: UTF-8 text with enough characters to train on
     # issue #31's SAEs: a layer of the model, k within the width, ce_sequences within eval_sequences, a
-    # name not taken; a feature below the SAE's width; steering's feature below it too
+    # name not taken; a feature below the SAE's width
     ("ST202", "POST /api/v1/saes"): DEPENDS + ": layer below n_layer, k at most the width, a new name",
     ("ST202", "GET /api/v1/saes/{name}/features/{feature}"): DEPENDS + ": feature below the SAE's d_sae",
+    # the upload's content: UTF-8 text with enough characters to train on
     ("ST202", "POST /api/v1/corpora"): "the uploaded file must be UTF-8 text long enough to train on",
     # a URL that is not valid HTTP, or longer than h11's 16 KiB request head (a long `text` in a
     # query), is refused by uvicorn with a plain-text 400 before the app sees it, on any operation

@@ -75,7 +75,7 @@ def job_status(job: store.SaeJob) -> SaeJob:
         id=job.id,
         status=job.status,  # type: ignore[arg-type]
         phase="evaluating" if job.phase == "evaluating" else "training",
-        name=job.name,
+        sae=job.name,
         layer=job.layer,
         progress=float(p.get("progress", 0.0)),
         step=int(p.get("step", 0)),

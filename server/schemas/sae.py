@@ -93,7 +93,7 @@ class SaeJob(BaseModel):
     id: str
     status: Literal["running", "done", "failed", "cancelled"]
     phase: Literal["training", "evaluating"]
-    name: str = Field(description="the SAE it writes (listed in GET /api/v1/saes once done)")
+    sae: str = Field(description="the name of the SAE it writes (listed in GET /api/v1/saes once done)")
     layer: int
     progress: float = Field(description="0..1: of the token count or the time budget, whichever ends it first")
     step: int

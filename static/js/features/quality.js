@@ -65,7 +65,7 @@ function showJob(j) {
   $("sae-bar").style.width = `${Math.round(100 * j.progress)}%`;
   $("sae-progress").setAttribute("aria-valuenow", String(Math.round(100 * j.progress)));
   const what = j.phase === "evaluating" && j.status === "running" ? "evaluating on held-out text" : j.status;
-  $("sae-job").textContent = `${j.name}: ${what} · step ${j.step} · ${grouped(j.tokens)} tokens · ` +
+  $("sae-job").textContent = `${j.sae}: ${what} · step ${j.step} · ${grouped(j.tokens)} tokens · ` +
     (j.fvu === null ? "" : `unexplained variance ${decimal(j.fvu, 3)} · L0 ${decimal(j.l0, 1)} · dead ${j.dead} · `) +
     `${duration(j.elapsed)}` + (j.error ? ` · ${j.error}` : "");
   $("sae-start").disabled = j.status === "running";
@@ -82,7 +82,7 @@ async function poll() {
     return;
   }
   if (job.status === "running") setTimeout(poll, 1000);
-  else if (job.status === "done") onDone(job.name);
+  else if (job.status === "done") onDone(job.sae);
 }
 
 export function initSaeTraining({ onTrained }) {
