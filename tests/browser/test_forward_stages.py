@@ -142,7 +142,7 @@ def go_stage(page, n: int) -> None:
         drawn(page, plot)
 
 
-def test_keyboard_walks_the_ten_stages_and_every_plot_gets_drawn(page, live_url, screenshot):
+def test_keyboard_walks_the_eleven_stages_and_every_plot_gets_drawn(page, live_url, screenshot):
     open_page(page, live_url)
     help_text = page.text_content("#key-help")
     assert "j" in help_text and "k" in help_text and "next/previous stage" in help_text
