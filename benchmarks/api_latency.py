@@ -8,6 +8,11 @@ times, one request at a time:
   - POST /api/v1/next-token (temperature / top-k / top-p)
   - POST /api/v1/compare (built-in model only): it against a copy of itself in the data folder
     (both loaded and cached after the warm-up), on the same 64 tokens; target p95 < 150 ms
+Then, for traces of each --wire-tokens length (default parts: attention of every head + next
+token), the bare forward pass `model(ids)` timed in this process with the server's thread count,
+beside the same trace over HTTP as JSON and as MessagePack (Accept: application/vnd.gptscope+msgpack):
+wall time, the server's own time (its Server-Timing header), each as a ratio to the bare forward,
+and the bytes of each answer on the wire, gzipped (as browsers ask) and not.
 Prints p50 / p95 / p99 in milliseconds as JSON, and the server's memory (resident set now and its
 peak, from /proc). Targets on 2 CPU cores: forward p95 < 50 ms, generation step p95 < 20 ms for the
 built-in model; see benchmarks/import_gpt2.py for GPT-2 small's.
@@ -56,6 +61,65 @@ def server_memory_mb(pid: int) -> dict:
     return {"rss_mb": round(kb.get("VmRSS", 0) / 1024, 1), "peak_rss_mb": round(kb.get("VmHWM", 0) / 1024, 1)}
 
 
+def bare_forward_ms(checkpoint: str, ids: list[int], n: int) -> dict:
+    """model(ids) in this process, in eval mode without gradients, on the server's thread count."""
+    import torch
+
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.server.config import default_threads
+
+    model = ckpt.load(checkpoint).model.eval()
+    threads = default_threads(model.num_params())
+    torch.set_num_threads(threads)
+    x = torch.tensor([ids])
+    times = []
+    with torch.no_grad():
+        for i in range(n + 5):
+            t = time.perf_counter()
+            model(x)
+            if i >= 5:
+                times.append((time.perf_counter() - t) * 1000)
+    return {"p50_ms": round(pct(times, 50), 2), "p95_ms": round(pct(times, 95), 2), "threads": threads}
+
+
+def timed_posts(c, path: str, body: dict, headers: dict, n: int) -> dict:
+    wall, server = [], []
+    for i in range(n + 5):
+        t = time.perf_counter()
+        r = c.post(path, json=body, headers=headers)
+        ms = (time.perf_counter() - t) * 1000
+        r.raise_for_status()
+        if i >= 5:
+            wall.append(ms)
+            server.append(float(r.headers["server-timing"].split("dur=")[1]))
+    return {
+        "wall_p50_ms": round(pct(wall, 50), 2),
+        "wall_p95_ms": round(pct(wall, 95), 2),
+        "server_p50_ms": round(pct(server, 50), 2),
+        "server_p95_ms": round(pct(server, 95), 2),
+        "content_type": r.headers["content-type"],
+    }
+
+
+def wire_report(c, checkpoint: str, ids: list[int], n: int) -> dict:
+    """Bare forward, JSON trace and binary trace of the same ids, side by side."""
+    from gptscope.server.wire import MSGPACK
+
+    bare = bare_forward_ms(checkpoint, ids, n)
+    body = {"ids": ids}
+    out: dict = {"tokens": len(ids), "bare_forward": bare}
+    for form, accept in (("json", "application/json"), ("binary", MSGPACK)):
+        row = timed_posts(c, "/api/v1/forward", body, {"Accept": accept}, n)
+        for key, encoding in (("bytes", "identity"), ("bytes_gzipped", "gzip")):
+            headers = {"Accept": accept, "Accept-Encoding": encoding}
+            with c.stream("POST", "/api/v1/forward", json=body, headers=headers) as r:
+                row[key] = sum(len(chunk) for chunk in r.iter_raw())  # the bytes as sent, not decompressed
+        row["server_p50_over_bare"] = round(row["server_p50_ms"] / bare["p50_ms"], 2)
+        row["wall_p50_over_bare"] = round(row["wall_p50_ms"] / bare["p50_ms"], 2)
+        out[form] = row
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     from gptscope.model import checkpoint as ckpt
     from gptscope.model.tokenizers import encoding_from_spec
@@ -66,6 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT))
     p.add_argument("--prompt-tokens", type=int, default=64)
+    p.add_argument("--wire-tokens", default="64,256", help="trace lengths for the JSON/binary comparison")
     a = p.parse_args(argv)
     n_tokens = a.prompt_tokens
 
@@ -182,6 +247,11 @@ def main(argv: list[str] | None = None) -> dict:
                     "p99_ms": round(pct(times, 99), 2),
                     "bytes": len(r.content),
                 }
+            n_ctx = meta["config"]["n_ctx"]
+            long_ids = enc.encode_ordinary(" ".join(words * 60))
+            for t in (int(x) for x in a.wire_tokens.split(",")):
+                if t <= n_ctx:
+                    out[f"wire_{t}_tokens"] = wire_report(c, a.checkpoint, long_ids[:t], max(20, a.n // 4))
             out["server_memory_after_requests"] = server_memory_mb(proc.pid)
         print(json.dumps(out, indent=1))
         return out

@@ -59,7 +59,9 @@ def main() -> None:
             "weights": "real GPT-2 (" + str(a.hf) + ")" if a.hf else "random weights, GPT-2 small's shape",
             "import_s": round(import_s, 1),
         }
-        lat = api_latency.main(["--checkpoint", str(data / "models" / "gpt2"), "--n", str(a.n)])
+        lat = api_latency.main(
+            ["--checkpoint", str(data / "models" / "gpt2"), "--n", str(a.n), "--wire-tokens", "64,128"]
+        )
         out.update({k: v for k, v in lat.items() if k != "checkpoint"})
     print(json.dumps(out, indent=1))
 

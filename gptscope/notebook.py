@@ -1,8 +1,9 @@
 """gptscope inside Jupyter.
 
-    from gptscope.notebook import show, trace
+    from gptscope.notebook import patch, show, trace
     show("forward", text="ROMEO:\\nBut soft", stage="attention", layer=1, head=2)
     data = trace("ROMEO:\\nBut soft", include=["attention", "next_token"])
+    sweep = patch(clean, corrupted)          # activation patching between two prompts
 
 `show` puts one panel of the real page in the notebook: an IFrame of the page in embed mode
 (`?embed=PANEL`: that panel alone, no header), with the rest of the keyword arguments as the
@@ -32,6 +33,7 @@ PAGES = {
     "train": "/train",
     "compare": "/compare",
     "features": "/features",
+    "patch": "/patch",
 }
 
 _base_url: str | None = None
@@ -103,6 +105,28 @@ def tokenize(text: str, encoding: str = "gpt2", **fields) -> dict:
 def next_token(text: str, **fields) -> dict:
     """POST /api/v1/next-token (temperature, top_k, top_p, show)."""
     return api("POST", "/next-token", {"text": text, **fields})
+
+
+def patch(clean: str, corrupted: str, wait: float = 600.0, **fields) -> dict:
+    """Activation patching (POST /api/v1/patch): metric, answer, wrong, direction, kinds, heads,
+    cell and top_k as in the API. A sweep too big to answer at once runs as a job
+    (POST /api/v1/patch/jobs), followed until it ends (at most `wait` seconds); the answer is the same."""
+    import time
+
+    payload = {"clean": clean, "corrupted": corrupted, **fields}
+    try:
+        return api("POST", "/patch", payload)
+    except ApiError as e:
+        if e.status != 422 or "/api/v1/patch/jobs" not in str(e.detail):
+            raise
+    job = api("POST", "/patch/jobs", payload)
+    deadline = time.monotonic() + wait
+    while job["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.25)
+        job = api("GET", f"/patch/jobs/{job['id']}")
+    if job["status"] != "done":
+        raise ApiError(500 if job["status"] == "failed" else 504, job.get("error") or f"the sweep {job['status']}")
+    return job["result"]
 
 
 def health() -> dict:

@@ -4,7 +4,8 @@ A checkpoint is a folder:
 
     checkpoint.json                 config, tokenizer, corpus, step, evaluations, the command that
                                     made it, and the name + sha256 of every other file (a few
-                                    tens of KB: listing checkpoints reads only this)
+                                    tens of KB: listing checkpoints reads only this; an imported
+                                    LLaMA-family model's tokenizer.json, kept whole, adds a few MB)
     weights-<sha12>.safetensors     the model's parameters (a tied matrix stored once)
     history-<sha12>.jsonl           one JSON line per update: loss, learning rate, gradient norms
     optimizer-<sha12>.safetensors   AdamW moments, only when saved for resuming
@@ -29,7 +30,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from .gpt import GPT, GPTConfig
-from .tokenizers import encoding_from_spec
+from .tokenizers import AnyEncoding, encoding_from_spec
 
 META_NAME = "checkpoint.json"
 FORMAT = "gptscope-checkpoint"
@@ -58,7 +59,7 @@ class Checkpoint:
     def config(self) -> GPTConfig:
         return self.model.cfg
 
-    def encoding(self):
+    def encoding(self) -> AnyEncoding:
         return encoding_from_spec(self.meta["tokenizer"], name=self.meta.get("name", "model"))
 
 

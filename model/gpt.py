@@ -24,6 +24,13 @@ More switches: window=w (sliding-window attention: each query sees its last w ke
 (mixture of experts: a router sends each token to top_k_experts of n_expert MLPs), norm="post"
 (GPT-1: LN(x + f(x))) or "both" (Gemma 2's sandwich: x + LN(f(LN(x)))), causal=False (no mask).
 
+And the few details in which today's open models (Llama 3, SmolLM2, Qwen2.5, Qwen3, Mistral;
+model/importers.py reads their Hugging Face folders) differ from the llama-style block: a head size
+of its own (head_dim: nh * hs need not be d), biases on W_Q, W_K, W_V only (qkv_bias, Qwen2) or on
+W_O and the MLP (attn_out_bias, mlp_bias), an RMSNorm over each head's q and k before RoPE
+(qk_norm, Qwen3), and RoPE's frequencies stretched for long contexts (rope_scaling "linear" or
+"llama3").
+
 Every intermediate worth showing passes through a `HookPoint`, an identity module whose dotted
 name is stable (for example ``blocks.0.attn.hook_pattern``).  Nothing is recorded unless someone
 asks: `GPT.capture()` and `GPT.hooks()` are context managers that add forward hooks and always
@@ -44,7 +51,7 @@ it), not bit for bit, so the server stays in explain mode: every panel then show
 for the same prompt.
 
 Shape legend used in the comments: B batch, T query positions, Tk key positions (T plus the
-KV cache), d d_model, nh heads, n_kv key/value heads, hs head size (d / nh), V vocabulary,
+KV cache), d d_model, nh heads, n_kv key/value heads, hs head size (d / nh, or head_dim), V vocabulary,
 dm MLP width, E experts, k experts chosen per token.
 """
 
@@ -94,6 +101,21 @@ class GPTConfig:
     n_expert: int = 0  # mixture of experts: this many FFNs and a router; 0 = one dense FFN
     top_k_experts: int = 1  # experts each token is sent to
     aux_loss_weight: float = 0.01  # weight of the router's load-balancing loss in training
+    # --- what imported models of the LLaMA family add (all off by default) ---------------------
+    head_dim: int = 0  # size of each head; 0 = d_model / n_head (Qwen3 sets its own: nh * hs != d)
+    qkv_bias: bool = False  # biases on W_Q, W_K, W_V even when bias=False (Qwen2)
+    attn_out_bias: bool = False  # a bias on W_O even when bias=False (Llama's attention_bias, with qkv_bias)
+    mlp_bias: bool = False  # biases on the MLP's matrices even when bias=False (Llama's mlp_bias)
+    qk_norm: bool = False  # an RMSNorm (gain of hs) over each head's q and k, before RoPE (Qwen3)
+    # RoPE's frequencies stretched for long contexts: "linear" divides them all by rope_factor;
+    # "llama3" (Llama 3.1) divides only the slow ones (wavelength above rope_original_ctx /
+    # rope_low_freq_factor), keeps the fast ones (below rope_original_ctx / rope_high_freq_factor)
+    # and blends between the two
+    rope_scaling: Literal["none", "linear", "llama3"] = "none"
+    rope_factor: float = 1.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_ctx: int = 8192  # llama3: the context length the model was pre-trained with
 
     def __post_init__(self) -> None:
         if self.d_mlp == 0:
@@ -105,12 +127,20 @@ class GPTConfig:
         for name in ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "n_kv_head", "top_k_experts"):
             if int(getattr(self, name)) < 1:
                 problems.append(f"{name} must be >= 1")
-        if self.d_model % self.n_head:
+        if self.head_dim < 0:
+            problems.append("head_dim must be >= 0 (0: d_model / n_head)")
+        elif not self.head_dim and self.d_model % self.n_head:
             problems.append(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.n_kv_head >= 1 and self.n_head % self.n_kv_head:
             problems.append(f"n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head})")
-        if self.pos == "rope" and (self.d_model // max(1, self.n_head)) % 2:
-            problems.append("rope needs an even head size (d_model / n_head)")
+        if self.pos == "rope" and (self.head_dim or self.d_model // max(1, self.n_head)) % 2:
+            problems.append("rope needs an even head size (head_dim, or d_model / n_head)")
+        if self.rope_scaling != "none" and not (self.rope_factor >= 1.0 and math.isfinite(self.rope_factor)):
+            problems.append(f"rope_factor ({self.rope_factor}) must be a finite number >= 1")
+        if self.rope_scaling == "llama3" and not (
+            0 < self.rope_low_freq_factor < self.rope_high_freq_factor and self.rope_original_ctx >= 1
+        ):
+            problems.append("llama3 rope scaling needs 0 < rope_low_freq_factor < rope_high_freq_factor")
         if self.window < 0 or self.n_expert < 0:
             problems.append("window and n_expert must be >= 0")
         if self.n_expert and self.top_k_experts > self.n_expert:
@@ -125,6 +155,7 @@ class GPTConfig:
             ("pos", ("learned", "rope", "none")),
             ("norm_type", ("layernorm", "rmsnorm")),
             ("mlp", ("gelu", "swiglu")),
+            ("rope_scaling", ("none", "linear", "llama3")),
         ):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {', '.join(repr(a) for a in allowed)}")
@@ -133,7 +164,7 @@ class GPTConfig:
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_head
+        return self.head_dim or self.d_model // self.n_head
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -208,14 +239,17 @@ def count_params(cfg: GPTConfig) -> dict[str, int]:
     """
     d, dm, V, L = cfg.d_model, cfg.d_mlp, cfg.vocab_size, cfg.n_layer
     b = 1 if cfg.bias else 0
+    b_qkv, b_o, b_mlp = max(b, cfg.qkv_bias), max(b, cfg.attn_out_bias), max(b, cfg.mlp_bias)
     ln = d * (1 + b) if cfg.norm_type == "layernorm" else d  # gain (+ shift); RMSNorm has no shift
+    q = cfg.n_head * cfg.d_head  # width of Q (d, unless head_dim sets the head size apart)
     kv = cfg.n_kv_head * cfg.d_head  # width of K and of V (smaller with grouped-query attention)
-    attn_w, attn_b = 2 * d * d + 2 * d * kv, b * (2 * d + 2 * kv)  # W_Q, W_K, W_V, W_O
+    attn_w, attn_b = 2 * d * q + 2 * d * kv, b_qkv * (q + 2 * kv) + b_o * d  # W_Q, W_K, W_V, W_O
+    qk_norm = 2 * cfg.d_head if cfg.qk_norm else 0  # the gains of q's and k's per-head RMSNorm
     n_mat = 3 if cfg.mlp == "swiglu" else 2  # SwiGLU adds the gate
     experts = max(1, cfg.n_expert)
     mlp_w = experts * n_mat * d * dm + (d * cfg.n_expert if cfg.n_expert else 0)  # (+ the router)
-    mlp_b = experts * b * ((n_mat - 1) * dm + d)
-    per_block = attn_w + mlp_w + attn_b + mlp_b + (4 if cfg.norm == "both" else 2) * ln
+    mlp_b = experts * b_mlp * ((n_mat - 1) * dm + d)
+    per_block = attn_w + mlp_w + attn_b + mlp_b + qk_norm + (4 if cfg.norm == "both" else 2) * ln
     final_ln = ln if cfg.norm in ("pre", "both") else 0
     embed, pos = V * d, cfg.n_ctx * d if cfg.pos == "learned" else 0
     unembed = 0 if cfg.tie_weights else V * d
@@ -396,10 +430,33 @@ def causal_allowed(T: int, Tk: int, device=None, window: int = 0) -> torch.Tenso
     return allowed
 
 
-def rope_angles(hs: int, positions: torch.Tensor, base: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin (T, hs/2) of RoPE's angles: pair i of a head turns by position * base^(-2i / hs)."""
-    inv_freq = base ** (-torch.arange(0, hs, 2, device=positions.device, dtype=torch.float32) / hs)
-    ang = positions.float()[:, None] * inv_freq[None, :]
+def rope_frequencies(cfg: GPTConfig, device=None) -> torch.Tensor:
+    """(hs/2,) the angle pair i of a head turns by per position: base^(-2i / hs), stretched as
+    cfg.rope_scaling says (written as transformers computes it, so imported models agree)."""
+    hs = cfg.d_head
+    inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, hs, 2, device=device, dtype=torch.float32) / hs))
+    if cfg.rope_scaling == "linear":
+        return inv_freq / cfg.rope_factor
+    if cfg.rope_scaling == "llama3":
+        f, ctx = cfg.rope_factor, cfg.rope_original_ctx
+        lo, hi = cfg.rope_low_freq_factor, cfg.rope_high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        slow = torch.where(wavelen > ctx / lo, inv_freq / f, inv_freq)  # long wavelengths: divided by f
+        smooth = (ctx / wavelen - lo) / (hi - lo)  # 0 at the slow end, 1 at the fast end
+        blended = (1 - smooth) * slow / f + smooth * slow
+        between = ~(wavelen < ctx / hi) & ~(wavelen > ctx / lo)
+        return torch.where(between, blended, slow)
+    return inv_freq
+
+
+def rope_angles(
+    hs: int, positions: torch.Tensor, base: float, inv_freq: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (T, hs/2) of RoPE's angles: pair i of a head turns by position * base^(-2i / hs)
+    (or by position * inv_freq[i], rope_frequencies' stretched frequencies)."""
+    if inv_freq is None:
+        inv_freq = base ** (-torch.arange(0, hs, 2, device=positions.device, dtype=torch.float32) / hs)
+    ang = positions.float()[:, None] * inv_freq.to(positions.device)[None, :]
     return ang.cos(), ang.sin()
 
 
@@ -418,13 +475,15 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        d, kv_d = cfg.d_model, cfg.n_kv_head * cfg.d_head
+        d, q_d, kv_d = cfg.d_model, cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
         # W_Q, W_K, W_V side by side; with grouped-query attention K and V have n_kv_head heads
-        self.c_attn = nn.Linear(d, d + 2 * kv_d, bias=cfg.bias)
-        self.c_proj = nn.Linear(d, d, bias=cfg.bias)  # W_O
+        self.c_attn = nn.Linear(d, q_d + 2 * kv_d, bias=cfg.bias or cfg.qkv_bias)
+        self.c_proj = nn.Linear(q_d, d, bias=cfg.bias or cfg.attn_out_bias)  # W_O
+        if cfg.qk_norm:  # Qwen3: each head's q and k normalised (RMSNorm over hs) before RoPE
+            self.q_norm, self.k_norm = RMSNorm(cfg.d_head, cfg.ln_eps), RMSNorm(cfg.d_head, cfg.ln_eps)
         self.attn_dropout = nn.Dropout(cfg.dropout)
         self.resid_dropout = nn.Dropout(cfg.dropout)
-        self.hook_q = HookPoint()  # (B, T, nh, hs)
+        self.hook_q = HookPoint()  # (B, T, nh, hs) (qk_norm: after the per-head RMSNorm, as for k)
         self.hook_k = HookPoint()  # (B, T, n_kv, hs) new keys only (not the cache)
         self.hook_v = HookPoint()  # (B, T, n_kv, hs)
         if cfg.pos == "rope":
@@ -446,11 +505,14 @@ class CausalSelfAttention(nn.Module):
     def qkv(self, x: torch.Tensor, kv: LayerKV | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, T, d) -> q (B, nh, T, hs) for the new positions; k, v (B, nh, Tk, hs) for all of
         them so far: the cached ones (Tk - T) and the new T."""
-        B, T, d = x.shape
+        B, T, _d = x.shape
         nh, n_kv, hs = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.d_head
-        q, k, v = self.c_attn(x).split([d, n_kv * hs, n_kv * hs], dim=2)
-        q = self.hook_q(q.view(B, T, nh, hs))
-        k = self.hook_k(k.view(B, T, n_kv, hs))
+        q, k, v = self.c_attn(x).split([nh * hs, n_kv * hs, n_kv * hs], dim=2)
+        q, k = q.view(B, T, nh, hs), k.view(B, T, n_kv, hs)
+        if self.cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = self.hook_q(q)
+        k = self.hook_k(k)
         v = self.hook_v(v.view(B, T, n_kv, hs))
         if self.cfg.pos == "rope":  # positions continue after the cached ones
             q, k = self.rope(q, k, start=kv.cache.length if kv is not None else 0)
@@ -464,7 +526,9 @@ class CausalSelfAttention(nn.Module):
     def rope(self, q: torch.Tensor, k: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """RoPE: turn q (B, T, nh, hs) and k (B, T, n_kv, hs) by their positions start ... start + T - 1."""
         T = q.size(1)
-        cos, sin = rope_angles(self.cfg.d_head, torch.arange(start, start + T, device=q.device), self.cfg.rope_base)
+        positions = torch.arange(start, start + T, device=q.device)
+        freq = rope_frequencies(self.cfg, q.device)  # (hs/2,) each pair's turn per position
+        cos, sin = rope_angles(self.cfg.d_head, positions, self.cfg.rope_base, freq)
         cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, hs/2): the same turn for every head
         return self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
 
@@ -509,12 +573,13 @@ class MLP(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.swiglu = cfg.mlp == "swiglu"
-        self.c_fc = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias)  # up-projection (SwiGLU: the value)
+        bias = cfg.bias or cfg.mlp_bias
+        self.c_fc = nn.Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # up-projection (SwiGLU: the value)
         if self.swiglu:
-            self.c_gate = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias)  # SwiGLU: the gate
+            self.c_gate = nn.Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # SwiGLU: the gate
             self.hook_gate = HookPoint()  # (B, T, dm) silu(x W_gate): how far each unit opens
             self.hook_value = HookPoint()  # (B, T, dm) x W_up: what passes through the gate
-        self.c_proj = nn.Linear(cfg.d_mlp, cfg.d_model, bias=cfg.bias)  # down-projection
+        self.c_proj = nn.Linear(cfg.d_mlp, cfg.d_model, bias=bias)  # down-projection
         self.approximate = "tanh" if cfg.gelu == "tanh" else "none"
         self.dropout = nn.Dropout(cfg.dropout)
         self.hook_pre = HookPoint()  # (B, T, dm) before the activation (SwiGLU: the gate's input)

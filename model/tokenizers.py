@@ -15,6 +15,13 @@ that cache. Nothing touches the network; a wrong or missing file is a clear erro
 The built-in model's own tokenizer is a byte-level BPE trained on its corpus (`model.bpe`),
 turned into an Encoding with `encoding_from_merges`. A character vocabulary (a nanoGPT char-level
 model's `meta.pkl`) becomes a `CharEncoding`: one pre-token and one token per character.
+
+An imported Hugging Face model of the LLaMA family brings its own `tokenizer.json` (byte-level BPE
+as in Llama 3, SmolLM2 and Qwen, or SentencePiece-style BPE with "▁" for a space and byte
+fallback as in Llama 2, TinyLlama and Mistral). It is run by Hugging Face's `tokenizers` library
+itself, offline (the file is kept inside the checkpoint), as an `HFEncoding`: the methods of
+tiktoken.Encoding the app calls, with special tokens never made from user text unless asked for,
+and the merge walk written out as `tokenizers`' BPE does it (pairs by merge rank).
 """
 
 from __future__ import annotations
@@ -22,12 +29,15 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib.util
+import json
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
+from typing import Any, TypeVar
 
 import tiktoken
 
@@ -213,7 +223,238 @@ class CharEncoding(tiktoken.Encoding):
         return None
 
 
-def encoding_from_spec(spec: dict, name: str = "model") -> tiktoken.Encoding:
+# --- Hugging Face tokenizer.json ----------------------------------------------------------------
+
+# the end-of-text token of the tokenizers gptscope imports, as each family spells it
+EOT_TEXTS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<|im_end|>")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet reversed: the printable character that stands for each byte -> the byte."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs, n = list(bs), 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+_BYTE_DECODER = _byte_decoder()
+
+
+def _parts(node: Any, kind: str) -> list[dict]:
+    """The parts of a tokenizer.json component (a pre-tokenizer or decoder, perhaps a Sequence) of this type."""
+    if isinstance(node, dict):
+        found = [node] if node.get("type") == kind else []
+        return found + [p for v in node.values() if isinstance(v, (dict, list)) for p in _parts(v, kind)]
+    if isinstance(node, list):
+        return [p for v in node for p in _parts(v, kind)]
+    return []
+
+
+def _split_pattern(pre: Any) -> str:
+    """The pre-token regex: a Split's (Llama 3, Qwen), GPT-2's for a ByteLevel that splits itself, or ''."""
+    for split in _parts(pre, "Split"):
+        pattern = split.get("pattern") or {}
+        if isinstance(pattern, dict) and isinstance(pattern.get("Regex"), str):
+            return pattern["Regex"]
+    if any(p.get("use_regex", True) for p in _parts(pre, "ByteLevel")):
+        from .bpe import GPT2_PATTERN
+
+        return GPT2_PATTERN
+    return ""
+
+
+Piece = TypeVar("Piece", str, bytes)
+
+
+def lowest_rank_merges(
+    parts: list[Piece], rank: Callable[[Piece, Piece], int | None]
+) -> list[tuple[int, int, Piece, Piece, list[Piece]]]:
+    """BPE's walk: merge the adjacent pair of lowest rank (the leftmost on a tie) until no adjacent
+    pair has one; every step as (rank, position, left, right, the pieces after it)."""
+    parts, steps = list(parts), []
+    while len(parts) > 1:
+        best, at = None, -1
+        for i in range(len(parts) - 1):
+            r = rank(parts[i], parts[i + 1])
+            if r is not None and (best is None or r < best):
+                best, at = r, i
+        if best is None:
+            break
+        left, right = parts[at], parts[at + 1]
+        parts[at : at + 2] = [left + right]
+        steps.append((best, at, left, right, list(parts)))
+    return steps
+
+
+# one merge step of the walk: (merge rank, position, left symbol, right symbol, the symbols after it)
+HFMergeStep = tuple[int, int, str, str, list[str]]
+
+
+class HFEncoding:
+    """A Hugging Face tokenizer.json run by the `tokenizers` library, with the methods of
+    tiktoken.Encoding the app calls. `encode_ordinary` reads special tokens written in the text as
+    text (tokenizers' encode_special_tokens); `encode(allowed_special="all")` matches them. Added
+    tokens that are not special (Qwen's <tool_call>) are matched in both, as tokenizers does."""
+
+    def __init__(self, json_text: str, name: str = "model") -> None:
+        from tokenizers import Tokenizer
+
+        self.name = name
+        self.json_text = json_text
+        try:  # two copies, so no request ever flips a setting another one is using
+            self._plain, self._special = Tokenizer.from_str(json_text), Tokenizer.from_str(json_text)
+            spec = json.loads(json_text)
+        except Exception as e:  # tokenizers raises a bare Exception on a malformed file
+            raise ValueError(f"tokenizer.json is not a tokenizer the tokenizers library reads: {e}") from None
+        self._plain.encode_special_tokens = True
+        model = spec.get("model") or {}
+        self.model_type = str(model.get("type"))
+        self.vocab: dict[str, int] = self._plain.get_vocab(with_added_tokens=False)  # token -> id
+        added = [a for a in spec.get("added_tokens") or [] if isinstance(a, dict)]
+        self.added = {str(a["content"]): int(a["id"]) for a in added}
+        self._special_tokens = {str(a["content"]): int(a["id"]) for a in added if a.get("special")}
+        self.special_tokens_set = set(self._special_tokens)
+        self._by_id = {i: t for t, i in self.vocab.items()}
+        self._added_by_id = {i: t for t, i in self.added.items()}
+        self.n_vocab = max([*self._by_id, *self._added_by_id], default=-1) + 1
+        self.byte_level = bool(
+            _parts(spec.get("pre_tokenizer"), "ByteLevel") or _parts(spec.get("decoder"), "ByteLevel")
+        )
+        self.byte_fallback = bool(model.get("byte_fallback"))
+        self.ignore_merges = bool(model.get("ignore_merges"))
+        self.unk_token = model.get("unk_token")
+        self._pat_str = _split_pattern(spec.get("pre_tokenizer"))
+        self.n_merges = len(model.get("merges") or [])
+        # the merge walk below is tokenizers' BPE without a word prefix or suffix and without dropout
+        self.walkable = self.model_type == "BPE" and not any(
+            model.get(k) for k in ("continuing_subword_prefix", "end_of_word_suffix", "dropout")
+        )
+        self.eot_token = next((self._special_tokens[t] for t in EOT_TEXTS if t in self._special_tokens), None)
+
+    # ---- what tiktoken.Encoding offers ----------------------------------------------------------
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return self._plain.encode(text, add_special_tokens=False).ids
+
+    def encode(self, text: str, *, allowed_special: Any = (), disallowed_special: Any = ()) -> list[int]:
+        """With allowed_special ("all" or any non-empty set) special tokens written in the text are
+        matched; without, this is encode_ordinary. No beginning-of-text token is added."""
+        tok = self._special if allowed_special else self._plain
+        return tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, tokens: list[int]) -> str:
+        """tokenizers' own decode (a SentencePiece-style tokenizer drops the first token's space)."""
+        return self._special.decode(list(tokens), skip_special_tokens=False)
+
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        """The bytes one token stands for; KeyError for an id no token has (a model's vocabulary
+        may be padded beyond its tokenizer's, as Qwen's is)."""
+        if token in self._added_by_id:
+            return self._added_by_id[token].encode("utf-8")
+        piece = self._by_id.get(token)
+        if piece is None:
+            raise KeyError(f"no token has id {token}")
+        return self.piece_bytes(piece)
+
+    def piece_bytes(self, piece: str) -> bytes:
+        """A vocabulary entry as bytes: byte-level characters mapped back to their bytes; in a
+        SentencePiece-style vocabulary "▁" is a space and <0xNN> (byte fallback) the byte NN."""
+        if self.byte_level and all(c in _BYTE_DECODER for c in piece):
+            return bytes(_BYTE_DECODER[c] for c in piece)
+        if self.byte_fallback and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return piece.replace("▁", " ").encode("utf-8")
+
+    # ---- spans, pre-tokens and the merge walk ------------------------------------------------------
+
+    def spans(self, text: str, ids: list[int]) -> list[tuple[int, int]] | None:
+        """Each token's character span in `text`, from tokenizers' own offsets; None when ids are
+        not text's encoding (with or without special tokens)."""
+        for tok in (self._plain, self._special):
+            e = tok.encode(text, add_special_tokens=False)
+            if e.ids == ids:
+                return [(int(a), int(b)) for a, b in e.offsets]
+        return None
+
+    def pretokenize(self, text: str, allow_special: bool) -> list[tuple[int, int, str | None]]:
+        """The pieces BPE works on: (start, end, piece in the vocabulary's alphabet), or (start, end,
+        None) for an added token matched whole. As tokenizers does it: added tokens are split off
+        first, then each stretch between them is normalised and pre-tokenised on its own."""
+        from tokenizers import PreTokenizedString
+
+        enc = (self._special if allow_special else self._plain).encode(text, add_special_tokens=False)
+        out: list[tuple[int, int, str | None]] = []
+        norm, pre = self._plain.normalizer, self._plain.pre_tokenizer
+
+        def stretch(lo: int, hi: int) -> None:
+            if lo >= hi:
+                return
+            pts = PreTokenizedString(text[lo:hi])
+            if norm is not None:
+                pts.normalize(lambda n: norm.normalize(n))
+            if pre is not None:
+                pre.pre_tokenize(pts)
+            for piece, (a, b), _ in pts.get_splits(offset_referential="original", offset_type="char"):
+                out.append((lo + a, lo + b, piece))
+
+        last = 0
+        for tid, (a, b) in zip(enc.ids, enc.offsets):
+            matched = tid in self._added_by_id and (allow_special or tid not in self._special_tokens.values())
+            if matched and a >= last:
+                stretch(last, a)
+                out.append((a, b, None))
+                last = b
+        stretch(last, len(text))
+        return out
+
+    @cached_property
+    def merge_ranks(self) -> dict[tuple[str, str], int]:
+        """(left, right) -> the rank of their merge (its index in tokenizer.json's merges)."""
+        ranks: dict[tuple[str, str], int] = {}
+        for r, m in enumerate(json.loads(self.json_text)["model"].get("merges") or []):
+            pair = tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m)
+            if len(pair) == 2:
+                ranks.setdefault((str(pair[0]), str(pair[1])), r)
+        return ranks
+
+    def first_symbols(self, piece: str) -> list[str]:
+        """BPE's start: one symbol per character; a character the vocabulary lacks becomes its
+        UTF-8 bytes' <0xNN> tokens (byte fallback) or the unknown token."""
+        out: list[str] = []
+        for ch in piece:
+            if ch in self.vocab:
+                out.append(ch)
+            elif self.byte_fallback and all(f"<0x{b:02X}>" in self.vocab for b in ch.encode("utf-8")):
+                out.extend(f"<0x{b:02X}>" for b in ch.encode("utf-8"))
+            elif self.unk_token in self.vocab:
+                out.append(str(self.unk_token))
+        return out
+
+    def merge_walk(self, piece: str, take_whole: bool = True) -> tuple[list[str], list[HFMergeStep], list[str]]:
+        """tokenizers' BPE on one piece: its first symbols, every merge (the adjacent pair of lowest
+        merge rank, the leftmost on a tie) and the final symbols. With ignore_merges (Llama 3) a
+        piece that is itself a token is taken whole, with no merges (take_whole=False: merged anyway,
+        to show what a token was merged from)."""
+        first = self.first_symbols(piece)
+        if take_whole and self.ignore_merges and piece in self.vocab:
+            return first, [], [piece]
+        ranks = self.merge_ranks
+        steps = lowest_rank_merges(first, lambda a, b: ranks.get((a, b)))  # tokenizers: the pair's own rank
+        return first, steps, steps[-1][4] if steps else first
+
+
+# the tokenizer of a model: tiktoken's (public, trained here, characters) or an imported one's
+AnyEncoding = tiktoken.Encoding | HFEncoding
+
+
+def encoding_from_spec(spec: dict, name: str = "model") -> AnyEncoding:
     """Rebuild a checkpoint's tokenizer from its JSON description (with the special tokens a
     fine-tuned classifier added, under "added_special_tokens": {text: id})."""
     added = spec.get("added_special_tokens")
@@ -227,13 +468,17 @@ def encoding_from_spec(spec: dict, name: str = "model") -> tiktoken.Encoding:
         return encoding_from_merges(BPEMerges.from_dict(spec), name=name)
     if kind == "tiktoken":
         return get_public_encoding(spec["name"])
+    if kind == "huggingface":  # an imported model's tokenizer.json, kept whole in the checkpoint
+        return HFEncoding(spec["json"], name=str(spec.get("name") or name))
     raise ValueError(f"unknown tokenizer kind {kind!r}")
 
 
-def with_special_tokens(enc: tiktoken.Encoding, added: dict[str, int]) -> tiktoken.Encoding:
+def with_special_tokens(enc: AnyEncoding, added: dict[str, int]) -> tiktoken.Encoding:
     """The same encoding with more special tokens (ids at or after its last one)."""
     if isinstance(enc, CharEncoding):
         raise ValueError("a character-level vocabulary cannot take special tokens")
+    if not isinstance(enc, tiktoken.Encoding):
+        raise ValueError("an imported Hugging Face tokenizer cannot take gptscope's special tokens")
     specials = {**enc._special_tokens, **added}
     return tiktoken.Encoding(
         name=enc.name, pat_str=enc._pat_str, mergeable_ranks=enc._mergeable_ranks, special_tokens=specials

@@ -16,6 +16,7 @@ from gptscope.model import corpus as corpus_mod
 from . import contract, errors, saes
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
+from .patch_jobs import PatchJobs
 from .routers import (
     compare,
     docs,
@@ -29,6 +30,7 @@ from .routers import (
     learn,
     lessons,
     pages,
+    patch,
     sae,
     sampling,
     tokenize,
@@ -37,6 +39,7 @@ from .routers import (
 from .runs import RunManager
 from .security import GuardMiddleware
 from .service import ModelService
+from .wire import ServerTiming
 
 log = logging.getLogger("gptscope")
 
@@ -59,6 +62,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
         app.state.finetune.shutdown()
         app.state.sae_jobs.shutdown()
+        app.state.patch_jobs.shutdown()
 
     app = FastAPI(
         title="gptscope",
@@ -80,11 +84,13 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         upload_limit=corpus_mod.MAX_CORPUS_BYTES + 64 * 1024,
         max_concurrent=settings.max_concurrent,
     )
+    app.add_middleware(ServerTiming)  # outermost: the time it reports includes the guard and compression
     app.state.settings = settings
     app.state.service = service
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
     app.state.sae_jobs = saes.SaeJobs()
+    app.state.patch_jobs = PatchJobs()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
     for r in (
@@ -102,6 +108,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         finetune.router,
         genealogy.router,
         sae.router,
+        patch.router,
     ):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)

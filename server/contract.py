@@ -24,6 +24,7 @@ from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException
 
 from .schemas.common import ErrorResponse
+from .wire import MSGPACK
 
 METHODS = ("get", "put", "post", "delete", "patch")
 REF = {"$ref": "#/components/schemas/ErrorResponse"}
@@ -69,6 +70,9 @@ def document_errors(schema: dict) -> dict:
             responses = operation.setdefault("responses", {})
             for code in errors_for(path, method, operation):
                 responses.setdefault(code, _error(GUARD[code]))
+            content = responses.get("200", {}).get("content", {})
+            if MSGPACK in content and "application/json" in content:  # the binary form: the same tree
+                content[MSGPACK]["schema"] = content["application/json"]["schema"]
     return schema
 
 

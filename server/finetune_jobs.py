@@ -142,6 +142,12 @@ def check_request(req: FinetuneRequest, base: ckpt.Checkpoint) -> None:
         raise InputError("checkpoint", "this checkpoint is already a fine-tuned classifier; fine-tune a language model")
     if base.meta.get("tokenizer", {}).get("kind") == "chars":
         raise InputError("checkpoint", "a character-level model has no room for the special tokens fine-tuning adds")
+    if base.meta.get("tokenizer", {}).get("kind") == "huggingface":
+        raise InputError(
+            "checkpoint",
+            "an imported Hugging Face model keeps its own tokenizer.json, which has no room for the special "
+            "tokens GPT-1's fine-tuning adds",
+        )
     for name, values in (("sizes", req.sizes), ("methods", req.methods)):
         if len(set(values)) != len(values):
             raise InputError(name, f"{name} must not repeat a value (got {values})")

@@ -303,7 +303,7 @@ def copy_hf(folder: Path, dest: Path, edit_config=None, edit_tensors=None) -> Pa
         ),
         ("activation", lambda c: c.__setitem__("activation_function", "relu"), None, "activation_function is 'relu'"),
         ("vocab", lambda c: c.__setitem__("vocab_size", 1000), None, "vocab_size is 1,000"),
-        ("model_type", lambda c: c.__setitem__("model_type", "llama"), None, "model_type is 'llama'"),
+        ("model_type", lambda c: c.__setitem__("model_type", "bert"), None, "model_type is 'bert'"),
     ],
 )
 def test_broken_hf_folders_name_the_problem(hf_folder, tmp_path, case, edit_config, edit_tensors, message):

@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 
 from ..errors import InputError
+from ..schemas.arrays import Arr
 from ..schemas.stages import NextToken
 from ..service import ModelService
 from .digits import COARSE, FINE, VALUE
-from .tokens import check_text, encode
+from .tokens import check_text, encode, token_bytes
 
 
 def rounded(t: torch.Tensor, digits: int = VALUE) -> list:
@@ -18,18 +19,23 @@ def rounded(t: torch.Tensor, digits: int = VALUE) -> list:
     Rounded in float64: a float32 0.6031 widens to 0.6031000018119812 in JSON, while the float64
     nearest to 0.6031 prints as 0.6031 (the same digits in a third of the bytes)."""
     t = torch.nan_to_num(t.detach().double(), nan=0.0, posinf=0.0, neginf=0.0)
-    return torch.round(t, decimals=digits).tolist()
+    return (torch.round(t, decimals=digits) + 0.0).tolist()  # + 0.0: no -0.0 (as Arr)
 
 
-def attention_rows(pattern: torch.Tensor, causal: bool) -> list:
-    """(heads, T, T) weights -> [head][query][key]; a causal model's row q stops at key q (the
-    masked keys' weights are exactly 0 and are left out)."""
-    rows = rounded(pattern, COARSE)
-    return [[r[: q + 1] for q, r in enumerate(h)] for h in rows] if causal else rows
+def arr(t: torch.Tensor, digits: int = VALUE) -> Arr:
+    """A tensor for an array field of an answer: `rounded`'s numbers, made into lists only if the
+    answer goes out as JSON (the binary form sends them from the tensor: server/wire.py)."""
+    return Arr(t, digits)
+
+
+def attention_rows(pattern: torch.Tensor, causal: bool) -> Arr:
+    """(..., T, T) weights -> [...][query][key]; a causal model's row q stops at key q (the masked
+    keys' weights are exactly 0 and are left out)."""
+    return Arr(pattern, COARSE, tril=causal)
 
 
 def token_text(service: ModelService, tid: int) -> str:
-    return service.encoding.decode_single_token_bytes(int(tid)).decode("utf-8", errors="replace")
+    return token_bytes(service.encoding, int(tid)).decode("utf-8", errors="replace")
 
 
 def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "text") -> tuple[list[int], int]:
@@ -52,13 +58,13 @@ def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "t
     return ids, 0
 
 
-def given_ids(service: ModelService, ids: list[int]) -> list[int]:
+def given_ids(service: ModelService, ids: list[int], field: str = "ids") -> list[int]:
     V, n_ctx = service.model.cfg.vocab_size, service.model.cfg.n_ctx
     bad = next((i for i in ids if not 0 <= i < V), None)
     if bad is not None:
-        raise InputError("ids", f"token id {bad} is outside the vocabulary 0..{V - 1}")
+        raise InputError(field, f"token id {bad} is outside the vocabulary 0..{V - 1}")
     if len(ids) > n_ctx:
-        raise InputError("ids", f"{len(ids)} ids exceed the model's context window n_ctx={n_ctx}")
+        raise InputError(field, f"{len(ids)} ids exceed the model's context window n_ctx={n_ctx}")
     return list(ids)
 
 

@@ -121,7 +121,7 @@ def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple
         bits_per_char=round(total / covered, VALUE) if covered else None,
         position=pos,
         next_token=next_tokens(svc, logits[pos], req.top_k),
-        attention=attention_rows(trace.act("attn.hook_pattern", layer)[head : head + 1], cfg.causal)[0],
+        attention=attention_rows(trace.act("attn.hook_pattern", layer)[head], cfg.causal),
         logit_lens=lens,
     )
     return side, {
@@ -180,7 +180,7 @@ def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> Comp
         kl_ab = round(float(F.kl_div(pb, pa, log_target=True, reduction="sum")), FINE)  # sum p_a (log p_a - log p_b)
         kl_ba = round(float(F.kl_div(pa, pb, log_target=True, reduction="sum")), FINE)
         if svcs[0].model.cfg.causal == svcs[1].model.cfg.causal:
-            diff = attention_rows((ib["pattern"] - ia["pattern"]).unsqueeze(0), svcs[0].model.cfg.causal)[0]
+            diff = attention_rows(ib["pattern"] - ia["pattern"], svcs[0].model.cfg.causal)
     r5 = lambda x: None if x is None else round(x, VALUE)  # noqa: E731
     return CompareResponse(
         text=req.text,

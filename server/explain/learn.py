@@ -531,8 +531,10 @@ def params(service: ModelService, preset: str | None, overrides: dict) -> schema
         ("position embedding (n_ctx × d)", counts["position_embedding"]),
         (
             "attention weights (4 d² per block)"
-            if cfg.n_kv_head == cfg.n_head
-            else "attention weights (2 d² + 2 d × n_kv_head d_head per block)",
+            if cfg.n_kv_head == cfg.n_head and cfg.n_head * cfg.d_head == cfg.d_model
+            else "attention weights (2 d² + 2 d × n_kv_head d_head per block)"
+            if cfg.n_head * cfg.d_head == cfg.d_model
+            else "attention weights (2 d × n_head d_head + 2 d × n_kv_head d_head per block)",
             L * counts["attention_weights_per_block"],
         ),
         (
@@ -542,7 +544,12 @@ def params(service: ModelService, preset: str | None, overrides: dict) -> schema
             L * counts["mlp_weights_per_block"],
         ),
         ("unembedding (untied)", counts["unembedding"]),
-        ("biases and norms" if cfg.bias else "norm gains (no biases)", counts["biases_and_norms"]),
+        (
+            "biases and norms"
+            if cfg.bias or cfg.qkv_bias or cfg.attn_out_bias or cfg.mlp_bias
+            else "norm gains (no biases)",
+            counts["biases_and_norms"],
+        ),
     ]
     parts_out = [schemas.Part(label=lab, count=n, share=n / counts["total"]) for lab, n in parts if n]
     return schemas.ParamsResponse(

@@ -18,7 +18,7 @@ from ..schemas import lessons as schemas
 from ..schemas.learn import Histogram
 from ..service import ModelService
 from .learn import finite, json_float, model_batch, query_error
-from .tokens import encode
+from .tokens import encode, token_bytes
 
 MAX_LESSON_TOKENS = 48  # the text of a lesson, in the loaded model's tokens (teacher forcing runs one pass per prefix)
 BAND = 2.0
@@ -76,7 +76,7 @@ def initialisation(width: int, rows: int, seed: int) -> schemas.InitResponse:
 
 
 def _token(enc, i: int) -> schemas.TokenText:
-    return schemas.TokenText(id=i, text=enc.decode_single_token_bytes(i).decode("utf-8", errors="replace"))
+    return schemas.TokenText(id=i, text=token_bytes(enc, i).decode("utf-8", errors="replace"))
 
 
 def dropout(

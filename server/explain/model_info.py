@@ -17,7 +17,11 @@ def model_info(service: ModelService) -> ModelInfo:
     return ModelInfo(
         name=service.name,
         checkpoint=str(service.path),
-        tokenizer=str(tok.get("kind")) if tok.get("kind") in ("bpe", "chars") else str(tok.get("name")),
+        tokenizer=str(tok.get("kind"))
+        if tok.get("kind") in ("bpe", "chars")
+        else "tokenizer.json"
+        if tok.get("kind") == "huggingface"
+        else str(tok.get("name")),
         vocab_size=cfg.vocab_size,
         n_ctx=cfg.n_ctx,
         n_layer=cfg.n_layer,
@@ -34,6 +38,7 @@ def model_info(service: ModelService) -> ModelInfo:
         uniform_loss=round(math.log(cfg.vocab_size), VALUE),
         command=str(meta.get("command", "")),
         source=str(meta.get("source", {}).get("kind", "trained")),
+        schedule=isinstance(meta.get("schedule"), dict) and meta["schedule"].get("kind") == "warmup_cosine",
         pos=cfg.pos,
         norm_type=cfg.norm_type,
         mlp=cfg.mlp,

@@ -24,6 +24,7 @@ from gptscope.model.gpt import (
 )
 
 from .. import saes
+from ..schemas.arrays import Arr
 from ..schemas.sae import SaeFeaturesBlock
 from ..schemas.stages import (
     AttentionBlock,
@@ -50,7 +51,7 @@ from ..schemas.stages import (
     RopeDistanceCheck,
 )
 from ..service import ModelService
-from .common import attention_rows, next_tokens, rounded, token_text
+from .common import arr, attention_rows, next_tokens, rounded, token_text
 from .digits import COARSE, FINE, VALUE
 from .sae import active_features
 
@@ -128,8 +129,8 @@ def stage_names(cfg: GPTConfig) -> list[str]:
 
 def attention(t: Trace) -> AttentionBlock:
     sel = t.sel
-    pattern = [attention_rows(t.act("attn.hook_pattern", li)[sel.heads], t.cfg.causal) for li in sel.layers]
-    return AttentionBlock(layers=sel.layers, heads=sel.heads, pattern=pattern)
+    stack = torch.stack([t.act("attn.hook_pattern", li)[sel.heads] for li in sel.layers])  # (L, H, T, T)
+    return AttentionBlock(layers=sel.layers, heads=sel.heads, pattern=attention_rows(stack, t.cfg.causal))
 
 
 def embeddings(t: Trace) -> EmbeddingsBlock:
@@ -137,11 +138,11 @@ def embeddings(t: Trace) -> EmbeddingsBlock:
     p = t.act("hook_pos_embed") if t.has("hook_pos_embed") else None  # learned positions only
     return EmbeddingsBlock(
         pos=t.cfg.pos,
-        token=rounded(tok, COARSE),
-        position=None if p is None else rounded(p, COARSE),
-        sum=rounded(tok if p is None else tok + p, COARSE),
-        token_norms=rounded(tok.norm(dim=-1), COARSE),
-        position_norms=None if p is None else rounded(p.norm(dim=-1), COARSE),
+        token=arr(tok, COARSE),
+        position=None if p is None else arr(p, COARSE),
+        sum=arr(tok if p is None else tok + p, COARSE),
+        token_norms=arr(tok.norm(dim=-1), COARSE),
+        position_norms=None if p is None else arr(p.norm(dim=-1), COARSE),
     )
 
 
@@ -161,15 +162,15 @@ def layernorm(t: Trace) -> LayerNormDetail:
         which="ln1",
         position=pos,
         kind=cfg.norm_type,
-        input=rounded(x),
+        input=arr(x),
         mean=None if rms else round(float(mean), FINE),
         variance=round(float(var), FINE),
         eps=ln.eps,
         std=round(float(std), FINE),
-        normalized=rounded((x - mean) / std),
-        gain=rounded(ln.weight),
-        shift=rounded(ln.bias) if ln.bias is not None else None,
-        output=rounded(t.act("ln1.hook_normalized", layer)[pos]),
+        normalized=arr((x - mean) / std),
+        gain=arr(ln.weight),
+        shift=arr(ln.bias) if ln.bias is not None else None,
+        output=arr(t.act("ln1.hook_normalized", layer)[pos]),
     )
 
 
@@ -192,34 +193,34 @@ def head_detail(t: Trace) -> HeadDetail:
         scale=1 / math.sqrt(cfg.d_head),
         # RoPE: the rotated q and k (their dot product is the score); grouped-query attention: the
         # key/value head this query head shares
-        q=rounded(t.act("attn.hook_q_rot" if rope else "attn.hook_q", layer)[:, head]),
-        k=rounded(t.act("attn.hook_k_rot" if rope else "attn.hook_k", layer)[:, kvh]),
-        v=rounded(t.act("attn.hook_v", layer)[:, kvh]),
+        q=arr(t.act("attn.hook_q_rot" if rope else "attn.hook_q", layer)[:, head]),
+        k=arr(t.act("attn.hook_k_rot" if rope else "attn.hook_k", layer)[:, kvh]),
+        v=arr(t.act("attn.hook_v", layer)[:, kvh]),
         kv_head=kvh,
         rotated=rope,
-        scores=rounded(scores),
+        scores=arr(scores),
         masked_scores=masked,
-        pattern=rounded(t.act("attn.hook_pattern", layer)[head]),
-        z=rounded(t.act("attn.hook_z", layer)[:, head]),
-        result=rounded(t.act("attn.hook_result", layer)[:, head], COARSE),
+        pattern=arr(t.act("attn.hook_pattern", layer)[head]),
+        z=arr(t.act("attn.hook_z", layer)[:, head]),
+        result=arr(t.act("attn.hook_result", layer)[:, head], COARSE),
         position=pos,
-        resid_pre=rounded(t.act("hook_resid_pre", layer)[pos]),
-        attn_out=rounded(t.act("hook_attn_out", layer)[pos]),
-        resid_mid=rounded(t.act("hook_resid_mid", layer)[pos]),
+        resid_pre=arr(t.act("hook_resid_pre", layer)[pos]),
+        attn_out=arr(t.act("hook_attn_out", layer)[pos]),
+        resid_mid=arr(t.act("hook_resid_mid", layer)[pos]),
     )
 
 
-def gelu_curve(kind: str, lo: float = -4.0, hi: float = 4.0, n: int = 161) -> tuple[list[float], list[float]]:
+def gelu_curve(kind: str, lo: float = -4.0, hi: float = 4.0, n: int = 161) -> tuple[Arr, Arr]:
     x = torch.linspace(lo, hi, n)
     y = F.silu(x) if kind == "silu" else F.gelu(x, approximate="tanh" if kind == "tanh" else "none")
-    return rounded(x, COARSE), rounded(y, VALUE)
+    return arr(x, COARSE), arr(y, VALUE)
 
 
 def _histogram_layer(li: int, p: torch.Tensor, edges: torch.Tensor) -> MLPLayer:
     counts = torch.histc(p.flatten(), bins=HIST_BINS, min=float(edges[0]), max=float(edges[-1]))
     return MLPLayer(
         layer=li,
-        histogram=Histogram(edges=rounded(edges, COARSE), counts=[int(x) for x in counts]),
+        histogram=Histogram(edges=arr(edges, COARSE), counts=[int(x) for x in counts]),
         fraction_negative=round(float((p < 0).float().mean()), VALUE),
         mean=round(float(p.mean()), VALUE),
         std=round(float(p.std()), VALUE),
@@ -253,7 +254,7 @@ def mlp(t: Trace) -> MLPBlock:
 
 def residual(t: Trace) -> ResidualBlock:
     norms = torch.stack([s.norm(dim=-1) for s in t.streams])
-    return ResidualBlock(stages=stage_names(t.cfg), norms=rounded(norms, COARSE))
+    return ResidualBlock(stages=stage_names(t.cfg), norms=arr(norms, COARSE))
 
 
 def logit_lens(t: Trace) -> LogitLensBlock:
@@ -411,11 +412,11 @@ def rope(t: Trace) -> RopeBlock:
         kv_head=kvh,
         base=cfg.rope_base,
         frequencies=rounded(cfg.rope_base ** (-torch.arange(0, hs, 2).float() / hs), FINE),
-        angles=rounded(torch.atan2(sin, cos), COARSE),
-        q=rounded(q_all[:, head]),
-        q_rotated=rounded(t.act("attn.hook_q_rot", layer)[:, head]),
-        k=rounded(k_all[:, kvh]),
-        k_rotated=rounded(t.act("attn.hook_k_rot", layer)[:, kvh]),
+        angles=arr(torch.atan2(sin, cos), COARSE),
+        q=arr(q_all[:, head]),
+        q_rotated=arr(t.act("attn.hook_q_rot", layer)[:, head]),
+        k=arr(k_all[:, kvh]),
+        k_rotated=arr(t.act("attn.hook_k_rot", layer)[:, kvh]),
         distance_check=RopeDistanceCheck(
             offset=offset, distances=dist, scores_at_start=curve(0), scores_at_offset=curve(offset)
         ),
@@ -428,7 +429,7 @@ def moe(t: Trace) -> MoEBlock:
         probs, choice = t.act("mlp.hook_router_probs", li), t.act("mlp.hook_router_choice", li)
         load = torch.bincount(choice.flatten(), minlength=cfg.n_expert).float() / choice.numel()
         layers.append(
-            ExpertLayer(layer=li, probs=rounded(probs, COARSE), choice=choice.tolist(), load=rounded(load, COARSE))
+            ExpertLayer(layer=li, probs=arr(probs, COARSE), choice=choice.tolist(), load=rounded(load, COARSE))
         )
     return MoEBlock(n_expert=cfg.n_expert, top_k=cfg.top_k_experts, layers=layers)
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import regex
-import tiktoken
 
-from gptscope.model.tokenizers import PUBLIC_ENCODINGS, UnknownCharacters, get_public_encoding
+from gptscope.model.tokenizers import PUBLIC_ENCODINGS, AnyEncoding, HFEncoding, UnknownCharacters, get_public_encoding
 
 from ..errors import InputError
 from ..schemas.common import TokenPiece
@@ -18,7 +17,7 @@ def encoding_names() -> list[str]:
     return [*PUBLIC_ENCODINGS, "model"]
 
 
-def resolve_encoding(service: ModelService, name: str, field: str = "encoding") -> tiktoken.Encoding:
+def resolve_encoding(service: ModelService, name: str, field: str = "encoding") -> AnyEncoding:
     if name == "model":
         return service.encoding
     if name in PUBLIC_ENCODINGS:
@@ -43,11 +42,24 @@ def _byte_to_char(text: str) -> list[int]:
     return out
 
 
-def token_pieces(enc: tiktoken.Encoding, ids: list[int], text: str | None = None) -> list[TokenPiece]:
+def token_bytes(enc: AnyEncoding, tid: int) -> bytes:
+    """One token's bytes; an id no token has (a model's vocabulary padded beyond its tokenizer's,
+    as Qwen's is) stands for no bytes."""
+    try:
+        return enc.decode_single_token_bytes(tid)
+    except KeyError:
+        return b""
+
+
+def token_pieces(enc: AnyEncoding, ids: list[int], text: str | None = None) -> list[TokenPiece]:
     """Pieces for ids; spans refer to `text` (the decoded ids when text is None)."""
-    raw = [enc.decode_single_token_bytes(i) for i in ids]
+    raw = [token_bytes(enc, i) for i in ids]
     full = b"".join(raw)
-    if text is None or text.encode("utf-8") != full:
+    # an imported tokenizer's own offsets (its normaliser may change the text: SentencePiece's "▁")
+    spans = enc.spans(text, ids) if isinstance(enc, HFEncoding) and text is not None else None
+    if spans is not None:
+        b2c = None
+    elif text is None or text.encode("utf-8") != full:
         text = full.decode("utf-8", errors="replace")
         b2c = _byte_to_char(text) if text.encode("utf-8") == full else None
     else:
@@ -59,7 +71,9 @@ def token_pieces(enc: tiktoken.Encoding, ids: list[int], text: str | None = None
             piece, ok = b.decode("utf-8"), True
         except UnicodeDecodeError:
             piece, ok = b.decode("utf-8", errors="replace"), False
-        if b2c is not None:
+        if spans is not None:
+            start, end = spans[k]
+        elif b2c is not None:
             start = b2c[pos]
             end_b = pos + len(b)
             end = b2c[end_b] if end_b == len(full) or b2c[end_b] != b2c[end_b - 1] else b2c[end_b] + 1
@@ -81,8 +95,11 @@ def token_pieces(enc: tiktoken.Encoding, ids: list[int], text: str | None = None
     return pieces
 
 
-def pretokens(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[PreToken]:
-    """The regex split of the encoding (special tokens, when allowed, are their own pieces)."""
+def pretokens(enc: AnyEncoding, text: str, allow_special: bool) -> list[PreToken]:
+    """The regex split of the encoding (special tokens, when allowed, are their own pieces); an
+    imported tokenizer's own normaliser and pre-tokeniser (tokenizers' pieces, spans in the text)."""
+    if isinstance(enc, HFEncoding):
+        return [PreToken(text=text[a:b], start=a, end=b) for a, b, _ in enc.pretokenize(text, allow_special)]
     pat = regex.compile(enc._pat_str)
     out: list[PreToken] = []
     segments: list[tuple[int, str | PreToken]] = [(0, text)]  # (offset, text to split or a special token)
@@ -105,7 +122,7 @@ def pretokens(enc: tiktoken.Encoding, text: str, allow_special: bool) -> list[Pr
 
 
 def encode(
-    enc: tiktoken.Encoding, text: str, allow_special: bool = False, field: str = "text", where: str = "body"
+    enc: AnyEncoding, text: str, allow_special: bool = False, field: str = "text", where: str = "body"
 ) -> list[int]:
     """Token ids of a text; a character a character-level vocabulary lacks is a 422 naming the field."""
     try:

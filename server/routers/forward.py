@@ -9,6 +9,7 @@ from ..explain import forward as fwd
 from ..schemas.common import ERROR_RESPONSES, MAX_PROMPT_CHARS
 from ..schemas.forward import ForwardRequest, ForwardResponse, PartsResponse
 from ..schemas.stages import LogitLensBlock
+from ..wire import Binary, answer, responses
 
 router = APIRouter(tags=["forward"])
 
@@ -16,11 +17,11 @@ router = APIRouter(tags=["forward"])
 @router.post(
     "/forward",
     response_model=ForwardResponse,
-    responses=ERROR_RESPONSES,
+    responses={**ERROR_RESPONSES, **responses(ForwardResponse)},
     summary="Run the model on a prompt: tokens, attention [layer][head][query][key], next-token probabilities",
 )
-def forward(req: ForwardRequest, service: Service) -> ForwardResponse:
-    return fwd.forward(service, req)
+def forward(req: ForwardRequest, service: Service, binary: Binary) -> ForwardResponse:
+    return answer(fwd.forward(service, req), binary)
 
 
 @router.get(
@@ -35,22 +36,23 @@ def forward_parts(service: Service) -> PartsResponse:
 @router.get(
     "/forward",
     response_model=ForwardResponse,
-    responses=ERROR_RESPONSES,
+    responses={**ERROR_RESPONSES, **responses(ForwardResponse)},
     summary="The same trace for a prompt given in the URL (the main page's JSON twin)",
 )
 def forward_get(
     service: Service,
+    binary: Binary,
     text: Annotated[str, Query(min_length=1, max_length=MAX_PROMPT_CHARS)],
     top_k: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> ForwardResponse:
-    return fwd.forward(service, ForwardRequest(text=text, top_k=top_k))
+    return answer(fwd.forward(service, ForwardRequest(text=text, top_k=top_k)), binary)
 
 
 @router.post(
     "/logit-lens",
     response_model=LogitLensBlock,
-    responses=ERROR_RESPONSES,
+    responses={**ERROR_RESPONSES, **responses(LogitLensBlock)},
     summary="What each layer would predict: the final LayerNorm and unembedding applied after every block",
 )
-def logit_lens(req: ForwardRequest, service: Service) -> LogitLensBlock:
-    return fwd.forward(service, req.model_copy(update={"include": ["logit_lens"]})).logit_lens
+def logit_lens(req: ForwardRequest, service: Service, binary: Binary) -> LogitLensBlock:
+    return answer(fwd.forward(service, req.model_copy(update={"include": ["logit_lens"]})).logit_lens, binary)

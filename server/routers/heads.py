@@ -8,6 +8,7 @@ from ..deps import Runs, Service
 from ..explain import heads as ex
 from ..schemas.common import ERROR_RESPONSES, MAX_PROMPT_CHARS
 from ..schemas.heads import HeadsResponse, TrainingHeads
+from ..wire import Binary, answer, responses
 
 router = APIRouter(tags=["heads"])
 
@@ -15,11 +16,12 @@ router = APIRouter(tags=["heads"])
 @router.get(
     "/heads",
     response_model=HeadsResponse,
-    responses=ERROR_RESPONSES,
+    responses={**ERROR_RESPONSES, **responses(HeadsResponse)},
     summary="What each head does: role scores against random-weight baselines, and what switching it off costs",
 )
 def heads(
     service: Service,
+    binary: Binary,
     text: Annotated[
         str | None,
         Query(
@@ -31,7 +33,7 @@ def heads(
     ] = None,
     ablate: Annotated[bool, Query(description="run the ablation check for heads with a role")] = True,
 ) -> HeadsResponse:
-    return ex.heads(service, text, ablate)
+    return answer(ex.heads(service, text, ablate), binary)
 
 
 @router.get(

@@ -9,6 +9,7 @@ response carries a Link header to that JSON twin (rel="alternate"), and the page
     /compare    two models, one text   twin: GET /api/v1/compare?a=...&b=...&text=...
     /genealogy  the family tree        twin: GET /api/v1/genealogy
     /features   SAE features           twin: GET /api/v1/saes
+    /patch      activation patching    twin: GET /api/v1/patch/pairs (the sweep itself is a POST)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gptscope.model.train import TrainConfig
 
 from ..config import TEMPLATES_DIR
 from ..deps import Service
+from ..explain import patch_pairs
 from ..explain.model_info import model_info
 from ..explain.tokens import encoding_names
 
@@ -113,6 +115,23 @@ def genealogy_page(request: Request, service: Service) -> Response:
 @router.get("/features", response_class=HTMLResponse)
 def features_page(request: Request, service: Service) -> Response:
     return render(request, service, "features.html", "features", "/api/v1/saes")
+
+
+@router.get("/patch", response_class=HTMLResponse)
+def patch_page(request: Request, service: Service) -> Response:
+    q = request.query_params
+    first = patch_pairs.pairs(service)[:1]
+    state = {
+        "clean": q.get("clean") or (first[0].clean if first else DEFAULT_PROMPT),
+        "corrupted": q.get("corrupted") or (first[0].corrupted if first else DEFAULT_PROMPT),
+        "metric": q.get("metric") if q.get("metric") in ("logit_diff", "logprob") else "logit_diff",
+        "direction": q.get("direction") if q.get("direction") in ("denoise", "noise") else "denoise",
+        "answer": q.get("answer") or (str(first[0].answer) if first and not q.get("clean") else ""),
+        "wrong": q.get("wrong") or (str(first[0].wrong) if first and not q.get("clean") else ""),
+        "heads": q.get("heads") or "",
+        "cell": q.get("cell") or "",
+    }
+    return render(request, service, "patch.html", "patch", "/api/v1/patch/pairs", **state)
 
 
 @lru_cache(maxsize=1)

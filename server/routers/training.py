@@ -31,6 +31,7 @@ from ..schemas.training import (
     TrainingStatus,
 )
 from ..service import ModelService
+from ..wire import Binary, answer, responses
 
 router = APIRouter(tags=["training"])
 
@@ -99,17 +100,18 @@ def delete_training(run_id: str, runs: Runs, service: Service) -> Response:
 @router.get(
     "/training/{run_id}/replay",
     response_model=ReplayFrame,
-    responses={**ERROR_RESPONSES, **NOT_FOUND},
+    responses={**ERROR_RESPONSES, **NOT_FOUND, **responses(ReplayFrame)},
     summary="Watch it learn: one snapshot of a run applied to a fixed prompt",
 )
 def replay(
     run_id: str,
     runs: Runs,
+    binary: Binary,
     step: Annotated[int, Query(ge=0)],
     text: Annotated[str, Query(min_length=1, max_length=2000)] = "ROMEO:\nBut soft, what light",
     tokens: Annotated[int, Query(ge=10, le=5000, description="how many token ids to project")] = 300,
 ) -> ReplayFrame:
-    return ex.replay(runs, run_id, step, text, tokens)
+    return answer(ex.replay(runs, run_id, step, text, tokens), binary)
 
 
 @router.get(

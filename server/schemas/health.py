@@ -24,7 +24,8 @@ class ModelInfo(BaseModel):
     checkpoint: str = Field(description="folder the weights were loaded from")
     tokenizer: str = Field(
         description="'bpe' (trained on the corpus), 'chars' (one token per character, an imported "
-        "nanoGPT char-level model) or a public encoding's name"
+        "nanoGPT char-level model), 'tokenizer.json' (an imported Hugging Face model's own, run by the "
+        "tokenizers library) or a public encoding's name"
     )
     vocab_size: int
     n_ctx: int
@@ -51,8 +52,13 @@ class ModelInfo(BaseModel):
     n_expert: int = Field(0, description="mixture of experts: FFNs per block (0: one dense MLP)")
     top_k_experts: int = Field(1, description="experts each token is sent to")
     source: str = Field(
-        description="'trained' (here, with gptscope train), 'huggingface-gpt2' or 'nanogpt' (imported "
-        "with gptscope import)"
+        description="'trained' (here, with gptscope train), 'huggingface-gpt2', 'huggingface-llama' or "
+        "'nanogpt' (imported with gptscope import)"
+    )
+    schedule: bool = Field(
+        False,
+        description="whether checkpoint.json records the learning-rate schedule the model was trained with "
+        "(GET /schedules/lr?kind=model draws it; an imported model has none)",
     )
     classifier: ClassifierInfo | None = Field(
         None, description="a fine-tuned classifier's labels; null for a language model"

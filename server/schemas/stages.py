@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-Matrix = list[list[float]]
+from .arrays import Matrix, Tensor4, Vector
+
 ContributionKind = Literal["embed", "head", "attn_bias", "attn", "mlp", "bias"]  # what wrote a contribution
 
 
@@ -21,7 +22,7 @@ class NextToken(BaseModel):
 class AttentionBlock(BaseModel):
     layers: list[int] = Field(description="layer index of each entry of `pattern`")
     heads: list[int] = Field(description="head index of each entry of `pattern[l]`")
-    pattern: list[list[Matrix]] = Field(
+    pattern: Tensor4 = Field(
         description="[layer][head][query][key]: softmax weights, 4 decimals; each row sums to 1. For a causal "
         "model (`causal` true) row q lists keys 0..q only: later keys are masked and get exactly 0, "
         "so they are left out (half the bytes). A model trained without the mask has full rows."
@@ -39,8 +40,8 @@ class EmbeddingsBlock(BaseModel):
         description="(T, d) rows of W_P for positions 0..T-1 (null without learned positions)"
     )
     sum: Matrix = Field(description="(T, d) token + position: the residual stream entering block 0")
-    token_norms: list[float]
-    position_norms: list[float] | None
+    token_norms: Vector
+    position_norms: Vector | None
 
 
 class LayerNormDetail(BaseModel):
@@ -48,15 +49,15 @@ class LayerNormDetail(BaseModel):
     which: str = Field(description="ln1 (before attention in a pre-norm model; after the add in post-norm)")
     position: int
     kind: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="RMSNorm subtracts no mean and has no shift")
-    input: list[float] = Field(description="(d,) the vector entering the LayerNorm")
+    input: Vector = Field(description="(d,) the vector entering the LayerNorm")
     mean: float | None = Field(description="the mean LayerNorm subtracts (null for RMSNorm, which keeps it)")
     variance: float = Field(description="LayerNorm: the variance; RMSNorm: the mean of the squares")
     eps: float
     std: float = Field(description="sqrt(variance + eps): LayerNorm's standard deviation, RMSNorm's root mean square")
-    normalized: list[float] = Field(description="(input - mean) / std (RMSNorm: input / std), before gain and shift")
-    gain: list[float]
-    shift: list[float] | None
-    output: list[float] = Field(description="normalized * gain + shift")
+    normalized: Vector = Field(description="(input - mean) / std (RMSNorm: input / std), before gain and shift")
+    gain: Vector
+    shift: Vector | None
+    output: Vector = Field(description="normalized * gain + shift")
 
 
 class HeadDetail(BaseModel):
@@ -79,13 +80,13 @@ class HeadDetail(BaseModel):
     z: Matrix = Field(description="(T, d_head) pattern @ V: the weighted sum of values")
     result: Matrix = Field(description="(T, d) this head's output in the residual space: z @ W_O[head]")
     position: int
-    resid_pre: list[float] = Field(description="(d,) stream entering the block at the selected position")
-    attn_out: list[float] = Field(description="(d,) all heads' outputs + bias at that position")
-    resid_mid: list[float] = Field(description="(d,) stream after the attention residual add")
+    resid_pre: Vector = Field(description="(d,) stream entering the block at the selected position")
+    attn_out: Vector = Field(description="(d,) all heads' outputs + bias at that position")
+    resid_mid: Vector = Field(description="(d,) stream after the attention residual add")
 
 
 class Histogram(BaseModel):
-    edges: list[float]
+    edges: Vector
     counts: list[int]
 
 
@@ -108,8 +109,8 @@ class MLPBlock(BaseModel):
         description="'exact' x*Phi(x) or 'tanh' approximation, as the model uses; 'silu' for a SwiGLU "
         "MLP (its gate's activation; post = silu(gate) * value)"
     )
-    curve_x: list[float]
-    curve_y: list[float] = Field(description="the model's GELU at curve_x (drawn under the histograms)")
+    curve_x: Vector
+    curve_y: Vector = Field(description="the model's GELU at curve_x (drawn under the histograms)")
     layers: list[MLPLayer]
     layer: int
     position: int

@@ -57,14 +57,23 @@ class EncodingInfo(BaseModel):
     name: str = Field(description="the name to pass as `encoding`")
     title: str = Field(description="who uses it, in a few words")
     vocab_size: int = Field(description="number of token ids (one past the largest id), special tokens included")
-    mergeable_tokens: int = Field(description="tokens BPE can produce: the 256 single bytes plus one per learned merge")
-    merges: int = Field(description="learned merges (mergeable tokens minus the 256 single bytes)")
+    mergeable_tokens: int = Field(
+        description="tokens BPE can produce: the 256 single bytes plus one per learned merge (an imported "
+        "tokenizer.json: every token that is not special)"
+    )
+    merges: int = Field(
+        description="learned merges (mergeable tokens minus the 256 single bytes; an imported tokenizer.json: "
+        "the length of its merge list)"
+    )
     special_tokens: list[SpecialToken]
     unassigned_ids: int = Field(
         description="ids below vocab_size that name no token at all (neither mergeable nor special): "
         "vocab_size = mergeable_tokens + special tokens + unassigned_ids"
     )
-    pattern: str = Field(description="the pre-token regular expression; BPE never merges across its matches")
+    pattern: str = Field(
+        description="the pre-token regular expression; BPE never merges across its matches (empty for a "
+        "SentencePiece-style tokenizer.json, which splits no pre-tokens by a pattern)"
+    )
 
 
 class EncodingsResponse(BaseModel):
@@ -106,7 +115,10 @@ class MergeStep(BaseModel):
     position: int = Field(description="index (in the pieces before this step) of the left piece that was merged")
     left: int = Field(description="id of the left piece")
     right: int = Field(description="id of the right piece")
-    merged: int = Field(description="id of the new piece (its rank and id agree in all these encodings)")
+    merged: int = Field(
+        description="id of the new piece (tiktoken's encodings: its rank and id agree; an imported "
+        "tokenizer.json numbers its merges apart from its ids)"
+    )
     pieces: list[str] = Field(description="the pieces after this merge, as text (U+FFFD for partial characters)")
     piece_ids: list[int] = Field(description="the same pieces as token ids")
 

@@ -267,13 +267,14 @@ def test_an_induction_mark_opens_its_head_on_the_repeated_test_input(page, live_
     layer, head = 1, 2
 
     def fake_heads(route):
-        res = route.fetch()
+        # the JSON form, to edit (the page asks for MessagePack and reads either)
+        res = route.fetch(headers={**route.request.headers, "accept": "application/json"})
         body = res.json()
         for h in body["heads"]:
             if (h["layer"], h["head"]) == (layer, head):
                 h["roles"], h["status"] = ["induction"], "confirmed"
                 h["scores"]["induction"] = 0.9
-        route.fulfill(response=res, json=body)
+        route.fulfill(status=res.status, json=body)
 
     page.route("**/api/v1/heads?*", fake_heads)
     open_page(page, live_url, {"text": PROMPT})

@@ -77,18 +77,27 @@ function fillFields(schedule, always = false) {
 const noSchedule = (err) => err instanceof ApiError && err.status === 422 && Array.isArray(err.detail)
   && err.detail.some((d) => (d.loc || []).includes("kind"));
 
+function showNoSchedule(why) {
+  mform.hidden = true;
+  clearPlot($("model-schedule-plot"));
+  $("model-schedule-plot").hidden = true;
+  mpanel.dataset.schedule = "none";
+  $("model-schedule-summary").textContent = `Nothing to draw for this model: ${why} ` +
+    "(a model imported from elsewhere was trained by another program, which kept its schedule to itself).";
+}
+
 async function loadModel(signal) {
+  // /health's `schedule` (the page's data-recorded) says there is none: nothing to ask the API
+  if (mpanel.dataset.recorded === "no") {
+    showNoSchedule("the loaded model's checkpoint.json records no warmup_cosine schedule");
+    return;
+  }
   let body;
   try {
     body = await apiGet(`/schedules/lr?kind=model&${formQuery(mform)}`, signal);
   } catch (err) {
     if (!noSchedule(err)) throw err;
-    mform.hidden = true;
-    clearPlot($("model-schedule-plot"));
-    $("model-schedule-plot").hidden = true;
-    mpanel.dataset.schedule = "none";
-    $("model-schedule-summary").textContent = `Nothing to draw for this model: ${err.detail.map((d) => d.msg).join("; ")} ` +
-      "(a model imported from elsewhere was trained by another program, which kept its schedule to itself).";
+    showNoSchedule(err.detail.map((d) => d.msg).join("; "));
     return;
   }
   mform.hidden = false;

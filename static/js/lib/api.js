@@ -1,5 +1,11 @@
-// The one way pages talk to the server: the same /api/v1 JSON any tool can call. Also the one
+// The one way pages talk to the server: the same /api/v1 answers any tool can call. Also the one
 // "wait, then cancel the older request" helper (latest / debounced) and the API's own schema.
+// Every request accepts the binary form (MessagePack, docs/api.md#binary-answers), which the heavy
+// endpoints send and the rest ignore; decoded, it is the JSON's tree with the JSON's numbers.
+import { decode } from "./msgpack.js";
+
+export const MSGPACK = "application/vnd.gptscope+msgpack";
+const ACCEPT = `${MSGPACK}, application/json;q=0.9`;
 
 export class ApiError extends Error {
   constructor(status, detail) {
@@ -24,7 +30,9 @@ export function formatDetail(detail) {
 }
 
 async function answer(resp) {
-  const body = await resp.json().catch(() => ({ detail: resp.statusText }));
+  const binary = (resp.headers.get("content-type") || "").startsWith(MSGPACK);
+  // a binary body that does not decode is a bug to see; a JSON one may be a proxy's error page
+  const body = binary ? decode(await resp.arrayBuffer()) : await resp.json().catch(() => ({ detail: resp.statusText }));
   return { status: resp.status, ok: resp.ok, body };
 }
 
@@ -36,10 +44,10 @@ function checked({ status, ok, body }) {
 // The raw answer { status, ok, body } of any /api/v1 request, for callers that act on the status
 // (202 / 200 cached / 409); an error's body holds `detail`. `payload`: JSON, or FormData as it is.
 export async function apiRequest(method, path, payload, signal) {
-  const init = { method, signal };
+  const init = { method, signal, headers: { Accept: ACCEPT } };
   if (payload instanceof FormData) init.body = payload;
   else if (payload !== undefined) {
-    init.headers = { "Content-Type": "application/json" };
+    init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(payload);
   }
   return answer(await fetch(`/api/v1${path}`, init));

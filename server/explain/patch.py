@@ -1,0 +1,337 @@
+"""Activation patching between a clean and a corrupted prompt (POST /api/v1/patch and its job form).
+
+`plan` checks a request against the loaded model and runs (or finds in the cache) the two prompts;
+`compute` runs the patched passes that are not cached yet (model/patching.py batches them) and
+builds the answer. The two prompts' recorded runs and each finished sweep are cached per model, so
+the page's next question about the same pair (another cell's distribution, one more sweep) only
+runs what is new.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from gptscope.model import patching as pt
+from gptscope.model.gpt import GPT
+
+from ..errors import InputError
+from ..schemas.patch import (
+    MEANINGS,
+    Compared3,
+    PatchCell,
+    PatchDetail,
+    PatchMetric,
+    PatchRequest,
+    PatchResponse,
+    PatchSweep,
+    TokenRef,
+)
+from ..service import ModelService
+from .common import arr, check_index, given_ids, next_tokens, prompt_ids, token_text
+from .digits import FINE, SECONDS, VALUE
+from .tokens import token_pieces
+
+# The work a request may ask for, in multiply-adds of the blocks it runs (positions computed x blocks
+# x parameters per block): the plain POST answers up to MAX_SYNC_MACS (a few seconds on two cores:
+# the built-in model's every sweep of a 90-token pair); a job (POST /api/v1/patch/jobs) up to
+# MAX_JOB_MACS, showing its progress (GPT-2 small's full 20-token sweep is about 0.4e12).
+MAX_SYNC_MACS = 150e9
+MAX_JOB_MACS = 6e12
+EPS = 1e-4  # a clean and a corrupted metric closer than this leave the effect undefined
+RECORDS_KEPT, SWEEPS_KEPT = 8, 16
+
+
+class _Cache:
+    """Per model: the recorded runs of recent prompts and recent sweeps' patched metrics (LRU)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_model: weakref.WeakKeyDictionary[GPT, tuple[OrderedDict, OrderedDict]] = weakref.WeakKeyDictionary()
+
+    def _get(self, model: GPT, which: int, key: tuple, keep: int, make: Callable[[], object] | None = None):
+        with self._lock:
+            store = self._by_model.setdefault(model, (OrderedDict(), OrderedDict()))[which]
+            if key in store:
+                store.move_to_end(key)
+                return store[key]
+        if make is None:
+            return None
+        value = make()
+        with self._lock:
+            store[key] = value
+            while len(store) > keep:
+                store.popitem(last=False)
+        return value
+
+    def record(self, service: ModelService, ids: list[int]) -> pt.Recorded:
+        def make() -> pt.Recorded:
+            with service.run() as m:
+                return pt.record(m, ids)
+
+        return self._get(service.model, 0, tuple(ids), RECORDS_KEPT, make)
+
+    def sweep(self, model: GPT, key: tuple) -> torch.Tensor | None:
+        return self._get(model, 1, key, SWEEPS_KEPT)
+
+    def keep_sweep(self, model: GPT, key: tuple, values: torch.Tensor) -> None:
+        self._get(model, 1, key, SWEEPS_KEPT, lambda: values)
+
+
+CACHE = _Cache()
+
+
+@dataclass
+class Plan:
+    """A checked request: the two prompts' runs, the metric's tokens, and the sweeps still to run."""
+
+    req: PatchRequest
+    clean: pt.Recorded
+    corrupted: pt.Recorded
+    answer: int
+    wrong: int | None
+    rows: dict[str, list[list[pt.Site]]] = field(default_factory=dict)  # kind -> its cells, row by row
+    todo: list[str] = field(default_factory=list)  # the kinds not in the cache
+    total: int = 0  # patched runs to compute
+
+    @property
+    def base(self) -> pt.Recorded:
+        return self.corrupted if self.req.direction == "denoise" else self.clean
+
+    @property
+    def source(self) -> pt.Recorded:
+        return self.clean if self.req.direction == "denoise" else self.corrupted
+
+    def reduce(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        if self.wrong is None:
+            return pt.logprob(self.answer)
+        return pt.logit_diff(self.answer, self.wrong)
+
+    def sweep_key(self, kind: str) -> tuple:
+        heads = tuple((h.layer, h.head) for h in self.req.heads) if kind == "head_position" else ()
+        return (self.clean.ids, self.corrupted.ids, self.req.direction, self.answer, self.wrong, kind, heads)
+
+
+def _ids(service: ModelService, text: str | None, ids: list[int] | None, name: str) -> list[int]:
+    if (text is None) == (ids is None):
+        raise InputError(name, f"give either {name} (text) or {name}_ids, not both or neither")
+    if text is not None:
+        return prompt_ids(service, text, truncate=False, field=name)[0]
+    assert ids is not None
+    return given_ids(service, ids, f"{name}_ids")
+
+
+def _pair(service: ModelService, req: PatchRequest) -> tuple[list[int], list[int]]:
+    clean = _ids(service, req.clean, req.clean_ids, "clean")
+    corrupted = _ids(service, req.corrupted, req.corrupted_ids, "corrupted")
+    name = "corrupted" if req.corrupted is not None else "corrupted_ids"
+    if len(clean) != len(corrupted):
+        raise InputError(
+            name,
+            f"clean has {len(clean)} tokens and corrupted {len(corrupted)}: patching needs the same number, "
+            "position by position",
+        )
+    if clean == corrupted:
+        raise InputError(name, "corrupted has the same tokens as clean: change at least one token")
+    return clean, corrupted
+
+
+def _check_cell(cell: PatchCell, L: int, H: int, T: int) -> None:
+    check_index(cell.layer, L + 1 if cell.kind == "resid_pre" else L, "cell.layer")
+    if cell.kind == "head":
+        if cell.position is not None:
+            raise InputError("cell.position", "a `head` cell patches every position: leave position out")
+    elif cell.position is None:
+        raise InputError("cell.position", f"a {cell.kind} cell needs a position, 0..{T - 1}")
+    else:
+        check_index(cell.position, T, "cell.position")
+    if cell.kind in ("head", "head_position"):
+        if cell.head is None:
+            raise InputError("cell.head", f"a {cell.kind} cell needs a head, 0..{H - 1}")
+        check_index(cell.head, H, "cell.head")
+    elif cell.head is not None:
+        raise InputError("cell.head", f"a {cell.kind} cell has no head: leave head out")
+
+
+def _check_request(service: ModelService, req: PatchRequest, T: int) -> None:
+    cfg = service.model.cfg
+    for n, h in enumerate(req.heads):
+        check_index(h.layer, cfg.n_layer, f"heads.{n}.layer")
+        check_index(h.head, cfg.n_head, f"heads.{n}.head")
+    if "head_position" in req.kinds and not req.heads:
+        raise InputError("heads", "the head_position sweep needs a head set: give heads [{layer, head}, ...]")
+    if len(set(req.kinds)) != len(req.kinds):
+        raise InputError("kinds", f"kinds must not repeat a kind (got {req.kinds})")
+    for name in ("answer", "wrong"):
+        tid = getattr(req, name)
+        if tid is not None and tid >= cfg.vocab_size:
+            raise InputError(name, f"token id {tid} is outside the vocabulary 0..{cfg.vocab_size - 1}")
+    if req.metric == "logit_diff" and req.answer is not None and req.answer == req.wrong:
+        raise InputError("wrong", "wrong must differ from answer: their logit difference would be 0")
+    if req.cell is not None:
+        _check_cell(req.cell, cfg.n_layer, cfg.n_head, T)
+
+
+def _answers(plan_clean: pt.Recorded, plan_corrupted: pt.Recorded, req: PatchRequest) -> tuple[int, int | None]:
+    answer = req.answer if req.answer is not None else int(plan_clean.logits.argmax())
+    if req.metric == "logprob":
+        return answer, None
+    if req.wrong is not None:
+        if req.wrong == answer:
+            raise InputError("wrong", f"wrong is the answer token ({answer}); choose another token")
+        return answer, req.wrong
+    top2 = torch.topk(plan_corrupted.logits, 2).indices.tolist()
+    return answer, top2[1] if top2[0] == answer else top2[0]
+
+
+def _block_params(model: GPT) -> int:
+    return sum(p.numel() for p in model.blocks[0].parameters())
+
+
+def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -> Plan:
+    """Check the request (every limit named by its field), record both prompts, and find what to run;
+    `limit`: the most multiply-adds it may ask for (MAX_SYNC_MACS unless given)."""
+    limit = MAX_SYNC_MACS if limit is None else limit
+    clean_ids, corrupted_ids = _pair(service, req)
+    _check_request(service, req, len(clean_ids))
+    clean, corrupted = CACHE.record(service, clean_ids), CACHE.record(service, corrupted_ids)
+    answer, wrong = _answers(clean, corrupted, req)
+    p = Plan(req, clean, corrupted, answer, wrong)
+    m_clean, m_corr = (float(v) for v in p.reduce()(torch.stack([clean.logits, corrupted.logits])))
+    if abs(m_clean - m_corr) < EPS:
+        raise InputError(
+            "answer",
+            f"the metric is {m_clean:.5f} on the clean run and {m_corr:.5f} on the corrupted one: with no "
+            "difference the effect is undefined; choose answer (and wrong) tokens the two prompts disagree on",
+        )
+    cfg, T = service.model.cfg, len(clean_ids)
+    heads = [(h.layer, h.head) for h in req.heads]
+    p.rows = {k: pt.sweep(k, cfg.n_layer, cfg.n_head, T, heads) for k in req.kinds}
+    p.todo = [k for k in req.kinds if CACHE.sweep(service.model, p.sweep_key(k)) is None]
+    runs = [[s] for k in p.todo for row in p.rows[k] for s in row]
+    p.total = len(runs)
+    macs = pt.cost(service.model, T, runs) * _block_params(service.model)
+    if macs > limit:
+        where = f"start it as a job, POST /api/v1/patch/jobs (up to {MAX_JOB_MACS:.0e})"
+        raise InputError(
+            "kinds",
+            f"these sweeps are {p.total:,} patched runs, about {macs:.2e} multiply-adds; this endpoint computes "
+            f"up to {limit:.0e}: ask for fewer kinds or shorter prompts"
+            + (f", or {where}" if limit < MAX_JOB_MACS else ""),
+        )
+    return p
+
+
+def compute(
+    service: ModelService,
+    p: Plan,
+    on_chunk: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> PatchResponse:
+    """Run the plan's uncached sweeps (batched, the model's lock held per batch) and build the answer."""
+    t0 = time.perf_counter()
+    runs = [[s] for k in p.todo for row in p.rows[k] for s in row]
+    if runs:
+        values = pt.patched(service.model, p.base, p.source, runs, p.reduce(), on_chunk, cancel, lock=service.run)
+        at = 0
+        for k in p.todo:
+            n_rows, n_cols = len(p.rows[k]), len(p.rows[k][0]) if p.rows[k] else 0
+            CACHE.keep_sweep(service.model, p.sweep_key(k), values[at : at + n_rows * n_cols].view(n_rows, n_cols))
+            at += n_rows * n_cols
+    return _response(service, p, len(runs), time.perf_counter() - t0)
+
+
+def patch(service: ModelService, req: PatchRequest) -> PatchResponse:
+    return compute(service, plan(service, req))
+
+
+def _site(cell: PatchCell) -> pt.Site:
+    kind = "z" if cell.kind in ("head", "head_position") else cell.kind
+    return pt.Site(kind, cell.layer, cell.position, cell.head)  # type: ignore[arg-type]
+
+
+def _metric(service: ModelService, p: Plan) -> PatchMetric:
+    T = len(p.clean.ids)
+    answer = TokenRef(id=p.answer, text=token_text(service, p.answer))
+    if p.wrong is None:
+        return PatchMetric(
+            kind="logprob", answer=answer, wrong=None, position=T - 1,
+            description=f"log p({answer.text!r}) at the last position, nats",
+        )  # fmt: skip
+    wrong = TokenRef(id=p.wrong, text=token_text(service, p.wrong))
+    return PatchMetric(
+        kind="logit_diff", answer=answer, wrong=wrong, position=T - 1,
+        description=f"logit({answer.text!r}) - logit({wrong.text!r}) at the last position, nats",
+    )  # fmt: skip
+
+
+def _detail(service: ModelService, p: Plan, clean_m: float, corr_m: float) -> PatchDetail | None:
+    cell = p.req.cell
+    if cell is None:
+        return None
+    logits = pt.patched(service.model, p.base, p.source, [[_site(cell)]], lambda x: x, lock=service.run)[0]
+    value = float(p.reduce()(logits[None])[0])
+    probs = [torch.softmax(x.float(), -1) for x in (p.clean.logits, p.corrupted.logits, logits)]
+    k = p.req.top_k
+    union = list(dict.fromkeys(i for pr in probs for i in torch.topk(pr, k).indices.tolist()))
+    union.sort(key=lambda i: -float(probs[0][i]))
+    return PatchDetail(
+        cell=cell,
+        patched_metric=round(value, VALUE),
+        effect=round((value - corr_m) / (clean_m - corr_m), VALUE),
+        top=next_tokens(service, logits, k),
+        compared=[
+            Compared3(
+                id=i,
+                text=token_text(service, i),
+                clean=round(float(probs[0][i]), FINE),
+                corrupted=round(float(probs[1][i]), FINE),
+                patched=round(float(probs[2][i]), FINE),
+            )
+            for i in union
+        ],
+    )
+
+
+def _response(service: ModelService, p: Plan, n_runs: int, seconds: float) -> PatchResponse:
+    cfg = service.model.cfg
+    clean_m, corr_m = (float(v) for v in p.reduce()(torch.stack([p.clean.logits, p.corrupted.logits])))
+    sweeps = []
+    for k in p.req.kinds:
+        values = CACHE.sweep(service.model, p.sweep_key(k))
+        assert values is not None
+        sweeps.append(
+            PatchSweep(
+                kind=k,  # type: ignore[arg-type]
+                meaning=MEANINGS[k],
+                columns="head" if k == "head" else "position",
+                row_layers=[row[0].layer for row in p.rows[k]],
+                row_heads=[row[0].head or 0 for row in p.rows[k]] if k == "head_position" else None,
+                patched=arr(values, VALUE),
+                effect=arr((values - corr_m) / (clean_m - corr_m), VALUE),
+            )
+        )
+    return PatchResponse(
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        clean_tokens=token_pieces(service.encoding, list(p.clean.ids)),
+        corrupted_tokens=token_pieces(service.encoding, list(p.corrupted.ids)),
+        differs=[i for i, (a, b) in enumerate(zip(p.clean.ids, p.corrupted.ids)) if a != b],
+        direction=p.req.direction,
+        base="corrupted" if p.req.direction == "denoise" else "clean",
+        metric=_metric(service, p),
+        clean_metric=round(clean_m, VALUE),
+        corrupted_metric=round(corr_m, VALUE),
+        clean_top=next_tokens(service, p.clean.logits, p.req.top_k),
+        corrupted_top=next_tokens(service, p.corrupted.logits, p.req.top_k),
+        sweeps=sweeps,
+        detail=_detail(service, p, clean_m, corr_m),
+        runs=n_runs,
+        seconds=round(seconds, SECONDS),
+    )
