@@ -32,6 +32,7 @@ PAGES = {
     "learn": "/learn",
     "train": "/train",
     "compare": "/compare",
+    "features": "/features",
     "patch": "/patch",
 }
 

@@ -159,9 +159,10 @@ def save(
     return folder
 
 
-def _read_hashed(folder: Path, name: object, sha: object, label: str) -> bytes:
-    """The bytes of a file named in checkpoint.json, checked against its recorded sha256 (name and
-    sha as the JSON has them: anything, or missing)."""
+def read_hashed(folder: Path, name: object, sha: object, label: str, meta_name: str = META_NAME) -> bytes:
+    """The bytes of a file named in checkpoint.json (or `meta_name`: model/sae.py's folders use it
+    too), checked against its recorded sha256 (name and sha as the JSON has them: anything, or
+    missing)."""
     if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith("."):
         raise CheckpointError(f"{label} file name {name!r} is not a plain file name")
     p = folder / name
@@ -171,7 +172,7 @@ def _read_hashed(folder: Path, name: object, sha: object, label: str) -> bytes:
         raise CheckpointError(f"{label} file {name} is larger than {MAX_WEIGHTS_BYTES:,} bytes")
     blob = p.read_bytes()
     if hashlib.sha256(blob).hexdigest() != sha:
-        raise CheckpointError(f"{label} file {name} does not match the sha256 in {META_NAME} (truncated or altered)")
+        raise CheckpointError(f"{label} file {name} does not match the sha256 in {meta_name} (truncated or altered)")
     return blob
 
 
@@ -181,15 +182,17 @@ def read_history(path: str | Path, meta: dict) -> list[dict]:
         return meta["history"]
     if not meta.get("history"):
         return []
-    blob = _read_hashed(Path(path), meta["history"], meta.get("history_sha256"), "history")
+    blob = read_hashed(Path(path), meta["history"], meta.get("history_sha256"), "history")
     try:
         return [json.loads(line) for line in blob.decode("utf-8").splitlines() if line]
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"history file {meta['history']} is not JSON lines: {e}") from None
 
 
-def _read_tensors(folder: Path, name: object, sha: object, label: str) -> dict[str, torch.Tensor]:
-    blob = _read_hashed(folder, name, sha, label)
+def read_tensors(
+    folder: Path, name: object, sha: object, label: str, meta_name: str = META_NAME
+) -> dict[str, torch.Tensor]:
+    blob = read_hashed(folder, name, sha, label, meta_name)
     try:
         return st_load(blob)
     except Exception as e:
@@ -217,7 +220,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: b
         cfg = GPTConfig.from_dict(meta["config"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"bad model config in {folder / META_NAME}: {e}") from None
-    tensors = _read_tensors(folder, meta.get("weights"), meta.get("weights_sha256"), "weights")
+    tensors = read_tensors(folder, meta.get("weights"), meta.get("weights_sha256"), "weights")
     with torch.device("meta"):  # no memory and no random init for weights about to be replaced
         model = GPT(cfg)
     expected = {k: v for k, v in model.state_dict().items() if not (cfg.tie_weights and k == "lm_head.weight")}
@@ -236,6 +239,6 @@ def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: b
     model.to(device).eval()
     opt = {}
     if with_optimizer and meta.get("optimizer"):
-        opt = _read_tensors(folder, meta["optimizer"], meta.get("optimizer_sha256"), "optimizer")
-    head = _read_tensors(folder, meta["head"], meta.get("head_sha256"), "head") if meta.get("head") else {}
+        opt = read_tensors(folder, meta["optimizer"], meta.get("optimizer_sha256"), "optimizer")
+    head = read_tensors(folder, meta["head"], meta.get("head_sha256"), "head") if meta.get("head") else {}
     return Checkpoint(model, meta, folder, opt, head=head)

@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from gptscope import __version__
 from gptscope.model import corpus as corpus_mod
 
-from . import contract, errors
+from . import contract, errors, saes
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
 from .patch_jobs import PatchJobs
@@ -31,6 +31,7 @@ from .routers import (
     lessons,
     pages,
     patch,
+    sae,
     sampling,
     tokenize,
     training,
@@ -54,11 +55,13 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         if getattr(app.state, "service", None) is None:
             app.state.service = ModelService(settings.checkpoint, settings.device)
             log.info("loaded %s from %s", app.state.service.name, settings.checkpoint)
+        saes.attach(app.state.service, settings.data_dir)
         app.state.service.threads = settings.threads_for(app.state.service.model.num_params())
         torch.set_num_threads(app.state.service.threads)  # and for any other torch work of the app
         yield
         app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
         app.state.finetune.shutdown()
+        app.state.sae_jobs.shutdown()
         app.state.patch_jobs.shutdown()
 
     app = FastAPI(
@@ -86,6 +89,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
     app.state.service = service
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
+    app.state.sae_jobs = saes.SaeJobs()
     app.state.patch_jobs = PatchJobs()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
@@ -103,6 +107,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         compare.router,
         finetune.router,
         genealogy.router,
+        sae.router,
         patch.router,
     ):
         app.include_router(r, prefix=API_PREFIX)

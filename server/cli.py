@@ -1,4 +1,4 @@
-"""`gptscope`: serve the explainer, train a model, evaluate or sample from a checkpoint."""
+"""`gptscope`: serve the explainer, train a model, evaluate or sample from a checkpoint, train an SAE."""
 
 from __future__ import annotations
 
@@ -184,6 +184,67 @@ def cmd_finetune(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sae(a: argparse.Namespace) -> int:
+    """Train a sparse autoencoder on one layer's residual stream; a progress bar on stderr, one JSON
+    line with the quality figures on stdout."""
+    from tqdm import tqdm
+
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.model import corpus as corpus_mod
+    from gptscope.model import sae as sae_mod
+
+    from .saes import folders_for
+
+    tc = sae_mod.SAETrainConfig(
+        layer=a.layer,
+        expansion=a.expansion,
+        activation=a.activation,
+        k=a.k,
+        l1_coefficient=a.l1,
+        lr=a.lr,
+        batch_tokens=a.batch_tokens,
+        max_tokens=a.max_tokens,
+        time_budget=a.time_budget,
+        seed=a.seed,
+    )
+    try:
+        folder_ck = checkpoint_folder(a.checkpoint)
+        c = ckpt.load(folder_ck)
+        spec = a.corpus or (c.meta.get("corpus") or {}).get("name")
+        if spec is None:
+            raise ValueError("the checkpoint does not say what text it was trained on: give --corpus")
+        tc.validate(c.model)
+        data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
+        out = Path(a.out) if a.out else folders_for(folder_ck, data_dir)[0] / (a.name or sae_mod.default_name(tc))
+    except (ckpt.CheckpointError, corpus_mod.CorpusError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(a.threads or torch.get_num_threads())
+    bar = tqdm(total=1000, desc=f"SAE on blocks.{tc.layer}.hook_resid_post", file=sys.stderr)
+
+    def on_progress(e: dict) -> None:
+        bar.n = round(1000 * e.get("progress", 0))
+        if "fvu" in e:
+            bar.set_postfix(fvu=e["fvu"], l0=e["l0"], dead=e["dead"], tokens=e["tokens"])
+        else:
+            bar.set_description("evaluating on held-out text")
+        bar.refresh()
+
+    command = "gptscope sae " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["sae"] else [f"--layer {a.layer}"])
+    try:
+        meta = sae_mod.train_and_save(c, spec, tc, out, command, on_progress=on_progress)
+    except (sae_mod.SAEError, corpus_mod.CorpusError) as e:
+        bar.close()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    bar.close()
+    keep = ("steps", "tokens", "train_seconds", "eval_seconds")
+    print(json.dumps({"sae": str(out), **{k: meta[k] for k in keep}, "quality": meta["quality"]}))
+    return 0
+
+
 def _serve_args(sub) -> None:
     """`gptscope serve`: the web app."""
     s = sub.add_parser("serve", help="start the web app")
@@ -291,6 +352,32 @@ def _finetune_args(sub) -> None:
     )
 
 
+def _sae_args(sub) -> None:
+    """`gptscope sae`: a sparse autoencoder on one layer's residual stream."""
+    s = sub.add_parser(
+        "sae",
+        help="train a sparse autoencoder on one layer's residual stream and report its quality",
+        description="Train an SAE on blocks.LAYER.hook_resid_post over the training split of the text, measure it "
+        "on the held-out split, and save it beside the checkpoint (the built-in model's go to the data folder).",
+    )
+    s.add_argument("--layer", type=int, required=True, help="the block whose output stream it reads (0-based)")
+    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the model (default: the built-in one)")
+    s.add_argument("--corpus", default=None, help="training text (default: the checkpoint's own built-in corpus)")
+    s.add_argument("--expansion", type=int, default=8, help="features per stream dimension, 8..32 (default 8)")
+    s.add_argument("--activation", choices=["topk", "relu"], default="topk")
+    s.add_argument("--k", type=int, default=32, help="TopK: features kept per token (default 32)")
+    s.add_argument("--l1", type=float, default=0.5, help="ReLU: the L1 penalty's weight (default 0.5)")
+    s.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate (default 0.003)")
+    s.add_argument("--batch-tokens", type=int, default=1024, help="activations per update (default 1024)")
+    s.add_argument("--max-tokens", type=int, default=2_000_000, help="activations to train on at most")
+    s.add_argument("--time-budget", type=float, default=180, help="seconds of training at most (0: none; default 180)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    s.add_argument("--name", default=None, help="the SAE's name (default L<layer>-x<expansion>-<activation>-s<seed>)")
+    s.add_argument("--out", default=None, help="the folder to write (default: saes/NAME beside the checkpoint)")
+    s.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand and its options (`gptscope train` parses its own: see model/train.py)."""
     p = argparse.ArgumentParser(prog="gptscope", description="Train a small GPT and see inside it.")
@@ -302,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     _import_args(sub)
     _generate_args(sub)
     _finetune_args(sub)
+    _sae_args(sub)
     return p
 
 
@@ -317,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         "generate": cmd_generate,
         "import": cmd_import,
         "finetune": cmd_finetune,
+        "sae": cmd_sae,
     }[a.cmd](a)
 
 

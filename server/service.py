@@ -42,6 +42,9 @@ class ModelService:
         # the generation stepper's last KV cache and the ids it holds: the next step's request
         # repeats them plus one token, so only that token needs the model (see kv_prefix)
         self._kv: tuple[list[int], KVCache] | None = None
+        # the folders holding SAEs trained on this model, the first for new ones (server/saes.py
+        # sets them: the built-in model's own folder is package data, never written)
+        self.sae_folders: list[Path] = [self.path / "saes"]
 
     @cached_property
     def history(self) -> list[dict]:

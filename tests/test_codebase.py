@@ -29,7 +29,7 @@ def test_no_function_in_model_or_server_is_longer_than_80_lines():
 
 
 JS = ROOT / "static" / "js"
-PAGES = ("forward", "compare", "genealogy", "learn", "patch", "tokenizer", "train")
+PAGES = ("features", "forward", "compare", "genealogy", "learn", "patch", "tokenizer", "train")
 
 
 def js_files():

@@ -31,6 +31,7 @@ from gptscope.server.app import create_app
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 from gptscope.server.finetune_jobs import FinetuneManager
 from gptscope.server.runs import RunManager
+from gptscope.server.saes import SaeJobs
 from gptscope.server.schemas.common import StrictRequest
 from gptscope.server.service import ModelService
 
@@ -79,6 +80,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ST202", "POST /api/v1/finetune"): DEPENDS
     + ": save_as needs `finetune` in methods; a checkpoint not a classifier",
     ("ST202", "POST /api/v1/finetune/tasks"): "the uploaded CSV must hold labelled rows (its content)",
+    # issue #31's SAEs: a layer of the model, k within the width, ce_sequences within eval_sequences, a
+    # name not taken; a feature below the SAE's width
+    ("ST202", "POST /api/v1/saes"): DEPENDS + ": layer below n_layer, k at most the width, a new name",
+    ("ST202", "GET /api/v1/saes/{name}/features/{feature}"): DEPENDS + ": feature below the SAE's d_sae",
     # the upload's content: UTF-8 text with enough characters to train on
     ("ST202", "POST /api/v1/corpora"): "the uploaded file must be UTF-8 text long enough to train on",
     # a URL that is not valid HTTP, or longer than h11's 16 KiB request head (a long `text` in a
@@ -97,6 +102,11 @@ class NoFinetuneManager(FinetuneManager):
         job.status = "done"
 
 
+class NoSaeJobs(SaeJobs):
+    def _run(self, job, checkpoint, folder):  # accept the job, train nothing
+        job.status = "done"
+
+
 @pytest.fixture(scope="module")
 def served():
     data = tempfile.mkdtemp(prefix="gptscope-fuzz-")
@@ -104,6 +114,7 @@ def served():
     app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=data), service=service)
     app.state.runs = NoTrainManager(Path(data))
     app.state.finetune = NoFinetuneManager(Path(data))
+    app.state.sae_jobs = NoSaeJobs()
     server = BackgroundServer(app).start()
     yield server, service
     server.stop()

@@ -34,7 +34,7 @@ import gptscope
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
-# every HTML page: "/", "/tokenizer", "/learn", "/train", "/compare", "/genealogy", "/patch"
+# every HTML page: "/", "/tokenizer", "/learn", "/train", "/compare", "/genealogy", "/patch", "/features"
 PAGES = re.findall(
     r'@router\.get\("(/[^"]*)", response_class=HTMLResponse',
     (ROOT / "server" / "routers" / "pages.py").read_text(encoding="utf-8"),
@@ -362,7 +362,7 @@ def test_installed_wheel_serves_every_page_from_an_empty_folder(installed):
         assert (health["model"], health["version"]) == (builtin["name"], gptscope.__version__), health
         checkpoints = json.loads(get(url + "/api/v1/checkpoints")[2])
         assert [c["name"] for c in checkpoints if c["loaded"]] == ["builtin"], checkpoints
-        assert len(PAGES) == 7, PAGES
+        assert len(PAGES) == 8, PAGES
         linked = set()
         for page in [*PAGES, "/docs"]:
             status, ctype, body = get(url + page)

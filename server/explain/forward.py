@@ -35,6 +35,7 @@ def selection(service: ModelService, req: ForwardRequest, n_tokens: int) -> Sele
         position=n_tokens - 1 if req.position is None else check_index(req.position, n_tokens, "position"),
         target=req.target,
         top_k=req.top_k,
+        sae=req.sae,
     )
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from gptscope.model.gpt import GPTConfig, hook_name
 
+from .. import saes
+from ..schemas.sae import SaeFeaturesBlock
 from ..schemas.stages import (
     AttentionBlock,
     ClassifierBlock,
@@ -183,6 +185,16 @@ PARTS: tuple[Part, ...] = (
         hooks=lambda cfg, sel: each_layer(cfg, "mlp.hook_router_probs", "mlp.hook_router_choice"),
         build=stages.moe,
         applies=lambda s: bool(s.model.cfg.n_expert),
+    ),
+    Part(
+        "sae_features",
+        SaeFeaturesBlock,
+        "models with an SAE (GET /api/v1/saes) only: the SAE's features active at the selected position, "
+        "and how many fire at every position",
+        hooks=lambda cfg, sel: each_layer(cfg, "hook_resid_post"),
+        build=stages.sae_features,
+        applies=lambda s: bool(saes.listing(s)),
+        stale_on=("position",),
     ),
     Part(
         "classifier",

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
-from gptscope.model.gpt import hook_name
+from gptscope.model.gpt import GPT, KVCache, hook_name
+from gptscope.model.sae import LoadedSAE
+from gptscope.model.sae import steering as sae_steering
 from gptscope.model.sampling import filter_logits, sample_next
 
 from ..errors import InputError
@@ -21,6 +26,7 @@ from ..schemas.stages import NextToken
 from ..service import ModelService
 from .common import given_ids, prompt_ids, rounded, token_text
 from .digits import COARSE, FINE, VALUE
+from .sae import steering_sae
 from .tokens import token_pieces
 
 
@@ -69,6 +75,16 @@ def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenRespons
     )
 
 
+@contextmanager
+def steered(model: GPT, steer: LoadedSAE | None, req: GenerateStepRequest) -> Iterator[GPT]:
+    """The model with the request's SAE feature added to its stream (model/sae.py), or as it is."""
+    if steer is None or req.steer is None:
+        yield model
+        return
+    with sae_steering(model, steer.sae, req.steer.feature, req.steer.scale) as m:
+        yield m
+
+
 def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateStepResponse:
     """Prefill every id but the last into a KV cache, then decode the last one with the cache and
     sample the next token from the stream (seed, step), exactly as GPT.generate does."""
@@ -76,16 +92,19 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
     cfg = service.model.cfg
     given_ids(service, req.ids)  # every id in the vocabulary, no more than n_ctx of them
     ids = torch.tensor([req.ids], device=service.device)
-    with service.run() as m:
+    steer = steering_sae(service, req.steer.sae, req.steer.feature) if req.steer else None
+    with service.run() as model, steered(model, steer, req) as m:
         # a stepper's request repeats the last one's ids plus the token it drew: those keys and
-        # values are reused, as GPT.generate keeps its cache from one token to the next
-        cache = service.kv_prefix(req.ids[:-1])
+        # values are reused, as GPT.generate keeps its cache from one token to the next (a steered
+        # step computes its own: the cached keys and values were made without the feature)
+        cache = KVCache(cfg, 1, service.device) if steer else service.kv_prefix(req.ids[:-1])
         reused = cache.length
         if ids.size(1) - 1 > reused:
             m(ids[:, reused:-1], kv_cache=cache, last_only=True)
         with m.capture(lambda n: n.endswith("attn.hook_pattern")) as cap:
             logits, _ = m(ids[:, -1:], kv_cache=cache)
-        service.keep_kv(req.ids, cache)
+        if not steer:
+            service.keep_kv(req.ids, cache)
     s = sample_next(logits[0, -1], req.temperature, req.top_k, req.top_p, req.seed, req.step)
     fin = s.filtered.probs_final
     top = torch.topk(fin, min(req.top, int(s.filtered.kept.sum())))

@@ -23,7 +23,9 @@ from gptscope.model.gpt import (
     rope_angles,
 )
 
+from .. import saes
 from ..schemas.arrays import Arr
+from ..schemas.sae import SaeFeaturesBlock
 from ..schemas.stages import (
     AttentionBlock,
     ClassifierBlock,
@@ -51,6 +53,7 @@ from ..schemas.stages import (
 from ..service import ModelService
 from .common import arr, attention_rows, next_tokens, rounded, token_text
 from .digits import COARSE, FINE, VALUE
+from .sae import active_features
 
 LENS_K = 3  # logit lens: candidates kept per stage and position
 HIST_BINS = 40  # MLP: bins of each layer's pre-activation histogram
@@ -68,6 +71,7 @@ class Selection:
     position: int  # the selected token position
     target: int | None = None  # decomposition: the token whose logit is split (None: the top one)
     top_k: int = 10  # next_token: how many candidates
+    sae: str | None = None  # sae_features: the SAE's name (None: the served model's first)
 
 
 @dataclass
@@ -464,3 +468,10 @@ def classifier(t: Trace) -> ClassifierBlock:
             bias_out=float(clf.head.bias[win]),
         ),
     )
+
+
+def sae_features(t: Trace) -> SaeFeaturesBlock:
+    """The SAE's features active at the selected position (the stream at its layer, encoded)."""
+    loaded = saes.get(t.service, t.sel.sae)
+    x = t.act("hook_resid_post", loaded.sae.cfg.layer)  # (T, d)
+    return active_features(t.service, loaded, x, t.ids, t.sel.position)

@@ -8,6 +8,7 @@ response carries a Link header to that JSON twin (rel="alternate"), and the page
     /train      training runs          twin: GET /api/v1/checkpoints
     /compare    two models, one text   twin: GET /api/v1/compare?a=...&b=...&text=...
     /genealogy  the family tree        twin: GET /api/v1/genealogy
+    /features   SAE features           twin: GET /api/v1/saes
     /patch      activation patching    twin: GET /api/v1/patch/pairs (the sweep itself is a POST)
 """
 
@@ -109,6 +110,11 @@ def compare_page(request: Request, service: Service) -> Response:
 @router.get("/genealogy", response_class=HTMLResponse)
 def genealogy_page(request: Request, service: Service) -> Response:
     return render(request, service, "genealogy.html", "genealogy", "/api/v1/genealogy")
+
+
+@router.get("/features", response_class=HTMLResponse)
+def features_page(request: Request, service: Service) -> Response:
+    return render(request, service, "features.html", "features", "/api/v1/saes")
 
 
 @router.get("/patch", response_class=HTMLResponse)

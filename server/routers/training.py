@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import corpus as corpus_mod
 
+from .. import saes
 from ..config import BUILTIN_CHECKPOINT
 from ..deps import Runs, Service
 from ..errors import InputError
@@ -166,6 +167,7 @@ def switch_model(req: SwitchModelRequest, runs: Runs, request: Request) -> Healt
     except ckpt.CheckpointError as e:
         raise InputError("checkpoint", str(e)) from None
     new.threads = request.app.state.settings.threads_for(new.model.num_params())
+    saes.attach(new, request.app.state.settings.data_dir)
     request.app.state.service = new  # requests already running finish on the old model
     torch.set_num_threads(new.threads)
     return health(new)

@@ -58,6 +58,9 @@ class ForwardRequest(StrictRequest):
         None, ge=0, description="decomposition: the token id whose logit is split up (default: the top prediction)"
     )
     top_k: int = Field(10, ge=1, le=100, description="how many next-token candidates to return")
+    sae: str | None = Field(
+        None, max_length=64, description="sae_features: the SAE, by name from GET /api/v1/saes (default: the first)"
+    )
     truncate: bool = Field(False, description="keep the last n_ctx tokens of a longer prompt instead of refusing it")
 
 

@@ -60,6 +60,14 @@ class NextTokenResponse(BaseModel):
     vocab_size: int
 
 
+class Steer(StrictRequest):
+    sae: str | None = Field(None, max_length=64, description="by name from GET /api/v1/saes (default: the first)")
+    feature: int = Field(ge=0, description="the feature whose decoder direction is added (below the SAE's d_sae)")
+    scale: float = Field(
+        ge=-1000, le=1000, allow_inf_nan=False, description="how much of it: the activation it is added at"
+    )
+
+
 class GenerateStepRequest(SamplingSettings):
     ids: list[TokenId] = Field(
         min_length=1,
@@ -75,6 +83,9 @@ class GenerateStepRequest(SamplingSettings):
     )
     seed: int = Field(0, ge=0, le=2**31 - 1)
     top: int = Field(10, ge=1, le=50, description="candidates to return")
+    steer: Steer | None = Field(
+        None, description="add an SAE feature's direction to the stream at every position while generating"
+    )
 
 
 class CacheSize(BaseModel):

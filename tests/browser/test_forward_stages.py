@@ -1,4 +1,4 @@
-"""The forward-pass page's ten stages in a real headless Chromium: keyboard walk, model view ->
+"""The forward-pass page's eleven stages in a real headless Chromium: keyboard walk, model view ->
 large head, sampling sliders, generation stepper replayed against the API, interventions,
 the decomposition self-check, downloads and the URL. Every number checked against the API."""
 
@@ -25,6 +25,7 @@ STAGES = [
     "generate-panel",
     "intervene-panel",
     "decomposition-panel",
+    "sae-features-panel",
 ]
 # the plots each stage draws (the lazy drawing queue draws them when the stage comes near)
 STAGE_PLOTS = {
@@ -46,6 +47,7 @@ STAGE_PLOTS = {
     "next-panel": ["sampling-plot", "loss-plot"],
     "intervene-panel": ["iv-plot"],
     "decomposition-panel": ["dc-plot"],
+    "sae-features-panel": ["sae-active-plot", "sae-l0-plot"],
 }
 
 
@@ -140,7 +142,7 @@ def go_stage(page, n: int) -> None:
         drawn(page, plot)
 
 
-def test_keyboard_walks_the_ten_stages_and_every_plot_gets_drawn(page, live_url, screenshot):
+def test_keyboard_walks_the_eleven_stages_and_every_plot_gets_drawn(page, live_url, screenshot):
     open_page(page, live_url)
     help_text = page.text_content("#key-help")
     assert "j" in help_text and "k" in help_text and "next/previous stage" in help_text
@@ -162,7 +164,7 @@ def test_keyboard_walks_the_ten_stages_and_every_plot_gets_drawn(page, live_url,
     page.keyboard.press("j")  # past the last stage: stays there
     assert page.evaluate("document.activeElement.id") == STAGES[-1]
     page.keyboard.press("k")
-    page.wait_for_function("document.activeElement.id === 'intervene-panel'")
+    page.wait_for_function("document.activeElement.id === 'decomposition-panel'")
     page.keyboard.press("3")
     page.wait_for_function("document.activeElement.id === 'block-panel'")
     # typing in the prompt never moves between stages

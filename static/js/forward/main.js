@@ -21,10 +21,11 @@ import { initMlp, renderMlp } from "./panel_mlp.js";
 import { initMoe, renderMoe, setMoePosition } from "./panel_moe.js";
 import { initResidual, renderResidual, setResidualPosition } from "./panel_residual.js";
 import { initSampling, renderNext, samplingSettings, setSamplingText } from "./panel_sampling.js";
-import { initGenerate, setGeneratePrompt } from "./panel_generate.js";
+import { initGenerate, setGeneratePrompt, setSteerFeature } from "./panel_generate.js";
 import { initIntervene, setInterveneTrace } from "./panel_intervene.js";
 import { initDecomposition, renderDecomposition } from "./panel_decomposition.js";
 import { initClassifier, renderClassifier } from "./panel_classifier.js";
+import { initSaeStage, renderSaeStage } from "./panel_sae.js";
 
 // The loaded model's key/value heads, as /health's info says (the page shell writes it into #prompt-panel).
 const N_KV_HEAD = +document.getElementById("prompt-panel").dataset.nKvHead || 0;
@@ -44,6 +45,7 @@ const state = {
   layer: 0, head: 0, position: null, target: null, feature: 0,
   temperature: 1, top_k: null, top_p: null, seed: 0, steps: 0,
   heads: [], mlps: [], edits: [],
+  sae: null, steer: null,   // stage 11's SAE (null: the served model's first); stage 8's steering
 };
 let trace = null;        // the merged trace of the prompt on show
 let shownText = null;    // the prompt that trace belongs to
@@ -70,6 +72,9 @@ function readUrl() {
   state.top_p = p !== null && p > 0 && p < 1 ? p : null;
   state.seed = whole(q.get("seed"), 0);
   state.steps = Math.min(whole(q.get("steps"), 0), 64);
+  state.sae = q.get("sae") || q.get("steer_sae") || null;
+  const sf = whole(q.get("steer_feature"));
+  state.steer = sf === null ? null : { feature: sf, scale: real(q.get("steer_scale"), 20) };
   for (const item of (q.get("ablate") || "").split(",").filter(Boolean)) {
     const m = /^L(\d+)H(\d+)$/.exec(item);
     const mm = /^MLP(\d+)$/.exec(item);
@@ -93,6 +98,8 @@ function writeUrl() {
   if (state.top_p !== null) q.set("top_p", state.top_p);
   if (state.seed) q.set("seed", state.seed);
   if (state.steps) q.set("steps", state.steps);
+  if (state.sae) q.set("sae", state.sae);
+  if (state.steer) { q.set("steer_feature", state.steer.feature); q.set("steer_scale", state.steer.scale); }
   const ablate = [...state.heads.map(([l, h]) => `L${l}H${h}`), ...state.mlps.map((l) => `MLP${l}`)];
   if (ablate.length) q.set("ablate", ablate.join(","));
   if (state.edits.length) q.set("edit", state.edits.map(([p, id]) => `${p}:${id}`).join(","));
@@ -124,6 +131,7 @@ async function runForward(signal) {
   const body = { text, include: parts, layer: state.layer, head: state.head, top_k: 10 };
   if (state.position !== null) body.position = state.position;
   if (state.target !== null) body.target = state.target;
+  if (state.sae) body.sae = state.sae;
   try {
     const res = await apiPost("/forward", body, signal);
     if (inflight === mine) inflight = null;
@@ -181,6 +189,7 @@ function apply(res, parts, text) {
   if (parts.includes("next_token") || parts.includes("prompt_loss")) renderNext(trace);
   if (parts.includes("decomposition")) renderDecomposition(trace, trace.next_token, state.target, labels);
   if (parts.includes("classifier")) renderClassifier(trace, labels);
+  if (parts.includes("sae_features")) renderSaeStage(trace, labels);
   writeUrl();
   document.body.dataset.ready = "1";
   document.body.dataset.parts = parts.join(",");
@@ -254,12 +263,19 @@ export async function init() {
   });
   initGenerate({ seed: state.seed, steps: state.steps, settings: samplingSettings,
     onSeedChange: (s) => { state.seed = s; writeUrl(); },
-    onStepsChange: (n) => { state.steps = n; writeUrl(); } });
+    onStepsChange: (n) => { state.steps = n; writeUrl(); },
+    steer: { ...(state.steer || {}), sae: () => state.sae, onChange: (s) => { state.steer = s && { feature: s.feature, scale: s.scale }; writeUrl(); } } });
   initIntervene({ heads: state.heads, mlps: state.mlps, edits: state.edits }, {
     onConfigChange: (c) => { state.heads = c.heads; state.mlps = c.mlps; state.edits = c.edits; writeUrl(); },
   });
   initDecomposition({ onTargetChange: (t) => { state.target = t; writeUrl(); requestForward(DEPENDS.target, 0); } });
   initClassifier();
+  try {
+    await initSaeStage({ sae: state.sae, onSaeChange: (name) => { state.sae = name; writeUrl(); requestForward(["sae_features"], 0); },
+      onSteerWith: (f) => { setSteerFeature(f); $("generate-panel").scrollIntoView({ block: "start" }); } });
+  } catch (err) {
+    showError(err);
+  }
 
   $("prompt-form").addEventListener("submit", (e) => { e.preventDefault(); requestForward(ALL_PARTS); });
   $("prompt").addEventListener("input", () => {

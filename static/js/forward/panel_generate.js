@@ -14,10 +14,19 @@ let getSettings = () => ({ temperature: 1, top_k: null, top_p: null });
 let onSeed = null;
 let onSteps = null;
 let replay = 0;         // steps to redo once the prompt arrives (a shared URL with steps=N)
+let steerSae = () => null;  // the SAE whose feature steers (stage 11's pick; null: the served model's first)
+let onSteerChange = null;
 let busy = false;
 
-export function initGenerate({ seed: s = 0, steps: n = 0, settings, onSeedChange, onStepsChange } = {}) {
+export function initGenerate({ seed: s = 0, steps: n = 0, settings, onSeedChange, onStepsChange, steer = {} } = {}) {
   seed = s;
+  if (steer.sae) steerSae = steer.sae;
+  onSteerChange = steer.onChange || null;
+  if (steer.feature !== null && steer.feature !== undefined) $("steer-feature").value = String(steer.feature);
+  if (steer.scale !== null && steer.scale !== undefined) $("steer-scale").value = String(steer.scale);
+  for (const id of ["steer-feature", "steer-scale"]) {
+    $(id).addEventListener("change", () => { if (onSteerChange) onSteerChange(steering()); });
+  }
   replay = n;
   onSteps = onStepsChange || null;
   if (settings) getSettings = settings;
@@ -34,6 +43,21 @@ export function initGenerate({ seed: s = 0, steps: n = 0, settings, onSeedChange
   $("gen-reset").addEventListener("click", reset);
   addDownloads($("gen-attn-plot"), "generation-step", () => (steps.length ? steps[steps.length - 1] : null));
   render();
+}
+
+// The steering the next step sends: {sae, feature, scale}, or null when no feature is given.
+function steering() {
+  const raw = $("steer-feature").value.trim();
+  if (raw === "") return null;
+  const body = { feature: Math.max(0, Math.round(+raw)), scale: +$("steer-scale").value || 0 };
+  const sae = steerSae();
+  if (sae) body.sae = sae;
+  return body;
+}
+
+export function setSteerFeature(f) {
+  $("steer-feature").value = String(f);
+  if (onSteerChange) onSteerChange(steering());
 }
 
 export async function setGeneratePrompt(tokens) {
@@ -61,8 +85,11 @@ async function step() {
   panel.dataset.state = "loading";
   $("gen-next").disabled = true;
   try {
-    const res = await apiPost("/generate/step", { ids: ids(), step: steps.length, seed, ...getSettings(), top: 10 });
-    steps.push(res);
+    const steer = steering();
+    const body = { ids: ids(), step: steps.length, seed, ...getSettings(), top: 10 };
+    if (steer) body.steer = steer;
+    const res = await apiPost("/generate/step", body);
+    steps.push({ ...res, steered: steer });
     changedSteps();
     setNote($("gen-note"), "");
     panel.dataset.state = "ready";
@@ -104,8 +131,8 @@ function render() {
 
   const text = $("gen-text");
   const spans = prompt.map((t) => el("span", { class: "tok prompt-tok", text: visible(t.text), title: `prompt · id ${t.id}` }));
-  const gen = steps.map((s, i) => el("span", { class: "tok gen-tok", "data-id": s.token.id, text: visible(s.token.text),
-    title: `step ${i} · id ${s.token.id} · probability ${pct(s.prob, 2)}` }));
+  const gen = steps.map((s, i) => el("span", { class: `tok gen-tok${s.steered ? " steered" : ""}`, "data-id": s.token.id, text: visible(s.token.text),
+    title: `step ${i} · id ${s.token.id} · probability ${pct(s.prob, 2)}${s.steered ? ` · steered: feature ${s.steered.feature} × ${s.steered.scale}` : ""}` }));
   text.replaceChildren(...spans, ...gen);
 
   const last = steps[steps.length - 1];

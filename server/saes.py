@@ -1,0 +1,180 @@
+"""Sparse autoencoders in the app: where a model's SAEs live, loading them, and training jobs.
+
+A checkpoint's SAEs are folders beside it, `<checkpoint>/saes/<name>/` (model/sae.py's format).
+The built-in checkpoint is package data, which the app never writes: SAEs trained on it go to
+`<data>/saes/builtin/<name>/`, and its shipped one stays in the package. An SAE is listed for a
+model only when it was trained on these very weights (the sha256 its JSON records). Training runs
+one job at a time in a background thread, on a copy of the served model loaded from its folder.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from gptscope.model import checkpoint as ckpt
+from gptscope.model import corpus as corpus_mod
+from gptscope.model import sae as sae_mod
+
+from .background import BackgroundJobs
+from .config import BUILTIN_CHECKPOINT
+from .errors import InputError, NotFound
+from .schemas.sae import SAE_NAME
+from .service import ModelService
+
+RESERVED = {"jobs"}  # /api/v1/saes/jobs is the jobs' list
+
+
+def folders_for(checkpoint: Path, data_dir: Path) -> list[Path]:
+    """The folders that hold a checkpoint's SAEs; the first is where new ones are written."""
+    own = Path(checkpoint) / "saes"
+    if Path(checkpoint).resolve() == BUILTIN_CHECKPOINT.resolve():
+        return [Path(data_dir) / "saes" / "builtin", own]
+    return [own]
+
+
+def attach(service: ModelService, data_dir: Path) -> ModelService:
+    """Tell a served model where its SAEs are (the app calls it for every model it serves)."""
+    service.sae_folders = folders_for(service.path, data_dir)
+    return service
+
+
+@lru_cache(maxsize=16)
+def _load(path: str, mtime: float) -> sae_mod.LoadedSAE:
+    return sae_mod.load_sae(path)
+
+
+def load(path: Path) -> sae_mod.LoadedSAE:
+    """An SAE folder, loaded once per version of its JSON."""
+    return _load(str(path), (path / sae_mod.META_FILE).stat().st_mtime)
+
+
+def listing(service: ModelService) -> list[tuple[str, Path]]:
+    """(name, folder) of every SAE trained on the served model's weights, by name; a name in two
+    folders is the first folder's."""
+    sha = service.meta.get("weights_sha256")
+    found: dict[str, Path] = {}
+    for root in service.sae_folders:
+        if not root.is_dir():
+            continue
+        for p in sorted(root.iterdir()):
+            if p.name in found or p.name.startswith(".") or not re.fullmatch(SAE_NAME, p.name):
+                continue
+            try:
+                meta = sae_mod.read_meta(p)
+            except sae_mod.SAEError:
+                continue
+            if (meta.get("checkpoint") or {}).get("weights_sha256") == sha:
+                found[p.name] = p
+    return sorted(found.items())
+
+
+def get(service: ModelService, name: str | None, field: str = "sae", where: str = "body") -> sae_mod.LoadedSAE:
+    """The named SAE of the served model (None: its first), loaded; a 422 naming `field` otherwise."""
+    saes = dict(listing(service))
+    if name is None:
+        if not saes:
+            raise InputError(field, "the served model has no SAE; train one (POST /api/v1/saes)", where=where)
+        name = next(iter(saes))
+    if name not in saes:
+        raise InputError(field, f"no SAE named {name!r} for this model; choose one of {sorted(saes)}", where=where)
+    try:
+        return load(saes[name])
+    except sae_mod.SAEError as e:
+        raise InputError(field, str(e), where=where) from None
+
+
+def get_by_path(service: ModelService, name: str) -> sae_mod.LoadedSAE:
+    """The SAE a path names (/saes/{name}/...): 404 when the served model has none of that name."""
+    saes = dict(listing(service))
+    if name not in saes:
+        raise NotFound(f"no SAE {name!r} for the served model")
+    return load(saes[name])
+
+
+# ---- training jobs ------------------------------------------------------------------------------
+
+
+@dataclass
+class SaeJob:
+    id: str
+    name: str
+    layer: int
+    config: sae_mod.SAETrainConfig
+    corpus: str
+    status: str = "running"
+    phase: str = "training"
+    progress: dict = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+    quality: dict | None = None
+    error: str | None = None
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return (self.finished or time.time()) - self.started
+
+
+class SaeJobs(BackgroundJobs[SaeJob]):
+    noun, route = "SAE training job", "saes/jobs"
+
+    def start(self, service: ModelService, tc: sae_mod.SAETrainConfig, name: str | None, corpus: str) -> SaeJob:
+        try:
+            tc.validate(service.model)
+        except sae_mod.SAEError as e:
+            raise InputError(e.field, str(e)) from None
+        name = name or sae_mod.default_name(tc)
+        if name in RESERVED or not re.fullmatch(SAE_NAME, name):
+            raise InputError("name", f"{name!r} is reserved or not a valid name")
+        folder = service.sae_folders[0] / name
+        if folder.exists() or name in dict(listing(service)):
+            raise InputError("name", f"the served model already has an SAE named {name!r}; choose another name")
+        with self._lock:
+            self.refuse_if_busy()
+            job = SaeJob(uuid.uuid4().hex[:12], name, tc.layer, tc, corpus)
+            self.jobs[job.id] = job
+        return self.launch(job, self._run, service.path, folder)
+
+    def _run(self, job: SaeJob, checkpoint: Path, folder: Path) -> None:
+        def on_progress(e: dict) -> None:
+            job.phase = str(e.get("phase", "training"))
+            job.progress = e
+            if "fvu" in e:
+                job.history.append(e)
+
+        try:
+            meta = sae_mod.train_and_save(
+                ckpt.load(checkpoint),
+                job.corpus,
+                job.config,
+                folder,
+                command=f"POST /api/v1/saes (job {job.id})",
+                on_progress=on_progress,
+                should_stop=job.cancel.is_set,
+            )
+            job.quality, job.status = meta["quality"], "done"
+        except sae_mod.Cancelled:
+            job.status = "cancelled"
+        except Exception as e:
+            job.status, job.error = "failed", f"{type(e).__name__}: {e}"
+        finally:
+            job.finished = time.time()
+
+
+def corpus_for(service: ModelService, asked: str | None, corpus_path) -> str:
+    """The text an SAE trains on: the one asked for (a name from /api/v1/corpora), else the text the
+    model was trained on when that is a built-in corpus."""
+    if asked is not None:
+        return corpus_path(asked)
+    own = (service.meta.get("corpus") or {}).get("name")
+    if own in corpus_mod.BUILTIN:
+        return own
+    raise InputError("corpus", "the served model was not trained on a built-in corpus: name one from /api/v1/corpora")
