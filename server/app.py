@@ -21,6 +21,7 @@ from .routers import (
     compare,
     docs,
     embeddings,
+    export,
     finetune,
     forward,
     genealogy,
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         finetune.router,
         genealogy.router,
         patch.router,
+        export.router,
     ):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)

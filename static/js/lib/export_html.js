@@ -5,7 +5,7 @@
 // network at all, the file runs the page's own init(): it draws what the page drew, hovers give
 // the same numbers, and pickers and sliders that only redraw work; a request the record lacks
 // (a sampling slider's new setting, an intervention) says that it needs the running app.
-import { pending, REPLAY, recordedAnswers } from "./replay.js";
+import { inflightRequests, REPLAY, recordedAnswers } from "./replay.js";
 
 const ICON = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='3' fill='%2320243a'/%3E%3Ccircle cx='8' cy='8' r='4' fill='%23dfe6ff'/%3E%3C/svg%3E";
 const IMPORT = /(\bfrom\s*|\bimport\s*\(?\s*)(["'])(\.{1,2}\/[^"']+|\/static\/js\/[^"']+)\2/g;
@@ -51,9 +51,10 @@ async function shell(panel) {
   q.set("embed", panel);
   const doc = new DOMParser().parseFromString(await text(`${location.pathname}?${q}`), "text/html");
   const entry = /from\s*"([^"]+)"/.exec([...doc.querySelectorAll("script[type=module]")].map((s) => s.textContent).join("\n"));
-  const sheets = await Promise.all([...doc.querySelectorAll("link[rel=stylesheet]")].map((l) => text(l.href)));
+  const links = [...doc.querySelectorAll("link[rel=stylesheet]")];
+  const sheets = await Promise.all(links.map((l) => text(l.href)));
   const css = [...sheets, ...[...doc.head.querySelectorAll("style")].map((s) => s.textContent)].join("\n");
-  for (const s of doc.body.querySelectorAll("script")) s.remove();
+  for (const s of [...doc.body.querySelectorAll("script"), ...links]) s.remove();
   const attrs = Object.fromEntries([...doc.body.attributes].map((a) => [a.name, a.value]));
   return { title: doc.title, css, attrs, body: doc.body.innerHTML, entry: entry ? entry[1] : null };
 }
@@ -148,7 +149,7 @@ export async function settled() {
   let calm = 0;
   while (calm < 2) {
     await new Promise((r) => setTimeout(r, 200));
-    calm = pending() === 0 && document.body.dataset.drawn !== "0" ? calm + 1 : 0;
+    calm = inflightRequests() === 0 && document.body.dataset.drawn !== "0" ? calm + 1 : 0;
   }
 }
 

@@ -85,4 +85,4 @@ export function recordedAnswers() {
 }
 
 // Requests still waiting for their answer.
-export const pending = () => inflight;
+export const inflightRequests = () => inflight;
