@@ -129,3 +129,6 @@ def test_export_refuses_an_unknown_page_or_panel_by_name(client):
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "page"]
     r = client.get("/api/v1/export", params={"page": "forward"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "panel"]
+    r = client.get("/api/v1/export", params={"page": "forward", "panel": "atention"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "panel"]
+    assert "its panels: prompt, classifier, tokens" in r.json()["detail"][0]["msg"]

@@ -134,3 +134,17 @@ def _bundle(file) -> str:
     b64 = re.search(r'id="gptscope-bundle">([A-Za-z0-9+/=]+)<', file.read_text()).group(1)
     bundle = json.loads(gzip.decompress(base64.b64decode(b64)))
     return " ".join(f'{k}="{v}"' for k, v in bundle["attrs"].items())
+
+
+def test_get_export_gives_the_same_kind_of_file_for_tools(live_url):
+    """GET /api/v1/export makes a panel's file with the page's own exporter (a headless Chromium)."""
+    import httpx
+
+    r = httpx.get(f"{live_url}/api/v1/export", params={"page": "learn", "panel": "gelu", "x_max": 3}, timeout=300)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert r.text.startswith("<!doctype html>") and 'id="gptscope-plotly"' in r.text
+    assert len(r.content) <= MAX_EXPORT_BYTES
+    b64 = re.search(r'id="gptscope-bundle">([A-Za-z0-9+/=]+)<', r.text).group(1)
+    bundle = json.loads(gzip.decompress(base64.b64decode(b64)))
+    assert bundle["attrs"]["data-embed"] == "gelu" and "x_max=3" in bundle["search"]
+    assert any(k.startswith("GET /curves/gelu?") for k in bundle["answers"])

@@ -28,8 +28,15 @@ async function text(url) {
   return r.text();
 }
 
-// The module graph from `entry`, each source with its relative imports made bare names.
-async function modules(entry) {
+// The module graph from `entry`, each source with its relative imports made bare names (read
+// once per page: every panel of the page runs the same modules).
+const graphs = new Map();
+function modules(entry) {
+  if (!graphs.has(entry)) graphs.set(entry, moduleGraph(entry));
+  return graphs.get(entry);
+}
+
+async function moduleGraph(entry) {
   const out = {};
   const todo = [entry];
   while (todo.length) {
