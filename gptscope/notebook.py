@@ -12,13 +12,24 @@ in a background thread on a free loopback port, started on first use (the built-
 ~/.gptscope; GPTSCOPE_* variables as for `gptscope serve`), or by a server you already run:
 `connect("http://127.0.0.1:8000")`.
 
+`show(..., embed="static")` puts the panel itself in the cell instead: one self-contained HTML
+file (gptscope.export: the page's own exporter, run by a headless Chromium) in a frame, with its
+data, code and styles, so the saved notebook shows it with no kernel and no server; Plotly comes
+with the notebook's first static panel and the later ones share it. `embed="auto"` (the default)
+is static where the browser cannot reach the kernel's loopback address (Colab, JupyterHub, a
+remote machine over SSH or VS Code's remote kernels; GPTSCOPE_EMBED=static|live decides instead),
+and live otherwise.
+
 `trace`, `api` and the other data functions return the same JSON the API gives, as Python objects.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import os
 import re
+import sys
 import urllib.error
 import urllib.request
 from urllib.parse import urlencode
@@ -38,6 +49,21 @@ PAGES = {
 
 _base_url: str | None = None
 _server: BackgroundServer | None = None
+_plotly_shown = False  # a static panel carrying Plotly is in this notebook already
+
+EMBEDS = ("auto", "live", "static")
+# where the browser showing the notebook is not the kernel's machine, so 127.0.0.1 is not the app
+REMOTE_ENV = (
+    "JUPYTERHUB_API_URL",
+    "JUPYTERHUB_SERVICE_PREFIX",
+    "SSH_CONNECTION",
+    "SSH_CLIENT",
+    "CODESPACES",
+    "REMOTE_CONTAINERS",
+    "VSCODE_AGENT_FOLDER",
+    "BINDER_SERVICE_HOST",
+    "KAGGLE_KERNEL_RUN_TYPE",
+)
 
 
 class ApiError(RuntimeError):
@@ -160,16 +186,67 @@ def url(page: str, stage: str | None = None, **state) -> str:
     return base_url() + PAGES[page] + ("?" + urlencode(query) if query else "")
 
 
-def show(page: str, stage: str | None = None, *, width: str | int = "100%", height: int = 620, **state):
-    """Display one panel of a page in the notebook (an IFrame of the live page), and return its URL.
+def _colab() -> bool:
+    return "google.colab" in sys.modules
+
+
+def embed_mode(embed: str = "auto") -> str:
+    """ "live" (an IFrame of the app) or "static" (the panel's self-contained file): `embed` as
+    asked, or for "auto" GPTSCOPE_EMBED, else static where the browser cannot reach the kernel's
+    loopback address (Colab, JupyterHub, Binder, Kaggle, SSH, VS Code's remote kernels)."""
+    if embed not in EMBEDS:
+        raise ValueError(f"embed must be one of {', '.join(EMBEDS)}, not {embed!r}")
+    if embed == "auto":
+        embed = os.environ.get("GPTSCOPE_EMBED") or "auto"
+        if embed not in EMBEDS:
+            raise ValueError(f"GPTSCOPE_EMBED must be one of {', '.join(EMBEDS)}, not {embed!r}")
+    if embed == "auto":
+        embed = "static" if _colab() or any(os.environ.get(k) for k in REMOTE_ENV) else "live"
+    return embed
+
+
+def static_html(src: str, stage: str, height: int = 620) -> str:
+    """The cell output of a static panel: a frame holding the panel's exported file (made from the
+    page at `src`). Plotly travels with the notebook's first one only (in Colab, where every
+    output is a frame of its own, with each)."""
+    from .export import export_panel, without_plotly
+
+    global _plotly_shown
+    doc = export_panel(src, stage)
+    if _plotly_shown and not _colab():
+        doc = without_plotly(doc)
+    _plotly_shown = True
+    return (
+        f'<iframe class="gptscope-static" title="gptscope: {html.escape(stage)}" data-src="{html.escape(src)}" '
+        f'style="width: 100%; height: {int(height)}px; border: 0" srcdoc="{html.escape(doc)}"></iframe>'
+    )
+
+
+def show(
+    page: str,
+    stage: str | None = None,
+    *,
+    embed: str = "auto",
+    width: str | int = "100%",
+    height: int = 620,
+    **state,
+):
+    """Display one panel of a page in the notebook, and return its URL.
 
     show("forward", text=..., stage="attention", layer=1, head=2); show("tokenizer", text=...,
     encoding="gpt2", stage="merges"); show("learn", stage="gelu"); show("train", run=ID,
     stage="progress"); show("compare", a="builtin", b=RUN_ID, text=..., stage="chars").
-    Without `stage` the whole page is shown.
+    Without `stage` the whole page is shown (live only). `embed`: "live" is an IFrame of the app
+    (the browser must reach the kernel's 127.0.0.1); "static" the panel's self-contained HTML, which
+    a saved notebook keeps; "auto" picks (see embed_mode).
     """
-    from IPython.display import IFrame, display
+    from IPython.display import HTML, IFrame, display
 
+    mode = embed_mode(embed)
+    if mode == "static" and stage is None:
+        if embed == "static":
+            raise ValueError("a static panel needs stage=PANEL (a whole page is shown live only)")
+        mode = "live"
     src = url(page, stage, **state)
-    display(IFrame(src, width=width, height=height))
+    display(HTML(static_html(src, stage, height)) if mode == "static" else IFrame(src, width=width, height=height))
     return src

@@ -21,6 +21,7 @@ from .routers import (
     compare,
     docs,
     embeddings,
+    export,
     finetune,
     forward,
     genealogy,
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         genealogy.router,
         sae.router,
         patch.router,
+        export.router,
     ):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(pages.router)

@@ -97,7 +97,9 @@ def executed_tour(tmp_path_factory):
     from nbclient import NotebookClient
 
     nb = nbformat.read(REPO_ROOT / "examples" / "tour.ipynb", as_version=4)
-    env = {"GPTSCOPE_DATA_DIR": str(tmp_path_factory.mktemp("gptscope-tour"))}
+    # static mode: each panel is its self-contained HTML in the output, so the saved notebook shows it
+    # with no server (tests/browser/test_notebook_embeds.py opens it that way)
+    env = {"GPTSCOPE_DATA_DIR": str(tmp_path_factory.mktemp("gptscope-tour")), "GPTSCOPE_EMBED": "static"}
     with mock.patch.dict("os.environ", env):
         NotebookClient(
             nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO_ROOT / "examples")}}
@@ -107,12 +109,13 @@ def executed_tour(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tour_embeds(executed_tour) -> list[str]:
-    """The src of every IFrame the executed tour displayed, in order."""
+    """The live page URL of every panel the executed tour displayed, in order (a static panel's
+    frame names the page it was made from in data-src)."""
     import re
 
     nb = executed_tour
     return [
-        re.search(r'src="([^"]+)"', out["data"]["text/html"]).group(1).replace("&amp;", "&")
+        re.search(r'\bdata-src="([^"]+)"', out["data"]["text/html"]).group(1).replace("&amp;", "&")
         for cell in nb.cells
         if cell.cell_type == "code"
         for out in cell.get("outputs", [])

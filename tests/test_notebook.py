@@ -77,3 +77,58 @@ def test_a_panel_name_that_the_page_lacks_is_refused_naming_the_panels(monkeypat
         notebook.url("forward", stage="attention", text="a b", layer=1, truncate=True)
         == "http://127.0.0.1:1/?text=a+b&layer=1&truncate=true&embed=attention"
     )
+
+
+def test_embed_mode_is_static_where_the_browser_cannot_reach_the_kernels_loopback(monkeypatch):
+    from gptscope import notebook
+
+    for k in (*notebook.REMOTE_ENV, "GPTSCOPE_EMBED"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.delitem(__import__("sys").modules, "google.colab", raising=False)
+    assert notebook.embed_mode() == "live" and notebook.embed_mode("static") == "static"
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://hub:8081/hub/api")
+    assert notebook.embed_mode() == "static" and notebook.embed_mode("live") == "live"
+    monkeypatch.setenv("GPTSCOPE_EMBED", "live")
+    assert notebook.embed_mode() == "live"
+    with pytest.raises(ValueError, match="embed must be one of auto, live, static"):
+        notebook.embed_mode("png")
+    monkeypatch.setenv("GPTSCOPE_EMBED", "frame")
+    with pytest.raises(ValueError, match="GPTSCOPE_EMBED must be one of"):
+        notebook.embed_mode()
+
+
+def test_static_panels_carry_plotly_once_per_notebook(monkeypatch):
+    """The first static panel keeps the exported file's Plotly block, later ones leave it out (they
+    take the one the first shares); each is a frame whose srcdoc is the file, naming its live page."""
+    from gptscope import export, notebook
+
+    doc = (
+        '<!doctype html><body><script type="application/gzip" id="gptscope-bundle">QUJD</script>\n'
+        '<script type="application/gzip" id="gptscope-plotly">UExPVExZ</script>\n<script>boot()</script></body>'
+    )
+    monkeypatch.setattr(export, "export_panel", lambda src, stage: doc)
+    monkeypatch.setattr(notebook, "_plotly_shown", False)
+    first = notebook.static_html("http://127.0.0.1:1/?text=a&embed=attention", "attention")
+    second = notebook.static_html("http://127.0.0.1:1/learn?embed=gelu", "gelu", height=300)
+    assert (
+        first.startswith('<iframe class="gptscope-static"')
+        and 'data-src="http://127.0.0.1:1/?text=a&amp;embed=attention"' in first
+    )
+    assert "UExPVExZ" in first and "UExPVExZ" not in second and "QUJD" in second and "height: 300px" in second
+    assert html_unescape(second.split('srcdoc="')[1]).startswith("<!doctype html>")
+
+
+def html_unescape(s: str) -> str:
+    import html
+
+    return html.unescape(s)
+
+
+def test_export_refuses_an_unknown_page_or_panel_by_name(client):
+    r = client.get("/api/v1/export", params={"page": "forwards", "panel": "attention"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "page"]
+    r = client.get("/api/v1/export", params={"page": "forward"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "panel"]
+    r = client.get("/api/v1/export", params={"page": "forward", "panel": "atention"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "panel"]
+    assert "its panels: prompt, classifier, tokens" in r.json()["detail"][0]["msg"]

@@ -62,3 +62,66 @@ def test_a_training_runs_curves_embed_by_run_id(browser, serve_app, tmp_path, pa
         assert page.locator("#progress-panel .js-plotly-plot").count() >= 1
         assert not page.locator("#start-panel").is_visible()
     assert not page.console_errors, page.console_errors
+
+
+def _outputs_as_html(nb) -> list[str]:
+    """Each displayed output's HTML, in order, as a notebook viewer puts it on a page."""
+    return [
+        out["data"]["text/html"]
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.get("output_type") in ("display_data", "execute_result") and "text/html" in out.get("data", {})
+    ]
+
+
+def test_the_saved_tour_shows_every_panel_with_no_server(executed_tour, browser, tmp_path):
+    """The tour run in static mode, saved and read back: its outputs on one page opened from disk
+    with every request refused show every panel drawn; Plotly comes once, in the first panel."""
+    import nbformat
+
+    saved = tmp_path / "tour.ipynb"
+    nbformat.write(executed_tour, saved)
+    outputs = _outputs_as_html(nbformat.read(saved, as_version=4))
+    assert len(outputs) == 5 and all('class="gptscope-static"' in o for o in outputs)
+    sizes = [len(o.encode()) for o in outputs]
+    assert sizes[0] <= 5_000_000 and all(s <= 600_000 for s in sizes[1:]), sizes
+    assert [o.count("id=&quot;gptscope-plotly&quot;") for o in outputs] == [1, 0, 0, 0, 0]
+    page_file = tmp_path / "tour.html"
+    page_file.write_text("<!doctype html><meta charset='utf-8'><body>" + "\n".join(f"<div>{o}</div>" for o in outputs))
+
+    ctx = browser.new_context(viewport={"width": 1100, "height": 900})
+    refused = []
+    ctx.route(
+        "**/*",
+        lambda r: r.continue_() if r.request.url == page_file.as_uri() else (refused.append(r.request.url), r.abort()),
+    )
+    pg = ctx.new_page()
+    errors = []
+    pg.on("pageerror", lambda err: errors.append(str(err)))
+    try:
+        pg.goto(page_file.as_uri())
+        frames = [pg.frame_locator("iframe.gptscope-static").nth(i) for i in range(len(outputs))]
+        for i, (src, frame) in enumerate(
+            zip([parse_qs(urlsplit(s).query)["embed"][0] for s in _srcs(outputs)], frames)
+        ):
+            panel = frame.locator(f"#{src}-panel")
+            panel.locator("svg, canvas, table, .js-plotly-plot, li, .chip").first.wait_for(
+                state="attached", timeout=90_000
+            )
+            assert panel.is_visible(), (i, src)
+            assert frame.locator("header.topbar").count() == 0
+        heights = pg.eval_on_selector_all(
+            "iframe.gptscope-static", "fs => fs.map((f) => f.getBoundingClientRect().height)"
+        )
+        assert all(h > 120 for h in heights), heights  # each frame grew to its panel
+    finally:
+        ctx.close()
+    assert not refused, refused
+    assert not errors, errors
+
+
+def _srcs(outputs: list[str]) -> list[str]:
+    import re
+
+    return [re.search(r'\bdata-src="([^"]+)"', o).group(1).replace("&amp;", "&") for o in outputs]

@@ -4,7 +4,7 @@
 import { apiGet, apiPost, isAbort, latest, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { int, visible } from "../lib/format.js";
-import { whole } from "../lib/query.js";
+import { setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
 import { initStrips, markChar, renderStrips } from "./strips.js";
 import { initViews, renderViews } from "./views.js";
@@ -19,7 +19,7 @@ const slot = latest();
 function writeUrl() {
   const q = new URLSearchParams({ a: state.a, b: state.b, text: $("text").value, layer: state.layer, head: state.head });
   if (state.char !== null) q.set("char", state.char);
-  history.replaceState(null, "", `?${q}`);
+  setPageQuery(q);
 }
 
 function request(ms = 250) {

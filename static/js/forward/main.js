@@ -8,7 +8,7 @@
 import { apiGet, apiPost, isAbort, latest, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { tokenLabels } from "../lib/format.js";
-import { real, whole } from "../lib/query.js";
+import { pageQuery, real, setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
 import { showPromptTokens } from "./tokens_panel.js";
 import { renderEmbeddings } from "./panel_embeddings.js";
@@ -55,7 +55,7 @@ let spaceLoaded = false;
 // --- URL ------------------------------------------------------------------------------------
 
 function readUrl() {
-  const q = new URLSearchParams(location.search);
+  const q = pageQuery();
   if (q.has("text")) $("prompt").value = q.get("text");
   const shape = $("prompt-panel").dataset;   // the loaded model's shape, as /api/v1/health reports it
   state.layer = Math.min(whole(q.get("layer"), 0), Math.max(0, (+shape.nLayer || 1) - 1));
@@ -103,7 +103,7 @@ function writeUrl() {
   const ablate = [...state.heads.map(([l, h]) => `L${l}H${h}`), ...state.mlps.map((l) => `MLP${l}`)];
   if (ablate.length) q.set("ablate", ablate.join(","));
   if (state.edits.length) q.set("edit", state.edits.map(([p, id]) => `${p}:${id}`).join(","));
-  history.replaceState(null, "", `?${q}`);
+  setPageQuery(q);
 }
 
 // --- the one /forward request ---------------------------------------------------------------

@@ -2,9 +2,10 @@
 // "wait, then cancel the older request" helper (latest / debounced) and the API's own schema.
 // Every request accepts the binary form (MessagePack, docs/api.md#binary-answers), which the heavy
 // endpoints send and the rest ignore; decoded, it is the JSON's tree with the JSON's numbers.
-import { decode } from "./msgpack.js";
+// Every answer is recorded (lib/replay.js), and an exported panel is answered from that record.
+import { MSGPACK, REPLAY, replayed, requestKey, send } from "./replay.js";
 
-export const MSGPACK = "application/vnd.gptscope+msgpack";
+export { MSGPACK };
 const ACCEPT = `${MSGPACK}, application/json;q=0.9`;
 
 export class ApiError extends Error {
@@ -29,13 +30,6 @@ export function formatDetail(detail) {
   return JSON.stringify(detail);
 }
 
-async function answer(resp) {
-  const binary = (resp.headers.get("content-type") || "").startsWith(MSGPACK);
-  // a binary body that does not decode is a bug to see; a JSON one may be a proxy's error page
-  const body = binary ? decode(await resp.arrayBuffer()) : await resp.json().catch(() => ({ detail: resp.statusText }));
-  return { status: resp.status, ok: resp.ok, body };
-}
-
 function checked({ status, ok, body }) {
   if (!ok) throw new ApiError(status, body.detail);
   return body;
@@ -44,13 +38,15 @@ function checked({ status, ok, body }) {
 // The raw answer { status, ok, body } of any /api/v1 request, for callers that act on the status
 // (202 / 200 cached / 409); an error's body holds `detail`. `payload`: JSON, or FormData as it is.
 export async function apiRequest(method, path, payload, signal) {
+  const key = requestKey(method, path, payload);
+  if (REPLAY) return replayed(key);
   const init = { method, signal, headers: { Accept: ACCEPT } };
   if (payload instanceof FormData) init.body = payload;
   else if (payload !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(payload);
   }
-  return answer(await fetch(`/api/v1${path}`, init));
+  return send(key, `/api/v1${path}`, init);
 }
 
 // The body of a successful answer; an error status throws ApiError.
@@ -66,7 +62,8 @@ export async function apiPost(path, payload, signal) {
 let schema = null;
 export function openapi() {
   if (!schema) {
-    schema = fetch("/openapi.json").then(answer).then(checked);
+    const key = requestKey("GET", "/openapi.json");
+    schema = (REPLAY ? Promise.resolve(replayed(key)) : send(key, "/openapi.json", {})).then(checked);
     schema.catch(() => { schema = null; });   // a failed fetch may be tried again
   }
   return schema;

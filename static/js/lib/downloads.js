@@ -1,5 +1,8 @@
-// The PNG / SVG / JSON bar above a figure: its image, or the exact API data it was drawn from.
+// The PNG / SVG / JSON / HTML bar above a figure: its image, the exact API data it was drawn from,
+// or its panel as one self-contained, interactive file (lib/export_html.js).
 import { el } from "./dom.js";
+import { exportPanel } from "./export_html.js";
+import { REPLAY } from "./replay.js";
 
 function downloadBlob(blob, filename) {
   const a = document.createElement("a");
@@ -41,7 +44,22 @@ function downloadSvgElement(svg, format, filename) {
   img.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(text)}`;
 }
 
-// A small PNG / SVG / JSON bar placed just above a figure. `getData` returns the exact API
+// The panel (the section) that holds `figure`, as `${name}.html`; a failure is shown on the button.
+async function downloadHtml(figure, name, button) {
+  const section = figure.closest("section[id$='-panel']");
+  button.disabled = true;
+  try {
+    const html = await exportPanel(section.id.slice(0, -"-panel".length));
+    downloadBlob(new Blob([html], { type: "text/html" }), `${name}.html`);
+    button.removeAttribute("title");
+  } catch (err) {
+    button.title = `could not export: ${err.message}`;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// A small PNG / SVG / JSON / HTML bar placed just above a figure. `getData` returns the exact API
 // (part of the) response the figure was drawn from; `svgEl` switches images to a plain SVG;
 // `canvas` (a function returning a <canvas>) makes the image a PNG of that canvas, with no SVG.
 export function addDownloads(figure, name, getData, { svgEl = null, canvas = null } = {}) {
@@ -61,6 +79,10 @@ export function addDownloads(figure, name, getData, { svgEl = null, canvas = nul
     el("button", { type: "button", class: "dl", "data-format": "png", title: `${name} as a PNG image`, onclick: image("png"), text: "PNG" }),
     canvas ? null : el("button", { type: "button", class: "dl", "data-format": "svg", title: `${name} as an SVG image`, onclick: image("svg"), text: "SVG" }),
     el("button", { type: "button", class: "dl", "data-format": "json", title: `the API data behind ${name} as JSON`,
-      onclick: () => { const d = getData(); if (d) downloadJSON(d, name); }, text: "JSON" }));
+      onclick: () => { const d = getData(); if (d) downloadJSON(d, name); }, text: "JSON" }),
+    // (an exported file cannot export itself again: it has no server to read the page from)
+    REPLAY ? null : el("button", { type: "button", class: "dl", "data-format": "html", text: "HTML",
+      title: `${name}'s panel as one HTML file that works offline, interactive`,
+      onclick: (e) => downloadHtml(figure, name, e.currentTarget) }));
   figure.before(bar);
 }

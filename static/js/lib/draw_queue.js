@@ -12,7 +12,11 @@ export function later(key, node, fn) {
   if (!draining) { draining = true; setTimeout(drain, 0); }
 }
 
+// In embed mode (?embed=PANEL: a notebook's frame, an exported panel) the other panels are never
+// shown, so their plots never come near.
 function distance(node) {
+  const embed = document.body.dataset.embed;
+  if (embed && !node.closest(`#${embed}-panel`)) return Infinity;
   const r = node.getBoundingClientRect();
   if (r.bottom < 0) return -r.bottom;
   if (r.top > innerHeight) return r.top - innerHeight;

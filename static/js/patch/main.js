@@ -6,7 +6,7 @@
 import { apiGet, apiPost, isAbort, latest, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { int } from "../lib/format.js";
-import { whole } from "../lib/query.js";
+import { setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
 import { cellAt, cellName, cellOf, initPatchViews, renderCell, renderPrompts, renderSweeps } from "./views.js";
 
@@ -38,7 +38,7 @@ function writeUrl() {
   if (state.wrong !== null && state.metric === "logit_diff") q.set("wrong", state.wrong);
   if (state.heads.length) q.set("heads", state.heads.map((h) => `${h.layer}.${h.head}`).join(","));
   if (state.cell) q.set("cell", cellText(state.cell));
-  history.replaceState(null, "", `?${q}`);
+  setPageQuery(q);
 }
 
 function body(extra = {}) {

@@ -7,6 +7,7 @@ import { grouped, visible } from "../lib/format.js";
 import { renderTokens, tokenTitle } from "../lib/tokens.js";
 import { renderCompare, renderPretokens } from "./views.js";
 import { MergeStepper, TrainingReplay } from "./merges.js";
+import { pageQuery, setPageQuery } from "../lib/query.js";
 const MAX_URL_TEXT = 4000; // longer texts are not copied into the address bar
 const MAX_WORD_CHOICES = 300;
 const MAX_COMPARE_TOKENS_TEXT = 20000; // longer texts: the comparison shows counts only, no token lists
@@ -23,7 +24,7 @@ const state = {
 };
 
 function readUrl() {
-  const q = new URLSearchParams(location.search);
+  const q = pageQuery();
   state.showIds = q.get("ids") === "1";
   state.allowSpecial = q.get("allow_special") === "true";
   $("show-ids").checked = state.showIds;
@@ -37,7 +38,7 @@ function writeUrl() {
   q.set("encoding", state.encoding);
   if (state.showIds) q.set("ids", "1");
   if (state.allowSpecial) q.set("allow_special", "true");
-  history.replaceState(null, "", `?${q}`);
+  setPageQuery(q);
 }
 
 function describeEncoding() {

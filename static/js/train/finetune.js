@@ -12,6 +12,7 @@ import { decimal, int, pct } from "../lib/format.js";
 import { OKABE } from "../lib/palette.js";
 import { PROB_TICKS, chart } from "../lib/plot.js";
 import { refresh as refreshCheckpoints, updateBadge } from "./checkpoints.js";
+import { pageQuery, setPageQuery } from "../lib/query.js";
 
 const METHODS = {
   finetune: { words: "fine-tuned (pretrained, + λ·LM loss)", colour: OKABE.blue, symbol: "circle" },
@@ -31,14 +32,13 @@ const pollSlot = latest();
 // --- the URL: ?task=...&job=... (other parameters kept) ------------------------------------------
 
 function urlGet(key) {
-  return new URLSearchParams(location.search).get(key);
+  return pageQuery().get(key);
 }
 
 function urlSet(key, value) {
-  const q = new URLSearchParams(location.search);
+  const q = pageQuery();
   if (value === null || value === undefined || value === "") q.delete(key); else q.set(key, value);
-  const s = q.toString();
-  history.replaceState(null, "", s ? `?${s}` : location.pathname);
+  setPageQuery(q);
 }
 
 function say(node, text, kind = "") {

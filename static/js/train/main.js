@@ -8,6 +8,7 @@ import * as checkpoints from "./checkpoints.js";
 import * as experiments from "./experiments.js";
 import * as finetune from "./finetune.js";
 import * as runs from "./runs.js";
+import { pageQuery } from "../lib/query.js";
 
 export function init() {
   window.addEventListener("unhandledrejection", (e) => showError(e.reason));
@@ -16,7 +17,7 @@ export function init() {
   heads.init();
   Promise.all([start.init(), checkpoints.init(), experiments.init(), progress.init(), finetune.init()])
     .then(() => {
-      const run = new URLSearchParams(location.search).get("run"); // ?run=ID: show that run (as a notebook's embed does)
+      const run = pageQuery().get("run"); // ?run=ID: show that run (as a notebook's embed does)
       return run ? runs.show(run) : undefined;
     })
     .then(() => { document.body.dataset.ready = "1"; })

@@ -1,0 +1,72 @@
+"""GET /api/v1/export: one panel of a page as a self-contained HTML file, for tools.
+
+    curl -o attention.html 'localhost:8000/api/v1/export?page=forward&panel=attention&text=ROMEO:&layer=1'
+
+The same file as the panel's "HTML" download (static/js/lib/export_html.js): the page is opened in
+embed mode by a headless Chromium on this machine (gptscope.export), with the other query fields as
+its URL state, and exported once it has drawn. One export runs at a time.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from functools import lru_cache
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from gptscope.export import ExportFailed, ExportUnavailable, export_panel
+
+from ..config import TEMPLATES_DIR
+from ..errors import InputError
+
+router = APIRouter(tags=["export"])
+
+# page -> its path and template; each panel is the section `<name>-panel` of that page
+PAGES = {
+    "forward": ("/", "index"),
+    "tokenizer": ("/tokenizer", "tokenizer"),
+    "learn": ("/learn", "learn"),
+    "train": ("/train", "train"),
+    "compare": ("/compare", "compare"),
+    "patch": ("/patch", "patch"),
+    "genealogy": ("/genealogy", "genealogy"),
+}
+PANEL = re.compile(r'<section[^>]*\bid="([a-z0-9-]+)-panel"')
+_one = threading.Lock()
+
+
+@lru_cache
+def panels(page: str) -> list[str]:
+    """The panels a page's template has (a model may lack some: the page then says so)."""
+    return PANEL.findall((TEMPLATES_DIR / f"{PAGES[page][1]}.html").read_text(encoding="utf-8"))
+
+
+@router.get(
+    "/export",
+    response_class=HTMLResponse,
+    summary="One panel as a self-contained, interactive HTML file (no network needed to open it)",
+    responses={503: {"description": "no headless Chromium on the server to make the file with"}},
+)
+def export(
+    request: Request,
+    page: str = Query(description=f"the page: {', '.join(PAGES)}"),
+    panel: str = Query(description="the panel: the name of a section PANEL-panel of that page (as ?embed=PANEL)"),
+) -> Response:
+    if page not in PAGES:
+        raise InputError("page", f"no page {page!r}; choose one of {', '.join(PAGES)}", where="query")
+    if panel not in panels(page):
+        known = ", ".join(panels(page))
+        raise InputError("panel", f"page {page!r} has no panel {panel!r}; its panels: {known}", where="query")
+    state = [(k, v) for k, v in request.query_params.multi_items() if k not in ("page", "panel", "embed")]
+    url = str(request.base_url).rstrip("/") + PAGES[page][0] + "?" + urlencode([*state, ("embed", panel)])
+    with _one:
+        try:
+            html = export_panel(url, panel)
+        except ExportUnavailable as e:
+            return JSONResponse(status_code=503, content={"detail": str(e)})
+        except ExportFailed as e:  # the page would not draw it (a panel this model lacks, say)
+            raise InputError("panel", str(e), where="query") from None
+    return HTMLResponse(html, headers={"Content-Disposition": f'inline; filename="{page}-{panel}.html"'})
