@@ -21,6 +21,9 @@ from gptscope.export import ExportFailed, ExportUnavailable, export_panel
 
 from ..config import TEMPLATES_DIR
 from ..errors import InputError
+from ..schemas.common import ERROR_RESPONSES
+
+ERROR_REF = "#/components/schemas/ErrorResponse"
 
 router = APIRouter(tags=["export"])
 
@@ -48,7 +51,14 @@ def panels(page: str) -> list[str]:
     "/export",
     response_class=HTMLResponse,
     summary="One panel as a self-contained, interactive HTML file (no network needed to open it)",
-    responses={503: {"description": "no headless Chromium on the server to make the file with"}},
+    responses={  # errors are JSON, though the answer is HTML (so not FastAPI's text/html for them)
+        code: {"description": d, "content": {"application/json": {"schema": {"$ref": ERROR_REF}}}}
+        for code, d in (
+            (413, ERROR_RESPONSES[413]["description"]),
+            (422, ERROR_RESPONSES[422]["description"]),
+            (503, "no headless Chromium on the server to make the file with"),
+        )
+    },
 )
 def export(
     request: Request,
