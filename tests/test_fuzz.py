@@ -59,6 +59,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ST202", "POST /api/v1/compare"): DEPENDS + ": char within the text; layer/head within both models",
     # activation patching (issue #29): two prompts of equal token counts that differ, ids below vocab_size,
     # cells and heads within the model and prompt, and a sweep small enough to answer at once
+    ("ST202", "GET /api/v1/export"): DEPENDS + ": panel must be one of the chosen page's panels",
     ("ST202", "POST /api/v1/patch"): DEPENDS + ": equal token counts, layer/head/position within the model",
     ("ST202", "POST /api/v1/patch/jobs"): DEPENDS + ": equal token counts, layer/head/position within the model",
     # cross-field limits of the /learn curves

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import threading
 from functools import lru_cache
+from typing import Annotated, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
@@ -37,6 +38,7 @@ PAGES = {
     "patch": ("/patch", "patch"),
     "genealogy": ("/genealogy", "genealogy"),
 }
+PageName = Literal["forward", "tokenizer", "learn", "train", "compare", "patch", "genealogy"]  # PAGES' keys
 PANEL = re.compile(r'<section[^>]*\bid="([a-z0-9-]+)-panel"')
 _one = threading.Lock()
 
@@ -62,11 +64,11 @@ def panels(page: str) -> list[str]:
 )
 def export(
     request: Request,
-    page: str = Query(description=f"the page: {', '.join(PAGES)}"),
-    panel: str = Query(description="the panel: the name of a section PANEL-panel of that page (as ?embed=PANEL)"),
+    page: Annotated[PageName, Query(description="the page")],
+    panel: Annotated[
+        str, Query(description="the panel: the name of a section PANEL-panel of that page (as ?embed=PANEL)")
+    ],
 ) -> Response:
-    if page not in PAGES:
-        raise InputError("page", f"no page {page!r}; choose one of {', '.join(PAGES)}", where="query")
     if panel not in panels(page):
         known = ", ".join(panels(page))
         raise InputError("panel", f"page {page!r} has no panel {panel!r}; its panels: {known}", where="query")

@@ -353,7 +353,7 @@ def test_the_layer_by_head_grid_has_all_144_heads_painted_as_they_scroll_into_vi
     ) == ["11.11"]
     # the download bar: the whole grid as one PNG (no SVG for canvases), the API's data as JSON
     bar = ".dl-bar[data-for='model-view-plot']"
-    assert page.eval_on_selector_all(f"{bar} button", "bs => bs.map(b => b.dataset.format)") == ["png", "json"]
+    assert page.eval_on_selector_all(f"{bar} button", "bs => bs.map(b => b.dataset.format)") == ["png", "json", "html"]
     with page.expect_download() as dl:
         page.click(f"{bar} button[data-format='png']")
     assert dl.value.suggested_filename == "attention-all-heads.png"

@@ -58,6 +58,6 @@ def test_the_page_draws_a_real_sweep_and_a_click_shows_the_patched_distribution(
     page.wait_for_function("document.body.dataset.sweeps.endsWith('head_position')", timeout=60_000)
     hp = page.evaluate("document.getElementById('hp-plot').data[0].z")
     assert len(hp) == 1 and len(hp[0]) == 32
-    assert page.locator(".dl-bar[data-for='resid-plot'] button").count() == 3
+    assert page.locator(".dl-bar[data-for='resid-plot'] button").count() == 4  # PNG, SVG, JSON, HTML
     screenshot(page, "patch-page")
     assert not page.console_errors, page.console_errors
