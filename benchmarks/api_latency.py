@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT))
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--wire-tokens", default="64,256", help="trace lengths for the JSON/binary comparison")
+    p.add_argument("--wire-only", action="store_true", help="only the JSON/binary comparison")
     a = p.parse_args(argv)
     n_tokens = a.prompt_tokens
 
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "checkpoint": a.checkpoint,
                 "server_memory_after_load": server_memory_mb(proc.pid),
             }
-            for name, (path, body) in cases.items():
+            for name, (path, body) in ({} if a.wire_only else cases).items():
                 for _ in range(10):  # warm up
                     c.post(path, json=body).raise_for_status()
                 times = []
@@ -251,7 +252,9 @@ def main(argv: list[str] | None = None) -> dict:
             long_ids = enc.encode_ordinary(" ".join(words * 60))
             for t in (int(x) for x in a.wire_tokens.split(",")):
                 if t <= n_ctx:
-                    out[f"wire_{t}_tokens"] = wire_report(c, a.checkpoint, long_ids[:t], max(20, a.n // 4))
+                    out[f"wire_{t}_tokens"] = wire_report(
+                        c, a.checkpoint, long_ids[:t], a.n if a.wire_only else max(20, a.n // 4)
+                    )
             out["server_memory_after_requests"] = server_memory_mb(proc.pid)
         print(json.dumps(out, indent=1))
         return out

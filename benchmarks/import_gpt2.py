@@ -41,6 +41,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--hf", default=None, help="a real GPT-2 folder (default: a random GPT-2-small-shaped one)")
     p.add_argument("--n", type=int, default=50)
+    p.add_argument("--wire-only", action="store_true", help="only the JSON/binary trace comparison (64 and 128 tokens)")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(a.hf) if a.hf else Path(tmp) / "gpt2-small-random"
@@ -61,6 +62,7 @@ def main() -> None:
         }
         lat = api_latency.main(
             ["--checkpoint", str(data / "models" / "gpt2"), "--n", str(a.n), "--wire-tokens", "64,128"]
+            + (["--wire-only"] if a.wire_only else [])
         )
         out.update({k: v for k, v in lat.items() if k != "checkpoint"})
     print(json.dumps(out, indent=1))

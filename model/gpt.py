@@ -553,18 +553,24 @@ class CausalSelfAttention(nn.Module):
         return causal_allowed(T, Tk, device, self.cfg.window), False
 
     def explained(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Explain mode, step by step: softmax(QK^T / sqrt(hs)) with the mask, and each head's
-        output in the residual space on its own (hook_result), summed. Every hook point fires."""
-        _B, nh, T, hs = q.shape
+        """Explain mode, step by step: softmax(QK^T / sqrt(hs)) with the mask, the pattern's
+        weighted sum of values, W_O. Every hook point fires: each head's own output in the residual
+        space (hook_result; summed, they are the output) is computed when a hook is on it, and a
+        replacement there changes the output by the difference."""
+        B, nh, T, hs = q.shape
         scores = self.hook_attn_scores((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs)))  # (B, nh, T, Tk)
         if self.cfg.causal:
             scores = scores.masked_fill(~causal_allowed(T, k.size(2), q.device, self.cfg.window), float("-inf"))
         pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, Tk)
         z = self.hook_z((self.attn_dropout(pattern) @ v).transpose(1, 2))  # (B, T, nh, hs)
-        w_o = self.c_proj.weight.view(-1, nh, hs)  # (d, nh, hs)
-        result = self.hook_result(torch.einsum("bths,dhs->bthd", z, w_o))  # (B, T, nh, d)
-        out = result.sum(2)  # (B, T, d)
-        return out if self.c_proj.bias is None else out + self.c_proj.bias
+        out = self.c_proj(z.reshape(B, T, nh * hs))  # (B, T, d): the same digits whoever listens
+        if self.hook_result._forward_hooks:  # per head: as many multiplies again as W_O, so only on demand
+            w_o = self.c_proj.weight.view(-1, nh, hs)  # (d, nh, hs)
+            result = torch.einsum("bths,dhs->bthd", z, w_o)  # (B, T, nh, d)
+            edited = self.hook_result(result)  # a hook returns a replacement to edit heads
+            if edited is not result:
+                out = out + (edited - result).sum(2)
+        return out
 
 
 class MLP(nn.Module):

@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 
 import torch
 from fastapi import FastAPI
-from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from gptscope import __version__
@@ -40,7 +39,7 @@ from .routers import (
 from .runs import RunManager
 from .security import GuardMiddleware
 from .service import ModelService
-from .wire import ServerTiming
+from .wire import Compress, ServerTiming
 
 log = logging.getLogger("gptscope")
 
@@ -75,9 +74,7 @@ def create_app(settings: Settings | None = None, service: ModelService | None = 
         docs_url=None,  # served by routers.docs from local files: FastAPI's default loads Swagger UI from a CDN
         redoc_url=None,
     )
-    app.add_middleware(
-        GZipMiddleware, minimum_size=4096, compresslevel=5
-    )  # a full trace of 128 tokens is megabytes of JSON
+    app.add_middleware(Compress, minimum_size=4096, compresslevel=5)  # gzip, except the binary form
     app.add_middleware(
         GuardMiddleware,
         allowed_hosts=settings.allowed_hosts(),

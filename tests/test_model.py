@@ -225,6 +225,36 @@ def test_head_results_sum_to_attn_out(name):
         torch.testing.assert_close(res[:, :, 1], z[:, :, 1] @ w.T, atol=1e-5, rtol=0)
 
 
+def test_listening_to_the_head_results_changes_no_digit_and_replacing_one_edits_it():
+    model = perturb_weights(make())
+    idx = tokens(model, 16)
+    with torch.no_grad():
+        with model.capture(["blocks.0.attn.hook_pattern"]):
+            base, _ = model(idx)
+        with model.capture(["blocks.0.attn.hook_result", "blocks.1.attn.hook_result"]) as cache:
+            heard, _ = model(idx)
+        assert torch.equal(heard, base)  # the per-head outputs are read beside the output, not summed into it
+
+        def zero_result(r, name):
+            r = r.clone()
+            r[:, :, 2] = 0
+            return r
+
+        def zero_z(z, name):
+            z = z.clone()
+            z[:, :, 2] = 0
+            return z
+
+        with model.hooks([("blocks.0.attn.hook_result", zero_result)]):
+            via_result, _ = model(idx)
+        with model.hooks([("blocks.0.attn.hook_z", zero_z)]):
+            via_z, _ = model(idx)
+    assert (via_result - base).abs().max() > 1e-4
+    torch.testing.assert_close(via_result, via_z, atol=1e-5, rtol=0)
+    assert cache["blocks.1.attn.hook_result"].shape[2] == model.cfg.n_head
+    assert no_hooks_left(model)
+
+
 def test_replacing_hook_ablates_a_head_only_inside_the_block():
     model = make()
     idx = tokens(model, 16)

@@ -148,7 +148,27 @@ def test_every_answer_says_how_long_the_server_took(client):
     assert name == "app" and float(dur) >= 0
 
 
+def test_json_is_gzipped_and_the_binary_form_is_not(client):
+    body = {"text": "ROMEO:\nBut soft, what light through yonder window breaks"}
+    gz = {"Accept-Encoding": "gzip"}
+    with client.stream("POST", "/api/v1/forward", json=body, headers=gz) as r:
+        assert r.headers["content-encoding"] == "gzip"
+    with client.stream("POST", "/api/v1/forward", json=body, headers={**gz, **BIN}) as r:
+        assert r.headers["content-type"] == wire.MSGPACK and "content-encoding" not in r.headers
+        assert wire.decode(r.read())["tokens"] == client.post("/api/v1/forward", json=body).json()["tokens"]
+
+
 # --- the extension type itself -----------------------------------------------------------------
+
+
+def leb128(n: int) -> bytes:
+    """The textbook LEB128 of one unsigned integer, a byte at a time."""
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n >> 7 else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
 
 
 def roundtrip(a: Arr):
@@ -166,6 +186,8 @@ def test_varints_round_trip_any_integers(ns, digits):
         if not zigzag and (n < 0).any():
             continue
         assert wire.decode_varints(wire.varints(n, zigzag), len(n), zigzag).tolist() == ns
+    zig = [(v << 1) ^ (v >> 63) for v in ns]
+    assert wire.varints(n, True) == b"".join(leb128(z) for z in zig)
 
 
 @settings(max_examples=40, deadline=None)
