@@ -131,3 +131,12 @@ def test_builtin_checkpoint_json_is_small_and_its_history_file_drives_the_curves
     meta = ckpt.read_meta(folder)
     history = ckpt.read_history(folder, meta)
     assert len(history) == meta["step"] and {"step", "loss", "lr", "grad_norm"} <= set(history[0])
+
+
+def test_no_stylesheet_uses_has():
+    """A :has() on a page's ancestors makes the browser re-check them on every style change below:
+    on the forward page at GPT-2 small's size each plot's drawing spent four times its own work in
+    style updates. State that CSS reads is a class the code sets (lib/api.js showError: body.refused)."""
+    for css in sorted((ROOT / "static" / "css").glob("*.css")):
+        rules = re.sub(r"/\*.*?\*/", "", css.read_text(encoding="utf-8"), flags=re.S)
+        assert ":has(" not in rules, f"{css.name} uses :has()"

@@ -72,6 +72,7 @@ export function openapi() {
 export function showError(err) {
   const box = document.getElementById("error");
   if (!box) return;
+  document.body.classList.toggle("refused", !!err);   // the CSS fades the panels still showing the last answer
   if (!err) { box.hidden = true; return; }
   box.textContent = err.message || String(err);
   box.hidden = false;

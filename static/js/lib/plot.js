@@ -64,9 +64,29 @@ function baseLayout(extra = {}) {
   };
 }
 
+// Every axis of a figure, its traces' included: xaxis, yaxis, xaxis2, ...
+function axisKeys(data, layout) {
+  const keys = new Set(["xaxis", "yaxis"]);
+  for (const k of Object.keys(layout)) if (/^[xy]axis\d*$/.test(k)) keys.add(k);
+  for (const t of data) {
+    if (t.xaxis) keys.add(`xaxis${t.xaxis.slice(1)}`);
+    if (t.yaxis) keys.add(`yaxis${t.yaxis.slice(1)}`);
+  }
+  return keys;
+}
+
+// Tick labels may overflow: the axes make room for them (automargin). Plotly's default ("hide past
+// div") measures every tick label of every axis on each draw, each measure a layout of the whole
+// page: most of a second per plot on a 17,000-element page.
+function allowOverflow(data, layout) {
+  const out = { ...layout };
+  for (const k of axisKeys(data, layout)) out[k] = { ticklabeloverflow: "allow", ...(layout[k] || {}) };
+  return out;
+}
+
 // The one place a plot is drawn (or redrawn in place). Resolves once Plotly has drawn it.
 export function draw(gd, data, layout, name) {
-  const done = Plotly.react(gd, data, baseLayout(layout), plotConfig(name || gd.id));
+  const done = Plotly.react(gd, data, allowOverflow(data, baseLayout(layout)), plotConfig(name || gd.id));
   gd.dataset.drawn = String((+gd.dataset.drawn || 0) + 1);
   return done;
 }
