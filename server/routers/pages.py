@@ -14,6 +14,7 @@ response carries a Link header to that JSON twin (rel="alternate"), and the page
 
 from __future__ import annotations
 
+import gzip
 import re
 from functools import lru_cache
 from urllib.parse import urlencode
@@ -141,7 +142,18 @@ def _plotly_js() -> bytes:
     return get_plotlyjs().encode("utf-8")
 
 
+@lru_cache(maxsize=1)
+def _plotly_js_gzipped() -> bytes:
+    return gzip.compress(_plotly_js(), compresslevel=6, mtime=0)
+
+
 @router.get("/vendor/plotly.min.js")
-def plotly_js() -> Response:
-    """Plotly.js from the installed `plotly` Python package: no CDN, works offline."""
-    return Response(_plotly_js(), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
+def plotly_js(request: Request) -> Response:
+    """Plotly.js from the installed `plotly` Python package: no CDN, works offline. Gzipped once
+    (4.8 MB to 1.4 MB) rather than on each page load, and cached by the browser for a day (its
+    compiled code with it, so the next page starts faster)."""
+    headers = {"Cache-Control": "public, max-age=86400", "Vary": "Accept-Encoding"}
+    if "gzip" in request.headers.get("accept-encoding", ""):
+        headers["Content-Encoding"] = "gzip"  # the compression middleware leaves an encoded answer alone
+        return Response(_plotly_js_gzipped(), media_type="text/javascript", headers=headers)
+    return Response(_plotly_js(), media_type="text/javascript", headers=headers)

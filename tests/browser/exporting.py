@@ -1,0 +1,124 @@
+"""Exporting panels in the browser tests: export every drawn figure of a page by its HTML button,
+then open each file from disk with every request refused and compare a hover with the live page's
+(tests/browser/test_export*.py)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+MAX_EXPORT_BYTES = 5_000_000
+
+# The text a hover shows on a figure: Plotly's hover label for a point of its first hoverable trace
+# (a heatmap's bottom-left cell, a line's middle point), the canvas grid's tooltip over a map, an SVG
+# line's title, a cell's title; null while the figure is not drawn yet.
+PROBE = """(id) => {
+  const f = document.getElementById(id);
+  if (!f || !f.checkVisibility()) return null;
+  f.scrollIntoView({ block: "center" });   // a plot far below is drawn once the reader comes near
+  const gd = f.classList.contains("js-plotly-plot") ? f : f.querySelector(".js-plotly-plot");
+  if (gd) {
+    for (let c = 0; c < (gd.data || []).length; c++) {
+      const t = gd.data[c];
+      if (t.hoverinfo === "skip" || t.visible === false) continue;
+      if (Array.isArray(t.z) && t.z.length) {   // a heatmap: its last row's first cell, in data coordinates
+        const last = t.z.length - 1;
+        Plotly.Fx.hover(gd, { xval: t.x ? t.x[0] : 0, yval: t.y ? t.y[last] : last }, (t.xaxis || "x") + (t.yaxis || "y"));
+      } else {
+        const n = (t.x || t.y || t.values || []).length;
+        if (!n) continue;
+        Plotly.Fx.hover(gd, [{ curveNumber: c, pointNumber: Math.floor(n / 2) }]);
+      }
+      const text = gd.querySelector(".hoverlayer")?.textContent;
+      Plotly.Fx.unhover(gd);
+      if (text) return text;
+    }
+    return null;
+  }
+  const cv = f.querySelector("canvas.hg-map");
+  if (cv) {
+    const r = cv.getBoundingClientRect();
+    if (!r.width) return null;
+    cv.dispatchEvent(new MouseEvent("mousemove", { bubbles: true, clientX: r.left + r.width * 0.2, clientY: r.top + r.height * 0.9 }));
+    const tip = f.parentElement.querySelector(".hg-tip") || document.querySelector(".hg-tip:not([hidden])");
+    return tip && !tip.hidden ? tip.textContent : null;
+  }
+  const title = f.querySelector("svg title, [title]");
+  if (title) return title.tagName === "title" ? title.textContent : title.title;
+  return null;
+}"""
+
+
+def live_exports(page, live_url, path, folder):
+    """Load `path` once, export every drawn decorated figure by its HTML button: [(figure, panel, file, hover)]."""
+    page.goto(f"{live_url}{path}")
+    page.wait_for_selector("body[data-ready]", state="attached", timeout=90_000)
+    bars = page.eval_on_selector_all(".dl-bar", "bs => bs.map((b) => b.dataset.for)")
+    assert bars and len(bars) == len(set(bars)), bars
+    done, skipped = [], []
+    for fig in bars:
+        shown = page.evaluate(
+            "(id) => { const f = document.getElementById(id); const ok = !!f && f.checkVisibility(); if (ok) f.scrollIntoView(); return ok; }",
+            fig,
+        )
+        if not shown:  # a panel this model does not have (rope, moe, classifier)
+            skipped.append(fig)
+            continue
+        try:
+            page.wait_for_function(PROBE, arg=fig, timeout=8_000)
+        except PlaywrightTimeout:  # drawn only after a click (a generation step, say): nothing to hover yet
+            skipped.append(fig)
+            continue
+        with page.expect_download(timeout=90_000) as dl:
+            page.click(f".dl-bar[data-for='{fig}'] button[data-format='html']")
+        file = folder / f"{fig}.html"
+        dl.value.save_as(file)
+        page.evaluate("(id) => document.getElementById(id).scrollIntoView()", fig)
+        panel = page.evaluate(
+            "(id) => document.getElementById(id).closest(\"section[id$='-panel']\").id.slice(0, -6)", fig
+        )
+        done.append((fig, panel, file, page.wait_for_function(PROBE, arg=fig, timeout=30_000).json_value()))
+    return done, skipped
+
+
+def check_offline(browser, exports) -> None:
+    """Open each exported file from disk in a context where every request is refused: it must draw
+    each of its figures and answer the hover as the live page did. exports: [(path, figure, panel,
+    file, hover)] (live_exports' rows with the page's path first)."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    files = {e[3].as_uri() for e in exports}
+    refused = []
+    ctx.route("**/*", lambda r: r.continue_() if r.request.url in files else (refused.append(r.request.url), r.abort()))
+    offline = ctx.new_page()
+    errors = []
+    offline.on("pageerror", lambda err: errors.append(str(err)))
+    # Every figure of a panel exports that panel, so one file per panel is opened: its last figure's
+    # (made last, it holds every answer the earlier ones did), where each of the panel's figures is checked.
+    last = {(path, panel): file for path, _, panel, file, _ in exports}
+    opened = None
+    try:
+        for path, fig, panel, file, live in exports:
+            assert len(file.read_bytes()) <= MAX_EXPORT_BYTES, (fig, file.stat().st_size)
+            assert f'data-embed="{panel}"' in bundle_attrs(file), (fig, panel)  # the file is that panel's
+            if opened != (path, panel):
+                offline.goto(last[(path, panel)].as_uri())
+                offline.wait_for_selector("body[data-ready], section[data-ready]", state="attached", timeout=60_000)
+                opened = (path, panel)
+            got = offline.wait_for_function(PROBE, arg=fig, timeout=60_000).json_value()
+            assert got == live, (path, fig, got, live)
+            assert offline.locator(".dl-bar button[data-format='html']").count() == 0  # a file does not export itself
+    finally:
+        ctx.close()
+    assert not refused, refused  # nothing was even asked of the network
+    assert not errors, errors
+
+
+def bundle_attrs(file) -> str:
+    """The exported file's bundle (the shell, modules and answers), unpacked: its body attributes as HTML."""
+    b64 = re.search(r'id="gptscope-bundle">([A-Za-z0-9+/=]+)<', file.read_text()).group(1)
+    bundle = json.loads(gzip.decompress(base64.b64decode(b64)))
+    return " ".join(f'{k}="{v}"' for k, v in bundle["attrs"].items())
