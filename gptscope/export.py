@@ -14,7 +14,9 @@ own (`playwright install chromium`). Playwright itself: `pip install 'gptscope[n
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import re
 import shutil
 import threading
@@ -27,6 +29,7 @@ ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--no-first-run",
+    "--process-per-site",  # one renderer for the app's pages: the page kept open keeps Plotly compiled
 ]
 # the <script> that carries Plotly in an exported file (lib/export_html.js writes exactly this)
 PLOTLY_BLOCK = re.compile(r'<script type="application/gzip" id="gptscope-plotly">[A-Za-z0-9+/=]*</script>\n')
@@ -48,55 +51,115 @@ def chromium() -> str | None:
     return found[0] or None
 
 
-def _export(url: str, panel: str, timeout_s: float) -> str:
+def _launch(pw):
+    from playwright.sync_api import Error
+
     try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
+        return pw.chromium.launch(executable_path=chromium(), args=ARGS, headless=True)
+    except Error as e:
         raise ExportUnavailable(
-            "a static panel is made by a headless Chromium: pip install 'gptscope[notebook]' (Playwright)"
+            f"no Chromium to make the static panel with ({e.message.splitlines()[0]}): install one "
+            "(apt-get install chromium, or playwright install chromium) or set GPTSCOPE_CHROMIUM"
         ) from None
-    ms = timeout_s * 1000
-    with sync_playwright() as pw:
+
+
+def _export(browser, url: str, panel: str, timeout_s: float):
+    """Open `url` in a new page of `browser` and have the page export `panel`: (html, the page)."""
+    from playwright.sync_api import Error
+
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    try:
+        page.set_default_timeout(timeout_s * 1000)
+        page.goto(url)
+        page.wait_for_function("() => window.gptscopeExport")
+        if page.evaluate("(p) => !document.getElementById(`${p}-panel`)", panel):
+            raise ExportFailed(f"the page has no panel {panel!r} for this model")
+        page.wait_for_selector(f"body[data-ready], #{panel}-panel[data-ready]", state="attached")
+        return page.evaluate("(p) => gptscopeExport(p)", panel), page
+    except Error as e:
+        page.close()
+        raise ExportFailed(e.message.splitlines()[0]) from None
+    except BaseException:
+        page.close()
+        raise
+
+
+class _Exporter:
+    """One headless Chromium for the exports of this process, driven by a thread of its own
+    (Playwright's sync API refuses a thread with a running asyncio loop, which a Jupyter kernel's
+    main thread and a server's have). Launching it and compiling Plotly's 4.8 MB on a fresh page
+    take seconds, so the browser stays up between exports, and the last page stays open until the
+    next one has loaded: with one renderer process per site, V8 keeps Plotly compiled. The
+    browser closes after IDLE_S seconds without an export."""
+
+    IDLE_S = 60.0
+
+    def __init__(self) -> None:
+        self.jobs: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def run(self, url: str, panel: str, timeout_s: float) -> str:
+        out: dict = {}
+        done = threading.Event()
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.work, name="gptscope-export", daemon=True)
+                self.thread.start()
+            self.jobs.put((url, panel, timeout_s, out, done))
+        done.wait()
+        if "error" in out:
+            raise out["error"]
+        return out["html"]
+
+    def next_job(self):
+        """The next export, or None once none came for IDLE_S seconds (the thread then ends)."""
+        while True:
+            try:
+                return self.jobs.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self.lock:
+                    if self.jobs.empty():
+                        self.thread = None
+                        return None
+
+    def work(self) -> None:
         try:
-            browser = pw.chromium.launch(executable_path=chromium(), args=ARGS, headless=True)
-        except Error as e:
-            raise ExportUnavailable(
-                f"no Chromium to make the static panel with ({e.message.splitlines()[0]}): install one "
-                "(apt-get install chromium, or playwright install chromium) or set GPTSCOPE_CHROMIUM"
-            ) from None
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.set_default_timeout(ms)
-            page.goto(url)
-            page.wait_for_function("() => window.gptscopeExport")
-            if page.evaluate("(p) => !document.getElementById(`${p}-panel`)", panel):
-                raise ExportFailed(f"the page has no panel {panel!r} for this model")
-            page.wait_for_selector(f"body[data-ready], #{panel}-panel[data-ready]", state="attached")
-            return page.evaluate("(p) => gptscopeExport(p)", panel)
-        except Error as e:
-            raise ExportFailed(e.message.splitlines()[0]) from None
-        finally:
-            browser.close()
+            from playwright.sync_api import sync_playwright
+        except ImportError:
+            sync_playwright = None
+        browser = last = None
+        with sync_playwright() if sync_playwright else contextlib.nullcontext() as pw:
+            try:
+                while (job := self.next_job()) is not None:
+                    url, panel, timeout_s, out, done = job
+                    try:
+                        if pw is None:
+                            raise ExportUnavailable(
+                                "a static panel is made by a headless Chromium: pip install 'gptscope[notebook]' (Playwright)"
+                            )
+                        if browser is None or not browser.is_connected():
+                            browser, last = _launch(pw), None
+                        out["html"], page = _export(browser, url, panel, timeout_s)
+                        if last is not None:
+                            last.close()
+                        last = page
+                    except BaseException as e:  # raised again in the caller's thread
+                        out["error"] = e
+                    finally:
+                        done.set()
+            finally:
+                if browser is not None:
+                    browser.close()
+
+
+_EXPORTER = _Exporter()
 
 
 def export_panel(url: str, panel: str, *, timeout_s: float = 180.0) -> str:
     """The exported file of panel `panel` of the page at `url` (a page URL with `?embed=panel`).
-    Runs in a thread of its own: Playwright's sync API refuses a thread with a running asyncio
-    loop, which a Jupyter kernel's main thread and a server's have."""
-    out: dict = {}
-
-    def work() -> None:
-        try:
-            out["html"] = _export(url, panel, timeout_s)
-        except BaseException as e:  # raised again in the caller's thread
-            out["error"] = e
-
-    t = threading.Thread(target=work, name="gptscope-export", daemon=True)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out["html"]
+    Exports run one at a time, in the exporter's thread (see _Exporter)."""
+    return _EXPORTER.run(url, panel, timeout_s)
 
 
 def without_plotly(html: str) -> str:
