@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from gptscope.model import history
 from gptscope.model.gpt import GPTConfig, count_params
@@ -75,6 +76,32 @@ def test_the_mlp_bends_the_boundary_the_perceptron_cannot_draw(client, data):
         (r["grid"][nearest(b)][nearest(a)] > 0.5) == bool(y) for a, b, y in zip(pts["x1"], pts["x2"], pts["label"])
     ]
     assert sum(agree) / len(agree) > 0.85
+
+
+def test_the_hand_written_backprop_and_adam_are_autograds_and_torchs():
+    x, y = history.points("circles", 30, 3)
+    target = y.float().unsqueeze(1)
+    torch.manual_seed(1)
+    params = [torch.randn(5, 2), torch.randn(5), torch.randn(1, 5), torch.randn(1)]
+    loss, grads = history.mlp_gradients(params, x, target)
+    leaves = [p.clone().requires_grad_() for p in params]
+    w1, b1, w2, b2 = leaves
+    ref = torch.nn.functional.binary_cross_entropy_with_logits(torch.tanh(x @ w1.T + b1) @ w2.T + b2, target)
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
+    for g, leaf in zip(grads, leaves):
+        torch.testing.assert_close(g, leaf.grad, rtol=1e-5, atol=1e-7)
+    # three Adam steps on the same gradients land where torch.optim.Adam's do
+    opt = torch.optim.Adam(leaves, lr=0.05)
+    m, v = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    mine = [p.clone() for p in params]
+    for t in (1, 2, 3):
+        for leaf, g in zip(leaves, grads):
+            leaf.grad = g.clone()
+        opt.step()
+        history.adam_step(mine, grads, m, v, t, 0.05)
+    for a, b in zip(mine, leaves):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-6, atol=1e-7)
 
 
 def test_one_hidden_unit_is_still_one_line(client):
