@@ -7,11 +7,14 @@ import { int, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart, clearPlot } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("schedule-panel");
 const form = $("schedule-form");
 const kept = [];  // traces of earlier settings, drawn dashed
 let current = [];
+let keep = null;        // hands the download bars each answer drawn (bars.js)
+let keepModel = null;
 
 function label(body) {
   const p = body.params;
@@ -48,6 +51,7 @@ async function loadPublished(signal) {
     apiGet(`/schedules/lr?kind=gpt1&${gq}`, signal),
   ]);
   current = [t, g];
+  keep({ transformer: t, gpt1: g });
   const data = [...kept, curveTrace(t, OKABE.blue), curveTrace(g, OKABE.orange), peakTrace([t, g])];
   await chart($("schedule-plot"), data, {
     xaxis: { title: { text: "update step" }, tickformat: ",d" },
@@ -77,10 +81,16 @@ function fillFields(schedule, always = false) {
 const noSchedule = (err) => err instanceof ApiError && err.status === 422 && Array.isArray(err.detail)
   && err.detail.some((d) => (d.loc || []).includes("kind"));
 
+// The model's schedule plot and its download bar, shown or not.
+function showModelPlot(on) {
+  $("model-schedule-plot").hidden = !on;
+  mpanel.querySelector(".dl-bar").hidden = !on;
+}
+
 function showNoSchedule(why) {
   mform.hidden = true;
   clearPlot($("model-schedule-plot"));
-  $("model-schedule-plot").hidden = true;
+  showModelPlot(false);
   mpanel.dataset.schedule = "none";
   $("model-schedule-summary").textContent = `Nothing to draw for this model: ${why} ` +
     "(a model imported from elsewhere was trained by another program, which kept its schedule to itself).";
@@ -101,7 +111,8 @@ async function loadModel(signal) {
     return;
   }
   mform.hidden = false;
-  $("model-schedule-plot").hidden = false;
+  showModelPlot(true);
+  keepModel(body);
   mpanel.dataset.schedule = "recorded";
   recorded = body.checkpoint_schedule;
   fillFields(recorded);
@@ -133,6 +144,8 @@ async function loadModel(signal) {
 }
 
 export function init() {
+  keep = figureBars([["schedule-plot", "lr-schedules"]]);
+  keepModel = figureBars([["model-schedule-plot", "lr-schedule-loaded-model"]]);
   const runPublished = bindForms(panel, form, loadPublished);
   $("schedule-pin").addEventListener("click", () => {
     const dashes = ["dash", "dot", "dashdot", "longdash"];
