@@ -1,7 +1,7 @@
 // The /learn page: one panel per lesson, each its own module drawing what its GET /api/v1 endpoint
-// returns (GET /api/v1/curves lists them), redrawn whenever its form changes. In embed mode
-// (?embed=PANEL: a notebook's frame, an exported file) only that panel is started.
-// body[data-ready] once every started panel has drawn (or said why not).
+// returns (GET /api/v1/curves lists them), redrawn whenever its form changes. The fields travel in
+// the URL (state.js); in embed mode (?embed=PANEL: a notebook's frame, an exported file) only that
+// panel is started. body[data-ready] once every started panel has drawn (or said why not).
 import { $ } from "../lib/dom.js";
 import * as adam from "./adam.js";
 import * as backprop from "./backprop.js";
@@ -19,6 +19,7 @@ import * as shift from "./shift.js";
 import * as sizes from "./sizes.js";
 import * as smoothing from "./smoothing.js";
 import * as softmax from "./softmax.js";
+import { restoreFields } from "./state.js";
 import * as weightInit from "./weight_init.js";
 
 // In the page's order, top to bottom: [panel name (section NAME-panel), module, its parts that
@@ -39,6 +40,7 @@ function allDrawn(nodes) {
 }
 
 export function init() {
+  restoreFields();
   const embed = document.body.dataset.embed;
   const started = PANELS.filter(([name]) => !embed || name === embed);
   for (const [, panel] of started) panel.init();
