@@ -27,7 +27,11 @@ PROBE = """(id) => {
       if (t.hoverinfo === "skip" || t.visible === false) continue;
       if (Array.isArray(t.z) && t.z.length) {   // a heatmap: its last row's first cell, in data coordinates
         const last = t.z.length - 1;
-        Plotly.Fx.hover(gd, { xval: t.x ? t.x[0] : 0, yval: t.y ? t.y[last] : last }, (t.xaxis || "x") + (t.yaxis || "y"));
+        // (Fx.hover takes an axis's calc coordinates: a category's index, not its name)
+        const c = (a, v) => gd._fullLayout[`${a[0]}axis${a.slice(1)}`].d2c(v);
+        const xa = t.xaxis || "x";
+        const ya = t.yaxis || "y";
+        Plotly.Fx.hover(gd, { xval: t.x ? c(xa, t.x[0]) : 0, yval: t.y ? c(ya, t.y[last]) : last }, xa + ya);
       } else {
         const n = (t.x || t.y || t.values || []).length;
         if (!n) continue;

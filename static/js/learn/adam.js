@@ -6,12 +6,14 @@ import { fixed, int, pct, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("adam-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("adam-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/adam?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/adam?${formQuery(form)}`, signal));
   await chart($("adam-memory-plot"), [
     { x: b.ages, y: b.weights_beta1, type: "scatter", mode: "lines", name: `first moment, β₁ = ${b.beta1}`, line: { color: OKABE.blue } },
     { x: b.ages, y: b.weights_beta2, type: "scatter", mode: "lines", name: `second moment, β₂ = ${b.beta2}`, line: { color: OKABE.vermillion } },
@@ -37,5 +39,10 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([
+    ["adam-memory-plot", "adam-memory"],
+    ["adam-bias-plot", "adam-bias-correction"],
+    ["adam-eps-plot", "adam-epsilon"],
+  ]);
   bindForms(panel, form, load);
 }

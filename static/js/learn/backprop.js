@@ -6,8 +6,10 @@ import { fixed, sci, tokenLabels } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { DIVERGING, OKABE, SEQ } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("backprop-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("backprop-form");
 
 function square(gd, z, labels, opts) {
@@ -17,7 +19,7 @@ function square(gd, z, labels, opts) {
 }
 
 async function load(signal) {
-  const b = await apiGet(`/curves/head-gradients?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/head-gradients?${formQuery(form)}`, signal));
   $("backprop-layer").max = String(b.norms.length - 1);
   $("backprop-head").max = String(b.norms[0].length - 1);
   const labels = tokenLabels(b.inputs).map((l, i) => `${i} ${l}`);
@@ -42,5 +44,11 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([
+    ["backprop-a-plot", "head-attention"],
+    ["backprop-da-plot", "head-attention-gradient"],
+    ["backprop-dv-plot", "head-value-gradient"],
+    ["backprop-norms-plot", "head-gradient-norms"],
+  ]);
   bindForms(panel, form, load);
 }

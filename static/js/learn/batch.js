@@ -6,12 +6,14 @@ import { int, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("batch-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("batch-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/tokens-per-update?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/tokens-per-update?${formQuery(form)}`, signal));
   await chart($("batch-plot"), [{
     x: [b.per_update, b.labelled_examples, b.total_predictions],
     y: ["one update", "labelled examples", "all of pretraining"], type: "bar", orientation: "h", name: "predictions",
@@ -25,5 +27,6 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([["batch-plot", "tokens-per-update"]]);
   bindForms(panel, form, load);
 }

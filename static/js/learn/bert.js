@@ -6,8 +6,10 @@ import { int, pct, tokenLabels, visible } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("bert-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("bert-form");
 const BINARY = [[0, "#eeeeee"], [1, OKABE.blue]];
 
@@ -19,7 +21,7 @@ function maskMap(gd, mask, labels) {
 }
 
 async function load(signal) {
-  const b = await apiGet(`/curves/masked-lm?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/masked-lm?${formQuery(form)}`, signal));
   const labels = tokenLabels(b.tokens);
   await maskMap($("bert-causal-plot"), b.causal, labels);
   await maskMap($("bert-full-plot"), b.bidirectional, labels);
@@ -33,5 +35,9 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([
+    ["bert-causal-plot", "causal-mask"],
+    ["bert-full-plot", "bidirectional-mask"],
+  ]);
   bindForms(panel, form, load);
 }

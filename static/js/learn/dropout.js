@@ -6,12 +6,14 @@ import { fixed, int, sci, visible } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("dropout-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("dropout-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/dropout?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/dropout?${formQuery(form)}`, signal));
   const idx = b.h.map((_, i) => i);
   await chart($("dropout-plot"), [
     { x: idx, y: b.h, type: "bar", name: "h (the embedding row)", marker: { color: OKABE.sky } },
@@ -30,5 +32,9 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([
+    ["dropout-plot", "dropout-mask"],
+    ["dropout-avg-plot", "dropout-average"],
+  ]);
   bindForms(panel, form, load);
 }

@@ -6,12 +6,14 @@ import { fixed } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("embscale-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("embscale-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/embedding-scale?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/embedding-scale?${formQuery(form)}`, signal));
   const idx = b.embedding_norms.map((_, i) => i);
   await chart($("embscale-plot"), [
     { x: b.positions, y: b.position_norms, type: "scatter", mode: "lines", name: "sinusoidal position vector", line: { color: OKABE.orange, width: 3 } },
@@ -24,5 +26,6 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([["embscale-plot", "embedding-scale"]]);
   bindForms(panel, form, load);
 }

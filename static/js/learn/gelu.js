@@ -6,8 +6,10 @@ import { fixed, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("gelu-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("gelu-form");
 
 function line(x, y, name, color, dash = "solid", width = 2.5) {
@@ -32,7 +34,7 @@ function callout(pt, text) {
 }
 
 async function load(signal) {
-  const b = await apiGet(`/curves/gelu?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/gelu?${formQuery(form)}`, signal));
   const axes = { xaxis: { title: { text: "input x" }, zeroline: true }, legend: { orientation: "h", y: -0.25, x: 0 } };
   await chart($("gelu-plot"), [
     line(b.x, b.relu, "ReLU = max(0, x)", OKABE.line, "dot", 2),
@@ -63,5 +65,10 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([
+    ["gelu-plot", "gelu"],
+    ["gelu-grad-plot", "gelu-slopes"],
+    ["gelu-gap-plot", "gelu-tanh-gap"],
+  ]);
   bindForms(panel, form, load);
 }

@@ -6,12 +6,14 @@ import { bytes, int } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("kv-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("kv-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/kv-cache?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/kv-cache?${formQuery(form)}`, signal));
   const hover = (what) => `${what}<br>%{x:,} tokens<br>%{customdata}<br>%{y:,} bytes<extra></extra>`;
   await chart($("kv-plot"), [
     { x: b.contexts, y: b.curve_mha, customdata: b.curve_mha.map(bytes), type: "scatter", mode: "lines",
@@ -30,5 +32,6 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([["kv-plot", "kv-cache"]]);
   bindForms(panel, form, load);
 }

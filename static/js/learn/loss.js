@@ -6,13 +6,15 @@ import { fixed, int, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE, SERIES } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("loss-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const lossForm = $("loss-form");
 const gradForm = $("grad-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/cross-entropy?${formQuery([lossForm, gradForm])}`, signal);
+  const b = keep(await apiGet(`/curves/cross-entropy?${formQuery([lossForm, gradForm])}`, signal));
   if ($("loss-vocab").value === "") $("loss-vocab").value = b.vocab_size;
   const pMin = b.p[0];
   const baselines = [b.uniform, ...b.baselines.filter((x) => x.vocab_size !== b.uniform.vocab_size)];
@@ -61,5 +63,9 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([
+    ["loss-plot", "cross-entropy-loss"],
+    ["grad-plot", "cross-entropy-gradient", (b) => b.gradient],
+  ]);
   bindForms(panel, [lossForm, gradForm], load);
 }

@@ -7,8 +7,10 @@ import { fixed, int, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("optimizers-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("optimizers-form");
 const COLORS = { sgd: OKABE.vermillion, momentum: OKABE.orange, adam: OKABE.blue, adamw: OKABE.green, muon: OKABE.purple };
 const SYMBOLS = { sgd: "circle", momentum: "square", adam: "diamond", adamw: "triangle-up", muon: "star" };
@@ -18,7 +20,7 @@ function hyper(p) {
 }
 
 async function load(signal) {
-  const b = await apiGet(`/curves/optimizers?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/optimizers?${formQuery(form)}`, signal));
   const data = [{
     x: b.grid.x, y: b.grid.y, z: b.grid.z_sqrt, text: b.grid.z.map((row) => row.map((v) => v.toPrecision(4))),
     type: "contour", colorscale: [[0, "#c8cbd6"], [1, "#c8cbd6"]], showscale: false,
@@ -56,5 +58,9 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([
+    ["optimizers-plot", "optimizer-paths"],
+    ["optimizers-loss-plot", "optimizer-losses"],
+  ]);
   bindForms(panel, form, load);
 }

@@ -6,12 +6,14 @@ import { fixed, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("scaling-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("scaling-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/scaling-law?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/scaling-law?${formQuery(form)}`, signal));
   await chart($("scaling-plot"), [
     { x: b.n, y: b.loss, type: "scatter", mode: "lines", name: b.formula, line: { color: OKABE.blue, width: 3 },
       hovertemplate: "N = %{x:.3s} parameters<br>L = %{y:.4f} nats per token<extra></extra>" },
@@ -28,5 +30,6 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([["scaling-plot", "scaling-law"]]);
   bindForms(panel, form, load);
 }

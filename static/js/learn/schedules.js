@@ -7,11 +7,20 @@ import { int, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart, clearPlot } from "../lib/plot.js";
+import { pageQuery, setPageQuery } from "../lib/query.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("schedule-panel");
 const form = $("schedule-form");
-const kept = [];  // traces of earlier settings, drawn dashed
-let current = [];
+const DASHES = ["dash", "dot", "dashdot", "longdash"];
+// Kept settings, drawn dashed: the two requests of each (in the URL as schedule-kept, so that a link
+// and an exported file keep them too) and the answers they got.
+const kept = [];
+const keptAnswers = new Map();
+const SCHEDULE_PATH = /^\/schedules\/lr\?kind=(transformer|gpt1)(&|$)/;
+let current = { paths: [], bodies: [] };   // the requests and answers of the two curves drawn now
+let keep = null;        // hands the download bars each answer drawn (bars.js)
+let keepModel = null;
 
 function label(body) {
   const p = body.params;
@@ -38,17 +47,38 @@ function peakTrace(bodies) {
   };
 }
 
+function restoreKept() {
+  try {
+    const paths = JSON.parse(pageQuery().get("schedule-kept") || "[]");
+    if (Array.isArray(paths)) kept.push(...paths.filter((p) => typeof p === "string" && SCHEDULE_PATH.test(p)));
+  } catch { /* a link with a broken list: nothing kept */ }
+}
+
+function writeKept() {
+  const q = pageQuery();
+  if (kept.length) q.set("schedule-kept", JSON.stringify(kept));
+  else q.delete("schedule-kept");
+  setPageQuery(q);
+}
+
+function keptAnswer(path, signal) {
+  if (keptAnswers.has(path)) return keptAnswers.get(path);
+  return apiGet(path, signal).then((b) => { keptAnswers.set(path, b); return b; });
+}
+
+const keptTrace = (b, i) => curveTrace(b, b.kind === "transformer" ? OKABE.sky : OKABE.vermillion,
+  DASHES[Math.floor(i / 2) % DASHES.length], `kept: ${label(b)}`);
+
 async function loadPublished(signal) {
   const both = formQuery(form);
   const tq = formQuery(form, "t");
   const gq = formQuery(form, "g");
   for (const [k, v] of both) { tq.set(k, v); gq.set(k, v); }
-  const [t, g] = await Promise.all([
-    apiGet(`/schedules/lr?kind=transformer&${tq}`, signal),
-    apiGet(`/schedules/lr?kind=gpt1&${gq}`, signal),
-  ]);
-  current = [t, g];
-  const data = [...kept, curveTrace(t, OKABE.blue), curveTrace(g, OKABE.orange), peakTrace([t, g])];
+  const paths = [`/schedules/lr?kind=transformer&${tq}`, `/schedules/lr?kind=gpt1&${gq}`];
+  const [t, g, ...old] = await Promise.all([...paths.map((p) => apiGet(p, signal)), ...kept.map((p) => keptAnswer(p, signal))]);
+  current = { paths, bodies: [t, g] };
+  keep(old.length ? { transformer: t, gpt1: g, kept: old } : { transformer: t, gpt1: g });
+  const data = [...old.map(keptTrace), curveTrace(t, OKABE.blue), curveTrace(g, OKABE.orange), peakTrace([t, g])];
   await chart($("schedule-plot"), data, {
     xaxis: { title: { text: "update step" }, tickformat: ",d" },
     yaxis: { title: { text: "learning rate" }, exponentformat: "e", rangemode: "tozero" },
@@ -77,10 +107,16 @@ function fillFields(schedule, always = false) {
 const noSchedule = (err) => err instanceof ApiError && err.status === 422 && Array.isArray(err.detail)
   && err.detail.some((d) => (d.loc || []).includes("kind"));
 
+// The model's schedule plot and its download bar, shown or not.
+function showModelPlot(on) {
+  $("model-schedule-plot").hidden = !on;
+  mpanel.querySelector(".dl-bar").hidden = !on;
+}
+
 function showNoSchedule(why) {
   mform.hidden = true;
   clearPlot($("model-schedule-plot"));
-  $("model-schedule-plot").hidden = true;
+  showModelPlot(false);
   mpanel.dataset.schedule = "none";
   $("model-schedule-summary").textContent = `Nothing to draw for this model: ${why} ` +
     "(a model imported from elsewhere was trained by another program, which kept its schedule to itself).";
@@ -101,7 +137,8 @@ async function loadModel(signal) {
     return;
   }
   mform.hidden = false;
-  $("model-schedule-plot").hidden = false;
+  showModelPlot(true);
+  keepModel(body);
   mpanel.dataset.schedule = "recorded";
   recorded = body.checkpoint_schedule;
   fillFields(recorded);
@@ -133,14 +170,16 @@ async function loadModel(signal) {
 }
 
 export function init() {
+  keep = figureBars([["schedule-plot", "lr-schedules"]]);
+  keepModel = figureBars([["model-schedule-plot", "lr-schedule-loaded-model"]]);
+  restoreKept();
   const runPublished = bindForms(panel, form, loadPublished);
   $("schedule-pin").addEventListener("click", () => {
-    const dashes = ["dash", "dot", "dashdot", "longdash"];
-    const dash = dashes[(kept.length / 2) % dashes.length];
-    for (const b of current) kept.push(curveTrace(b, b.kind === "transformer" ? OKABE.sky : OKABE.vermillion, dash, `kept: ${label(b)}`));
+    current.paths.forEach((p, i) => { kept.push(p); keptAnswers.set(p, current.bodies[i]); });
+    writeKept();
     runPublished();
   });
-  $("schedule-clear").addEventListener("click", () => { kept.length = 0; runPublished(); });
+  $("schedule-clear").addEventListener("click", () => { kept.length = 0; keptAnswers.clear(); writeKept(); runPublished(); });
   const runModel = bindForms(mpanel, mform, loadModel);
   $("model-schedule-reset").addEventListener("click", () => { if (recorded) { fillFields(recorded, true); runModel(); } });
 }

@@ -6,12 +6,14 @@ import { fixed, sci, tokenLabels, visible } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("shift-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("shift-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/teacher-forcing?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/teacher-forcing?${formQuery(form)}`, signal));
   const cells = (toks) => toks.map((t) => `<td><code>${visible(t.text)}</code></td>`).join("");
   $("shift-table").querySelector("tbody").innerHTML =
     `<tr><th scope="row">position</th>${b.inputs.map((_, i) => `<td class="num">${i}</td>`).join("")}</tr>` +
@@ -29,5 +31,6 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([["shift-plot", "teacher-forcing-loss"]]);
   bindForms(panel, form, load);
 }

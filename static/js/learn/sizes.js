@@ -7,8 +7,10 @@ import { int, pct } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { SERIES } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("sizes-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("params-form");
 const preset = $("params-preset");
 const FIELDS = { n_layer: "params-layers", d_model: "params-d", n_head: "params-heads", vocab_size: "params-vocab", n_ctx: "params-ctx",
@@ -24,7 +26,7 @@ function row(label, value, note = "") {
 }
 
 async function load(signal) {
-  const b = await apiGet(`/params?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/params?${formQuery(form)}`, signal));
   const c = b.counts;
   const cfg = b.config;
   for (const [k, id] of Object.entries(FIELDS)) $(id).placeholder = int(cfg[k]);
@@ -90,6 +92,7 @@ async function loadPresets() {
 }
 
 export function init() {
+  keep = figureBars([["params-plot", "parameter-count"]]);
   preset.addEventListener("change", () => { for (const id of [...Object.values(FIELDS), ...Object.values(CHOICES)]) $(id).value = ""; });
   bindForms(panel, form, load);
   loadPresets().catch(showError);

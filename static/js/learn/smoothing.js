@@ -6,12 +6,14 @@ import { fixed, int, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("smoothing-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("smoothing-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/label-smoothing?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/label-smoothing?${formQuery(form)}`, signal));
   const ends = [b.p[0], b.p[b.p.length - 1]];
   await chart($("smoothing-plot"), [
     { x: b.p, y: b.loss_one_hot, type: "scatter", mode: "lines", name: "one-hot target: −ln p", line: { color: OKABE.line, dash: "dot", width: 2 },
@@ -40,5 +42,9 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([
+    ["smoothing-plot", "label-smoothing-loss"],
+    ["smoothing-floor-plot", "label-smoothing-floor"],
+  ]);
   bindForms(panel, form, load);
 }

@@ -6,13 +6,15 @@ import { fixed, int, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("softmax-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("softmax-form");
 const tempForm = $("temp-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/softmax-scale?${formQuery([form, tempForm])}`, signal);
+  const b = keep(await apiGet(`/curves/softmax-scale?${formQuery([form, tempForm])}`, signal));
   const rawX = b.hist_raw.centers;
   const scX = b.hist_scaled.centers;
   await chart($("softmax-hist-plot"), [
@@ -56,5 +58,11 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([
+    ["softmax-hist-plot", "softmax-scores"],
+    ["softmax-row-plot", "softmax-attention-row"],
+    ["softmax-sweep-plot", "softmax-saturation"],
+    ["temp-plot", "softmax-temperature"],
+  ]);
   bindForms(panel, [form, tempForm], load);
 }

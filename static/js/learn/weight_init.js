@@ -6,12 +6,14 @@ import { fixed, pct } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { SERIES } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { figureBars } from "./bars.js";
 
 const panel = $("init-panel");
+let keep = null;   // hands the download bars each answer drawn (bars.js)
 const form = $("init-form");
 
 async function load(signal) {
-  const b = await apiGet(`/curves/initialisation?${formQuery(form)}`, signal);
+  const b = keep(await apiGet(`/curves/initialisation?${formQuery(form)}`, signal));
   const traces = [];
   b.schemes.forEach((s, i) => {
     const total = s.histogram.counts.reduce((a, c) => a + c, 0) || 1;
@@ -36,5 +38,6 @@ async function load(signal) {
 }
 
 export function init() {
+  keep = figureBars([["init-plot", "initialisation"]]);
   bindForms(panel, form, load);
 }
