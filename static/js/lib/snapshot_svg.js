@@ -35,19 +35,38 @@ function boxRect(cs, x, y, width, height) {
     stroke: line ? line[0] : null, "stroke-width": line ? line[1] : null, "stroke-dasharray": line && line[2] === "dashed" ? "3 2" : null });
 }
 
-// Each text node's text at its first line box, in its element's font and colour.
-function textNodes(el, at) {
+// A text node's pieces, one per line box it lies on (tokens written with no space between them
+// break anywhere, so one token's text may wrap): [text, rect] each.
+function lines(t) {
+  const range = document.createRange();
+  range.selectNodeContents(t);
+  const rects = [...range.getClientRects()].filter((r) => r.width > 0);
+  if (rects.length <= 1) return rects.map((r) => [t.textContent, r]);
+  const out = [];
+  for (let i = 0; i < t.length;) {
+    const n = t.textContent.codePointAt(i) > 0xffff ? 2 : 1;
+    range.setStart(t, i);
+    range.setEnd(t, i + n);
+    const r = range.getBoundingClientRect();
+    const last = out[out.length - 1];
+    if (last && Math.abs(last[1].top - r.top) < 1) last[0] += t.textContent.slice(i, i + n);
+    else out.push([t.textContent.slice(i, i + n), r]);
+    i += n;
+  }
+  return out;
+}
+
+// Each of an element's own texts where it sits, in its font and colour.
+function texts(el, at) {
   const out = [];
   const cs = getComputedStyle(el);
   for (const t of el.childNodes) {
     if (t.nodeType !== Node.TEXT_NODE || !t.textContent.trim()) continue;
-    const range = document.createRange();
-    range.selectNodeContents(t);
-    const r = range.getClientRects()[0];
-    if (!r) continue;
-    const [x, y] = at(r);
-    out.push(svgNode("text", { x, y: y + r.height / 2, "dominant-baseline": "central", fill: cs.color, "font-family": cs.fontFamily,
-      "font-size": cs.fontSize, "font-weight": cs.fontWeight }, t.textContent));
+    for (const [text, r] of lines(t)) {
+      const [x, y] = at(r);
+      out.push(svgNode("text", { x, y: y + r.height / 2, "dominant-baseline": "central", fill: cs.color, "font-family": cs.fontFamily,
+        "font-size": cs.fontSize, "font-weight": cs.fontWeight }, text));
+    }
   }
   return out;
 }
@@ -64,12 +83,15 @@ export function snapshotSvg(root) {
   const svg = svgNode("svg", { xmlns: SVGNS, width, height, viewBox: `0 0 ${width} ${height}`, style: "white-space:pre" });
   svg.append(svgNode("rect", { x: 0, y: 0, width, height, fill: "#fff" }));
   for (const el of [root, ...root.querySelectorAll("*")]) {
-    const r = el.getBoundingClientRect();
-    if (!r.width || !r.height || (el !== root && clipped(el, root))) continue;
-    const [x, y] = el === root ? [0, 0] : at(r);
-    const box = el === root ? null : boxRect(getComputedStyle(el), x, y, r.width, r.height);
-    if (box) svg.append(box);
-    svg.append(...textNodes(el, at));
+    if (el !== root && clipped(el, root)) continue;
+    if (el !== root) {   // an inline box broken over lines: one rectangle per line
+      const cs = getComputedStyle(el);
+      for (const r of el.getClientRects()) {
+        const box = r.width && r.height ? boxRect(cs, ...at(r), r.width, r.height) : null;
+        if (box) svg.append(box);
+      }
+    }
+    svg.append(...texts(el, at));
   }
   if (!stage) {
     stage = document.createElement("div");
