@@ -4,15 +4,18 @@
 // suppresses, and a link that steers the forward page's generation stepper with it.
 import { apiGet, latest, showError } from "../lib/api.js";
 import { $, el, setNote } from "../lib/dom.js";
+import { addDownloads } from "../lib/downloads.js";
 import { decimal, grouped, pct, visible } from "../lib/format.js";
 import { OKABE, divColour, inkOn } from "../lib/palette.js";
 import { chart, clearPlot } from "../lib/plot.js";
+import { snapshotSvg } from "../lib/snapshot_svg.js";
 
 const PAGE = 50;
 let sae = null;
 let st = null;           // the page's state: sae, feature, q, sort, order
 let offset = 0;
 let notify = () => {};
+let detail = null;       // the feature shown: GET .../features/F
 const listSlot = latest();
 
 export function initFeatureBrowser(state, { onChange }) {
@@ -31,6 +34,10 @@ export function initFeatureBrowser(state, { onChange }) {
     const row = e.target.closest("tr[data-feature]");
     if (row) openFeature(+row.dataset.feature);
   });
+  addDownloads($("feat-passages"), "feature-passages", () => detail && { sae: detail.sae, index: detail.index, passages: detail.passages },
+    { svgEl: () => snapshotSvg($("feat-passages")) });
+  addDownloads($("feat-hist-plot"), "feature-activations", () => detail && { sae: detail.sae, index: detail.index,
+    histogram_edges: detail.histogram_edges, histogram_counts: detail.histogram_counts, zeros: detail.zeros });
 }
 
 export function showFeatureList(chosen, state) {
@@ -92,6 +99,7 @@ async function openFeature(f) {
 }
 
 function renderFeature(d) {
+  detail = d;
   $("feat-id").textContent = `${d.index} of ${d.sae}`;
   $("feat-summary").textContent = `fires on ${pct(d.density, 3)} of ${grouped(d.tokens_measured)} held-out tokens` +
     ` (mean ${decimal(d.mean_act, 3)} where it fires, largest ${decimal(d.max_act, 3)}); its direction lives in ${d.hook_name}.`;

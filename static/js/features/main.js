@@ -3,7 +3,7 @@
 // (list and one feature). The URL carries the SAE, the feature and the list's search and sort.
 import { apiGet, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
-import { whole } from "../lib/query.js";
+import { pageQuery, setPageQuery, whole } from "../lib/query.js";
 import { initFeatureBrowser, showFeatureList } from "./browser.js";
 import { initSaeTraining, renderSaeQuality } from "./quality.js";
 
@@ -17,11 +17,11 @@ function writeUrl() {
   if (state.q) q.set("q", state.q);
   if (state.sort !== "density") q.set("sort", state.sort);
   if (state.order !== "desc") q.set("order", state.order);
-  history.replaceState(null, "", `?${q}`);
+  setPageQuery(q);
 }
 
 function readUrl() {
-  const q = new URLSearchParams(location.search);
+  const q = pageQuery();
   state.sae = q.get("sae");
   state.feature = whole(q.get("feature"));
   state.q = q.get("q") || "";

@@ -2,6 +2,7 @@
 // the training curve) and the training form (POST /api/v1/saes, then its job polled until done).
 import { apiGet, apiPost } from "../lib/api.js";
 import { $, el, setNote } from "../lib/dom.js";
+import { addDownloads } from "../lib/downloads.js";
 import { decimal, duration, grouped, pct } from "../lib/format.js";
 import { OKABE } from "../lib/palette.js";
 import { chart, clearPlot } from "../lib/plot.js";
@@ -16,8 +17,11 @@ const QUALITY_ROWS = [
   ["dense features", (q) => grouped(q.dense), (q) => `firing on > ${pct(q.dense_threshold, 0)} of tokens; before training: ${grouped(q.dense_at_init)}`],
 ];
 
+let shown = null;   // the SAE drawn: its entry of GET /api/v1/saes
+
 export function renderSaeQuality(sae) {
   const panel = $("sae-panel");
+  shown = sae;
   if (!sae) {
     setNote($("sae-note"), "The served model has no SAE yet: train one below.");
     $("sae-summary").textContent = "";
@@ -87,6 +91,8 @@ async function poll() {
 
 export function initSaeTraining({ onTrained }) {
   onDone = onTrained;
+  addDownloads($("sae-loss-plot"), "sae-loss", () => shown && { name: shown.name, quality: shown.quality });
+  addDownloads($("sae-train-plot"), "sae-training", () => shown && { name: shown.name, history: shown.history });
   $("sae-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     setNote($("sae-train-note"), "");

@@ -4,6 +4,8 @@
 // the ends the API gives.
 import { apiGet } from "../lib/api.js";
 import { $, el } from "../lib/dom.js";
+import { addDownloads } from "../lib/downloads.js";
+import { panelShown } from "../lib/embed.js";
 import { fixed, grouped, pct } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE, SERIES } from "../lib/palette.js";
@@ -28,6 +30,21 @@ function squareLayout(title) {
     height: 400, title: { text: title, font: { size: 12 } },
     xaxis: { ...SQUARE, title: { text: "x1" } }, yaxis: { ...SQUARE, title: { text: "x2" }, scaleanchor: "x" },
   };
+}
+
+// A panel drawn from GET /api/v1/genealogy/NAME at the values of its form #NAME-form (again at
+// each change): `draw(answer)` draws it, and each of its figures, [id, file name], has a download
+// bar with that answer. In embed mode only the panel shown is asked for.
+export function bindGenealogyPanel(name, figures, draw) {
+  let shown = null;
+  for (const [id, file] of figures) addDownloads($(id), file, () => shown);
+  if (!panelShown(name)) return;
+  bindForms($(`${name}-panel`), $(`${name}-form`), async (signal) => {
+    const r = await apiGet(`/genealogy/${name}?${formQuery($(`${name}-form`))}`, signal);
+    if (signal.aborted) return;
+    shown = r;
+    await draw(r);
+  });
 }
 
 // --- the perceptron ------------------------------------------------------------------------
@@ -64,13 +81,11 @@ function bindPerceptron() {
   let res = null;
   const show = () => res && Promise.all([drawPerceptronEpoch(res, +slider.value - 1), drawMistakes(res, +slider.value - 1)]);
   slider.addEventListener("input", show);
-  bindForms($("perceptron-panel"), $("perceptron-form"), async (signal) => {
-    const r = await apiGet(`/genealogy/perceptron?${formQuery($("perceptron-form"))}`, signal);
-    if (signal.aborted) return;
+  bindGenealogyPanel("perceptron", [["perceptron-plot", "perceptron-line"], ["mistakes-plot", "perceptron-mistakes"]], (r) => {
     res = r;
     slider.max = String(r.epochs.length);
     slider.value = String(r.epochs.length);
-    await show();
+    return show();
   });
 }
 
@@ -96,11 +111,7 @@ function drawMlpLoss(r) {
 }
 
 function bindMlp() {
-  bindForms($("mlp-panel"), $("mlp-form"), async (signal) => {
-    const r = await apiGet(`/genealogy/mlp?${formQuery($("mlp-form"))}`, signal);
-    if (signal.aborted) return;
-    await Promise.all([drawMlp(r), drawMlpLoss(r)]);
-  });
+  bindGenealogyPanel("mlp", [["mlp-plot", "mlp-boundary"], ["mlp-loss-plot", "mlp-loss"]], (r) => Promise.all([drawMlp(r), drawMlpLoss(r)]));
 }
 
 // --- reach ---------------------------------------------------------------------------------
@@ -120,11 +131,7 @@ function drawReach(r) {
 }
 
 function bindReach() {
-  bindForms($("reach-panel"), $("reach-form"), async (signal) => {
-    const r = await apiGet(`/genealogy/reach?${formQuery($("reach-form"))}`, signal);
-    if (signal.aborted) return;
-    await drawReach(r);
-  });
+  bindGenealogyPanel("reach", [["reach-plot", "reach-by-architecture"]], drawReach);
 }
 
 // --- MoE -----------------------------------------------------------------------------------
@@ -153,11 +160,9 @@ function renderMoeTable(r) {
 }
 
 function bindMoe() {
-  bindForms($("moe-panel"), $("moe-form"), async (signal) => {
-    const r = await apiGet(`/genealogy/moe?${formQuery($("moe-form"))}`, signal);
-    if (signal.aborted) return;
+  bindGenealogyPanel("moe", [["moe-plot", "moe-capacity-compute"]], (r) => {
     renderMoeTable(r);
-    await drawMoe(r);
+    return drawMoe(r);
   });
 }
 

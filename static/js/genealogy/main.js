@@ -2,13 +2,17 @@
 // One GET /api/v1/genealogy (and /genealogy/worked for the worked examples); every number drawn or written here is one the answer holds.
 import { apiGet, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
-import { bindForms, formQuery } from "../lib/forms.js";
-import { initHistory } from "./history.js";
+import { addDownloads } from "../lib/downloads.js";
+import { panelShown } from "../lib/embed.js";
+import { bindGenealogyPanel, initHistory } from "./history.js";
 import { drawLambada, drawNsp, drawParams, drawLossCurve } from "./plots.js";
 import { renderTables, renderTree, renderWorked } from "./tree.js";
 
 export async function init() {
-  let res;
+  let res = null;
+  addDownloads($("lambada-plot"), "gpt2-lambada", () => res && { lambada: res.lambada, lambada_source: res.lambada_source });
+  addDownloads($("params-plot"), "params-by-generation", () => res && { models: res.models.map((m) => ({ key: m.key, name: m.name, params: m.params })) });
+  addDownloads($("nsp-plot"), "nsp-ablations", () => res && { tables: res.tables });
   try {
     res = await apiGet("/genealogy");
   } catch (err) {
@@ -18,13 +22,12 @@ export async function init() {
   initHistory();
   renderTree(res.models);
   renderTables(res.tables);
-  await Promise.all([drawLambada(res.lambada, res.lambada_source), drawParams(res.models), drawNsp(res.tables)]);
+  const plots = { lambada: () => drawLambada(res.lambada, res.lambada_source), params: () => drawParams(res.models), nsp: () => drawNsp(res.tables) };
+  await Promise.all(Object.entries(plots).filter(([panel]) => panelShown(panel)).map(([, draw]) => draw()));
   document.body.dataset.ready = "1";
   // the worked examples: recomputed by the server at the form's numbers
-  bindForms($("worked-panel"), $("worked-form"), async (signal) => {
-    const w = await apiGet(`/genealogy/worked?${formQuery($("worked-form"))}`, signal);
-    if (signal.aborted) return;
+  bindGenealogyPanel("worked", [["xent-plot", "cross-entropy"]], (w) => {
     renderWorked(w);
-    await drawLossCurve(w);
+    return drawLossCurve(w);
   });
 }

@@ -3,11 +3,13 @@
 // tokenizer's training record from /tokenizer/model/merges.
 import { apiGet, apiPost, debounced, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
+import { addDownloads } from "../lib/downloads.js";
 import { grouped, visible } from "../lib/format.js";
 import { renderTokens, tokenTitle } from "../lib/tokens.js";
 import { renderCompare, renderPretokens } from "./views.js";
 import { MergeStepper, TrainingReplay } from "./merges.js";
 import { pageQuery, setPageQuery } from "../lib/query.js";
+import { snapshotSvg } from "../lib/snapshot_svg.js";
 const MAX_URL_TEXT = 4000; // longer texts are not copied into the address bar
 const MAX_WORD_CHOICES = 300;
 const MAX_COMPARE_TOKENS_TEXT = 20000; // longer texts: the comparison shows counts only, no token lists
@@ -157,8 +159,20 @@ function changed() {
 
 // --- wiring ---------------------------------------------------------------------------------------
 
+// The pictures of panels 1-4, each with the answer it was drawn from: the text's tokens and its
+// pre-tokens (POST /tokenize), one pre-token's merges (POST /tokenize/merges), every vocabulary's
+// tokens (POST /tokenize/compare). Their PNG and SVG are the strips as laid out on the page.
+function addFigureDownloads() {
+  const strip = (id, name, data) => addDownloads($(id), name, data, { svgEl: () => snapshotSvg($(id)) });
+  strip("tokens", "tokens", () => state.tok);
+  strip("pretokens", "pretokens", () => state.tok && { encoding: state.tok.encoding, pretokens: state.tok.pretokens });
+  strip("merge-pieces", "bpe-merges", () => stepper.answer);
+  strip("compare-tokens", "tokens-by-encoding", () => state.compare);
+}
+
 export function init() {
   readUrl();
+  addFigureDownloads();
   $("text").addEventListener("input", changed);
   $("d-model").addEventListener("input", changed);
   $("encoding").addEventListener("change", (e) => {

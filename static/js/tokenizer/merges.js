@@ -35,7 +35,8 @@ class Player {
 export class MergeStepper {
   constructor(els) {
     this.els = els; // {pieces, steps, status, final, play, reset, back, step}
-    this.data = null; // one pre-token of a /tokenize/merges response
+    this.answer = null; // the /tokenize/merges response shown
+    this.data = null; // its pre-token
     this.vocab = new Map();
     this.k = 0;
     this.player = new Player(els.play);
@@ -54,6 +55,7 @@ export class MergeStepper {
 
   clear(message) {
     this.player.stop();
+    this.answer = null;
     this.data = null;
     this.els.pieces.replaceChildren();
     this.els.steps.replaceChildren();
@@ -63,6 +65,7 @@ export class MergeStepper {
 
   show(resp) {
     this.player.stop();
+    this.answer = resp;
     this.vocab = new Map(resp.vocab.map((v) => [v.id, v]));
     this.data = resp.pretokens.find((p) => !p.special) || resp.pretokens[0];
     const frag = document.createDocumentFragment();

@@ -6,6 +6,7 @@
 // gradient norms (norm-warmup), samples at the final snapshot from /replay (causal-mask).
 import { apiGet, formatDetail } from "../lib/api.js";
 import { $, el } from "../lib/dom.js";
+import { addDownloads } from "../lib/downloads.js";
 import { decimal, int } from "../lib/format.js";
 import { OKABE } from "../lib/palette.js";
 import { draw } from "../lib/plot.js";
@@ -14,6 +15,14 @@ import * as runs from "./runs.js";
 
 const VARIANT_COLOURS = [OKABE.blue, OKABE.vermillion, OKABE.green, OKABE.purple, OKABE.orange, OKABE.sky];
 let running = null; // name of the experiment in progress
+const drawn = new Map(); // experiment name -> its variants' runs as drawn (GET /training/{id} each)
+
+// An experiment's runs as its figures' download data: each variant's label and run status with its history.
+function experimentData(exp) {
+  const results = drawn.get(exp.name);
+  return results && { experiment: exp.name, variants: results.map((run, i) => ({
+    label: exp.variants[i].label, run: { ...run.body, history: run.history } })) };
+}
 
 function setStatus(card, i, text, kind = "") {
   const li = card.querySelectorAll(".variant")[i];
@@ -169,13 +178,15 @@ async function runExperiment(card, exp) {
     msg.textContent = "";
     const out = card.querySelector(".exp-results");
     out.hidden = false;
+    drawn.set(exp.name, results);
     lossPlot(card.querySelector(".exp-loss"), exp, results);
     await summaryTable(card.querySelector(".exp-summary"), exp, results);
     compareLinks(card.querySelector(".exp-compare"), exp, results);
     const extra = card.querySelector(".exp-extra");
     if (exp.name === "norm-warmup") {
-      const gd = el("div", { class: "plot exp-grad" });
+      const gd = el("div", { class: "plot exp-grad", id: `exp-${exp.name}-grad` });
       extra.replaceChildren(el("p", { class: "muted small", text: "Gradient norm of each block at every step (log scale, same scale in every chart):" }), gd);
+      addDownloads(gd, `${exp.name}-block-grad-norms`, () => experimentData(exp));
       gradPanels(gd, exp, results);
     } else if (exp.name === "causal-mask") {
       await samples(extra, exp, results);
@@ -210,12 +221,13 @@ function card(exp) {
     el("div", { class: "form-actions" }, el("button", { type: "button", class: "exp-run", text: runText(exp) }),
       el("span", { class: "exp-msg start-msg", role: "status" })),
     el("div", { class: "exp-results", hidden: true },
-      el("div", { class: "plot exp-loss" }),
+      el("div", { class: "plot exp-loss", id: `exp-${exp.name}-loss` }),
       el("div", { class: "exp-summary" }),
       el("p", { class: "exp-compare" }),
       el("div", { class: "exp-extra" }),
       el("p", { class: "caption look-for" }, el("b", { text: "What to look for: " }), exp.what_to_look_for)));
   c.querySelector(".exp-run").addEventListener("click", () => runExperiment(c, exp));
+  addDownloads(c.querySelector(".exp-loss"), `${exp.name}-loss`, () => experimentData(exp));
   return c;
 }
 

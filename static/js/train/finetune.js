@@ -8,6 +8,7 @@
 import { apiGet, apiPost, apiRequest, formatDetail, latest, openapi } from "../lib/api.js";
 import { $, el, setNote } from "../lib/dom.js";
 import { addDownloads } from "../lib/downloads.js";
+import { panelShown } from "../lib/embed.js";
 import { decimal, int, pct } from "../lib/format.js";
 import { OKABE } from "../lib/palette.js";
 import { PROB_TICKS, chart } from "../lib/plot.js";
@@ -349,6 +350,7 @@ export async function init() {
   $("ft-serve").addEventListener("click", serveSaved);
   $("ft-job").addEventListener("change", async (e) => show(await apiGet(`/finetune/${e.target.value}`)));
   addDownloads($("ft-curve"), "finetune-accuracy", () => shown);
+  if (!panelShown("finetune")) return;
   if (!(await openapi()).paths["/api/v1/finetune/tasks"]) {
     // a server without the fine-tuning endpoints: say so, and the rest of the page still works
     $("ft-form").style.display = "none";

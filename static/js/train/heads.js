@@ -6,6 +6,7 @@
 import { ApiError, apiGet, isAbort, latest } from "../lib/api.js";
 import { $, el } from "../lib/dom.js";
 import { addDownloads } from "../lib/downloads.js";
+import { panelShown } from "../lib/embed.js";
 import { decimal, int } from "../lib/format.js";
 import { OKABE, SERIES } from "../lib/palette.js";
 import { draw } from "../lib/plot.js";
@@ -157,7 +158,7 @@ async function fetchHeads(id, key) {
 }
 
 function onRun(run) {
-  if (!run || run !== runs.shownRun()) return;
+  if (!run || run !== runs.shownRun() || !panelShown("heads")) return;
   if (state.run !== run.id) {
     state.run = run.id;
     state.key = null;

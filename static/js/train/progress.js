@@ -3,6 +3,8 @@
 // entropies; the learning rate; the gradient norms.
 import { apiGet } from "../lib/api.js";
 import { $, el } from "../lib/dom.js";
+import { addDownloads } from "../lib/downloads.js";
+import { panelShown } from "../lib/embed.js";
 import { decimal, duration, int } from "../lib/format.js";
 import { OKABE } from "../lib/palette.js";
 import { draw } from "../lib/plot.js";
@@ -181,7 +183,7 @@ function render(run) {
   $("curves-wait").textContent = runs.isRunning(run) ? "The curves appear after the first training step."
     : "No step history is known for this run (the app keeps it for finished runs and for runs of this session).";
   $("curves").hidden = empty;
-  if (empty) return;
+  if (empty || !panelShown("progress")) return;
   drawLoss(run);
   drawLr(run);
   drawGrad(run);
@@ -200,7 +202,16 @@ async function refreshList() {
   return list;
 }
 
+// The shown run as GET /api/v1/training/{id} gives it from step 0: its status and whole history.
+function shownStatus() {
+  const run = runs.shownRun();
+  return run && { ...run.body, history: run.history };
+}
+
 export async function init() {
+  addDownloads($("loss-plot"), "loss", shownStatus);
+  addDownloads($("lr-plot"), "learning-rate", shownStatus);
+  addDownloads($("grad-plot"), "gradient-norms", shownStatus);
   runs.on("run-update", (run) => { render(run); });
   runs.on("run-shown", ({ id }) => { $("run-select").value = id; if (!$("run-select").value) refreshList(); });
   runs.on("runs-changed", refreshList);

@@ -3,6 +3,8 @@
 // the embedding projection). Frames are kept by (run, prompt, step), so sliding back is instant.
 import { apiGet, debounced } from "../lib/api.js";
 import { $, el } from "../lib/dom.js";
+import { addDownloads } from "../lib/downloads.js";
+import { panelShown } from "../lib/embed.js";
 import { decimal, pct, tokenLabels, visible } from "../lib/format.js";
 import { squareHeatmap } from "../lib/heatmaps.js";
 import { MONO, OKABE } from "../lib/palette.js";
@@ -211,7 +213,7 @@ function play() {
 }
 
 function onRun(run) {
-  if (!run || run !== runs.shownRun()) return;
+  if (!run || run !== runs.shownRun() || !panelShown("replay")) return;
   const steps = run.body.snapshots;
   const changedRun = state.run !== run.id;
   if (changedRun) { stop(); state.gen++; state.run = run.id; state.steps = []; state.index = 0; }
@@ -228,6 +230,11 @@ function onRun(run) {
 
 export function init() {
   state.text = $("replay-text").value;
+  // each figure with the part of its frame (GET /training/{id}/replay at that snapshot) it draws
+  const part = (pick) => () => state.frame && { run: state.frame.run, step: state.frame.step, ...pick(state.frame) };
+  addDownloads($("replay-attn"), "attention-at-snapshot", part((f) => ({ tokens: f.forward.tokens, attention: f.forward.attention })));
+  addDownloads($("replay-next"), "next-token-at-snapshot", part((f) => ({ tokens: f.forward.tokens, next_token: f.forward.next_token })));
+  addDownloads($("replay-proj"), "embeddings-at-snapshot", part((f) => ({ tokens: f.forward.tokens, projection: f.projection })));
   runs.on("run-update", onRun);
   runs.on("run-shown", ({ id }) => {
     if (id !== state.run) { $("replay-body").hidden = true; $("replay-empty").hidden = false; $("replay-compare").hidden = true; }

@@ -1,0 +1,113 @@
+"""Every panel's "HTML" download on /tokenizer, /genealogy, /features and /train: each page is
+loaded once, every figure that addDownloads decorated and that the page drew is exported through
+its own button, then each file is opened from disk with every request refused and must draw that
+figure and answer a hover with the same text (the same numbers) as the live page did.
+
+/train draws most of its figures only for a run: it is opened on a server of its own (the /train
+tests expect an empty data folder) that holds one finished short run with two snapshots and one
+small fine-tuning job, so the progress, replay, heads and fine-tuning panels are drawn. The
+experiments' figures need several runs each and are left out."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from apihelp import api_json, finished_run
+from exporting import check_offline, live_exports
+
+from gptscope.server.config import BUILTIN_CHECKPOINT
+
+pytestmark = pytest.mark.browser
+
+# Each page's decorated figures that its default state draws (the built-in model: its shipped SAE).
+PAGES = {
+    "/tokenizer": {"tokens", "pretokens", "merge-pieces", "compare-tokens"},
+    "/genealogy": {
+        "lambada-plot",
+        "params-plot",
+        "nsp-plot",
+        "xent-plot",
+        "perceptron-plot",
+        "mistakes-plot",
+        "mlp-plot",
+        "mlp-loss-plot",
+        "reach-plot",
+        "moe-plot",
+    },
+    "/features": {"sae-loss-plot", "sae-train-plot", "feat-passages", "feat-hist-plot"},
+}
+TRAIN = {
+    "loss-plot",
+    "lr-plot",
+    "grad-plot",
+    "replay-attn",
+    "replay-next",
+    "replay-proj",
+    "heads-roles-plot",
+    "heads-incontext-plot",
+    "ft-curve",
+}
+
+TEXT = "The quick brown fox jumps over the lazy dog. All that glitters is not gold. " * 60
+RUN = {
+    "preset": "tiny",
+    "vocab_size": 300,
+    "batch_size": 8,
+    "corpus": "export-small",
+    "max_steps": 20,
+    "snapshots": [0, 1],
+    "seed": 3,
+}
+# a small labelled task of its own (a built-in one's test half takes the probe far longer to score)
+TASK = "\n".join(
+    ["text,label"]
+    + [f"a line about the {w} number {i},{'sea' if i % 2 else 'land'}" for i, w in enumerate(["ship", "field"] * 20)]
+)
+FINETUNE = {"task": "sea-land", "methods": ["probe"], "sizes": [16], "steps": 5}
+
+
+@pytest.fixture(scope="module")
+def trained(browser, serve_app, tmp_path_factory):
+    """The URL of a server whose data folder holds a finished short run and a fine-tuning job."""
+    with serve_app(BUILTIN_CHECKPOINT, tmp_path_factory.mktemp("gptscope-export-data")) as url:
+        ctx = browser.new_context()
+        try:
+            run = finished_run(ctx, url, RUN["corpus"], TEXT, RUN)
+            assert run["snapshots"] == [0, 20]
+            api_json(ctx, url, "GET", f"/training/{run['id']}/heads")  # scored once here; the server keeps it
+            upload = {
+                "file": {"name": "task.csv", "mimeType": "text/csv", "buffer": TASK.encode()},
+                "name": FINETUNE["task"],
+            }
+            api_json(ctx, url, "POST", "/finetune/tasks", multipart=upload)
+            job = api_json(ctx, url, "POST", "/finetune", data=FINETUNE)
+            deadline = time.monotonic() + 120
+            while job["status"] == "running":
+                assert time.monotonic() < deadline, job
+                time.sleep(0.3)
+                job = api_json(ctx, url, "GET", f"/finetune/{job['id']}")
+            assert job["status"] == "done", job
+        finally:
+            ctx.close()
+        yield url
+
+
+def exported(page, url, path, folder, expected):
+    done, skipped = live_exports(page, url, path, folder)
+    figures = {e[0] for e in done}
+    assert figures == expected, (path, sorted(figures), skipped)
+    print(path, "exported", sorted(figures), "not drawn or not shown", skipped)
+    return [(path, *e) for e in done]
+
+
+def test_every_drawn_panel_of_four_pages_exports_to_a_file_that_works_with_no_network(
+    browser, live_url, trained, page, tmp_path
+):
+    exports = []
+    for path, expected in PAGES.items():
+        exports += exported(page, live_url, path, tmp_path, expected)
+    exports += exported(page, trained, "/train", tmp_path, TRAIN)
+    assert not page.console_errors, page.console_errors
+
+    check_offline(browser, exports)
