@@ -37,8 +37,9 @@ PAGES = {
     "compare": ("/compare", "compare"),
     "patch": ("/patch", "patch"),
     "genealogy": ("/genealogy", "genealogy"),
+    "features": ("/features", "features"),
 }
-PageName = Literal["forward", "tokenizer", "learn", "train", "compare", "patch", "genealogy"]  # PAGES' keys
+PageName = Literal["forward", "tokenizer", "learn", "train", "compare", "patch", "genealogy", "features"]  # PAGES' keys
 PANEL = re.compile(r'<section[^>]*\bid="([a-z0-9-]+)-panel"')
 _one = threading.Lock()
 

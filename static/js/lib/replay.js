@@ -54,11 +54,18 @@ export async function send(key, url, init) {
   }
 }
 
+function fromBase64(b64) {
+  const bin = atob(b64);
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return bytes;
+}
+
 // In an exported file: the recorded answer to `key`, or an error naming what needs the app.
 export function replayed(key) {
   const a = REPLAY.answers[key];
   if (a) {
-    const bytes = a.m === undefined ? new TextEncoder().encode(a.j) : Uint8Array.from(atob(a.m), (c) => c.charCodeAt(0));
+    const bytes = a.m === undefined ? new TextEncoder().encode(a.j) : fromBase64(a.m);
     return { status: a.s, ok: a.s >= 200 && a.s < 300, body: parse(a.m !== undefined, bytes, "") };
   }
   misses++;
