@@ -117,6 +117,7 @@ def test_plotly_is_served_locally(client):
     r = client.get("/vendor/plotly.min.js")  # httpx asks for gzip and decodes it
     assert r.status_code == 200 and len(r.content) > 1_000_000
     assert b"plotly" in r.content[:2000].lower()
+    assert r.content.startswith(b"//# allFunctionsCalledOnLoad\n")  # compiled off the main thread
     assert r.headers["content-encoding"] == "gzip" and int(r.headers["content-length"]) < len(r.content) / 2
     plain = client.get("/vendor/plotly.min.js", headers={"Accept-Encoding": "identity"})
     assert "content-encoding" not in plain.headers and plain.content == r.content

@@ -135,11 +135,18 @@ def patch_page(request: Request, service: Service) -> Response:
     return render(request, service, "patch.html", "patch", "/api/v1/patch/pairs", **state)
 
 
+# Chrome's explicit compile hint (Chrome 136+; other browsers read a comment): compile every
+# function of the file eagerly, on a background thread while it streams in, rather than each on the
+# main thread when Plotly's start-up first calls it. A fresh page's Plotly task fell from about
+# 2.2 s to 1.3 s on 2 busy cores.
+COMPILE_HINT = b"//# allFunctionsCalledOnLoad\n"
+
+
 @lru_cache(maxsize=1)
 def _plotly_js() -> bytes:
     from plotly.offline import get_plotlyjs
 
-    return get_plotlyjs().encode("utf-8")
+    return COMPILE_HINT + get_plotlyjs().encode("utf-8")
 
 
 @lru_cache(maxsize=1)
