@@ -89,8 +89,11 @@ def test_worked_examples_are_redone_by_the_server(loaded, live_url):
     page, _ = loaded
     page.fill("#w-loss-p", "0.01")
     page.fill("#w-n", "30")
+    # both edits answered: the plot's p and the text's n (ready alone may still be the first edit's answer,
+    # while the second waits out the form's debounce)
     page.wait_for_function(
         "() => document.getElementById('xent-plot').data[2].x[0] === 0.01"
+        " && document.getElementById('worked-underflow').textContent.includes('multiplied 30 times')"
         " && document.getElementById('worked-panel').dataset.ready === '1'"
     )
     w = api_json(page, live_url, "GET", "/genealogy/worked?n=30&loss_p=0.01")
