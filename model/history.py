@@ -128,17 +128,23 @@ class MLPRun:
     grid_size: int
 
 
+def mlp_forward(params: list[torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (n, 2) -> the hidden units tanh(W1 x + b1) (n, H) and the logit of class 1 (n, 1)."""
+    w1, b1, w2, b2 = params
+    h = torch.tanh(x @ w1.T + b1)
+    return h, h @ w2.T + b2
+
+
 def mlp_gradients(
     params: list[torch.Tensor], x: torch.Tensor, target: torch.Tensor
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The loss and its gradient for params [W1 (H, 2), b1 (H,), W2 (1, H), b2 (1,)], by the chain
     rule written out (backprop by hand: a thousand steps take milliseconds, not the second that
     autograd's bookkeeping costs at this size)."""
-    w1, b1, w2, b2 = params
-    h = torch.tanh(x @ w1.T + b1)  # (n, H) the hidden units
-    z = h @ w2.T + b2  # (n, 1) the logit of class 1
+    h, z = mlp_forward(params, x)
     loss = torch.nn.functional.binary_cross_entropy_with_logits(z, target)
     dz = (torch.sigmoid(z) - target) / len(x)  # d loss / d z for the mean cross-entropy
+    w2 = params[2]  # (1, H)
     dpre = (dz @ w2) * (1 - h * h)  # back through W2, then tanh' = 1 - tanh^2
     return loss, [dpre.T @ x, dpre.sum(0), dz.T @ h, dz.sum(0)]
 
@@ -178,15 +184,15 @@ def mlp(
         if step % every == 0 or step == steps:  # the loss before this step's update, as autograd's loop logs it
             logged.append(step)
             losses.append(loss.item())
-    w1, b1, w2, b2 = params
 
     def net(pts: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(pts @ w1.T + b1) @ w2.T + b2  # (k, 1) logits
+        return mlp_forward(params, pts)[1]  # (k, 1) logits
 
     acc = float(((net(x).squeeze(1) > 0).long() == y).float().mean())
     axis = torch.linspace(-1, 1, grid)
     g2, g1 = torch.meshgrid(axis, axis, indexing="ij")  # rows: x2, columns: x1
     probs = torch.sigmoid(net(torch.stack([g1.flatten(), g2.flatten()], dim=1))).squeeze(1)
+    w1, b1 = params[0], params[1]
     lines = [(float(w[0]), float(w[1]), float(b)) for w, b in zip(w1, b1)]
     return MLPRun(x, y, losses, logged, acc, lines, probs.tolist(), grid)
 
