@@ -14,7 +14,6 @@ own (`playwright install chromium`). Playwright itself: `pip install 'gptscope[n
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import re
@@ -124,33 +123,47 @@ class _Exporter:
                         return None
 
     def work(self) -> None:
-        try:
-            from playwright.sync_api import sync_playwright
-        except ImportError:
-            sync_playwright = None
+        pw, failed = _start_playwright()
         browser = last = None
-        with sync_playwright() if sync_playwright else contextlib.nullcontext() as pw:
-            try:
-                while (job := self.next_job()) is not None:
-                    url, panel, timeout_s, out, done = job
-                    try:
-                        if pw is None:
-                            raise ExportUnavailable(
-                                "a static panel is made by a headless Chromium: pip install 'gptscope[notebook]' (Playwright)"
-                            )
-                        if browser is None or not browser.is_connected():
-                            browser, last = _launch(pw), None
-                        out["html"], page = _export(browser, url, panel, timeout_s)
-                        if last is not None:
-                            last.close()
-                        last = page
-                    except BaseException as e:  # raised again in the caller's thread
-                        out["error"] = e
-                    finally:
-                        done.set()
-            finally:
-                if browser is not None:
-                    browser.close()
+        try:
+            while (job := self.next_job()) is not None:
+                url, panel, timeout_s, out, done = job
+                try:
+                    if failed is not None:
+                        raise failed
+                    if browser is None or not browser.is_connected():
+                        browser, last = _launch(pw), None
+                    out["html"], page = _export(browser, url, panel, timeout_s)
+                    if last is not None:
+                        last.close()
+                    last = page
+                except BaseException as e:  # raised again in the caller's thread
+                    out["error"] = e
+                finally:
+                    done.set()
+        finally:
+            with self.lock:  # a thread that ends otherwise than idle must not be waited for
+                if self.thread is threading.current_thread():
+                    self.thread = None
+            if browser is not None:
+                browser.close()
+            if pw is not None:
+                pw.stop()
+
+
+def _start_playwright():
+    """(Playwright started, None), or (None, the ExportUnavailable each export then raises): Playwright
+    missing, or its driver would not start."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None, ExportUnavailable(
+            "a static panel is made by a headless Chromium: pip install 'gptscope[notebook]' (Playwright)"
+        )
+    try:
+        return sync_playwright().start(), None
+    except Exception as e:
+        return None, ExportUnavailable(f"Playwright could not start ({str(e).splitlines()[0] if str(e) else e!r})")
 
 
 _EXPORTER = _Exporter()
