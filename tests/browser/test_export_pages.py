@@ -5,11 +5,13 @@ figure and answer a hover with the same text (the same numbers) as the live page
 
 /train draws most of its figures only for a run: it is opened on a server of its own (the /train
 tests expect an empty data folder) that holds one finished short run with two snapshots and one
-small fine-tuning job, so the progress, replay, heads and fine-tuning panels are drawn. The
-experiments' figures need several runs each and are left out."""
+small fine-tuning job, so the progress, replay, heads and fine-tuning panels are drawn, and the two
+finished runs of the causal-mask experiment (its requests made 20 steps long on that small text): the
+page opened with ?exp=causal-mask redraws the experiment from them, and so does its exported file."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -47,6 +49,7 @@ TRAIN = {
     "heads-roles-plot",
     "heads-incontext-plot",
     "ft-curve",
+    "exp-causal-mask-loss",
 }
 
 TEXT = "The quick brown fox jumps over the lazy dog. All that glitters is not gold. " * 60
@@ -65,6 +68,15 @@ TASK = "\n".join(
     + [f"a line about the {w} number {i},{'sea' if i % 2 else 'land'}" for i, w in enumerate(["ship", "field"] * 20)]
 )
 FINETUNE = {"task": "sea-land", "methods": ["probe"], "sizes": [16], "steps": 5}
+
+
+def short_experiment(ctx, url) -> dict:
+    """The API's causal-mask experiment, each variant made 20 steps on the small text (labels and
+    overrides as the API has them)."""
+    exp = next(e for e in api_json(ctx, url, "GET", "/experiments") if e["name"] == "causal-mask")
+    for v in exp["variants"]:
+        v["request"].update(corpus=RUN["corpus"], vocab_size=RUN["vocab_size"], batch_size=8, max_steps=20)
+    return exp
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +100,20 @@ def trained(browser, serve_app, tmp_path_factory):
                 time.sleep(0.3)
                 job = api_json(ctx, url, "GET", f"/finetune/{job['id']}")
             assert job["status"] == "done", job
+            for v in short_experiment(ctx, url)["variants"]:  # trained by the API: the page only redraws them
+                wait_done(ctx, url, api_json(ctx, url, "POST", "/training", data=v["request"]))
         finally:
             ctx.close()
         yield url
+
+
+def wait_done(ctx, url, run: dict) -> None:
+    deadline = time.monotonic() + 120
+    while run["status"] not in ("done", "failed", "cancelled"):
+        assert time.monotonic() < deadline, run["status"]
+        time.sleep(0.3)
+        run = api_json(ctx, url, "GET", f"/training/{run['id']}")
+    assert run["status"] == "done", run
 
 
 def exported(page, url, path, folder, expected):
@@ -107,7 +130,10 @@ def test_every_drawn_panel_of_four_pages_exports_to_a_file_that_works_with_no_ne
     exports = []
     for path, expected in PAGES.items():
         exports += exported(page, live_url, path, tmp_path, expected)
-    exports += exported(page, trained, "/train", tmp_path, TRAIN)
+    exp = short_experiment(page.context, trained)  # the page lists the short experiment, as the API's
+    body = json.dumps([exp])
+    page.route("**/api/v1/experiments", lambda r: r.fulfill(status=200, content_type="application/json", body=body))
+    exports += exported(page, trained, "/train?exp=causal-mask", tmp_path, TRAIN)
     assert not page.console_errors, page.console_errors
 
     check_offline(browser, exports)

@@ -397,6 +397,15 @@ def test_the_causal_mask_experiment_compares_its_variants(page, live_url, screen
         frame = api(page, live_url, "GET", f"/training/{run_id}/replay", params={"step": final})
         assert frame["sample"] in samples.nth(i).inner_text()
     screenshot(page, "train-experiment")
+    # the drawn experiment is in the URL; opened again, the page redraws it from those finished runs
+    # and trains nothing (no POST /api/v1/training)
+    assert parse_qs(urlsplit(page.url).query)["exp"] == ["causal-mask"]
+    posts = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    page.reload()
+    page.wait_for_function("document.getElementById('exp-causal-mask').dataset.state === 'done'", timeout=30_000)
+    assert [r.get_attribute("data-run") for r in rows.all()] == ids and posts == []
+    assert compare_pairs(card) == [(ids[0], ids[1])] and samples.count() == 2
     assert unexpected_errors(page) == []
 
 
@@ -520,6 +529,16 @@ def test_every_experiment_is_listed_with_its_variants(page, live_url):
     gqa = page.locator("#exp-gqa")
     assert gqa.get_attribute("data-variants") == "3" and "60 s budget" in gqa.inner_text()
     assert "n_kv_head=2" in gqa.locator(".variant").nth(1).inner_text()
+    # an experiment the URL names but this data folder has not trained is not trained on opening:
+    # its card says so and waits for Run (an unknown name is ignored)
+    posts = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    page.goto(f"{live_url}/train?exp=weight-tying,no-such-experiment")
+    page.wait_for_selector('body[data-ready="1"]', state="attached")
+    tying = page.locator("#exp-weight-tying")
+    assert "Not trained in this data folder yet" in tying.locator(".exp-msg").inner_text()
+    assert tying.get_attribute("data-state") is None and not tying.locator(".exp-results").is_visible()
+    assert posts == []
     assert unexpected_errors(page) == []
 
 

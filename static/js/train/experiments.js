@@ -4,12 +4,16 @@
 // reached, parameters and final validation loss (GET /api/v1/checkpoints), and links to /compare
 // their final checkpoints (two variants: one link; more: each against the first). Extras: per-block
 // gradient norms (norm-warmup), samples at the final snapshot from /replay (causal-mask).
+// A drawn experiment is named in the URL (?exp=causal-mask,gqa): opened again, the page redraws it
+// from the finished runs of this data folder (GET /api/v1/training) without training anything, and
+// an exported panel redraws it from the answers it carries.
 import { apiGet, formatDetail } from "../lib/api.js";
 import { $, el } from "../lib/dom.js";
 import { addDownloads } from "../lib/downloads.js";
 import { decimal, int } from "../lib/format.js";
 import { OKABE } from "../lib/palette.js";
 import { draw } from "../lib/plot.js";
+import { pageQuery, setPageQuery } from "../lib/query.js";
 import { gradTraces, referenceTraces } from "./progress.js";
 import * as runs from "./runs.js";
 
@@ -173,26 +177,10 @@ async function runExperiment(card, exp) {
   msg.textContent = `Training ${exp.variants.length} runs one after another; panel 2 shows the one in progress.`;
   card.dataset.state = "running";
   try {
-    const results = [];
-    for (let i = 0; i < exp.variants.length; i++) results.push(await runVariant(card, exp, i));
+    const ids = [];
+    for (let i = 0; i < exp.variants.length; i++) ids.push((await runVariant(card, exp, i)).id);
     msg.textContent = "";
-    const out = card.querySelector(".exp-results");
-    out.hidden = false;
-    drawn.set(exp.name, results);
-    lossPlot(card.querySelector(".exp-loss"), exp, results);
-    await summaryTable(card.querySelector(".exp-summary"), exp, results);
-    compareLinks(card.querySelector(".exp-compare"), exp, results);
-    const extra = card.querySelector(".exp-extra");
-    if (exp.name === "norm-warmup") {
-      const gd = el("div", { class: "plot exp-grad", id: `exp-${exp.name}-grad` });
-      extra.replaceChildren(el("p", { class: "muted small", text: "Gradient norm of each block at every step (log scale, same scale in every chart):" }), gd);
-      addDownloads(gd, `${exp.name}-block-grad-norms`, () => experimentData(exp));
-      gradPanels(gd, exp, results);
-    } else if (exp.name === "causal-mask") {
-      await samples(extra, exp, results);
-    }
-    card.dataset.state = "done";
-    card.querySelector(".exp-run").textContent = "Run again (the finished runs are reused)";
+    await showResults(card, exp, ids);
   } catch (err) {
     msg.className = "exp-msg start-msg bad";
     msg.textContent = `Stopped: ${err.message || err}`;
@@ -200,6 +188,63 @@ async function runExperiment(card, exp) {
   } finally {
     running = null;
     buttons.forEach((b) => { b.disabled = false; });
+  }
+}
+
+// The finished variants' runs drawn side by side, each run's whole record read once more (so that
+// what the figures show is the final answer of GET /training/{id}, also in an exported panel).
+async function showResults(card, exp, ids) {
+  const results = await Promise.all(ids.map(async (id, i) => {
+    const body = await apiGet(`/training/${encodeURIComponent(id)}?since=0`);
+    return { id, body: { ...body, history: [] }, history: body.history, lastStep: body.step, label: `${exp.title}: ${exp.variants[i].label}` };
+  }));
+  card.querySelector(".exp-results").hidden = false;
+  drawn.set(exp.name, results);
+  lossPlot(card.querySelector(".exp-loss"), exp, results);
+  await summaryTable(card.querySelector(".exp-summary"), exp, results);
+  compareLinks(card.querySelector(".exp-compare"), exp, results);
+  const extra = card.querySelector(".exp-extra");
+  if (exp.name === "norm-warmup") {
+    const gd = el("div", { class: "plot exp-grad", id: `exp-${exp.name}-grad` });
+    extra.replaceChildren(el("p", { class: "muted small", text: "Gradient norm of each block at every step (log scale, same scale in every chart):" }), gd);
+    addDownloads(gd, `${exp.name}-block-grad-norms`, () => experimentData(exp));
+    gradPanels(gd, exp, results);
+  } else if (exp.name === "causal-mask") {
+    await samples(extra, exp, results);
+  }
+  exp.variants.forEach((_, i) => { if (!card.querySelectorAll(".variant-status")[i].textContent) setStatus(card, i, `trained: run ${ids[i]}`, "ok"); });
+  card.dataset.state = "done";
+  card.querySelector(".exp-run").textContent = "Run again (the finished runs are reused)";
+  const q = pageQuery();
+  const names = new Set((q.get("exp") || "").split(",").filter(Boolean));
+  names.add(exp.name);
+  q.set("exp", [...names].join(","));
+  setPageQuery(q);
+}
+
+// A request as a canonical text (keys sorted at every level): two requests are the same run when these match.
+function canonical(v) {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
+  if (v && typeof v === "object") return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(",")}}`;
+  return JSON.stringify(v);
+}
+
+// The experiments the URL names whose every variant has a finished run here, drawn from those runs
+// (the newest finished run of each request); the others wait for "Run", with a note.
+async function reopen(cards, list) {
+  const names = (pageQuery().get("exp") || "").split(",").filter(Boolean);
+  if (!names.length) return;
+  const done = new Map();
+  for (const r of await apiGet("/training")) {
+    if (r.status === "done") done.set(canonical(r.request), r.id);   // oldest first: the newest stays
+  }
+  for (const name of names) {
+    const exp = list.find((e) => e.name === name);
+    if (!exp) continue;
+    const card = cards.get(name);
+    const ids = exp.variants.map((v) => done.get(canonical(v.request)));
+    if (ids.every(Boolean)) await showResults(card, exp, ids);
+    else card.querySelector(".exp-msg").textContent = "Not trained in this data folder yet: Run trains it.";
   }
 }
 
@@ -233,5 +278,7 @@ function card(exp) {
 
 export async function init() {
   const list = await apiGet("/experiments");
-  $("experiments").replaceChildren(...list.map(card));
+  const cards = new Map(list.map((exp) => [exp.name, card(exp)]));
+  $("experiments").replaceChildren(...cards.values());
+  await reopen(cards, list);
 }
