@@ -173,14 +173,17 @@ def mlp(
     x, y = points(data, n, seed)
     torch.manual_seed(seed)
     first, second = torch.nn.Linear(2, hidden), torch.nn.Linear(hidden, 1)
-    params = [t.detach().clone() for t in (first.weight, first.bias, second.weight, second.bias)]
-    m, v = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    drawn = (first.weight, first.bias, second.weight, second.bias)
+    # the four tensors are views of one vector, so that Adam updates them all in a few operations
+    flat = torch.cat([t.detach().flatten() for t in drawn])
+    params = [part.view(t.shape) for part, t in zip(flat.split([t.numel() for t in drawn]), drawn)]
+    m, v = torch.zeros_like(flat), torch.zeros_like(flat)
     target = y.float().unsqueeze(1)
     losses, logged = [], []
     every = max(1, steps // 100)
     for step in range(1, steps + 1):
         loss, grads = mlp_gradients(params, x, target)
-        adam_step(params, grads, m, v, step, lr)
+        adam_step([flat], [torch.cat([g.flatten() for g in grads])], [m], [v], step, lr)
         if step % every == 0 or step == steps:  # the loss before this step's update, as autograd's loop logs it
             logged.append(step)
             losses.append(loss.item())
