@@ -58,12 +58,28 @@ PROBE = """(id) => {
 
 
 def live_exports(page, live_url, path, folder):
-    """Load `path` once, export every drawn decorated figure by its HTML button: [(figure, panel, file, hover)]."""
+    """Load `path` once and export every panel that has a drawn decorated figure, by the HTML button
+    of its last such figure (every figure's button exports its panel: the one file holds what each
+    of them drew): [(figure, panel, file, hover)], one row per drawn figure with its panel's file."""
     page.goto(f"{live_url}{path}")
     page.wait_for_selector("body[data-ready]", state="attached", timeout=90_000)
+    # and what the page loads after it is ready (the feature browser's first feature, say)
+    page.wait_for_function("() => !!globalThis.gptscopeSettled")
+    page.evaluate("() => gptscopeSettled()")
     bars = page.eval_on_selector_all(".dl-bar", "bs => bs.map((b) => b.dataset.for)")
     assert bars and len(bars) == len(set(bars)), bars
-    done, skipped = [], []
+    # every figure's bar offers the HTML file
+    assert page.locator(".dl-bar button[data-format='html']").count() == len(bars)
+    panel_of = dict(
+        zip(
+            bars,
+            page.eval_on_selector_all(
+                ".dl-bar",
+                "bs => bs.map((b) => document.getElementById(b.dataset.for)?.closest(\"section[id$='-panel']\")?.id.slice(0, -6))",
+            ),
+        )
+    )
+    drawn, skipped = [], []
     for fig in bars:
         shown = page.evaluate(
             "(id) => { const f = document.getElementById(id); const ok = !!f && f.checkVisibility(); if (ok) f.scrollIntoView(); return ok; }",
@@ -77,15 +93,20 @@ def live_exports(page, live_url, path, folder):
         except PlaywrightTimeout:  # drawn only after a click (a generation step, say): nothing to hover yet
             skipped.append(fig)
             continue
-        with page.expect_download(timeout=90_000) as dl:
-            page.click(f".dl-bar[data-for='{fig}'] button[data-format='html']")
-        file = folder / f"{fig}.html"
-        dl.value.save_as(file)
+        drawn.append(fig)
+    last = {panel_of[fig]: fig for fig in drawn}
+    files, done = {}, []
+    for fig in drawn:
+        panel = panel_of[fig]
+        if last[panel] == fig:  # the panel's file, made once all of its figures were drawn
+            with page.expect_download(timeout=90_000) as dl:
+                page.click(f".dl-bar[data-for='{fig}'] button[data-format='html']")
+            files[panel] = folder / f"{path.strip('/').split('?')[0] or 'forward'}-{panel}.html"
+            dl.value.save_as(files[panel])
+    for fig in drawn:
         page.evaluate("(id) => document.getElementById(id).scrollIntoView()", fig)
-        panel = page.evaluate(
-            "(id) => document.getElementById(id).closest(\"section[id$='-panel']\").id.slice(0, -6)", fig
-        )
-        done.append((fig, panel, file, page.wait_for_function(PROBE, arg=fig, timeout=30_000).json_value()))
+        hover = page.wait_for_function(PROBE, arg=fig, timeout=30_000).json_value()
+        done.append((fig, panel_of[fig], files[panel_of[fig]], hover))
     return done, skipped
 
 
@@ -100,8 +121,7 @@ def check_offline(browser, exports) -> None:
     offline = ctx.new_page()
     errors = []
     offline.on("pageerror", lambda err: errors.append(str(err)))
-    # Every figure of a panel exports that panel, so one file per panel is opened: its last figure's
-    # (made last, it holds every answer the earlier ones did), where each of the panel's figures is checked.
+    # one file per panel, opened once, where each of the panel's figures is checked
     last = {(path, panel): file for path, _, panel, file, _ in exports}
     opened = None
     try:

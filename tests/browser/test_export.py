@@ -1,7 +1,8 @@
-"""Every panel's "HTML" download: on each page (one load), every figure that addDownloads decorated
-and that the page drew is exported through its own button; each file is then opened from disk in
-one browser context where every request is refused, and must draw that figure and answer a hover
-with the same text (the same numbers) as the live page did."""
+"""Every panel's "HTML" download: on each page (one load), every panel with a figure that
+addDownloads decorated and that the page drew is exported through its last such figure's HTML
+button (every figure's bar has one: each exports its panel); each file is then opened from disk in
+one browser context where every request is refused, and must draw each of its figures and answer a
+hover with the same text (the same numbers) as the live page did."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""/learn's "HTML" downloads: every figure that addDownloads decorated and the page drew is
-exported through its own button (one load of the page), and each panel's file is then opened from
-disk with every request refused: it must draw each of its figures and answer a hover with the same
+"""/learn's "HTML" downloads: every panel with a figure that addDownloads decorated and the page
+drew is exported through the HTML button of its last such figure (one load of the page; every
+figure's bar has the button), and each panel's file is then opened from disk with every request refused: it must draw each of its figures and answer a hover with the same
 text (the same numbers) as the live page did (the helpers of tests/browser/exporting.py). An edited
 field travels with its panel's file, which redraws what it has answers for and says that any other
 setting needs the running app."""

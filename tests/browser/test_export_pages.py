@@ -1,7 +1,8 @@
 """Every panel's "HTML" download on /tokenizer, /genealogy, /features and /train: each page is
-loaded once, every figure that addDownloads decorated and that the page drew is exported through
-its own button, then each file is opened from disk with every request refused and must draw that
-figure and answer a hover with the same text (the same numbers) as the live page did.
+loaded once, every panel with a figure that addDownloads decorated and that the page drew is
+exported through its last such figure's HTML button, then each file is opened from disk with every
+request refused and must draw each of its figures and answer a hover with the same text (the same
+numbers) as the live page did.
 
 /train draws most of its figures only for a run: it is opened on a server of its own (the /train
 tests expect an empty data folder) that holds one finished short run with two snapshots and one
