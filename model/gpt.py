@@ -311,6 +311,32 @@ def _matches(name: str, flt: HookFilter) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+# oneDNN's fp32 matmul: on a 2-core AVX2 EPYC, 110-125 GFLOP/s on GPT-2 small's matrices at 1-256
+# rows, where the default BLAS gave 60-115 and varied more; under about half a million weights its
+# fixed cost loses (benchmarks/linear_kernels.py prints both, per shape)
+ONEDNN_MIN_WEIGHTS = 1 << 19
+_onednn_linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+
+
+class Linear(nn.Linear):
+    """nn.Linear, multiplied through oneDNN when nothing needs its gradient: inference on the CPU
+    in float32, for a matrix of at least ONEDNN_MIN_WEIGHTS weights. The same y = x W^T + b, to
+    float32 rounding; training and autocast keep PyTorch's own path."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if (
+            _onednn_linear is not None
+            and w.numel() >= ONEDNN_MIN_WEIGHTS
+            and not torch.is_grad_enabled()
+            and x.is_cpu
+            and x.dtype == w.dtype == torch.float32
+            and not torch.is_autocast_enabled("cpu")
+        ):
+            return _onednn_linear(x, w, self.bias, "none", [], "")
+        return super().forward(x)
+
+
 class LayerNorm(nn.Module):
     """LayerNorm with an optional shift, exposing the per-position scale and the output."""
 
@@ -477,8 +503,8 @@ class CausalSelfAttention(nn.Module):
         self.cfg = cfg
         d, q_d, kv_d = cfg.d_model, cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
         # W_Q, W_K, W_V side by side; with grouped-query attention K and V have n_kv_head heads
-        self.c_attn = nn.Linear(d, q_d + 2 * kv_d, bias=cfg.bias or cfg.qkv_bias)
-        self.c_proj = nn.Linear(q_d, d, bias=cfg.bias or cfg.attn_out_bias)  # W_O
+        self.c_attn = Linear(d, q_d + 2 * kv_d, bias=cfg.bias or cfg.qkv_bias)
+        self.c_proj = Linear(q_d, d, bias=cfg.bias or cfg.attn_out_bias)  # W_O
         if cfg.qk_norm:  # Qwen3: each head's q and k normalised (RMSNorm over hs) before RoPE
             self.q_norm, self.k_norm = RMSNorm(cfg.d_head, cfg.ln_eps), RMSNorm(cfg.d_head, cfg.ln_eps)
         self.attn_dropout = nn.Dropout(cfg.dropout)
@@ -580,12 +606,12 @@ class MLP(nn.Module):
         super().__init__()
         self.swiglu = cfg.mlp == "swiglu"
         bias = cfg.bias or cfg.mlp_bias
-        self.c_fc = nn.Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # up-projection (SwiGLU: the value)
+        self.c_fc = Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # up-projection (SwiGLU: the value)
         if self.swiglu:
-            self.c_gate = nn.Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # SwiGLU: the gate
+            self.c_gate = Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # SwiGLU: the gate
             self.hook_gate = HookPoint()  # (B, T, dm) silu(x W_gate): how far each unit opens
             self.hook_value = HookPoint()  # (B, T, dm) x W_up: what passes through the gate
-        self.c_proj = nn.Linear(cfg.d_mlp, cfg.d_model, bias=bias)  # down-projection
+        self.c_proj = Linear(cfg.d_mlp, cfg.d_model, bias=bias)  # down-projection
         self.approximate = "tanh" if cfg.gelu == "tanh" else "none"
         self.dropout = nn.Dropout(cfg.dropout)
         self.hook_pre = HookPoint()  # (B, T, dm) before the activation (SwiGLU: the gate's input)
@@ -611,7 +637,7 @@ class MoE(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.k = cfg.top_k_experts
-        self.router = nn.Linear(cfg.d_model, cfg.n_expert, bias=False)
+        self.router = Linear(cfg.d_model, cfg.n_expert, bias=False)
         self.experts = nn.ModuleList([MLP(cfg) for _ in range(cfg.n_expert)])
         self.hook_router_probs = HookPoint()  # (B, T, E) softmax of the router's scores
         self.hook_router_choice = HookPoint()  # (B, T, k) the chosen experts' indices
@@ -683,7 +709,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
         self.ln_final = make_norm(cfg) if cfg.norm in ("pre", "both") else NoNorm()
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # W_U (V, d)
+        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)  # W_U (V, d)
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight  # logits = h @ W_E^T
         self.hook_logits = HookPoint()  # (B, T, V)

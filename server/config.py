@@ -35,8 +35,8 @@ STATIC_DIR = package_folder("gptscope.static")
 MAX_TEXT_CHARS = 100_000  # tokenizer text
 MAX_MERGES_TEXT_CHARS = 5_000  # BPE merge walk: its output grows with the square of a pre-token's length
 MAX_MERGES_PRETOKEN_BYTES = 256  # ... so each pre-token it walks is capped too
-MAX_MERGES_PAGE = 1_000
-LARGE_MODEL_PARAMS = 20_000_000  # from here on a request uses every core (see Settings.torch_threads)  # merges per page of the model tokenizer's merge list
+MAX_MERGES_PAGE = 1_000  # merges per page of the model tokenizer's merge list
+LARGE_MODEL_PARAMS = 20_000_000  # from here on a request uses every core (see Settings.torch_threads)
 
 
 ALL_CORES = max(1, os.cpu_count() or 1)

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from gptscope.model import gpt
 from gptscope.model.gpt import GPT, GPTConfig, HookPoint, KVCache, count_params, preset_config
 from gptscope.model.sampling import filter_logits, sample_next
 
@@ -194,6 +195,46 @@ def test_fast_mode_uses_sdpa_and_capture_records_only_what_it_names(monkeypatch)
     assert set(cache) == {"blocks.1.hook_resid_post", "hook_logits"}
     assert set(cache2) == {"blocks.0.attn.hook_pattern"}
     assert no_hooks_left(model)
+
+
+@pytest.mark.skipif(gpt._onednn_linear is None, reason="this PyTorch has no oneDNN")
+@pytest.mark.parametrize("name", ["pre-tanh", "pre-exact-nobias-untied"])
+def test_onednn_linear_gives_the_default_paths_numbers(monkeypatch, name):
+    """Linear multiplies through oneDNN only for inference (no autograd, no autocast) in float32, and
+    then gives nn.Linear's numbers to float32 rounding: forced on for every matrix of a small model,
+    the logits and every captured activation agree with PyTorch's default path."""
+    model = perturb_weights(make(**CONFIGS[name]))
+    idx = tokens(model, 20, B=2)
+    names = ["blocks.0.attn.hook_q", "blocks.1.mlp.hook_pre", "blocks.1.hook_resid_post", "hook_logits"]
+    with torch.inference_mode(), model.capture(names) as default:
+        model(idx)
+    calls = []
+
+    def spy(*a):
+        calls.append(a[1].shape)
+        return onednn(*a)
+
+    onednn = gpt._onednn_linear
+    monkeypatch.setattr(gpt, "_onednn_linear", spy)
+    monkeypatch.setattr(gpt, "ONEDNN_MIN_WEIGHTS", 0)
+    with torch.inference_mode(), model.capture(names) as forced:
+        model(idx)
+    assert len(calls) == model.cfg.n_layer * 4 + 1  # W_QKV, W_O, W_up, W_down per block, W_U
+    for n in names:
+        torch.testing.assert_close(forced[n], default[n], rtol=1e-5, atol=1e-5)
+    calls.clear()
+    _, loss = model(idx, targets=idx)  # training: autograd needs PyTorch's own op
+    loss.backward()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(idx)  # autocast decides the dtype itself
+    with torch.no_grad():
+        model(idx, last_only=True)
+    assert len(calls) == model.cfg.n_layer * 4 + 1  # only the last, plain no_grad call
+    monkeypatch.setattr(gpt, "ONEDNN_MIN_WEIGHTS", 1 << 19)
+    calls.clear()
+    with torch.no_grad():
+        model(idx)
+    assert calls == []  # a small model's matrices stay on the default path
 
 
 def test_hooks_are_removed_even_when_the_block_raises():

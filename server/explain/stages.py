@@ -130,7 +130,8 @@ def stage_names(cfg: GPTConfig) -> list[str]:
 def attention(t: Trace) -> AttentionBlock:
     sel = t.sel
     T = len(t.ids)
-    maps = [t.act("attn.hook_pattern", li)[sel.heads] for li in sel.layers]
+    every_head = sel.heads == list(range(t.cfg.n_head))  # then no gather: one copy of the maps fewer
+    maps = [t.act("attn.hook_pattern", li)[slice(None) if every_head else sel.heads] for li in sel.layers]
     stack = torch.stack(maps) if maps else torch.zeros(0, len(sel.heads), T, T)  # (L, H, T, T)
     return AttentionBlock(layers=sel.layers, heads=sel.heads, pattern=attention_rows(stack, t.cfg.causal))
 
