@@ -57,10 +57,11 @@ PROBE = """(id) => {
 }"""
 
 
-def live_exports(page, live_url, path, folder):
-    """Load `path` once and export every panel that has a drawn decorated figure, by the HTML button
-    of its last such figure (every figure's button exports its panel: the one file holds what each
-    of them drew): [(figure, panel, file, hover)], one row per drawn figure with its panel's file."""
+def live_exports(page, live_url, path, folder, panels=None):
+    """Load `path` once and export every panel that has a drawn decorated figure (or only those named
+    in `panels`), by the HTML button of its last such figure (every figure's button exports its
+    panel: the one file holds what each of them drew): [(figure, panel, file, hover)], one row per
+    drawn figure with its panel's file."""
     page.goto(f"{live_url}{path}")
     page.wait_for_selector("body[data-ready]", state="attached", timeout=90_000)
     # and what the page loads after it is ready (the feature browser's first feature, say)
@@ -81,6 +82,8 @@ def live_exports(page, live_url, path, folder):
     )
     drawn, skipped = [], []
     for fig in bars:
+        if panels is not None and panel_of[fig] not in panels:
+            continue
         shown = page.evaluate(
             "(id) => { const f = document.getElementById(id); const ok = !!f && f.checkVisibility(); if (ok) f.scrollIntoView(); return ok; }",
             fig,

@@ -1,5 +1,5 @@
-"""Every panel's "HTML" download: on each page (one load), every panel with a figure that
-addDownloads decorated and that the page drew is exported through its last such figure's HTML
+"""Every panel's "HTML" download: on each page (one load, in a state that draws the panels a
+click would draw), every panel with a figure that addDownloads decorated and that the page drew is exported through its last such figure's HTML
 button (every figure's bar has one: each exports its panel); each file is then opened from disk in
 one browser context where every request is refused, and must draw each of its figures and answer a
 hover with the same text (the same numbers) as the live page did."""
@@ -13,18 +13,22 @@ import re
 
 from exporting import MAX_EXPORT_BYTES, check_offline, live_exports
 
+# Each page in a state that draws every panel it has for the built-in model: the forward page one
+# generation step on (?steps=1: replayed on load, so the exported file replays it too), /patch with a
+# head's positions swept and one cell picked (?heads, ?cell), as a click there would leave the URL.
 PAGES = [
-    ("/", 20),  # the forward page: every stage's figures
-    ("/compare", 8),
-    ("/patch", 4),
+    ("/?steps=1", 21, {"gen-attn-plot"}),  # the forward page: every stage's figures
+    ("/compare", 8, set()),
+    ("/patch?heads=0.1&cell=head:0:1", 6, {"hp-plot", "cell-plot"}),
 ]
 
 
 def test_every_drawn_panel_exports_to_a_file_that_works_with_no_network(browser, live_url, page, tmp_path):
     exports = []
-    for path, at_least in PAGES:
+    for path, at_least, drawn_after_a_click in PAGES:
         done, skipped = live_exports(page, live_url, path, tmp_path)
         assert len(done) >= at_least, (path, [e[0] for e in done], skipped)
+        assert drawn_after_a_click <= {e[0] for e in done}, (path, skipped)
         print(path, "exported", [e[0] for e in done], "not drawn or not shown", skipped)
         exports += [(path, *e) for e in done]
     assert not page.console_errors, page.console_errors

@@ -2,16 +2,19 @@
 built-in genre task (its labels and counts as the API lists them), start a small job from the form
 (finetune and probe, 16 and 64 examples, 20 steps, saved), watch the accuracy curve and the table
 fill with the API's numbers, serve the saved classifier and read its prediction on the forward page
-(label probabilities summing to 1, the winning label's logit decomposed); a CSV with a bad row is
-refused by row number on the page, a good one becomes a task."""
+(label probabilities summing to 1, the winning label's logit decomposed) and export its panel as a
+file that draws with no network; a CSV with a bad row is refused by row number on the page, a good
+one becomes a task."""
 
 from __future__ import annotations
 
 import json
 import time
+from urllib.parse import urlsplit
 
 import pytest
 from apihelp import api_json
+from exporting import check_offline, live_exports
 from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
@@ -33,7 +36,7 @@ def wait_job(page, live_url, job_id, timeout=90):
     return body
 
 
-def test_finetune_from_the_page_then_serve_the_classifier(page, live_url, screenshot):
+def test_finetune_from_the_page_then_serve_the_classifier(browser, page, live_url, screenshot, tmp_path):
     open_train(page, live_url)
     tasks = {t["name"]: t for t in api_json(page, live_url, "GET", "/finetune/tasks")["tasks"]}
     assert {"genre", "speaker"} <= set(tasks)
@@ -131,6 +134,14 @@ def test_finetune_from_the_page_then_serve_the_classifier(page, live_url, screen
         page.select_option("#cl-head", "0")
         expect(page.locator("#cl-attn-plot")).to_have_attribute("data-rows", str(n_layer))
         screenshot(page, "finetune-classifier-panel")
+        assert not page.console_errors, page.console_errors
+        # the classifier panel (only a fine-tuned model has it) as a file: it draws offline, and its
+        # hovers give the live page's numbers
+        here = urlsplit(page.url)
+        path = f"{here.path}?{here.query}"
+        done, skipped = live_exports(page, live_url, path, tmp_path, panels={"classifier"})
+        assert {fig for fig, *_ in done} == {"cl-probs-plot", "cl-attn-plot", "cl-dc-plot"}, skipped
+        check_offline(browser, [(path, *e) for e in done])
         assert not page.console_errors, page.console_errors
     finally:
         api_json(page, live_url, "POST", "/model", data={"checkpoint": "builtin"})

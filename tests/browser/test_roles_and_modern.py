@@ -16,6 +16,7 @@ import re
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
+from exporting import check_offline, live_exports
 
 pytestmark = pytest.mark.browser
 
@@ -261,9 +262,10 @@ def test_clicking_a_prompt_role_mark_opens_that_head(page, live_url):
     assert page.console_errors == []
 
 
-def test_an_induction_mark_opens_its_head_on_the_repeated_test_input(page, live_url, screenshot):
+def test_an_induction_mark_opens_its_head_on_the_repeated_test_input(browser, page, live_url, screenshot, tmp_path):
     """A hand-made /heads answer (the built-in model has no induction head): layer 1, head 2 passes
-    induction. Its mark must open that head on the test input, with the two copies marked."""
+    induction. Its mark must open that head on the test input, with the two copies marked; the URL
+    then names it, so opened again (and as the stage's exported file, offline) it is shown again."""
     layer, head = 1, 2
 
     def fake_heads(route):
@@ -319,6 +321,20 @@ def test_an_induction_mark_opens_its_head_on_the_repeated_test_input(page, live_
         "(v) => document.getElementById('model-view-plot').dataset.selected === v", arg=f"{layer}.{head}"
     )
     screenshot(page, "forward-induction-on-test-input")
+    assert page.console_errors == []
+    # the open head is URL state: the link (and the panel's exported file) opens it again
+    here = urlsplit(page.url)
+    assert parse_qs(here.query)["test_head"] == [f"{layer}.{head}:induction"]
+    path = f"{here.path}?{here.query}"
+    done, skipped = live_exports(page, live_url, path, tmp_path, panels={"attention"})
+    assert "role-test-plot" in {fig for fig, *_ in done}, skipped
+    assert page.get_attribute("#role-test-fig", "data-head") == f"{layer}.{head}"
+    assert plot_data(page, "role-test-plot")[0]["z"] == square(want["attention"]["pattern"][0][0])
+    check_offline(browser, [(path, *e) for e in done])
+    # another prompt closes it
+    page.fill("#prompt", PROMPT + " Again.")
+    page.wait_for_function("() => !new URL(location.href).searchParams.has('test_head')")
+    assert page.is_hidden("#role-test-fig")
     assert page.console_errors == []
 
 
@@ -550,6 +566,20 @@ def test_mixture_of_experts_panel_matches_the_api(page, moe, screenshot):
     page.locator("#moe-box").scroll_into_view_if_needed()
     screenshot(page, "forward-mixture-of-experts")
     assert page.console_errors == []
+
+
+def test_the_rope_and_experts_panels_export_to_files_that_work_with_no_network(browser, page, moe, tmp_path):
+    """The panels only such a model shows (the built-in model's export test cannot reach them): the
+    block panel with RoPE's three figures and the MLP panel with the experts' three, exported by their
+    HTML buttons and opened from disk with every request refused, answer a hover as the live page."""
+    path = "/?" + urlencode({"text": MODERN_PROMPT})
+    done, skipped = live_exports(page, moe, path, tmp_path, panels={"block", "mlp"})
+    figures = {fig for fig, *_ in done}
+    assert {"rope-angles-plot", "rope-q-plot", "rope-distance-plot"} <= figures, (figures, skipped)
+    assert {"moe-choice-plot", "moe-probs-plot", "moe-load-plot"} <= figures, (figures, skipped)
+    assert {panel for _, panel, *_ in done} == {"block", "mlp"}
+    assert page.console_errors == []
+    check_offline(browser, [(path, *e) for e in done])
 
 
 def test_captions_follow_the_served_model(page, modern):

@@ -46,6 +46,7 @@ const state = {
   temperature: 1, top_k: null, top_p: null, seed: 0, steps: 0,
   heads: [], mlps: [], edits: [],
   sae: null, steer: null,   // stage 11's SAE (null: the served model's first); stage 8's steering
+  testHead: null,           // stage 4: { layer, head, role } open on the repeated-token test input
 };
 let trace = null;        // the merged trace of the prompt on show
 let shownText = null;    // the prompt that trace belongs to
@@ -81,6 +82,8 @@ function readUrl() {
     if (m) state.heads.push([+m[1], +m[2]]);
     else if (mm) state.mlps.push(+mm[1]);
   }
+  const th = /^(\d+)\.(\d+):([a-z-]+)$/.exec(q.get("test_head") || "");
+  state.testHead = th ? { layer: +th[1], head: +th[2], role: th[3] } : null;
   for (const item of (q.get("edit") || "").split(",").filter(Boolean)) {
     const m = /^(\d+):(\d+)$/.exec(item);
     if (m) state.edits.push([+m[1], +m[2], null]);
@@ -103,6 +106,7 @@ function writeUrl() {
   const ablate = [...state.heads.map(([l, h]) => `L${l}H${h}`), ...state.mlps.map((l) => `MLP${l}`)];
   if (ablate.length) q.set("ablate", ablate.join(","));
   if (state.edits.length) q.set("edit", state.edits.map(([p, id]) => `${p}:${id}`).join(","));
+  if (state.testHead) q.set("test_head", `${state.testHead.layer}.${state.testHead.head}:${state.testHead.role}`);
   setPageQuery(q);
 }
 
@@ -254,7 +258,8 @@ export async function init() {
     onSelectPosition: selectPosition, kvHeads: N_KV_HEAD });
   // a prompt role's head opens in the stage's own head view; a test-input role's head in panel_heads' view
   initHeads({ onSelectHead: (l, h, where) => { selectHead(l, h); if (where === "prompt") $("attention-plot").scrollIntoView({ block: "center" }); },
-    redecorate: () => setGridDecorator(decorateGrid) });
+    redecorate: () => setGridDecorator(decorateGrid), open: state.testHead,
+    onOpen: (o) => { state.testHead = o && { layer: o.layer, head: o.head, role: o.role }; writeUrl(); } });
   initMlp();
   initMoe();
   initResidual();

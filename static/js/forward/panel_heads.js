@@ -28,10 +28,18 @@ let dataText = null;         // the prompt it belongs to
 let shownText = null;        // the prompt on show
 let handlers = {};
 let opened = null;           // { layer, head, role } shown on the test input
+let reopen = null;           // the same from the URL (?test_head=L.H:role), opened once the roles arrive
 let testTrace = null;
 
-export function initHeads({ onSelectHead, redecorate } = {}) {
-  handlers = { onSelectHead, redecorate };
+// `open`: the head a shared URL had open on the test input; `onOpen(opened or null)` when that changes.
+export function initHeads({ onSelectHead, redecorate, open = null, onOpen } = {}) {
+  handlers = { onSelectHead, redecorate, onOpen };
+  reopen = open;
+  if (open) {   // its place is kept (and the reader told) until the roles are scored
+    $("role-test-fig").hidden = false;
+    $("role-test-fig").dataset.state = "waiting";
+    $("role-test-caption").textContent = `Layer ${open.layer}, head ${open.head} opens on the test input (${open.role}) once the head roles are scored…`;
+  }
   drawLegend();
   addDownloads($("role-test-plot"), "head-on-test-input", () => testTrace?.attention);
 }
@@ -52,6 +60,7 @@ function whenNear(node, signal) {
 
 // A new prompt is on show: score its heads once the page has drawn (scores first, then ablation).
 export function loadHeads(text, nTokens) {
+  if (shownText !== null && text !== shownText) setOpened(null);   // another prompt: its roles are not known yet
   shownText = text;
   $("roles-json").href = `/api/v1${headsUrl(text, true)}`;
   handlers.redecorate?.();     // the old prompt's marks go
@@ -94,6 +103,22 @@ function show(res, text, state) {
   const box = $("roles-box");
   box.dataset.state = state;
   box.dataset.roles = JSON.stringify(roleHeads().map((h) => [h.layer, h.head, h.roles, h.status]));
+  const again = reopen;
+  if (!again) return;
+  if (onTestInput(again.role) && res.heads.some((h) => h.layer === again.layer && h.head === again.head)) {
+    openHead(again.layer, again.head, again.role);
+  } else {
+    setOpened(null);   // not a head of this model, or not a test-input role: the URL forgets it
+  }
+}
+
+// The head open on the test input (null: none); the URL's pending one is settled by it either way.
+function setOpened(which) {
+  const had = opened || reopen;
+  opened = which;
+  reopen = null;
+  $("role-test-fig").hidden = !which;
+  if (which || had) handlers.onOpen?.(which);
 }
 
 const current = () => (data && dataText === shownText ? data : null);
@@ -187,13 +212,12 @@ function drawTable() {
 // Open a role head: a prompt role in the stage's head view, a repeated-token role on the test input.
 function openHead(layer, head, role) {
   if (!onTestInput(role)) {
-    opened = null;
-    $("role-test-fig").hidden = true;
+    setOpened(null);
     highlightOpened({ layer, head, role });
     if (handlers.onSelectHead) handlers.onSelectHead(layer, head, "prompt");
     return;
   }
-  opened = { layer, head, role };
+  setOpened({ layer, head, role });
   highlightOpened();
   if (handlers.onSelectHead) handlers.onSelectHead(layer, head, "test");
   showOnTestInput(layer, head, role);
