@@ -123,6 +123,26 @@ def test_plotly_is_served_locally(client):
     assert "content-encoding" not in plain.headers and plain.content == r.content
 
 
+# `type: "..."` values in the pages' code that are not Plotly trace types: axis types, shapes, inputs
+NOT_TRACES = {"linear", "log", "date", "category", "multicategory", "line", "rect", "circle", "path"}
+NOT_TRACES |= {"button", "checkbox", "text", "number", "range", "radio", "submit", "file"}
+
+
+def test_the_vendored_plotly_has_every_trace_type_the_pages_draw():
+    """static/vendor holds Plotly's cartesian bundle, not the full one: a trace type the pages use
+    that it lacks would draw nothing."""
+    from gptscope.server.config import STATIC_DIR
+
+    bundle = (STATIC_DIR / "vendor" / "plotly-cartesian.min.js").read_text()
+    registered = set(re.findall(r'moduleType:"trace",name:"([a-z0-9]+)"', bundle))
+    assert {"scatter", "bar", "heatmap", "contour"} <= registered
+    used = set()
+    for f in (STATIC_DIR / "js").rglob("*.js"):
+        used |= set(re.findall(r'\btype: *"([a-z0-9]+)"', f.read_text()))
+    assert used - NOT_TRACES, used  # the pattern finds the pages' traces at all
+    assert used - NOT_TRACES <= registered, used - NOT_TRACES - registered
+
+
 def test_openapi_docs(client):
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
