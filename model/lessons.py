@@ -209,6 +209,23 @@ def visible_next_tokens(allowed: Sequence[Sequence[bool]]) -> int:
     return sum(1 for i in range(len(allowed) - 1) if allowed[i][i + 1])
 
 
+def mlm_draws(
+    n: int, vocab_size: int, seed: int, rate: float, mask_share: float, random_share: float
+) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """The random draws of BERT's corruption over n positions: the picked positions (round(rate * n),
+    at least one, in order), one uniform number u per picked position (u < mask_share: masked; below
+    mask_share + random_share: a random token; else kept) and the random tokens, one per u in the
+    middle band, in order."""
+    g = torch.Generator().manual_seed(seed)
+    k = max(1, round(rate * n)) if n else 0
+    chosen = torch.zeros(n, dtype=torch.bool)
+    chosen[torch.randperm(n, generator=g)[:k]] = True
+    picked = chosen.nonzero().flatten().tolist()  # in order (torch's sort took 0.2 s on 100,000 ids)
+    u = torch.rand(k, generator=g, dtype=torch.float64)
+    middle = (u >= mask_share) & (u < mask_share + random_share)
+    return picked, u, torch.randint(vocab_size, (int(middle.sum()),), generator=g)
+
+
 def mlm_corrupt(
     ids: Sequence[int],
     vocab_size: int,
@@ -221,33 +238,32 @@ def mlm_corrupt(
     picked position becomes [MASK] with probability mask_share, a random token with probability
     random_share, and stays as it is otherwise. Returns, per position, None (not picked) or
     'mask' / 'random:<id>' / 'keep'. The model must predict the original token at every picked one."""
-    g = torch.Generator().manual_seed(seed)
-    n = len(ids)
-    k = max(1, round(rate * n)) if n else 0
-    picked = torch.randperm(n, generator=g)[:k].sort().values.tolist()
-    out: list[str | None] = [None] * n
-    for i in picked:
-        u = float(torch.rand((), generator=g, dtype=torch.float64))
-        if u < mask_share:
+    picked, u, random_ids = mlm_draws(len(ids), vocab_size, seed, rate, mask_share, random_share)
+    out: list[str | None] = [None] * len(ids)
+    replacements = iter(random_ids.tolist())
+    for i, ui in zip(picked, u.tolist()):
+        if ui < mask_share:
             out[i] = "mask"
-        elif u < mask_share + random_share:
-            out[i] = f"random:{int(torch.randint(vocab_size, (), generator=g))}"
+        elif ui < mask_share + random_share:
+            out[i] = f"random:{next(replacements)}"
         else:
             out[i] = "keep"
     return out
 
 
-def mlm_shares(n: int, vocab_size: int, seed: int, rate: float = 0.15) -> dict[str, float]:
+def mlm_shares(
+    n: int, vocab_size: int, seed: int, rate: float = 0.15, mask_share: float = 0.8, random_share: float = 0.1
+) -> dict[str, float]:
     """The corruption above applied to n positions: the share picked, and among the picked the
-    shares masked, replaced by a random token and kept."""
-    acts = mlm_corrupt(range(n), vocab_size, seed, rate)
-    picked = [a for a in acts if a is not None]
+    shares masked, replaced by a random token and kept (from the same draws, counted at once)."""
+    picked, u, random_ids = mlm_draws(n, vocab_size, seed, rate, mask_share, random_share)
     k = max(1, len(picked))
+    masked = int((u < mask_share).sum())
     return {
         "picked": len(picked) / n,
-        "mask": sum(a == "mask" for a in picked) / k,
-        "random": sum(a.startswith("random") for a in picked) / k,
-        "keep": sum(a == "keep" for a in picked) / k,
+        "mask": masked / k,
+        "random": len(random_ids) / k,
+        "keep": (len(picked) - masked - len(random_ids)) / k,
     }
 
 
