@@ -69,8 +69,10 @@ def live_exports(page, live_url, path, folder, panels=None):
     page.evaluate("() => gptscopeSettled()")
     bars = page.eval_on_selector_all(".dl-bar", "bs => bs.map((b) => b.dataset.for)")
     assert bars and len(bars) == len(set(bars)), bars
-    # every figure's bar offers the HTML file
+    # every figure's bar offers the HTML file, and every drawn Plotly figure has a bar
     assert page.locator(".dl-bar button[data-format='html']").count() == len(bars)
+    plots = page.eval_on_selector_all(".js-plotly-plot[id]", "ps => ps.map((p) => p.id)")
+    assert set(plots) <= set(bars), sorted(set(plots) - set(bars))
     panel_of = dict(
         zip(
             bars,

@@ -17,7 +17,7 @@ from exporting import MAX_EXPORT_BYTES, check_offline, live_exports
 # generation step on (?steps=1: replayed on load, so the exported file replays it too), /patch with a
 # head's positions swept and one cell picked (?heads, ?cell), as a click there would leave the URL.
 PAGES = [
-    ("/?steps=1", 21, {"gen-attn-plot"}),  # the forward page: every stage's figures
+    ("/?steps=1", 23, {"gen-attn-plot", "sae-active-plot", "sae-l0-plot"}),  # the forward page: every stage's figures
     ("/compare", 8, set()),
     ("/patch?heads=0.1&cell=head:0:1", 6, {"hp-plot", "cell-plot"}),
 ]

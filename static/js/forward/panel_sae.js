@@ -3,16 +3,21 @@
 // a feature on /features or steer the generation stepper (stage 8) with it.
 import { apiGet } from "../lib/api.js";
 import { $, el, setNote } from "../lib/dom.js";
+import { addDownloads } from "../lib/downloads.js";
 import { decimal, pct, visible } from "../lib/format.js";
 import { OKABE } from "../lib/palette.js";
 import { chart, clearPlot, tokenAxis } from "../lib/plot.js";
 
 let onPick = () => {};
 let onSteer = () => {};
+let shown = null;   // the trace's sae_features part on show
 
 export async function initSaeStage({ sae, onSaeChange, onSteerWith }) {
   onPick = onSaeChange;
   onSteer = onSteerWith;
+  addDownloads($("sae-active-plot"), "sae-active-features", () => shown);
+  addDownloads($("sae-l0-plot"), "sae-features-per-position", () => shown &&
+    { sae: shown.sae, hook_name: shown.hook_name, per_position_l0: shown.per_position_l0 });
   const { saes } = await apiGet("/saes");
   const pick = $("sae-pick");
   pick.replaceChildren(...saes.map((s) => new Option(`${s.name} (blocks.${s.layer})`, s.name)));
@@ -31,6 +36,7 @@ export async function initSaeStage({ sae, onSaeChange, onSteerWith }) {
 export function renderSaeStage(trace, labels) {
   const b = trace.sae_features;
   const panel = $("sae-features-panel");
+  shown = b || null;
   if (!b) { panel.dataset.state = "empty"; return; }
   $("sae-tag").textContent = `${b.hook_name} · position ${b.position} “${visible(b.token.text)}”`;
   $("sae-stage-stats").textContent = `${b.l0} features fire at “${visible(b.token.text)}” (position ${b.position}); ` +
