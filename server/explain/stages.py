@@ -130,8 +130,9 @@ def stage_names(cfg: GPTConfig) -> list[str]:
 def attention(t: Trace) -> AttentionBlock:
     sel = t.sel
     T = len(t.ids)
-    every_head = sel.heads == list(range(t.cfg.n_head))  # then no gather: one copy of the maps fewer
-    maps = [t.act("attn.hook_pattern", li)[slice(None) if every_head else sel.heads] for li in sel.layers]
+    maps = [t.act("attn.hook_pattern", li) for li in sel.layers]  # (nh, T, T) each
+    if sel.heads != list(range(t.cfg.n_head)):  # (every head: no gather, one copy of the maps fewer)
+        maps = [m[sel.heads] for m in maps]
     stack = torch.stack(maps) if maps else torch.zeros(0, len(sel.heads), T, T)  # (L, H, T, T)
     return AttentionBlock(layers=sel.layers, heads=sel.heads, pattern=attention_rows(stack, t.cfg.causal))
 

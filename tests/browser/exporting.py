@@ -8,6 +8,7 @@ import base64
 import gzip
 import json
 import re
+from urllib.parse import urlsplit
 
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -55,6 +56,12 @@ PROBE = """(id) => {
   if (title) return title.tagName === "title" ? title.textContent : title.title;
   return null;
 }"""
+
+
+def page_path(page) -> str:
+    """The page's path and query as it stands (its URL state), for live_exports."""
+    here = urlsplit(page.url)
+    return f"{here.path}?{here.query}"
 
 
 def live_exports(page, live_url, path, folder, panels=None):

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import time
-from urllib.parse import urlsplit
 
 import pytest
 from apihelp import api_json
-from exporting import check_offline, live_exports
+from exporting import check_offline, live_exports, page_path
 from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
@@ -137,8 +136,7 @@ def test_finetune_from_the_page_then_serve_the_classifier(browser, page, live_ur
         assert not page.console_errors, page.console_errors
         # the classifier panel (only a fine-tuned model has it) as a file: it draws offline, and its
         # hovers give the live page's numbers
-        here = urlsplit(page.url)
-        path = f"{here.path}?{here.query}"
+        path = page_path(page)
         done, skipped = live_exports(page, live_url, path, tmp_path, panels={"classifier"})
         assert {fig for fig, *_ in done} == {"cl-probs-plot", "cl-attn-plot", "cl-dc-plot"}, skipped
         check_offline(browser, [(path, *e) for e in done])

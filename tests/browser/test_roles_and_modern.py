@@ -16,7 +16,7 @@ import re
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
-from exporting import check_offline, live_exports
+from exporting import check_offline, live_exports, page_path
 
 pytestmark = pytest.mark.browser
 
@@ -323,9 +323,8 @@ def test_an_induction_mark_opens_its_head_on_the_repeated_test_input(browser, pa
     screenshot(page, "forward-induction-on-test-input")
     assert page.console_errors == []
     # the open head is URL state: the link (and the panel's exported file) opens it again
-    here = urlsplit(page.url)
-    assert parse_qs(here.query)["test_head"] == [f"{layer}.{head}:induction"]
-    path = f"{here.path}?{here.query}"
+    assert parse_qs(urlsplit(page.url).query)["test_head"] == [f"{layer}.{head}:induction"]
+    path = page_path(page)
     done, skipped = live_exports(page, live_url, path, tmp_path, panels={"attention"})
     assert "role-test-plot" in {fig for fig, *_ in done}, skipped
     assert page.get_attribute("#role-test-fig", "data-head") == f"{layer}.{head}"
