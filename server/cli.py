@@ -32,7 +32,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     print(f"gptscope: open http://{'[' + a.host + ']' if ':' in a.host else a.host}:{a.port}", file=sys.stderr)
-    uvicorn.run(create_app(settings), host=a.host, port=a.port, log_level="warning")
+    uvicorn.run(create_app(settings, own_process=True), host=a.host, port=a.port, log_level="warning")
     return 0
 
 

@@ -91,9 +91,12 @@ class Compress:
     """ASGI middleware: gzip for JSON and the pages (a 128-token JSON trace is megabytes of decimals
     and shrinks about 4x), none for a request that asks for the binary form. Its varints are
     already compact: gzip takes a fifth off them and costs about 90 ms per 1.6 MB on one core,
-    more than the bytes saved take to send."""
+    more than the bytes saved take to send.
 
-    def __init__(self, app, minimum_size: int = 4096, compresslevel: int = 5) -> None:
+    Level 4: GPT-2 small's 128-token JSON trace (8.2 MB) takes 83 ms to 1.90 MB, where level 5
+    took 166 ms to 1.84 MB (and level 1, 50 ms to 2.15 MB)."""
+
+    def __init__(self, app, minimum_size: int = 4096, compresslevel: int = 4) -> None:
         self.app = app
         self.gzip = GZipMiddleware(app, minimum_size=minimum_size, compresslevel=compresslevel)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 
+import pytest
+
 from gptscope.server.schemas.forward import ForwardResponse
 from gptscope.server.schemas.tokenize import TokenizeResponse
 
@@ -167,3 +169,38 @@ def corpus_text() -> str:
     from gptscope.model import corpus
 
     return corpus.shakespeare().text
+
+
+FREEZE_PROBE = """
+import gc, sys
+from fastapi.testclient import TestClient
+from gptscope.server.app import create_app
+from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+
+settings = Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=sys.argv[2], allow_hosts=["testserver"])
+app = create_app(settings, own_process=sys.argv[1] == "own")
+with TestClient(app) as c:
+    assert c.get("/api/v1/health").status_code == 200
+    print(gc.get_freeze_count())
+"""
+
+
+@pytest.mark.slow
+def test_only_an_app_that_is_its_own_process_freezes_its_startup_heap(tmp_path):
+    """`gptscope serve` (own_process) moves what it loaded at start out of the collector's full
+    collections; an app inside another program (a test, a notebook) leaves that program's heap alone."""
+    import subprocess
+    import sys
+
+    def frozen(mode: str) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", FREEZE_PROBE, mode, str(tmp_path / mode)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        return int(out.stdout.split()[-1])
+
+    assert frozen("own") > 10_000  # the model, the app, torch's and FastAPI's modules
+    assert frozen("embedded") == 0

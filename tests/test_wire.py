@@ -205,6 +205,25 @@ def test_arrays_round_trip_to_the_jsons_numbers(t, lead, digits, tril):
             assert not got[i, q, len(row) :].any()
 
 
+@pytest.mark.parametrize("shape", [(5, 5), (3, 4, 4), (2, 3, 6, 6), (2, 0, 3, 3), (1, 1)])
+def test_a_triangular_arrays_json_rows_stop_at_the_diagonal(shape):
+    """tolist() of a causal array gives each matrix's rows cut at the diagonal, the full matrix's
+    rounded numbers (NaN and -0.0 as 0.0), whatever the leading dimensions."""
+    g = torch.Generator().manual_seed(len(shape))
+    x = torch.randn(*shape, generator=g)
+    if x.numel():
+        x.view(-1)[0], x.view(-1)[-1] = float("nan"), -0.0
+    full = Arr(x, 3).tolist()
+
+    def cut(rows, depth):
+        return [r[: q + 1] for q, r in enumerate(rows)] if depth == 2 else [cut(r, depth - 1) for r in rows]
+
+    got = Arr(x, 3, tril=True).tolist()
+    assert got == cut(full, len(shape))
+    flat = np.asarray(full, dtype=float).reshape(-1)
+    assert not np.isnan(flat).any() and not np.signbit(flat[flat == 0]).any()
+
+
 def test_the_page_of_bytes_is_as_documented():
     a = Arr(torch.tensor([[0.5, 0.0], [0.25, 0.75]]), 4, tril=True)
     data = wire.array_payload(a)

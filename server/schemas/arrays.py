@@ -30,10 +30,16 @@ class Arr:
 
     def tolist(self) -> list:
         """Nested lists of floats: the JSON form (float64 rounded, so 0.6031 prints as 0.6031; + 0.0
-        turns a -0.0 into 0.0, as the integer the binary form sends has no sign)."""
-        t = torch.nan_to_num(self.tensor.double(), nan=0.0, posinf=0.0, neginf=0.0)
-        rows = (torch.round(t, decimals=self.digits) + 0.0).tolist()
-        return _cut(rows, self.tensor.dim()) if self.tril else rows
+        turns a -0.0 into 0.0, as the integer the binary form sends has no sign). A triangular
+        array's cut-off entries are never made into floats: half the numbers to convert."""
+        t = self.tensor
+        if self.tril:
+            n = t.size(-1)
+            rows, cols = torch.tril_indices(n, n)
+            t = t[..., rows, cols]  # (..., n(n+1)/2): each matrix's rows, one after another
+        t = torch.nan_to_num(t.double(), nan=0.0, posinf=0.0, neginf=0.0)
+        out = (torch.round(t, decimals=self.digits) + 0.0).tolist()
+        return _cut(out, self.tensor.dim() - 1, self.tensor.size(-1)) if self.tril else out
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Arr):
@@ -46,11 +52,12 @@ class Arr:
         return f"Arr({tuple(self.tensor.shape)}, digits={self.digits}, tril={self.tril})"
 
 
-def _cut(rows: list, depth: int) -> list:
-    """Row q of each innermost matrix ends at column q."""
-    if depth == 2:
-        return [r[: q + 1] for q, r in enumerate(rows)]
-    return [_cut(x, depth - 1) for x in rows]
+def _cut(flat: list, depth: int, n: int) -> list:
+    """Each innermost list (an n x n matrix's lower triangle, row by row) cut into its n rows: row q
+    ends at column q."""
+    if depth == 1:
+        return [flat[q * (q + 1) // 2 : (q + 1) * (q + 2) // 2] for q in range(n)]
+    return [_cut(x, depth - 1, n) for x in flat]
 
 
 def _keep(value: Any, handler):

@@ -1,8 +1,10 @@
-"""The pages at GPT-2 small's size, in a real headless Chromium: a random checkpoint shaped like GPT-2
-small (12 layers x 12 heads, a 50,257-token vocabulary, 1,024 positions; only the width is small, 96,
-so the fixture builds in a second) and a 128-token prompt. Every stage draws what the API returns,
-the 144 small attention maps are canvases painted as they scroll into view, axes carry thinned
-labels, no task blocks the tab for long, and /learn, /tokenizer and /train work with this model.
+"""The pages at GPT-2 small's size, in a real headless Chromium: random checkpoints shaped like GPT-2
+small (12 layers x 12 heads, a 50,257-token vocabulary, 1,024 positions) and a 128-token prompt.
+The first test opens the forward page on GPT-2 small's whole shape (width 768) and walks every
+stage: no task may block the tab for a second. The others use width 96 (so the fixture builds in a
+second): every stage draws what the API returns, the 144 small attention maps are canvases painted
+as they scroll into view, axes carry thinned labels, and /learn, /tokenizer and /train work with
+this model.
 
 Timings measured here (the longest task, each drawing, the page's node count) are written to
 test-artifacts/big-model-timings.json."""
@@ -14,6 +16,7 @@ import json
 import math
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -22,12 +25,17 @@ import pytest
 pytestmark = pytest.mark.browser
 
 N_LAYER, N_HEAD, T = 12, 12, 128
+D_GPT2 = 768  # GPT-2 small's width (the `gpt2_small` fixture; `big` is narrower, see there)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 TIMINGS: dict[str, object] = {}
-# No single task may block the tab longer. This is a shared, slow CPU: on a 2-core AVX2 AMD EPYC VM the
-# heaviest drawing (a 128 x 128 heatmap) took 0.8-2.9 s from run to run, even after its token axes
-# stopped Plotly measuring every tick label once per label (lib/plot.js tokenAxis), so 2 s failed by chance.
-LONG_TASK_LIMIT_MS = 4000
+# No single task may block the tab longer (issue #28). On 2 cores of an AMD EPYC with AVX-512 the
+# longest task of the every-stage walk at width 768 was 440-500 ms (the 12-layer MLP histograms, then
+# Plotly's start), and under Chromium's 2x CPU throttling 690 ms. (Before Plotly's cartesian bundle and
+# the token axes that stopped Plotly measuring each tick label, single drawings took 0.8-2.9 s.)
+LONG_TASK_LIMIT_MS = 1000
+# A poll of the page (tests/browser: wait_responsive) may wait out two tasks in a row and the test's own
+# round trip: it only has to show that the tab never stops answering.
+ROUND_TRIP_LIMIT_S = 4
 NODE_LIMIT = 40_000  # an O(heads x T^2) page (one element per weight) is far above this
 SLANTED_GAP_PX = 18  # slanted (-60 degree) token labels need more room than level ones
 MASKED_RGB = (0xEE, 0xEE, 0xEE)
@@ -90,15 +98,16 @@ def gpt2_prompt() -> str:
 PROMPT = gpt2_prompt()
 
 
-@pytest.fixture(scope="module")
-def big(tmp_path_factory, serve_app):
-    """A random GPT-2-small-shaped gptscope checkpoint (no importer involved), served on its own port."""
+@contextmanager
+def gpt2_shaped(tmp_path_factory, serve_app, d_model: int):
+    """A random GPT-2-small-shaped gptscope checkpoint of width `d_model` (no importer involved),
+    served on its own port."""
     import torch
 
     from gptscope.model import checkpoint
     from gptscope.model.gpt import GPT, GPTConfig
 
-    cfg = GPTConfig(vocab_size=50257, n_ctx=1024, n_layer=N_LAYER, n_head=N_HEAD, d_model=96, gelu="tanh")
+    cfg = GPTConfig(vocab_size=50257, n_ctx=1024, n_layer=N_LAYER, n_head=N_HEAD, d_model=d_model, gelu="tanh")
     torch.manual_seed(0)
     meta = {
         "name": "gpt2-shaped",
@@ -110,11 +119,28 @@ def big(tmp_path_factory, serve_app):
         "corpus": {"name": "unknown (imported)"},
         "source": {"kind": "huggingface-gpt2"},
     }
-    folder = checkpoint.save(tmp_path_factory.mktemp("gpt2-shaped") / "checkpoint", GPT(cfg), meta)
-    with serve_app(folder, tmp_path_factory.mktemp("gpt2-shaped-data")) as url:
+    folder = checkpoint.save(tmp_path_factory.mktemp(f"gpt2-shaped-{d_model}") / "checkpoint", GPT(cfg), meta)
+    with serve_app(folder, tmp_path_factory.mktemp(f"gpt2-shaped-{d_model}-data")) as url:
         yield {"url": url, "cfg": cfg}
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory, serve_app):
+    """GPT-2 small's layers, heads, vocabulary and context at width 96: the checkpoint builds in a
+    second and each trace is quick, which is all most of these tests need."""
+    with gpt2_shaped(tmp_path_factory, serve_app, 96) as b:
+        yield b
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "big-model-timings.json").write_text(json.dumps(TIMINGS, indent=1), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def gpt2_small(tmp_path_factory, serve_app):
+    """GPT-2 small's whole shape, width 768 included (124,439,808 parameters): the embeddings,
+    LayerNorm, q/k/v and projection panels draw T x 768 (and T x 2,304) heatmaps, as they would for
+    the real model."""
+    with gpt2_shaped(tmp_path_factory, serve_app, D_GPT2) as b:
+        yield b
 
 
 @pytest.fixture
@@ -233,9 +259,15 @@ def errors_of(page) -> list[str]:
 # --- the forward page ------------------------------------------------------------------------------
 
 
-def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, big, screenshot):
-    page, url = bpage, big["url"]
+def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, gpt2_small, screenshot):
+    page, url = bpage, gpt2_small["url"]
+    traces = []
+    page.on(
+        "response",
+        lambda r: traces.append(r.headers.get("content-type")) if r.url.endswith("/api/v1/forward") else None,
+    )
     TIMINGS["open_to_ready_s"] = round(open_forward(page, url, layer=11, head=11), 2)
+    assert traces and set(traces) == {"application/vnd.gptscope+msgpack"}, traces  # the page fetched the binary form
     assert page.text_content("#token-count") == f"{T} tokens"
     assert page.evaluate("document.querySelectorAll('#tokens .tok').length") == T
     worst = {}
@@ -251,7 +283,7 @@ def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, big
     print("\nbig model timings:", json.dumps(TIMINGS))
     longest = max((d for _, d in lt), default=0)
     assert longest < LONG_TASK_LIMIT_MS, f"a task blocked the tab for {longest} ms: {lt}"
-    assert max(worst.values()) < LONG_TASK_LIMIT_MS / 1000, f"the tab answered late: {worst}"
+    assert max(worst.values()) < ROUND_TRIP_LIMIT_S, f"the tab answered late: {worst}"
     assert nodes < NODE_LIMIT, f"{nodes} elements on the page"
     # the model view is canvases, not 144 Plotly subplots
     assert page.locator("#model-view-plot canvas.hg-map").count() == N_LAYER * N_HEAD
