@@ -171,36 +171,32 @@ def corpus_text() -> str:
     return corpus.shakespeare().text
 
 
-FREEZE_PROBE = """
-import gc, sys
-from fastapi.testclient import TestClient
-from gptscope.server.app import create_app
-from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
-
-settings = Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=sys.argv[2], allow_hosts=["testserver"])
-app = create_app(settings, own_process=sys.argv[1] == "own")
-with TestClient(app) as c:
-    assert c.get("/api/v1/health").status_code == 200
-    print(gc.get_freeze_count())
-"""
-
-
-@pytest.mark.slow
-def test_only_an_app_that_is_its_own_process_freezes_its_startup_heap(tmp_path):
+@pytest.mark.parametrize("own_process", [True, False])
+def test_only_an_app_that_is_its_own_process_freezes_its_startup_heap(service, tmp_path, own_process):
     """`gptscope serve` (own_process) moves what it loaded at start out of the collector's full
     collections; an app inside another program (a test, a notebook) leaves that program's heap alone."""
-    import subprocess
-    import sys
+    from unittest import mock
 
-    def frozen(mode: str) -> int:
-        out = subprocess.run(
-            [sys.executable, "-c", FREEZE_PROBE, mode, str(tmp_path / mode)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        return int(out.stdout.split()[-1])
+    from fastapi.testclient import TestClient
 
-    assert frozen("own") > 10_000  # the model, the app, torch's and FastAPI's modules
-    assert frozen("embedded") == 0
+    from gptscope.server.app import create_app
+    from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+
+    settings = Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path, allow_hosts=["testserver"])
+    with mock.patch("gc.freeze") as freeze, TestClient(create_app(settings, service, own_process)) as c:
+        assert c.get("/api/v1/health").status_code == 200
+        assert freeze.call_count == (1 if own_process else 0)
+
+
+def test_gptscope_serve_is_an_app_in_its_own_process():
+    from unittest import mock
+
+    from gptscope.server import cli
+
+    with (
+        mock.patch("gptscope.server.app.create_app") as make,
+        mock.patch("uvicorn.run") as run,
+        mock.patch("logging.basicConfig"),
+    ):
+        assert cli.main(["serve", "--port", "8123"]) == 0
+    assert make.call_args.kwargs["own_process"] is True and run.call_args.args[0] is make.return_value
