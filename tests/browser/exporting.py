@@ -58,6 +58,28 @@ PROBE = """(id) => {
 }"""
 
 
+# What Plotly draws wrongly without a word: its first axes are `xaxis`/`yaxis` (a trace's "x"/"y"), so
+# a layout's `xaxis1` is ignored and the subplot it meant falls back to the whole figure; and two
+# subplots whose boxes overlap (other than an axis overlaying another) draw over each other.
+SUBPLOT_FAULTS = """(ids) => {
+  const faults = [];
+  for (const id of ids) {
+    const gd = document.getElementById(id);
+    const fl = gd && gd._fullLayout;
+    if (!fl || !fl._plots) continue;
+    for (const k of Object.keys(gd.layout)) if (/^[xy]axis1$/.test(k)) faults.push(`${id}: layout.${k} (Plotly reads ${k.slice(0, 5)})`);
+    const boxes = Object.values(fl._plots)
+      .filter((p) => p.xaxis && p.yaxis && !p.xaxis.overlaying && !p.yaxis.overlaying)
+      .map((p) => [p.id, p.xaxis.domain, p.yaxis.domain]);
+    const apart = (a, b) => a[1] <= b[0] + 1e-6 || b[1] <= a[0] + 1e-6;
+    for (let i = 0; i < boxes.length; i++)
+      for (let j = i + 1; j < boxes.length; j++)
+        if (!apart(boxes[i][1], boxes[j][1]) && !apart(boxes[i][2], boxes[j][2])) faults.push(`${id}: subplots ${boxes[i][0]} and ${boxes[j][0]} overlap`);
+  }
+  return faults;
+}"""
+
+
 def page_path(page) -> str:
     """The page's path and query as it stands (its URL state), for live_exports."""
     here = urlsplit(page.url)
@@ -119,6 +141,7 @@ def live_exports(page, live_url, path, folder, panels=None):
         page.evaluate("(id) => document.getElementById(id).scrollIntoView()", fig)
         hover = page.wait_for_function(PROBE, arg=fig, timeout=30_000).json_value()
         done.append((fig, panel_of[fig], files[panel_of[fig]], hover))
+    assert page.evaluate(SUBPLOT_FAULTS, drawn) == []
     return done, skipped
 
 

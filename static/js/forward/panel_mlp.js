@@ -40,6 +40,9 @@ export function renderMlp(trace, tokenLabelsList) {
   later("mlp-top", $("mlp-top-plot"), drawTop);
 }
 
+// Plotly names its first axes x / y (layout xaxis / yaxis), then x2, x3, ...: an "x1" is not the first.
+const axisNumber = (k) => (k === 1 ? "" : String(k));
+
 // One histogram per layer, at most 4 side by side (a 12-layer model gets 3 rows of 4).
 function drawHistograms() {
   const m = part;
@@ -61,18 +64,18 @@ function drawHistograms() {
   m.layers.forEach((L, j) => {
     const col = j % cols;
     const row = Math.floor(j / cols);
-    const xa = `x${j + 1}`;
-    const ya = `y${2 * j + 1}`;
-    const yg = `y${2 * j + 2}`;
+    const xa = `x${axisNumber(j + 1)}`;
+    const ya = `y${axisNumber(2 * j + 1)}`;
+    const yg = `y${axisNumber(2 * j + 2)}`;
     const dom = [col * (w + gap), col * (w + gap) + w];
     const vdom = [1 - row * (h + vgap) - h, 1 - row * (h + vgap)];
     const bottom = row === rows - 1 || j + cols >= n;
-    layout[`xaxis${j + 1}`] = { domain: dom, anchor: ya, title: bottom ? { text: "pre-activation" } : undefined, zeroline: true, zerolinecolor: "#bbb",
+    layout[`xaxis${axisNumber(j + 1)}`] = { domain: dom, anchor: ya, title: bottom ? { text: "pre-activation" } : undefined, zeroline: true, zerolinecolor: "#bbb",
       range: [L.histogram.edges[0], L.histogram.edges[L.histogram.edges.length - 1]] };
     // both zero lines at the same height: the GELU axis runs from G0 (< 0, room for its dip) to G1
     const top = Math.max(1, ...L.histogram.counts) * 1.05;
-    layout[`yaxis${2 * j + 1}`] = { anchor: xa, domain: vdom, showgrid: false, title: col === 0 ? { text: "count" } : undefined, range: [top * G0 / G1, top] };
-    layout[`yaxis${2 * j + 2}`] = { anchor: xa, overlaying: ya, side: "right", showgrid: false, range: [G0, G1], dtick: 1,
+    layout[`yaxis${axisNumber(2 * j + 1)}`] = { anchor: xa, domain: vdom, showgrid: false, title: col === 0 ? { text: "count" } : undefined, range: [top * G0 / G1, top] };
+    layout[`yaxis${axisNumber(2 * j + 2)}`] = { anchor: xa, overlaying: ya, side: "right", showgrid: false, range: [G0, G1], dtick: 1,
       title: col === cols - 1 || j === n - 1 ? { text: `${actName()}(x)` } : undefined, zeroline: false, showticklabels: col === cols - 1 || j === n - 1 };
     const sel = L.layer === m.layer;
     data.push({
