@@ -59,10 +59,14 @@ PROBE = """(id) => {
 
 
 # What Plotly draws wrongly without a word: its first axes are `xaxis`/`yaxis` (a trace's "x"/"y"), so
-# a layout's `xaxis1` is ignored and the subplot it meant falls back to the whole figure; and two
-# subplots whose boxes overlap (other than an axis overlaying another) draw over each other.
-SUBPLOT_FAULTS = """(ids) => {
+# a layout's `xaxis1` is ignored and the subplot it meant falls back to the whole figure; two subplots
+# whose boxes overlap (other than an axis overlaying another) draw over each other; tick labels in a
+# margin too small for them are cut off; and a legend placed by hand can sit on an axis's title or
+# tick labels.
+LAYOUT_FAULTS = """(ids) => {
   const faults = [];
+  const box = (e) => e.getBoundingClientRect();
+  const meets = (a, b) => a.width > 0 && b.width > 0 && a.left < b.right - 3 && b.left < a.right - 3 && a.top < b.bottom - 3 && b.top < a.bottom - 3;
   for (const id of ids) {
     const gd = document.getElementById(id);
     const fl = gd && gd._fullLayout;
@@ -75,6 +79,18 @@ SUBPLOT_FAULTS = """(ids) => {
     for (let i = 0; i < boxes.length; i++)
       for (let j = i + 1; j < boxes.length; j++)
         if (!apart(boxes[i][1], boxes[j][1]) && !apart(boxes[i][2], boxes[j][2])) faults.push(`${id}: subplots ${boxes[i][0]} and ${boxes[j][0]} overlap`);
+    const svg = box(gd.querySelector(".main-svg"));
+    const ticks = [...gd.querySelectorAll(".xtick text, .ytick text")].filter((t) => t.textContent.trim());
+    for (const t of ticks) {
+      const b = box(t);
+      if (b.width && (b.left < svg.left - 1 || b.right > svg.right + 1 || b.top < svg.top - 1 || b.bottom > svg.bottom + 1))
+        faults.push(`${id}: tick label “${t.textContent}” is cut off`);
+    }
+    for (const item of gd.querySelectorAll(".legend .traces")) {
+      const lb = box(item);
+      for (const t of [...gd.querySelectorAll(".g-xtitle text, .g-ytitle text, .g-y2title text"), ...ticks])
+        if (meets(lb, box(t))) faults.push(`${id}: the legend's “${item.textContent}” covers “${t.textContent}”`);
+    }
   }
   return faults;
 }"""
@@ -141,7 +157,7 @@ def live_exports(page, live_url, path, folder, panels=None):
         page.evaluate("(id) => document.getElementById(id).scrollIntoView()", fig)
         hover = page.wait_for_function(PROBE, arg=fig, timeout=30_000).json_value()
         done.append((fig, panel_of[fig], files[panel_of[fig]], hover))
-    assert page.evaluate(SUBPLOT_FAULTS, drawn) == []
+    assert page.evaluate(LAYOUT_FAULTS, drawn) == []
     return done, skipped
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from exporting import SUBPLOT_FAULTS
+from exporting import LAYOUT_FAULTS
 
 pytestmark = pytest.mark.browser
 
@@ -292,7 +292,7 @@ def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, gpt
     # the 12 layers' MLP histograms: a grid of 3 x 4 subplots, none drawn over another
     assert page.get_attribute("#mlp-hist-plot", "data-grid") == "3x4"
     plots = page.eval_on_selector_all(".js-plotly-plot[id]", "ps => ps.map((p) => p.id)")
-    assert page.evaluate(SUBPLOT_FAULTS, plots) == []
+    assert page.evaluate(LAYOUT_FAULTS, plots) == []
     screenshot(page, "big-model-forward")
     assert errors_of(page) == []
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
-from exporting import SUBPLOT_FAULTS
+from exporting import LAYOUT_FAULTS
 
 pytestmark = pytest.mark.browser
 
@@ -176,7 +176,7 @@ def test_keyboard_walks_the_eleven_stages_and_every_plot_gets_drawn(page, live_u
     page.wait_for_selector('body[data-drawn="1"]', state="attached")
     screenshot(page, "forward-stages-all")
     plots = page.eval_on_selector_all(".js-plotly-plot[id]", "ps => ps.map((p) => p.id)")
-    assert "mlp-hist-plot" in plots and page.evaluate(SUBPLOT_FAULTS, plots) == []
+    assert "mlp-hist-plot" in plots and page.evaluate(LAYOUT_FAULTS, plots) == []
     assert page.console_errors == []
 
 

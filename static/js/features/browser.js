@@ -123,9 +123,12 @@ function renderFeature(d) {
 function drawHistogram(d) {
   const gd = $("feat-hist-plot");
   if (!d.histogram_counts.some((c) => c > 0)) { clearPlot(gd); return; }
-  const bins = d.histogram_counts.map((_, i) => `${decimal(d.histogram_edges[i], 2)}–${decimal(d.histogram_edges[i + 1], 2)}`);
-  chart(gd, [{ type: "bar", x: bins, y: d.histogram_counts, marker: { color: OKABE.vermillion },
-    hovertemplate: "%{x}: %{y} tokens<extra></extra>" }],
-  { height: 260, bargap: 0.05, xaxis: { title: { text: "activation" } }, yaxis: { title: { text: "tokens" }, type: "log" },
+  // each bin a bar from its lower edge to its upper edge on a plain activation axis (the API's edges)
+  const e = d.histogram_edges;
+  const bins = d.histogram_counts.map((_, i) => `${decimal(e[i], 2)}–${decimal(e[i + 1], 2)}`);
+  chart(gd, [{ type: "bar", x: e.slice(0, -1), y: d.histogram_counts, width: e.slice(1).map((v, i) => v - e[i]), offset: 0,
+    marker: { color: OKABE.vermillion, line: { color: "#fff", width: 1 } }, customdata: bins,
+    hovertemplate: "%{customdata}: %{y} tokens<extra></extra>" }],
+  { height: 260, xaxis: { title: { text: "activation" } }, yaxis: { title: { text: "tokens" }, type: "log" },
     title: { text: `and ${grouped(d.zeros)} tokens where it is 0`, font: { size: 12 }, x: 0, xanchor: "left" } });
 }

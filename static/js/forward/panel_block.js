@@ -203,6 +203,6 @@ function drawResidAdd(hd, p, dModel) {
     height: 200, margin: { l: 220, r: 10, t: 20, b: 40 },
     title: { text: `position ${p} “${labels[p] ?? ""}”`, x: 0, xanchor: "left", font: { size: 12 } },
     xaxis: { title: { text: `feature (0..${dModel - 1})` }, showgrid: false },
-    yaxis: { autorange: "reversed", tickfont: { family: MONO, size: 12 } },
+    yaxis: { autorange: "reversed", tickfont: { family: MONO, size: 12 }, automargin: true },
   }, "residual-add");
 }

@@ -107,13 +107,14 @@ function drawNextToken(candidates) {
     y: labels,
     text: rev.map((c) => pct(c.prob)),
     textposition: "outside",
+    cliponaxis: false,   // a probability near 1 ends at the axis's end: its label goes into the margin
     marker: { color: "#3b528b" },
     customdata: rev.map((c) => c.logit),
     hovertemplate: "%{y}<br>probability %{x:.2%}<br>logit (score before softmax) %{customdata:.3f}<extra></extra>",
   }], {
     xaxis: { title: { text: "probability" }, tickformat: PROB_TICKS, range: [0, Math.min(1, Math.max(...candidates.map((c) => c.prob)) * 1.25)] },
     yaxis: { automargin: true, tickfont: { family: MONO } },
-    margin: { l: 10, r: 30, t: 10, b: 40 },
+    margin: { l: 10, r: 56, t: 10, b: 40 },
     height: 60 + 28 * candidates.length,
   }, "next-token-top10");
 }

@@ -38,10 +38,13 @@ export function drawParams(models) {
 export function drawNsp(tables) {
   const traces = tables.flatMap((t, i) => t.rows.map((r, j) => ({
     type: "bar", name: r.label, x: t.columns.map((c) => `${i === 0 ? "BERT" : "RoBERTa"} ${c}`), y: r.values,
-    marker: { color: SERIES[2 * i + j] }, text: r.values.map((v) => fixed(v, 1)), textposition: "outside",
+    // each table's two rows side by side in its own columns (not four slots a column, two of them empty);
+    // the scores written upright above their bars, so neighbours' labels do not run together
+    offsetgroup: String(j), marker: { color: SERIES[2 * i + j] }, text: r.values.map((v) => fixed(v, 1)),
+    textposition: "outside", textangle: -90, cliponaxis: false,
     hovertemplate: `${r.label}, %{x}: %{y:.1f}<extra></extra>`,
   })));
-  return chart($("nsp-plot"), traces, { barmode: "group", yaxis: { title: { text: "score" }, range: [60, 95] } });
+  return chart($("nsp-plot"), traces, { barmode: "group", xaxis: { tickangle: -30 }, yaxis: { title: { text: "score" }, range: [60, 95] } });
 }
 
 export function drawLossCurve(w) {
@@ -49,9 +52,10 @@ export function drawLossCurve(w) {
     { type: "scatter", mode: "lines", name: "-ln p", x: w.curve_p, y: w.curve_loss, line: { color: OKABE.orange } },
     { type: "scatter", mode: "markers+text", name: "the texts' examples", x: w.losses.map((x) => x.p),
       y: w.losses.map((x) => x.loss), text: w.losses.map((x) => `p = ${x.p}: ${fixed(x.loss)}`),
-      textposition: "top right", marker: { size: 10, color: OKABE.blue } },
+      // a label near p = 1 reads leftwards, inside the plot
+      textposition: w.losses.map((x) => (x.p > 0.6 ? "top left" : "top right")), marker: { size: 10, color: OKABE.blue } },
     { type: "scatter", mode: "markers+text", name: "your p", x: [w.chosen.p], y: [w.chosen.loss],
-      text: [`p = ${w.chosen.p}: ${fixed(w.chosen.loss)}`], textposition: "bottom left",
+      text: [`p = ${w.chosen.p}: ${fixed(w.chosen.loss)}`], textposition: w.chosen.p > 0.6 ? "bottom left" : "bottom right",
       marker: { size: 12, symbol: "diamond", color: OKABE.vermillion } },
   ], { xaxis: { title: { text: "probability on the right token" } }, yaxis: { title: { text: "loss (nats)" } } });
 }

@@ -35,7 +35,7 @@ function callout(pt, text) {
 
 async function load(signal) {
   const b = keep(await apiGet(`/curves/gelu?${formQuery(form)}`, signal));
-  const axes = { xaxis: { title: { text: "input x" }, zeroline: true }, legend: { orientation: "h", y: -0.25, x: 0 } };
+  const axes = { xaxis: { title: { text: "input x" }, zeroline: true } };
   await chart($("gelu-plot"), [
     line(b.x, b.relu, "ReLU = max(0, x)", OKABE.line, "dot", 2),
     line(b.x, b.gelu_tanh, "GELU, tanh formula", OKABE.orange, "dash", 2),

@@ -47,7 +47,7 @@ async function load(signal) {
   await chart($("optimizers-loss-plot"), b.paths.map((p) => ({
     x: p.loss.map((_, i) => i), y: p.loss, type: "scatter", mode: "lines", name: p.label, line: { color: COLORS[p.name], width: 2 },
     hovertemplate: `${p.label}<br>step %{x}<br>loss %{y:.6f}<extra></extra>`,
-  })), { xaxis: { title: { text: "step" } }, yaxis: { title: { text: "loss (log scale)" }, type: "log", exponentformat: "power" },
+  })), { xaxis: { title: { text: "step" } }, yaxis: { title: { text: "loss (log scale)" }, type: "log", exponentformat: "power", range: lossRange(b.paths) },
     height: 460, legend: { orientation: "h", y: -0.18, x: 0 }, title: { text: "Loss at every step", font: { size: 12 } } });
   const parts = b.paths.map((p) => p.diverged
     ? `${p.label} (${hyper(p)}) blew up after ${int(p.loss.length - 1)} steps`
@@ -55,6 +55,17 @@ async function load(signal) {
   $("optimizers-summary").textContent = `After ${b.steps} steps from (${b.start.x}, ${b.start.y}), aiming for the bottom at ` +
     `(${b.minimum.x}, ${b.minimum.y}):\n• ${parts.join("\n• ")}\nPlain SGD is only stable here while its learning rate stays ` +
     `below 2/b = ${fixed(b.sgd_stability_limit, 3)}; try a little more and watch it blow up.`;
+}
+
+// The loss axis spans from the highest loss down to at most eight decades under the start: Muon's
+// fixed-length steps can land exactly on the bottom (a loss of 1e-30, or 0), and an axis reaching
+// down to those would squash every other path into its top few millimetres. Hover keeps the exact value.
+function lossRange(paths) {
+  const all = paths.flatMap((p) => p.loss).filter((v) => v > 0 && Number.isFinite(v));
+  if (!all.length) return undefined;
+  const top = Math.max(...all);
+  const low = Math.max(Math.min(...all), paths[0].loss[0] * 1e-8);
+  return [Math.log10(low) - 0.2, Math.log10(top) + 0.2];
 }
 
 export function init() {

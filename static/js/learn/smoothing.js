@@ -26,7 +26,7 @@ async function load(signal) {
       marker: { color: OKABE.vermillion, size: 11, symbol: "diamond" },
       hovertemplate: "lowest loss at p = %{x:.6f}<br>%{y:.6f} nats<extra></extra>" },
   ], { xaxis: { title: { text: "p given to the true token (rest shared evenly)" } },
-    yaxis: { title: { text: "loss (nats)" }, range: [0, Math.max(b.floor * 2.5, 3)] }, legend: { orientation: "h", y: -0.25, x: 0 },
+    yaxis: { title: { text: "loss (nats)" }, range: [0, Math.max(b.floor * 2.5, 3)] },
     title: { text: "Loss against the smoothed target", font: { size: 13 } } });
   await chart($("smoothing-floor-plot"), [
     { x: b.epsilons, y: b.floors, type: "scatter", mode: "lines", name: "floor", line: { color: OKABE.vermillion, width: 3 },

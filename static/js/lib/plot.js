@@ -77,16 +77,22 @@ function axisKeys(data, layout) {
 
 // Tick labels may overflow: the axes make room for them (automargin). Plotly's default ("hide past
 // div") measures every tick label of every axis on each draw, each measure a layout of the whole
-// page: most of a second per plot on a 17,000-element page.
-function allowOverflow(data, layout) {
+// page: most of a second per plot on a 17,000-element page. And an axis drawn over another (a second
+// y axis on the right) picks round ticks of its own: Plotly's default for it puts them at the first
+// axis's grid lines, at values such as 6.8, 13.6, 20.4.
+function axisDefaults(data, layout) {
   const out = { ...layout };
-  for (const k of axisKeys(data, layout)) out[k] = { ticklabeloverflow: "allow", ...(layout[k] || {}) };
+  for (const k of axisKeys(data, layout)) {
+    const own = layout[k] || {};
+    const ownTicks = own.overlaying && (own.tickmode || own.dtick !== undefined || own.tickvals);
+    out[k] = { ticklabeloverflow: "allow", ...(own.overlaying && !ownTicks ? { tickmode: "auto" } : {}), ...own };
+  }
   return out;
 }
 
 // The one place a plot is drawn (or redrawn in place). Resolves once Plotly has drawn it.
 export function draw(gd, data, layout, name) {
-  const done = Plotly.react(gd, data, allowOverflow(data, baseLayout(layout)), plotConfig(name || gd.id));
+  const done = Plotly.react(gd, data, axisDefaults(data, baseLayout(layout)), plotConfig(name || gd.id));
   gd.dataset.drawn = String((+gd.dataset.drawn || 0) + 1);
   return done;
 }
@@ -96,6 +102,43 @@ export function clearPlot(gd) {
   Plotly.purge(gd);
 }
 
+// A chart's legend goes under the plot, below the x axis's tick labels and title, with the bottom
+// margin made tall enough for it up front: a legend that has to push the margin itself shrinks the
+// plot, and its place (a share of the plot's height) moves up onto the axis's title.
+function placeLegend(gd, data, full) {
+  const gap = legendGap(full.xaxis, data);
+  const rows = legendRows(data, full, (gd.clientWidth || 900) - full.margin.l - full.margin.r);
+  full.margin = { ...full.margin, b: Math.max(full.margin.b, gap + rows * 19 + 10) };
+  full.legend = { orientation: "h", x: 0, y: -gap / (full.height - full.margin.t - full.margin.b), yanchor: "top" };
+}
+
+// The rows a horizontal legend will take: its entries (a symbol, then the name at about 6.6 px a
+// character) laid left to right, a new row when the next one does not fit.
+function legendRows(data, full, width) {
+  const named = data.filter((t) => t.showlegend !== false && t.name);
+  if (full.showlegend === false || (named.length < 2 && full.showlegend !== true)) return 0;
+  let rows = 1;
+  let x = 0;
+  for (const t of named) {
+    const w = 48 + [...t.name].length * 6.6;
+    if (x > 0 && x + w > width) { rows++; x = 0; }
+    x += w;
+  }
+  return rows;
+}
+
+// How far under the plot the legend starts, in pixels: below the x axis's tick labels (slanted ones
+// reach down by their length) and its title.
+function legendGap(xaxis, data) {
+  let ticks = 24;
+  if (xaxis?.tickangle) {
+    const labels = xaxis.ticktext || data.flatMap((t) => (t.x || []).filter((v) => typeof v === "string"));
+    const longest = Math.max(3, ...labels.map((s) => [...s].length));
+    ticks = 12 + Math.ceil(longest * 6.5 * Math.abs(Math.sin((xaxis.tickangle * Math.PI) / 180)));
+  }
+  return ticks + 6 + (xaxis?.title ? 36 : 0);
+}
+
 // A line or bar chart as the /learn panels draw them: a legend under the plot, axes that make
 // room for their labels, the page's font and Plotly's own hover labels. Resolves once drawn.
 export function chart(gd, data, layout = {}) {
@@ -103,11 +146,11 @@ export function chart(gd, data, layout = {}) {
     margin: { l: 64, r: 16, t: 28, b: 48 },
     height: 340,
     hovermode: "closest",
-    legend: { orientation: "h", y: -0.22, x: 0 },
     font: { family: "system-ui, -apple-system, 'Segoe UI', sans-serif", size: 12 },
     hoverlabel: {},
     ...layout,
   };
+  if (!full.legend) placeLegend(gd, data, full);
   full.xaxis = { automargin: true, ...(full.xaxis || {}) };
   full.yaxis = { automargin: true, ...(full.yaxis || {}) };
   return draw(gd, data, full);

@@ -70,7 +70,7 @@ function sweepMap(gd, sweep, res, cell) {
     line: { color: OKABE.black, width: 3 }, fillcolor: "rgba(0,0,0,0)" });
   const height = Math.max(200, 110 + rows.length * 26);
   const xaxis = byPos ? { ...tokenAxis(labels, Math.max(300, (gd.clientWidth || 900) - 200), {}, SLANTED_TICK_PX), tickangle: -60 }
-    : { tickmode: "array", tickvals: cols.map((_, j) => j), ticktext: cols, showgrid: false, zeroline: false };
+    : { tickmode: "array", tickvals: cols.map((_, j) => j), ticktext: cols, showgrid: false, zeroline: false, automargin: true };
   const done = draw(gd, data, { height, shapes, margin: { l: 20, r: 10, t: 10, b: 10 }, xaxis,
     yaxis: { tickmode: "array", tickvals: rows.map((_, i) => i), ticktext: rows, autorange: "reversed",
       tickfont: { family: MONO, size: 11 }, showgrid: false, zeroline: false, automargin: true } }, `patch-${sweep.kind}`);
