@@ -7,8 +7,10 @@ and only ever read here; training works on its own copy (see model.train).
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
@@ -45,6 +47,9 @@ class ModelService:
         # the folders holding SAEs trained on this model, the first for new ones (server/saes.py
         # sets them: the built-in model's own folder is package data, never written)
         self.sae_folders: list[Path] = [self.path / "saes"]
+        # results worked out from this model (per_model below): they go when the model goes
+        self.memo: dict[str, OrderedDict] = {}
+        self.memo_lock = threading.Lock()
 
     @cached_property
     def history(self) -> list[dict]:
@@ -77,3 +82,29 @@ class ModelService:
         with self._lock, torch.inference_mode():
             torch.set_num_threads(self.threads)
             yield self.model
+
+
+def per_model(maxsize: int) -> Callable:
+    """functools.lru_cache for a function of (service, *hashable args), its entries kept on the
+    service: a model the app no longer serves (POST /api/v1/model) takes them with it, where an
+    lru_cache keyed by the service held up to `maxsize` replaced models in memory. The `maxsize`
+    most recent arguments are kept per model."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def cached(service: ModelService, *args):
+            with service.memo_lock:
+                memo = service.memo.setdefault(fn.__qualname__, OrderedDict())
+                if args in memo:
+                    memo.move_to_end(args)
+                    return memo[args]
+            value = fn(service, *args)
+            with service.memo_lock:
+                memo[args] = value
+                if len(memo) > maxsize:
+                    memo.popitem(last=False)
+            return value
+
+        return cached
+
+    return wrap

@@ -200,3 +200,44 @@ def test_gptscope_serve_is_an_app_in_its_own_process():
     ):
         assert cli.main(["serve", "--port", "8123"]) == 0
     assert make.call_args.kwargs["own_process"] is True and run.call_args.args[0] is make.return_value
+
+
+def test_a_replaced_model_is_not_kept_in_memory_by_what_was_worked_out_from_it(tmp_path):
+    """POST /api/v1/model serves another checkpoint; the results worked out from the one it replaced
+    (head roles, the embedding projection, the tokenizer's merges) go with it, so it can be freed."""
+    import gc
+    import weakref
+
+    from fastapi.testclient import TestClient
+
+    from gptscope.server.app import create_app
+    from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+
+    settings = Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path, allow_hosts=["testserver"])
+    app = create_app(settings)
+    with TestClient(app) as c:
+        for path in ("/api/v1/heads?text=To%20be%2C%20or%20not%20to%20be", "/api/v1/embeddings/projection?limit=10"):
+            assert c.get(path).status_code == 200, path
+        assert c.get("/api/v1/tokenizer/model/merges?limit=5").status_code == 200
+        assert c.post("/api/v1/forward", json={"text": "ROMEO: hi"}).status_code == 200
+        old = weakref.ref(app.state.service)
+        assert old().memo  # the roles, the projection and the merges were kept on it
+        assert c.post("/api/v1/model", json={"checkpoint": "builtin"}).status_code == 200
+        gc.collect()
+        assert old() is None
+
+
+def test_per_model_keeps_the_most_recent_results_of_each_model(service):
+    from gptscope.server.service import per_model
+
+    calls = []
+
+    @per_model(maxsize=2)
+    def work(svc, x):
+        calls.append(x)
+        return x * 10
+
+    assert [work(service, x) for x in (1, 2, 1, 3, 2, 1)] == [10, 20, 10, 30, 20, 10]
+    # 1 was used again before 3 came, so 3 dropped 2 (not 1); coming back, 2 dropped 1
+    assert calls == [1, 2, 3, 2, 1]
+    service.memo.pop(work.__qualname__)

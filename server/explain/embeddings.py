@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import InputError
 from ..schemas.embeddings import Neighbour, NeighboursResponse, PositionsResponse, ProjectedToken, ProjectionResponse
-from ..service import ModelService
+from ..service import ModelService, per_model
 from . import tokens as tok
 from .common import rounded, token_text
 from .digits import COARSE, SIMILARITY, VALUE
 
 
-@lru_cache(maxsize=4)
+@per_model(maxsize=1)
 def _pca(service: ModelService) -> tuple[torch.Tensor, list[float]]:
     w = service.model.wte.weight.detach().float()
     w = w - w.mean(0, keepdim=True)

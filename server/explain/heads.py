@@ -24,7 +24,7 @@ from ..schemas.heads import (
     SnapshotHeads,
     TrainingHeads,
 )
-from ..service import ModelService
+from ..service import ModelService, per_model
 from .common import prompt_ids, token_text
 from .digits import COARSE
 from .tokens import token_pieces
@@ -105,7 +105,7 @@ def _summary(rep: model_heads.HeadsReport, n_heads: int) -> str:
     return "; ".join(parts) + "."
 
 
-@lru_cache(maxsize=8)
+@per_model(maxsize=8)
 def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> model_heads.HeadsReport:
     large = service.model.num_params() >= LARGE_MODEL_PARAMS
     with service.run() as m:

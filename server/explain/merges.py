@@ -12,7 +12,6 @@ against tokenizers' own encode in tests/test_import_llama.py.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
 
 import tiktoken
 
@@ -40,7 +39,7 @@ from ..schemas.tokenize import (
     TokenCounts,
     TokenInfo,
 )
-from ..service import ModelService
+from ..service import ModelService, per_model
 from . import tokens as tok
 from .digits import COARSE
 
@@ -327,7 +326,7 @@ def compare(
 # --- the built-in tokenizer's training record -------------------------------------------------
 
 
-@lru_cache(maxsize=4)
+@per_model(maxsize=1)
 def _trained(service: ModelService) -> BPEMerges:
     spec = service.meta.get("tokenizer", {})
     if spec.get("kind") == "huggingface":
