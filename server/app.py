@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 from contextlib import asynccontextmanager
 
@@ -39,7 +38,7 @@ from .routers import (
 )
 from .runs import RunManager
 from .security import GuardMiddleware
-from .service import ModelService
+from .service import ModelService, freeze_heap
 from .wire import Compress, ServerTiming
 
 log = logging.getLogger("gptscope")
@@ -47,22 +46,11 @@ log = logging.getLogger("gptscope")
 API_PREFIX = "/api/v1"
 
 
-def freeze_startup_heap() -> None:
-    """In a process that is only the app, what it holds once started lives as long as the process:
-    tell the garbage collector (gc.freeze), so its full collections no longer walk those objects. A
-    128-token JSON trace of GPT-2 small makes about 18,000 lists, and the full collections they set
-    off walked some 330,000 objects, 200-300 ms in the middle of a request (that trace's
-    serialisation: 131-177 ms, but 372 and 417 ms for two in twelve; frozen, 135-174 ms). Not for
-    an app inside another program (a test, a notebook's kernel), whose objects are not all long-lived."""
-    gc.collect()
-    gc.freeze()
-
-
 def create_app(
     settings: Settings | None = None, service: ModelService | None = None, own_process: bool = False
 ) -> FastAPI:
     """Build the app. Tests may pass a ready `service` so the model is loaded once per session.
-    own_process: the app is the whole process (`gptscope serve`): see freeze_startup_heap."""
+    own_process: the app is the whole process (`gptscope serve`): see service.freeze_heap."""
     settings = settings or Settings()
 
     @asynccontextmanager
@@ -73,8 +61,9 @@ def create_app(
         saes.attach(app.state.service, settings.data_dir)
         app.state.service.threads = settings.threads_for(app.state.service.model.num_params())
         torch.set_num_threads(app.state.service.threads)  # and for any other torch work of the app
+        app.state.heap_frozen = own_process
         if own_process:
-            freeze_startup_heap()
+            freeze_heap()
         yield
         app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
         app.state.finetune.shutdown()

@@ -174,7 +174,8 @@ def corpus_text() -> str:
 @pytest.mark.parametrize("own_process", [True, False])
 def test_only_an_app_that_is_its_own_process_freezes_its_startup_heap(service, tmp_path, own_process):
     """`gptscope serve` (own_process) moves what it loaded at start out of the collector's full
-    collections; an app inside another program (a test, a notebook) leaves that program's heap alone."""
+    collections, and again once it serves another model; an app inside another program (a test, a
+    notebook) leaves that program's heap alone."""
     from unittest import mock
 
     from fastapi.testclient import TestClient
@@ -186,6 +187,9 @@ def test_only_an_app_that_is_its_own_process_freezes_its_startup_heap(service, t
     with mock.patch("gc.freeze") as freeze, TestClient(create_app(settings, service, own_process)) as c:
         assert c.get("/api/v1/health").status_code == 200
         assert freeze.call_count == (1 if own_process else 0)
+        # serving another model: the heap is collected and frozen again, the new model with it
+        assert c.post("/api/v1/model", json={"checkpoint": "builtin"}).status_code == 200
+        assert freeze.call_count == (2 if own_process else 0)
 
 
 def test_gptscope_serve_is_an_app_in_its_own_process():

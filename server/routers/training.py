@@ -30,7 +30,7 @@ from ..schemas.training import (
     TrainingRequest,
     TrainingStatus,
 )
-from ..service import ModelService
+from ..service import ModelService, freeze_heap
 from ..wire import Binary, answer, responses
 
 router = APIRouter(tags=["training"])
@@ -170,4 +170,6 @@ def switch_model(req: SwitchModelRequest, runs: Runs, request: Request) -> Healt
     saes.attach(new, request.app.state.settings.data_dir)
     request.app.state.service = new  # requests already running finish on the old model
     torch.set_num_threads(new.threads)
+    if getattr(request.app.state, "heap_frozen", False):
+        freeze_heap()  # the new model is long-lived now, and the old one's cycles can go
     return health(new)
