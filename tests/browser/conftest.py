@@ -5,6 +5,7 @@ Fixtures (other browser test modules rely on these names):
   browser   session   Playwright Chromium (Debian's /usr/bin/chromium; no download needed)
   page      function  a fresh context + page (1280x900); `page.console_errors` lists console
                       errors and uncaught page errors, `page.requests` every URL it requested
+  another_page        function  a callable: another such page in the same context
   screenshot          function `screenshot(page, name)` -> path of test-artifacts/<name>.png
   serve_app session  `serve(checkpoint, data_dir)`: a context manager that runs the app on another
                       checkpoint and yields its URL (live_url is the built-in model through it)
@@ -142,9 +143,10 @@ def shared_context(browser, live_url):
         context.close()
 
 
-@pytest.fixture
-def page(shared_context):
-    pg = shared_context.new_page()
+def watched_page(context):
+    """A new page of `context` that lists its console errors and uncaught page errors
+    (`console_errors`) and every URL it requested (`requests`)."""
+    pg = context.new_page()
     pg.console_errors = []
     pg.requests = []
     pg.on(
@@ -157,12 +159,24 @@ def page(shared_context):
     )
     pg.on("pageerror", lambda err: pg.console_errors.append(f"pageerror: {err}"))
     pg.on("request", lambda req: pg.requests.append(req.url))
+    return pg
+
+
+@pytest.fixture
+def page(shared_context):
+    pg = watched_page(shared_context)
     try:
         yield pg
     finally:
         for other in shared_context.pages:  # the test's page and any it opened
             if other is not shared_context.keeper:
                 other.close()
+
+
+@pytest.fixture
+def another_page(page, shared_context):
+    """A callable: another page like `page`, in the same context (closed with it)."""
+    return lambda: watched_page(shared_context)
 
 
 def save_screenshot(pg, name: str, full_page: bool = True) -> Path:

