@@ -32,7 +32,6 @@ from typing import Annotated, Any
 
 import msgpack
 import numpy as np
-import torch
 from fastapi import Depends, Request, Response
 from pydantic import BaseModel
 from starlette.datastructures import Headers
@@ -138,12 +137,7 @@ def varints(n: np.ndarray, zigzag: bool) -> bytes:
 
 def array_payload(a: Arr) -> bytes:
     shape = list(a.tensor.shape)
-    x = a.tensor
-    if a.tril:  # keep the triangle first: half the numbers to scale
-        t = shape[-1]
-        rows, cols = torch.tril_indices(t, t)
-        x = x[..., rows, cols]
-    flat = Arr(x, a.digits).scaled().reshape(-1).numpy()
+    flat = Arr(a.kept(), a.digits).scaled().reshape(-1).numpy()  # a triangle first: half the numbers to scale
     unsigned = flat.size == 0 or int(flat.min()) >= 0
     head = bytes([1 if a.tril else 0, a.digits, len(shape), int(unsigned)]) + np.asarray(shape, "<u4").tobytes()
     return head + varints(flat, zigzag=not unsigned)

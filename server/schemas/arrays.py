@@ -28,16 +28,19 @@ class Arr:
         t.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
         return t.to(torch.int64)
 
+    def kept(self) -> torch.Tensor:
+        """The numbers the answer carries: the tensor, or for a triangular array each matrix's lower
+        triangle, row after row ((..., n(n+1)/2)): the cut-off half is never converted or sent."""
+        if not self.tril:
+            return self.tensor
+        n = self.tensor.size(-1)
+        rows, cols = torch.tril_indices(n, n)
+        return self.tensor[..., rows, cols]
+
     def tolist(self) -> list:
         """Nested lists of floats: the JSON form (float64 rounded, so 0.6031 prints as 0.6031; + 0.0
-        turns a -0.0 into 0.0, as the integer the binary form sends has no sign). A triangular
-        array's cut-off entries are never made into floats: half the numbers to convert."""
-        t = self.tensor
-        if self.tril:
-            n = t.size(-1)
-            rows, cols = torch.tril_indices(n, n)
-            t = t[..., rows, cols]  # (..., n(n+1)/2): each matrix's rows, one after another
-        t = torch.nan_to_num(t.double(), nan=0.0, posinf=0.0, neginf=0.0)
+        turns a -0.0 into 0.0, as the integer the binary form sends has no sign)."""
+        t = torch.nan_to_num(self.kept().double(), nan=0.0, posinf=0.0, neginf=0.0)
         out = (torch.round(t, decimals=self.digits) + 0.0).tolist()
         return _cut(out, self.tensor.dim() - 1, self.tensor.size(-1)) if self.tril else out
 

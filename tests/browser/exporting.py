@@ -96,6 +96,13 @@ LAYOUT_FAULTS = """(ids) => {
 }"""
 
 
+def layout_faults(page, ids: list[str] | None = None) -> list[str]:
+    """LAYOUT_FAULTS of the figures `ids`, or of every Plotly figure on the page."""
+    if ids is None:
+        ids = page.eval_on_selector_all(".js-plotly-plot[id]", "ps => ps.map((p) => p.id)")
+    return page.evaluate(LAYOUT_FAULTS, ids)
+
+
 def page_path(page) -> str:
     """The page's path and query as it stands (its URL state), for live_exports."""
     here = urlsplit(page.url)
@@ -157,7 +164,7 @@ def live_exports(page, live_url, path, folder, panels=None):
         page.evaluate("(id) => document.getElementById(id).scrollIntoView()", fig)
         hover = page.wait_for_function(PROBE, arg=fig, timeout=30_000).json_value()
         done.append((fig, panel_of[fig], files[panel_of[fig]], hover))
-    assert page.evaluate(LAYOUT_FAULTS, drawn) == []
+    assert layout_faults(page, drawn) == []
     return done, skipped
 
 

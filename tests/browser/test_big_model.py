@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from exporting import LAYOUT_FAULTS
+from exporting import layout_faults
 
 pytestmark = pytest.mark.browser
 
@@ -149,12 +149,16 @@ def write_timings() -> None:
     (ARTIFACTS / "big-model-timings.json").write_text(json.dumps(TIMINGS, indent=1), encoding="utf-8")
 
 
-@pytest.fixture
-def bpage(page):
-    """The conftest's page, patient enough for a 9 MB trace on a busy CPU, observing long tasks."""
+def observed(page):
+    """`page`, patient enough for a 9 MB trace on a busy CPU, observing long tasks."""
     page.set_default_timeout(90_000)
     page.add_init_script(OBSERVE)
     return page
+
+
+@pytest.fixture
+def bpage(page):
+    return observed(page)
 
 
 def api(page, url: str, path: str, body: dict | None = None) -> dict:
@@ -299,9 +303,7 @@ def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, ano
     if longest >= LONG_TASK_LIMIT_MS:
         TIMINGS["first_walk"] = {"long_tasks_ms": TIMINGS["long_tasks_ms"], "draw_ms": TIMINGS["draw_ms"]}
         page.close()
-        page = another_page()
-        page.set_default_timeout(90_000)
-        page.add_init_script(OBSERVE)
+        page = observed(another_page())
         lt, worst = walk_every_stage(page, url)
         longest = max((d for _, d in lt), default=0)
     nodes = page.evaluate("document.getElementsByTagName('*').length")
@@ -315,8 +317,7 @@ def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, ano
     assert page.locator("#model-view-plot .main-svg").count() == 0
     # the 12 layers' MLP histograms: a grid of 3 x 4 subplots, none drawn over another
     assert page.get_attribute("#mlp-hist-plot", "data-grid") == "3x4"
-    plots = page.eval_on_selector_all(".js-plotly-plot[id]", "ps => ps.map((p) => p.id)")
-    assert page.evaluate(LAYOUT_FAULTS, plots) == []
+    assert layout_faults(page) == []
     screenshot(page, "big-model-forward")
     assert errors_of(page) == []
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
-from exporting import LAYOUT_FAULTS
+from exporting import layout_faults
 
 pytestmark = pytest.mark.browser
 
@@ -175,8 +175,7 @@ def test_keyboard_walks_the_eleven_stages_and_every_plot_gets_drawn(page, live_u
     page.evaluate("document.activeElement.blur()")
     page.wait_for_selector('body[data-drawn="1"]', state="attached")
     screenshot(page, "forward-stages-all")
-    plots = page.eval_on_selector_all(".js-plotly-plot[id]", "ps => ps.map((p) => p.id)")
-    assert "mlp-hist-plot" in plots and page.evaluate(LAYOUT_FAULTS, plots) == []
+    assert page.locator("#mlp-hist-plot.js-plotly-plot").count() == 1 and layout_faults(page) == []
     assert page.console_errors == []
 
 

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 import pytest
 from apihelp import api_json
-from exporting import LAYOUT_FAULTS
+from exporting import layout_faults
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -118,8 +118,7 @@ def test_forward_page_draws_the_modern_block_and_all_270_heads(page, llama, scre
     page.wait_for_function("() => document.getElementById('model-view-plot').dataset.grid", timeout=60_000)
     assert page.locator("#model-view-plot canvas.hg-map").count() == N_LAYER * N_HEAD
     screenshot(page, "llama-import-forward")
-    plots = page.eval_on_selector_all(".js-plotly-plot[id]", "ps => ps.map((p) => p.id)")
-    assert page.evaluate(LAYOUT_FAULTS, plots) == []
+    assert layout_faults(page) == []
     assert page.console_errors == []
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import pytest
-from exporting import LAYOUT_FAULTS
+from exporting import layout_faults
 
 from gptscope.model.train import TrainConfig, train
 
@@ -111,8 +111,7 @@ def test_a_model_without_the_causal_mask_is_drawn_with_its_upper_triangle(page, 
     assert masked == api["head_detail"]["masked_scores"]
     assert all(v is not None for row in masked for v in row)
     screenshot(page, "noncausal-forward")
-    plots = page.eval_on_selector_all(".js-plotly-plot[id]", "ps => ps.map((p) => p.id)")
-    assert page.evaluate(LAYOUT_FAULTS, plots) == []
+    assert layout_faults(page) == []
     assert page.console_errors == []
 
 

@@ -16,7 +16,7 @@ import re
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
-from exporting import LAYOUT_FAULTS, check_offline, live_exports, page_path
+from exporting import check_offline, layout_faults, live_exports, page_path
 
 pytestmark = pytest.mark.browser
 
@@ -509,8 +509,7 @@ def test_rope_rmsnorm_swiglu_gqa_and_the_window(page, modern, screenshot):
     assert not any("/embeddings/positions" in u for u in page.requests)
     page.locator("#block-panel").scroll_into_view_if_needed()
     screenshot(page, "forward-modern-block")
-    plots = page.eval_on_selector_all(".js-plotly-plot[id]", "ps => ps.map((p) => p.id)")
-    assert page.evaluate(LAYOUT_FAULTS, plots) == []
+    assert layout_faults(page) == []
     assert page.console_errors == []
 
 
