@@ -62,13 +62,16 @@ def _launch(pw):
         ) from None
 
 
-def _export(browser, url: str, panel: str, timeout_s: float):
-    """Open `url` in a new page of `browser` and have the page export `panel`: (html, the page)."""
+def _export(browser, url: str, panel: str, timeout_s: float, headers: dict[str, str] | None = None):
+    """Open `url` in a new page of `browser` and have the page export `panel`: (html, the page);
+    `headers` go with each of its requests (a server's token)."""
     from playwright.sync_api import Error
 
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     try:
         page.set_default_timeout(timeout_s * 1000)
+        if headers:
+            page.set_extra_http_headers(headers)
         page.goto(url)
         page.wait_for_function("() => window.gptscopeExport")
         if page.evaluate("(p) => !document.getElementById(`${p}-panel`)", panel):
@@ -98,14 +101,14 @@ class _Exporter:
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
 
-    def run(self, url: str, panel: str, timeout_s: float) -> str:
+    def run(self, url: str, panel: str, timeout_s: float, headers: dict[str, str] | None = None) -> str:
         out: dict = {}
         done = threading.Event()
         with self.lock:
             if self.thread is None:
                 self.thread = threading.Thread(target=self.work, name="gptscope-export", daemon=True)
                 self.thread.start()
-            self.jobs.put((url, panel, timeout_s, out, done))
+            self.jobs.put((url, panel, timeout_s, headers, out, done))
         done.wait()
         if "error" in out:
             raise out["error"]
@@ -127,13 +130,13 @@ class _Exporter:
         browser = last = None
         try:
             while (job := self.next_job()) is not None:
-                url, panel, timeout_s, out, done = job
+                url, panel, timeout_s, headers, out, done = job
                 try:
                     if failed is not None:
                         raise failed
                     if browser is None or not browser.is_connected():
                         browser, last = _launch(pw), None
-                    out["html"], page = _export(browser, url, panel, timeout_s)
+                    out["html"], page = _export(browser, url, panel, timeout_s, headers)
                     if last is not None:
                         last.close()
                     last = page
@@ -169,10 +172,11 @@ def _start_playwright():
 _EXPORTER = _Exporter()
 
 
-def export_panel(url: str, panel: str, *, timeout_s: float = 180.0) -> str:
-    """The exported file of panel `panel` of the page at `url` (a page URL with `?embed=panel`).
+def export_panel(url: str, panel: str, *, timeout_s: float = 180.0, headers: dict[str, str] | None = None) -> str:
+    """The exported file of panel `panel` of the page at `url` (a page URL with `?embed=panel`);
+    `headers` go with every request the page makes (`Authorization` for a server with a token).
     Exports run one at a time, in the exporter's thread (see _Exporter)."""
-    return _EXPORTER.run(url, panel, timeout_s)
+    return _EXPORTER.run(url, panel, timeout_s, headers)
 
 
 def without_plotly(html: str) -> str:

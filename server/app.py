@@ -80,6 +80,7 @@ def create_app(
         docs_url=None,  # served by routers.docs from local files: FastAPI's default loads Swagger UI from a CDN
         redoc_url=None,
     )
+    door_token = settings.door_token()  # before anything is built: an exposed app without one is refused
     app.add_middleware(Compress, minimum_size=4096)  # gzip, except the binary form
     app.add_middleware(
         GuardMiddleware,
@@ -87,9 +88,11 @@ def create_app(
         json_limit=settings.json_body_limit,
         upload_limit=corpus_mod.MAX_CORPUS_BYTES + 64 * 1024,
         max_concurrent=settings.max_concurrent,
+        token=door_token,
     )
     app.add_middleware(ServerTiming)  # outermost: the time it reports includes the guard and compression
     app.state.settings = settings
+    app.state.door_token = door_token
     app.state.service = service
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)

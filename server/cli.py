@@ -12,17 +12,31 @@ from .config import BUILTIN_CHECKPOINT, Settings
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
+    import secrets
+
     import uvicorn
 
     from .app import create_app
+    from .security import TOKEN_PARAM, is_loopback
 
-    if a.host not in ("127.0.0.1", "localhost", "::1"):
-        print(
-            f"warning: serving on {a.host}: anyone who can reach this machine on port {a.port} can use gptscope, "
-            f"including starting training runs",
-            file=sys.stderr,
+    token = a.token if a.token is not None else Settings().token  # --token, else GPTSCOPE_TOKEN
+    exposed = not is_loopback(a.host)
+    made = exposed and token is None and not a.insecure_no_token
+    if made:
+        token = secrets.token_urlsafe(24)  # as Jupyter does: a fresh one each start, printed below
+    try:
+        settings = Settings(
+            host=a.host,
+            port=a.port,
+            checkpoint=checkpoint_folder(a.checkpoint),
+            allow_hosts=a.allow_host,
+            token=token,
+            insecure_no_token=a.insecure_no_token,
         )
-    settings = Settings(host=a.host, port=a.port, checkpoint=checkpoint_folder(a.checkpoint), allow_hosts=a.allow_host)
+        settings.door_token()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     from gptscope.model import checkpoint as ckpt
 
     try:
@@ -30,10 +44,30 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ckpt.CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if exposed and token is None:
+        print(
+            f"WARNING: serving on {a.host} WITHOUT A TOKEN (--insecure-no-token): anyone who can reach this "
+            f"machine on port {a.port} can use gptscope, including training, uploading files and importing models",
+            file=sys.stderr,
+        )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    print(f"gptscope: open http://{'[' + a.host + ']' if ':' in a.host else a.host}:{a.port}", file=sys.stderr)
+    query = f"/?{TOKEN_PARAM}={token}" if token else ""
+    for host in printed_hosts(a.host):
+        print(f"gptscope: open http://{'[' + host + ']' if ':' in host else host}:{a.port}{query}", file=sys.stderr)
+    if made:
+        print("gptscope: the token is new each start; --token or GPTSCOPE_TOKEN keeps one", file=sys.stderr)
     uvicorn.run(create_app(settings, own_process=True), host=a.host, port=a.port, log_level="warning")
     return 0
+
+
+def printed_hosts(host: str) -> list[str]:
+    """The hosts to print URLs for: the bound one; for every address, this machine's name and then
+    loopback (as Jupyter prints them)."""
+    import socket
+
+    if host in ("0.0.0.0", "::"):
+        return [socket.gethostname(), "127.0.0.1" if host == "0.0.0.0" else "::1"]
+    return [host]
 
 
 def checkpoint_folder(given: str) -> Path:
@@ -260,7 +294,19 @@ def _serve_args(sub) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="also answer to this Host name (repeatable); loopback names are always allowed",
+        help="also answer to this Host name, or NAME:PORT behind a proxy or a port mapping (repeatable); loopback "
+        "names are always allowed",
+    )
+    s.add_argument(
+        "--token",
+        default=None,
+        help="the token every request must carry (default: none on loopback; bound beyond loopback, a new one each "
+        "start, printed in the URL; GPTSCOPE_TOKEN sets it too)",
+    )
+    s.add_argument(
+        "--insecure-no-token",
+        action="store_true",
+        help="serve an address beyond loopback WITHOUT a token: anyone who reaches the port can use every endpoint",
     )
 
 

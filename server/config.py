@@ -71,6 +71,33 @@ class Settings(BaseSettings):
     json_body_limit: int = 2 * 1024 * 1024  # bytes of a JSON request body
     max_concurrent: int = 32  # API requests worked on at once; more get 503 at once instead of queueing
 
+    # The door beyond loopback (server/security.py): bound to an address other machines reach, every
+    # request must carry this token; `gptscope serve` makes one when none is given. insecure_no_token
+    # serves such an address without one (anyone who reaches the port can use every endpoint).
+    token: str | None = None
+    insecure_no_token: bool = False
+
+    @property
+    def exposed(self) -> bool:
+        """Bound to an address that other machines can reach (not 127.0.0.0/8, ::1 or localhost)."""
+        from .security import is_loopback
+
+        return not is_loopback(self.host)
+
+    def door_token(self) -> str | None:
+        """The token every request must carry: the one given (on loopback too, if given); bound beyond
+        loopback without one, an error unless insecure_no_token says to go without."""
+        if self.token is not None:
+            if len(self.token) < 8:
+                raise ValueError("the token must be at least 8 characters")
+            return self.token
+        if self.exposed and not self.insecure_no_token:
+            raise ValueError(
+                f"serving on {self.host} needs a token (GPTSCOPE_TOKEN, or gptscope serve makes one), "
+                "or insecure_no_token to go without"
+            )
+        return None
+
     def allowed_hosts(self) -> list[str] | None:
         loopback = ["127.0.0.1", "localhost", "::1"]
         if self.host in ("0.0.0.0", "::") and not self.allow_hosts:

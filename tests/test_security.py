@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import re
 
 import pytest
 
-from gptscope.server.security import GuardMiddleware, host_name
+from gptscope.server.security import GuardMiddleware, host_name, is_loopback, parse_host
 
 PROMPT = {"text": "ROMEO:"}
 
@@ -23,9 +24,37 @@ PROMPT = {"text": "ROMEO:"}
         ("GET", "/api/v1/health", {"headers": {"Host": "evil.example"}}, 400),
         ("GET", "/", {"headers": {"Host": "localhost.evil.example"}}, 400),
         ("POST", "/api/v1/forward", {"json": PROMPT, "headers": {"Host": "evil.example:8000"}}, 400),
-        ("GET", "/api/v1/health", {"headers": {"Host": "127.0.0.1:8000"}}, 200),
+        # the test client's server is on port 80: a loopback name on another port is another server
+        ("GET", "/api/v1/health", {"headers": {"Host": "127.0.0.1:80"}}, 200),
+        ("GET", "/api/v1/health", {"headers": {"Host": "127.0.0.1"}}, 200),
         ("GET", "/api/v1/health", {"headers": {"Host": "localhost"}}, 200),
-        ("GET", "/api/v1/health", {"headers": {"Host": "[::1]:8000"}}, 200),
+        ("GET", "/api/v1/health", {"headers": {"Host": "[::1]:80"}}, 200),
+        ("GET", "/api/v1/health", {"headers": {"Host": "127.0.0.1:8000"}}, 400),
+        ("GET", "/api/v1/export?page=learn&panel=gelu", {"headers": {"Host": "127.0.0.1:6379"}}, 400),
+        ("GET", "/", {"headers": {"Host": "localhost:3000"}}, 400),
+        # userinfo and other odd forms (older Starlette read localhost:80@evil.example as evil.example)
+        ("GET", "/api/v1/export?page=learn&panel=gelu", {"headers": {"Host": "localhost:80@evil.example"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": "user@localhost"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": "localhost:"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": "localhost:99999"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": "localhost/evil"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": "::1"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": ""}}, 400),
+        # IP literals that are loopback to some parsers but not the names this server answers to
+        ("GET", "/api/v1/health", {"headers": {"Host": "2130706433"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": "0x7f.0.0.1"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": "127.1"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": "[::ffff:127.0.0.1]"}}, 400),
+        ("GET", "/api/v1/health", {"headers": {"Host": "192.168.1.5"}}, 400),
+        # cross-site GETs of the API (an export starts a headless Chromium); a page itself may be linked to
+        ("GET", "/api/v1/export?page=learn&panel=gelu", {"headers": {"Sec-Fetch-Site": "cross-site"}}, 403),
+        ("GET", "/api/v1/export?page=learn&panel=gelu", {"headers": {"Sec-Fetch-Site": "same-site"}}, 403),
+        ("GET", "/api/v1/export?page=learn&panel=gelu", {"headers": {"Origin": "https://evil.example"}}, 403),
+        ("GET", "/api/v1/curves/gelu", {"headers": {"Origin": "null"}}, 403),
+        ("GET", "/api/v1/health", {"headers": {"Sec-Fetch-Site": "same-origin"}}, 200),
+        ("GET", "/api/v1/health", {"headers": {"Sec-Fetch-Site": "none"}}, 200),
+        ("GET", "/api/v1/health", {"headers": {"Origin": "http://testserver"}}, 200),
+        ("GET", "/", {"headers": {"Sec-Fetch-Site": "cross-site"}}, 200),
         # Origin on state-changing requests
         ("POST", "/api/v1/forward", {"json": PROMPT, "headers": {"Origin": "https://evil.example"}}, 403),
         ("POST", "/api/v1/training", {"json": {"max_steps": 1}, "headers": {"Origin": "http://127.0.0.1:9999"}}, 403),
@@ -99,7 +128,12 @@ def test_host_name_parsing():
     assert host_name("127.0.0.1:8000") == "127.0.0.1"
     assert host_name("[::1]:8000") == "::1"
     assert host_name("LOCALHOST") == "localhost"
-    assert host_name("::1") == "::1"
+    assert parse_host("[0:0::1]:8000") == ("::1", 8000)
+    assert parse_host("gptscope.lan") == ("gptscope.lan", None)
+    for odd in ("::1", "a@b", "localhost:80@evil.example", "host:0", "host:65536", "-x", "a b", "[zz::1]", "x:8:9"):
+        assert parse_host(odd) is None, odd
+    assert [is_loopback(h) for h in ("127.0.0.1", "127.2.3.4", "::1", "[::1]", "localhost")] == [True] * 5
+    assert [is_loopback(h) for h in ("0.0.0.0", "::", "192.168.1.5", "gptscope.lan")] == [False] * 4
 
 
 def test_overload_answers_503_instead_of_queueing():
@@ -174,3 +208,205 @@ def test_a_server_error_is_json_without_a_stack_trace(service, tmp_path, caplog)
     assert r.json() == {"detail": "internal error; the server log has the details"}
     assert "secret" not in r.text and "Traceback" not in r.text
     assert "secret internals" in caplog.text  # the server logs it
+
+
+# ---- the export opens only the server's own address, one render at a time ------------------------
+
+TOKEN = "test-door-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def exposed(service, tmp_path_factory):
+    """The app as `gptscope serve --host 0.0.0.0 --token ...` builds it (every Host accepted, the
+    token required), in process."""
+    from fastapi.testclient import TestClient
+
+    from gptscope.server.app import create_app
+    from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+
+    settings = Settings(
+        host="0.0.0.0", token=TOKEN, checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("exposed")
+    )
+    with TestClient(create_app(settings, service=service)) as c:
+        yield c
+
+
+class Renders:
+    """export_panel stood in for: records the URLs and headers Chromium would get, and can hold a
+    render until released."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.calls: list[tuple[str, dict | None]] = []
+        self.started, self.release = threading.Event(), threading.Event()
+        self.release.set()
+
+    def __call__(self, url, panel, *, headers=None, **_):
+        self.calls.append((url, headers))
+        self.started.set()
+        assert self.release.wait(30)
+        return "<!doctype html><p>panel</p>"
+
+
+@pytest.fixture
+def renders(monkeypatch):
+    from gptscope.server.routers import export
+
+    fake = Renders()
+    monkeypatch.setattr(export, "export_panel", fake)
+    return fake
+
+
+def test_the_export_opens_the_servers_own_address_whatever_the_host_header_says(exposed, renders):
+    """Bound to 0.0.0.0 every Host is accepted (the token guards the door), yet Chromium is sent to
+    loopback on the server's own port with the token as a header, never to the Host's address."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for host in ("127.0.0.1:6379", "evil.example", "10.0.0.1:22"):
+        r = exposed.get("/api/v1/export?page=learn&panel=gelu&x_max=3", headers={**auth, "Host": host})
+        assert r.status_code == 200, r.text
+    for url, headers in renders.calls:
+        assert url == "http://127.0.0.1:80/learn?x_max=3&embed=gelu"
+        assert headers == auth
+
+
+def test_a_burst_of_exports_gets_503_with_retry_after_not_a_queue(client, renders):
+    """One render at a time: while one is being made, every other export is answered at once."""
+    import concurrent.futures
+
+    renders.release.clear()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(client.get, "/api/v1/export", params={"page": "learn", "panel": "gelu"})
+        assert renders.started.wait(30)
+        burst = [client.get("/api/v1/export", params={"page": "learn", "panel": "gelu"}) for _ in range(5)]
+        renders.release.set()
+        assert first.result().status_code == 200
+    assert [r.status_code for r in burst] == [503] * 5
+    assert all(r.headers["retry-after"] == "5" and "one is made at a time" in r.json()["detail"] for r in burst)
+    assert len(renders.calls) == 1
+    assert renders.calls[0] == ("http://127.0.0.1:80/learn?embed=gelu", None)  # no token on loopback
+    assert client.get("/api/v1/export", params={"page": "learn", "panel": "gelu"}).status_code == 200
+
+
+# ---- the door beyond loopback: a token ------------------------------------------------------------
+
+EVERY_KIND = [
+    ("GET", "/"),  # a page
+    ("GET", "/patch"),
+    ("GET", "/static/css/compare.css"),  # a static file
+    ("GET", "/vendor/plotly.min.js"),
+    ("GET", "/docs"),  # the API's docs and schema
+    ("GET", "/openapi.json"),
+    ("GET", "/api/v1/health"),  # the API
+    ("GET", "/api/v1/export?page=learn&panel=gelu"),
+    ("POST", "/api/v1/forward"),
+    ("POST", "/api/v1/training"),
+    ("DELETE", "/api/v1/training/0123456789ab"),
+]
+
+
+@pytest.mark.parametrize("method, path", EVERY_KIND)
+@pytest.mark.parametrize(
+    "how",
+    [
+        {},
+        {"headers": {"Authorization": "Bearer wrong-token-000000000"}},
+        {"headers": {"Authorization": f"Basic {TOKEN}"}},
+        {"headers": {"Cookie": "gptscope-token-80=wrong-token-000000000"}},
+        {"headers": {"Cookie": f"gptscope-token-8000={TOKEN}"}},  # another port's server's cookie
+        {"params": {"token": "wrong-token-000000000"}},
+    ],
+    ids=["none", "wrong-bearer", "not-bearer", "wrong-cookie", "other-port-cookie", "wrong-query"],
+)
+def test_exposed_no_page_file_or_endpoint_answers_without_the_token(exposed, renders, method, path, how):
+    kwargs = {"json": {"text": "hi"}} if method == "POST" else {}
+    r = exposed.request(method, path, **kwargs, **how)
+    assert r.status_code == 401, r.text[:200]
+    assert "Authorization: Bearer" in r.json()["detail"]
+    assert r.headers["www-authenticate"].startswith("Bearer")
+    assert "set-cookie" not in r.headers
+    assert not renders.calls
+
+
+def test_the_token_as_a_bearer_header_opens_every_door(exposed):
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for method, path in EVERY_KIND[:7]:
+        assert exposed.request(method, path, headers=auth).status_code == 200, path
+    r = exposed.post("/api/v1/forward", json={"text": "ROMEO:"}, headers=auth)
+    assert r.status_code == 200 and "set-cookie" not in r.headers
+
+
+def test_the_token_in_a_url_becomes_a_strict_httponly_cookie_and_leaves_the_url(service, tmp_path, renders):
+    """As Jupyter: ?token= once, then a cookie (HttpOnly, SameSite=Strict, one per port); a page's URL
+    is redirected to itself without the token, its other query fields kept."""
+    from fastapi.testclient import TestClient
+
+    from gptscope.server.app import create_app
+    from gptscope.server.config import Settings
+
+    app = create_app(Settings(host="0.0.0.0", token=TOKEN, data_dir=tmp_path), service=service)
+    with TestClient(app, follow_redirects=False) as c:
+        r = c.get("/", params={"text": "ROMEO:", "token": TOKEN, "stage": "attention"})
+        assert r.status_code == 303
+        assert r.headers["location"] == "/?text=ROMEO%3A&stage=attention"
+        cookie = r.headers["set-cookie"]
+        assert cookie.startswith(f"gptscope-token-80={TOKEN};")
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+        # the client keeps the cookie: pages, files and the API answer from now on
+        for path in ("/?text=ROMEO%3A", "/static/css/compare.css", "/api/v1/health", "/docs"):
+            assert c.get(path).status_code == 200, path
+    with TestClient(app) as c:  # an API call with ?token: answered, the cookie set, the app never sees it
+        r = c.get("/api/v1/export", params={"page": "learn", "panel": "gelu", "token": TOKEN, "x_max": 3})
+        assert r.status_code == 200
+        assert r.headers["set-cookie"].startswith(f"gptscope-token-80={TOKEN};")
+        assert renders.calls == [("http://127.0.0.1:80/learn?x_max=3&embed=gelu", {"Authorization": f"Bearer {TOKEN}"})]
+        assert c.get("/api/v1/health").status_code == 200
+
+
+def test_loopback_needs_no_token_and_an_exposed_server_must_have_one(service, tmp_path, client):
+    from gptscope.server.app import create_app
+    from gptscope.server.config import Settings
+
+    assert client.get("/api/v1/health").status_code == 200  # the tests' loopback app: no token
+    for host in ("0.0.0.0", "::", "192.168.1.5", "gptscope.lan"):
+        with pytest.raises(ValueError, match="needs a token"):
+            create_app(Settings(host=host, data_dir=tmp_path), service=service)
+    with pytest.raises(ValueError, match="at least 8"):
+        create_app(Settings(host="0.0.0.0", token="short", data_dir=tmp_path), service=service)
+    # going without, said loudly: then every Host is answered, as before
+    from fastapi.testclient import TestClient
+
+    app = create_app(Settings(host="0.0.0.0", insecure_no_token=True, data_dir=tmp_path), service=service)
+    with TestClient(app) as c:
+        assert c.get("/api/v1/health", headers={"Host": "mybox.lan:8000"}).status_code == 200
+
+
+def test_gptscope_serve_beyond_loopback_makes_prints_and_requires_a_token(capsys, tmp_path, monkeypatch):
+    from unittest import mock
+
+    from fastapi.testclient import TestClient
+
+    from gptscope.server import cli
+
+    monkeypatch.delenv("GPTSCOPE_TOKEN", raising=False)
+    monkeypatch.setenv("GPTSCOPE_DATA_DIR", str(tmp_path))
+    with mock.patch("uvicorn.run") as run, mock.patch("gc.freeze"):
+        assert cli.main(["serve", "--host", "0.0.0.0", "--port", "8123"]) == 0
+    err = capsys.readouterr().err
+    urls = re.findall(r"open (http://\S+)", err)
+    assert len(urls) == 2 and urls[1].startswith("http://127.0.0.1:8123/?token=")
+    token = urls[1].split("token=")[1]
+    assert len(token) >= 24 and urls[0].endswith(f":8123/?token={token}")
+    app = run.call_args.args[0]
+    with TestClient(app) as c:
+        assert c.get("/api/v1/health").status_code == 401
+        assert c.get("/api/v1/health", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+    with mock.patch("uvicorn.run") as run, mock.patch("gc.freeze"):
+        assert cli.main(["serve", "--host", "0.0.0.0", "--token", "my-own-token-1234"]) == 0
+        assert cli.main(["serve", "--host", "0.0.0.0", "--insecure-no-token"]) == 0
+        assert cli.main(["serve", "--host", "0.0.0.0", "--token", "short"]) == 2
+        assert cli.main(["serve"]) == 0  # loopback: no token, a plain URL
+    err = capsys.readouterr().err
+    assert "?token=my-own-token-1234" in err and "WITHOUT A TOKEN" in err and "at least 8" in err
+    assert "open http://127.0.0.1:8000\n" in err

@@ -4,7 +4,9 @@
 
 The same file as the panel's "HTML" download (static/js/lib/export_html.js): the page is opened in
 embed mode by a headless Chromium on this machine (gptscope.export), with the other query fields as
-its URL state, and exported once it has drawn. One export runs at a time.
+its URL state, and exported once it has drawn. Chromium opens the server's own address (the one it
+was bound to, loopback for every address, and its port), never one a request names. One export runs
+at a time: another asked for meanwhile gets 503 with Retry-After, never a queue.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gptscope.export import ExportFailed, ExportUnavailable, export_panel
 from ..config import TEMPLATES_DIR
 from ..errors import InputError
 from ..schemas.common import ERROR_RESPONSES
+from ..security import own_origin
 
 ERROR_REF = "#/components/schemas/ErrorResponse"
 
@@ -42,6 +45,7 @@ PAGES = {
 PageName = Literal["forward", "tokenizer", "learn", "train", "compare", "patch", "genealogy", "features"]  # PAGES' keys
 PANEL = re.compile(r'<section[^>]*\bid="([a-z0-9-]+)-panel"')
 _one = threading.Lock()
+RETRY_AFTER_S = 5  # a render takes a few seconds
 
 
 @lru_cache
@@ -59,7 +63,7 @@ def panels(page: str) -> list[str]:
         for code, d in (
             (413, ERROR_RESPONSES[413]["description"]),
             (422, ERROR_RESPONSES[422]["description"]),
-            (503, "no headless Chromium on the server to make the file with"),
+            (503, "no headless Chromium on the server to make the file with, or another export is being made"),
         )
     },
 )
@@ -74,12 +78,22 @@ def export(
         known = ", ".join(panels(page))
         raise InputError("panel", f"page {page!r} has no panel {panel!r}; its panels: {known}", where="query")
     state = [(k, v) for k, v in request.query_params.multi_items() if k not in ("page", "panel", "embed")]
-    url = str(request.base_url).rstrip("/") + PAGES[page][0] + "?" + urlencode([*state, ("embed", panel)])
-    with _one:
-        try:
-            html = export_panel(url, panel)
-        except ExportUnavailable as e:
-            return JSONResponse(status_code=503, content={"detail": str(e)})
-        except ExportFailed as e:  # the page would not draw it (a panel this model lacks, say)
-            raise InputError("panel", str(e), where="query") from None
+    settings = request.app.state.settings
+    # the server's own address, never the request's Host: Chromium opens only this app's page
+    url = own_origin(settings.host, request.scope) + PAGES[page][0] + "?" + urlencode([*state, ("embed", panel)])
+    token = request.app.state.door_token
+    if not _one.acquire(blocking=False):
+        return JSONResponse(
+            status_code=503,
+            content={"detail": f"an export is being made; one is made at a time: retry in {RETRY_AFTER_S} s"},
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    try:
+        html = export_panel(url, panel, headers={"Authorization": f"Bearer {token}"} if token else None)
+    except ExportUnavailable as e:
+        return JSONResponse(status_code=503, content={"detail": str(e)})
+    except ExportFailed as e:  # the page would not draw it (a panel this model lacks, say)
+        raise InputError("panel", str(e), where="query") from None
+    finally:
+        _one.release()
     return HTMLResponse(html, headers={"Content-Disposition": f'inline; filename="{page}-{panel}.html"'})
