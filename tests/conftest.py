@@ -54,6 +54,26 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
 torch.set_num_threads(1)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter) -> None:
+    """After the durations: the test process's peak memory (and its children's, the largest one), and
+    what it leaves running (threads, child processes), so a run that grows or leaks says so."""
+    import resource
+    import threading
+
+    self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    alive = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon)
+    try:
+        children = len(Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split())
+    except OSError:
+        children = 0
+    terminalreporter.write_line(
+        f"peak memory: tests {self_mb:,.0f} MB, largest child process {child_mb:,.0f} MB; "
+        f"left running: {len(alive)} non-daemon threads {alive[:8]}, {children} child processes"
+    )
+
+
 @pytest.fixture(scope="session")
 def service() -> ModelService:
     return ModelService(BUILTIN_CHECKPOINT)
