@@ -77,6 +77,16 @@ class Recorded:
     logits: torch.Tensor
     acts: dict[str, torch.Tensor]
 
+    @property
+    def nbytes(self) -> int:
+        """The memory it holds: every storage its tensors view, once (k and v are views of the fused
+        q, k, v projection, so it holds q's numbers too)."""
+        storages = {}
+        for t in (self.logits, *self.acts.values()):
+            s = t.untyped_storage()
+            storages[s.data_ptr()] = s.nbytes()
+        return sum(storages.values())
+
 
 def hook_names(n_layer: int) -> list[str]:
     """Every hook point a site can name, in the model's order."""
@@ -85,14 +95,26 @@ def hook_names(n_layer: int) -> list[str]:
 
 
 def record(model: GPT, ids: Sequence[int]) -> Recorded:
-    """Run one prompt (ids, on the model's device) and keep what patching reads."""
+    """Run one prompt (ids, on the model's device) and keep what patching reads. Only the last
+    position is unembedded, as in a patched run (T x V logits would be kept by a view of their row)."""
     names = hook_names(model.cfg.n_layer)
     if model.cfg.pos == "rope":
         names += [hook_name("attn.hook_k_rot", i) for i in range(model.cfg.n_layer)]
     idx = torch.tensor([list(ids)], device=model.wte.weight.device)
     with model.capture(names) as cache:
-        logits, _ = model(idx)
+        logits, _ = model(idx, last_only=True)
     return Recorded(tuple(ids), logits[0, -1], {n: cache[n][0] for n in names})
+
+
+def record_bytes(model: GPT, T: int) -> int:
+    """Recorded.nbytes of a T-token prompt, before running it: per block the stream entering it,
+    what attention and the MLP add (T x d each), the heads' outputs z (T x nh x hs), the fused q, k, v
+    projection that k and v are views of (T x (nh + 2 n_kv) x hs), a k of its own after qk_norm and
+    after RoPE's turn (T x n_kv x hs each); the final stream (T x d) and the last position's logits (V)."""
+    c = model.cfg
+    hs, kv = c.d_head, c.n_kv_head * c.d_head
+    block = 3 * c.d_model + c.n_head * hs + (c.n_head * hs + 2 * kv) + kv * (c.qk_norm + (c.pos == "rope"))
+    return (T * (c.n_layer * block + c.d_model) + c.vocab_size) * model.wte.weight.element_size()
 
 
 def _first_position(sites: Sequence[Site], T: int) -> int:

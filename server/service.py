@@ -11,10 +11,11 @@ import functools
 import gc
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -49,7 +50,7 @@ class ModelService:
         # sets them: the built-in model's own folder is package data, never written)
         self.sae_folders: list[Path] = [self.path / "saes"]
         # results worked out from this model (per_model below): they go when the model goes
-        self.memo: dict[str, OrderedDict] = {}
+        self.memo: dict[str, LRU] = {}
         self.memo_lock = threading.Lock()
 
     @cached_property
@@ -85,6 +86,50 @@ class ModelService:
             yield self.model
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+_MISSING: Any = object()  # per_model's default for LRU.get: nothing kept under these arguments
+
+
+class LRU(Generic[K, V]):
+    """The most recently used values by key, their sizes adding up to at most `budget`: size(value)
+    each, 1 when no size is given (a count), or a value's bytes (a memory budget). A new value makes
+    room by dropping the least recently used; one bigger than the whole budget is not kept.
+    Thread-safe."""
+
+    def __init__(self, budget: int, size: Callable[[V], int] | None = None) -> None:
+        self.budget, self.size = budget, size
+        self.used = 0  # the kept values' sizes, added up
+        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._items
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value kept under key (now the most recent), or `default`."""
+        with self._lock:
+            if key not in self._items:
+                return default
+            self._items.move_to_end(key)
+            return self._items[key][0]
+
+    def put(self, key: K, value: V) -> None:
+        n = 1 if self.size is None else self.size(value)
+        with self._lock:
+            if key in self._items:
+                self.used -= self._items.pop(key)[1]
+            if n > self.budget:
+                return
+            self._items[key] = (value, n)
+            self.used += n
+            while self.used > self.budget:
+                self.used -= self._items.popitem(last=False)[1][1]
+
+
 def per_model(maxsize: int) -> Callable:
     """functools.lru_cache for a function of (service, *hashable args), its entries kept on the
     service: a model the app no longer serves (POST /api/v1/model) takes them with it, where an
@@ -95,15 +140,13 @@ def per_model(maxsize: int) -> Callable:
         @functools.wraps(fn)
         def cached(service: ModelService, *args):
             with service.memo_lock:
-                memo = service.memo.setdefault(fn.__qualname__, OrderedDict())
-                if args in memo:
-                    memo.move_to_end(args)
-                    return memo[args]
-            value = fn(service, *args)
-            with service.memo_lock:
-                memo[args] = value
-                if len(memo) > maxsize:
-                    memo.popitem(last=False)
+                memo = service.memo.get(fn.__qualname__)
+                if memo is None:
+                    memo = service.memo[fn.__qualname__] = LRU(maxsize)
+            value = memo.get(args, _MISSING)
+            if value is _MISSING:
+                value = fn(service, *args)
+                memo.put(args, value)
             return value
 
         return cached

@@ -1,10 +1,11 @@
 """Activation patching between a clean and a corrupted prompt (POST /api/v1/patch and its job form).
 
-`plan` checks a request against the loaded model and runs (or finds in the cache) the two prompts;
-`compute` runs the patched passes that are not cached yet (model/patching.py batches them) and
-builds the answer. The two prompts' recorded runs and each finished sweep are cached per model, so
-the page's next question about the same pair (another cell's distribution, one more sweep) only
-runs what is new.
+`plan` checks a request against the loaded model (its work and its memory before anything runs),
+then runs (or finds in the cache) the two prompts and takes the sweeps already cached; `compute`
+runs the patched passes that are not (model/patching.py batches them) and builds the answer from
+the plan alone. The two prompts' recorded runs and each finished sweep are cached per model, in a
+budget of bytes, so the page's next question about the same pair (another cell's distribution,
+one more sweep) only runs what is new.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -33,7 +33,7 @@ from ..schemas.patch import (
     PatchSweep,
     TokenRef,
 )
-from ..service import ModelService
+from ..service import LRU, ModelService
 from .common import arr, check_index, given_ids, next_tokens, prompt_ids, token_text
 from .digits import FINE, SECONDS, VALUE
 from .tokens import token_pieces
@@ -45,43 +45,58 @@ from .tokens import token_pieces
 MAX_SYNC_MACS = 150e9
 MAX_JOB_MACS = 6e12
 EPS = 1e-4  # a clean and a corrupted metric closer than this leave the effect undefined
-RECORDS_KEPT, SWEEPS_KEPT = 8, 16
+# Memory, per model. A prompt's recorded run holds every activation a site reads, about
+# (7 x n_layer + 1) x T x d numbers (model/patching.py record_bytes; GPT-2 small: 261 KB a token, 8.6 MB
+# for a 32-token prompt). A prompt whose record would take more than RECORD_BYTES is refused before
+# it runs (GPT-2 small: up to 1,027 tokens, its whole context; the built-in model: 33 KB a token, up to
+# 8,128), so a request holds at most two of them; the cache keeps up to RECORD_BYTES of recorded runs and
+# SWEEP_BYTES of finished sweeps (a sweep is rows x columns float32 numbers: GPT-2 small's resid_pre
+# over 1,024 positions is 53 KB), the least recently used dropped first.
+RECORD_BYTES = 256 * 2**20
+SWEEP_BYTES = 4 * 2**20
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
 
 
 class _Cache:
-    """Per model: the recorded runs of recent prompts and recent sweeps' patched metrics (LRU)."""
+    """Per model: the recorded runs of recent prompts and recent sweeps' patched metrics, each kept
+    in a budget of bytes (least recently used dropped first)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_model: weakref.WeakKeyDictionary[GPT, tuple[OrderedDict, OrderedDict]] = weakref.WeakKeyDictionary()
+        self._by_model: weakref.WeakKeyDictionary[GPT, tuple[LRU[tuple, pt.Recorded], LRU[tuple, torch.Tensor]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
-    def _get(self, model: GPT, which: int, key: tuple, keep: int, make: Callable[[], object] | None = None):
+    def _stores(self, model: GPT) -> tuple[LRU[tuple, pt.Recorded], LRU[tuple, torch.Tensor]]:
         with self._lock:
-            store = self._by_model.setdefault(model, (OrderedDict(), OrderedDict()))[which]
-            if key in store:
-                store.move_to_end(key)
-                return store[key]
-        if make is None:
-            return None
-        value = make()
-        with self._lock:
-            store[key] = value
-            while len(store) > keep:
-                store.popitem(last=False)
-        return value
+            stores = self._by_model.get(model)
+            if stores is None:
+                stores = (LRU(RECORD_BYTES, lambda r: r.nbytes), LRU(SWEEP_BYTES, _tensor_bytes))
+                self._by_model[model] = stores
+            return stores
+
+    def has_records(self, model: GPT, *prompts: list[int]) -> bool:
+        """Whether every one of these prompts' runs is cached (none is run)."""
+        records = self._stores(model)[0]
+        return all(tuple(ids) in records for ids in prompts)
 
     def record(self, service: ModelService, ids: list[int]) -> pt.Recorded:
-        def make() -> pt.Recorded:
+        records = self._stores(service.model)[0]
+        got = records.get(tuple(ids))
+        if got is None:
             with service.run() as m:
-                return pt.record(m, ids)
-
-        return self._get(service.model, 0, tuple(ids), RECORDS_KEPT, make)
+                got = pt.record(m, ids)
+            records.put(tuple(ids), got)
+        return got
 
     def sweep(self, model: GPT, key: tuple) -> torch.Tensor | None:
-        return self._get(model, 1, key, SWEEPS_KEPT)
+        return self._stores(model)[1].get(key)
 
     def keep_sweep(self, model: GPT, key: tuple, values: torch.Tensor) -> None:
-        self._get(model, 1, key, SWEEPS_KEPT, lambda: values)
+        self._stores(model)[1].put(key, values)
 
 
 CACHE = _Cache()
@@ -89,7 +104,9 @@ CACHE = _Cache()
 
 @dataclass
 class Plan:
-    """A checked request: the two prompts' runs, the metric's tokens, and the sweeps still to run."""
+    """A checked request: the two prompts' runs, the metric's tokens, the sweeps' patched metrics
+    found in the cache, and the sweeps still to run. The answer is built from the plan alone, so a
+    sweep the cache drops meanwhile (another request's) is still here."""
 
     req: PatchRequest
     clean: pt.Recorded
@@ -97,7 +114,8 @@ class Plan:
     answer: int
     wrong: int | None
     rows: dict[str, list[list[pt.Site]]] = field(default_factory=dict)  # kind -> its cells, row by row
-    todo: list[str] = field(default_factory=list)  # the kinds not in the cache
+    values: dict[str, torch.Tensor] = field(default_factory=dict)  # kind -> its patched metrics (rows x columns)
+    todo: list[str] = field(default_factory=list)  # the kinds not in the cache, which compute() adds to values
     total: int = 0  # patched runs to compute
 
     @property
@@ -194,15 +212,56 @@ def _block_params(model: GPT) -> int:
     return sum(p.numel() for p in model.blocks[0].parameters())
 
 
+def _check_memory(service: ModelService, req: PatchRequest, T: int) -> None:
+    """Refuse prompts whose recorded run would not fit RECORD_BYTES, naming the longest that does."""
+    model = service.model
+    if pt.record_bytes(model, T) <= RECORD_BYTES:
+        return
+    per_token = pt.record_bytes(model, 1) - pt.record_bytes(model, 0)
+    most = (RECORD_BYTES - pt.record_bytes(model, 0)) // per_token
+    raise InputError(
+        "clean" if req.clean is not None else "clean_ids",
+        f"the prompts have {T:,} tokens; patching keeps every activation of both prompts, {per_token:,} bytes a "
+        f"token on this model, and a prompt may take up to {RECORD_BYTES // 2**20} MiB: at most {most:,} tokens",
+    )
+
+
+def _check_cost(
+    service: ModelService, rows: dict[str, list[list[pt.Site]]], kinds: list[str], T: int, limit: float
+) -> None:
+    """Refuse sweeps (these kinds of `rows`) that are more than `limit` multiply-adds of T-token prompts."""
+    runs = [[s] for k in kinds for row in rows[k] for s in row]
+    macs = pt.cost(service.model, T, runs) * _block_params(service.model)
+    if macs > limit:
+        where = f"start it as a job, POST /api/v1/patch/jobs (up to {MAX_JOB_MACS:.0e})"
+        raise InputError(
+            "kinds",
+            f"these sweeps are {len(runs):,} patched runs, about {macs:.2e} multiply-adds; this endpoint computes "
+            f"up to {limit:.0e}: ask for fewer kinds or shorter prompts"
+            + (f", or {where}" if limit < MAX_JOB_MACS else ""),
+        )
+
+
 def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -> Plan:
     """Check the request (every limit named by its field), record both prompts, and find what to run;
-    `limit`: the most multiply-adds it may ask for (MAX_SYNC_MACS unless given)."""
+    `limit`: the most multiply-adds it may ask for (MAX_SYNC_MACS unless given).
+
+    The work and the memory are checked before a prompt runs: a sweep's cells and their cost do not
+    depend on the runs, only whether a sweep is cached does (its key holds the answer token, which
+    may come from the clean run). So unless both runs are cached already, every requested sweep
+    counts; with both cached, the sweeps cached too are free."""
     limit = MAX_SYNC_MACS if limit is None else limit
     clean_ids, corrupted_ids = _pair(service, req)
-    _check_request(service, req, len(clean_ids))
+    cfg, T = service.model.cfg, len(clean_ids)
+    _check_request(service, req, T)
+    _check_memory(service, req, T)
+    heads = [(h.layer, h.head) for h in req.heads]
+    rows: dict[str, list[list[pt.Site]]] = {k: pt.sweep(k, cfg.n_layer, cfg.n_head, T, heads) for k in req.kinds}
+    if not CACHE.has_records(service.model, clean_ids, corrupted_ids):
+        _check_cost(service, rows, list(rows), T, limit)
     clean, corrupted = CACHE.record(service, clean_ids), CACHE.record(service, corrupted_ids)
     answer, wrong = _answers(clean, corrupted, req)
-    p = Plan(req, clean, corrupted, answer, wrong)
+    p = Plan(req, clean, corrupted, answer, wrong, rows)
     m_clean, m_corr = (float(v) for v in p.reduce()(torch.stack([clean.logits, corrupted.logits])))
     if abs(m_clean - m_corr) < EPS:
         raise InputError(
@@ -210,21 +269,13 @@ def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -
             f"the metric is {m_clean:.5f} on the clean run and {m_corr:.5f} on the corrupted one: with no "
             "difference the effect is undefined; choose answer (and wrong) tokens the two prompts disagree on",
         )
-    cfg, T = service.model.cfg, len(clean_ids)
-    heads = [(h.layer, h.head) for h in req.heads]
-    p.rows = {k: pt.sweep(k, cfg.n_layer, cfg.n_head, T, heads) for k in req.kinds}
-    p.todo = [k for k in req.kinds if CACHE.sweep(service.model, p.sweep_key(k)) is None]
-    runs = [[s] for k in p.todo for row in p.rows[k] for s in row]
-    p.total = len(runs)
-    macs = pt.cost(service.model, T, runs) * _block_params(service.model)
-    if macs > limit:
-        where = f"start it as a job, POST /api/v1/patch/jobs (up to {MAX_JOB_MACS:.0e})"
-        raise InputError(
-            "kinds",
-            f"these sweeps are {p.total:,} patched runs, about {macs:.2e} multiply-adds; this endpoint computes "
-            f"up to {limit:.0e}: ask for fewer kinds or shorter prompts"
-            + (f", or {where}" if limit < MAX_JOB_MACS else ""),
-        )
+    for k in req.kinds:
+        cached = CACHE.sweep(service.model, p.sweep_key(k))
+        if cached is not None:
+            p.values[k] = cached
+    p.todo = [k for k in req.kinds if k not in p.values]
+    _check_cost(service, rows, p.todo, T, limit)
+    p.total = sum(len(row) for k in p.todo for row in p.rows[k])
     return p
 
 
@@ -242,7 +293,8 @@ def compute(
         at = 0
         for k in p.todo:
             n_rows, n_cols = len(p.rows[k]), len(p.rows[k][0]) if p.rows[k] else 0
-            CACHE.keep_sweep(service.model, p.sweep_key(k), values[at : at + n_rows * n_cols].view(n_rows, n_cols))
+            p.values[k] = values[at : at + n_rows * n_cols].view(n_rows, n_cols).clone()  # its own storage
+            CACHE.keep_sweep(service.model, p.sweep_key(k), p.values[k])
             at += n_rows * n_cols
     return _response(service, p, len(runs), time.perf_counter() - t0)
 
@@ -304,8 +356,7 @@ def _response(service: ModelService, p: Plan, n_runs: int, seconds: float) -> Pa
     clean_m, corr_m = (float(v) for v in p.reduce()(torch.stack([p.clean.logits, p.corrupted.logits])))
     sweeps = []
     for k in p.req.kinds:
-        values = CACHE.sweep(service.model, p.sweep_key(k))
-        assert values is not None
+        values = p.values[k]
         sweeps.append(
             PatchSweep(
                 kind=k,  # type: ignore[arg-type]
