@@ -60,7 +60,28 @@ HOOK = "hook_resid_post"  # the stream leaving block `layer`
 TOP_EXAMPLES = 8  # top activations kept per feature
 HIST_BINS = 24  # bins of each feature's activation histogram
 DENSE = 0.1  # a feature that fires on more than this share of tokens counts as dense
+STREAM_FILL = 64  # sequences of n_ctx in one buffer of the training stream (ActivationStream)
+# sparse_codes encodes CODES_CHUNK tokens at once, fewer for a wide SAE so that one (tokens, F) tensor
+# stays within CODES_NUMBERS float32s (64 MiB; GPT-2 small x32, 24,576 features: 682 tokens)
+CODES_CHUNK = 4096
+CODES_NUMBERS = 2**24
 Activation = Literal["topk", "relu"]
+
+# Memory. An SAE run's own tensors must fit MEMORY_LIMIT, in training and in evaluation: validate(model)
+# gives the largest batch_tokens and eval_sequences that do, from the estimates below (train_bytes,
+# eval_bytes: float32, d the stream's width, F the features). Counted by reading the code; the
+# per-step and per-chunk counts are upper bounds of what ru_maxrss measured on CPU. The model's own
+# forward passes (the stream's 16-sequence chunks, lm_losses' 8-sequence logits) are not counted:
+# they are the same for every SAE.
+MEMORY_LIMIT = 2 * 2**30
+PARAM_COPIES = 5  # of W_enc and W_dec (d x F each): the SAE, its gradients, Adam's two moments, the SAE at the start
+BUFFER_COPIES = 4  # of the stream's buffer (STREAM_FILL x n_ctx x d): the one being served, its shuffled copy
+# (held by the batch in hand), and the next one's chunks and their concatenation
+STEP_COPIES = 6  # (batch_tokens, F) float32 tensors at a training step's peak: the pre-activations, AuxK's
+# masked copy and its codes or ReLU's codes, their gradients (measured over a whole run, d 256, F 8,192,
+# batch 4,096: 4.0 for TopK with AuxK on, 5.2 for ReLU)
+CHUNK_COPIES = 5  # (codes_chunk, F) float32 tensors sparse_codes holds per chunk (measured: 3.3 TopK, 5 ReLU)
+CODE_BYTES = 20  # one nonzero activation of sparse_codes: token (int64), feature (int64), value (float32)
 
 
 class SAEError(ValueError):
@@ -229,6 +250,85 @@ class SAETrainConfig:
         for name, ok, msg in checks:
             if not ok:
                 raise SAEError(f"{name} {msg} (got {getattr(self, name)})", field=name)
+        if model is not None:
+            self._check_memory(model.cfg.d_model, model.cfg.n_ctx)
+
+    def _check_memory(self, d: int, n_ctx: int) -> None:
+        """Refuse an expansion, batch_tokens or eval_sequences whose run would not fit MEMORY_LIMIT on a
+        model of this width and context, naming the largest value that would."""
+
+        def trains(expansion: int, batch_tokens: int) -> bool:
+            return train_bytes(d, n_ctx, expansion * d, batch_tokens) <= MEMORY_LIMIT
+
+        def evaluates(expansion: int, sequences: int) -> bool:
+            F = expansion * d
+            return eval_bytes(d, n_ctx, F, sequences, codes_per_token(self.activation, self.k, F)) <= MEMORY_LIMIT
+
+        limit = f"memory limit {MEMORY_LIMIT / 2**30:g} GiB"
+        e, F = self.expansion, self.expansion * d
+        if not (trains(e, 64) and evaluates(e, 1)):
+            ok = [x for x in range(8, e) if trains(x, 64) and evaluates(x, 1)]
+            msg = (
+                f"must be at most {ok[-1]} on this model"
+                if ok
+                else "cannot be met: on this model no SAE fits, not even at expansion 8, batch_tokens 64 and eval_sequences 1"
+            )
+            raise SAEError(f"expansion {msg} ({limit}) (got {e})", field="expansion")
+        for name, fits, lo, hi in (
+            ("batch_tokens", lambda n: trains(e, n), 64, 65536),
+            ("eval_sequences", lambda n: evaluates(e, n), 1, 1024),
+        ):
+            if not fits(getattr(self, name)):
+                raise SAEError(
+                    f"{name} must be at most {_largest(fits, lo, hi):,} for an SAE of {F:,} features on this model "
+                    f"({limit}) (got {getattr(self, name)})",
+                    field=name,
+                )
+
+
+def _largest(ok: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest n in lo..hi with ok(n), given ok(lo) and ok falling from true to false once."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def codes_chunk(d_sae: int) -> int:
+    """The tokens sparse_codes encodes at once for an SAE of d_sae features."""
+    return max(1, min(CODES_CHUNK, CODES_NUMBERS // d_sae))
+
+
+def codes_per_token(activation: Activation, k: int, d_sae: int) -> float:
+    """Nonzero activations per token to plan for: TopK's k; ReLU's half of the features, as an SAE at
+    its start fires (the trained one's codes are planned for at the same density)."""
+    return k if activation == "topk" else d_sae / 2
+
+
+def train_bytes(d: int, n_ctx: int, d_sae: int, batch_tokens: int) -> int:
+    """The bytes train_sae's own tensors hold at most: the weights' copies, the stream's buffers and
+    one step's (batch_tokens, F) tensors."""
+    weights = PARAM_COPIES * 2 * d * d_sae * 4
+    stream = BUFFER_COPIES * STREAM_FILL * n_ctx * d * 4
+    return weights + stream + STEP_COPIES * batch_tokens * d_sae * 4
+
+
+def eval_bytes(d: int, n_ctx: int, d_sae: int, sequences: int, per_token: float) -> int:
+    """The bytes quality's own tensors hold at most, on `sequences` held-out sequences of n_ctx
+    tokens with per_token nonzero activations each: the stream x (N, d) and then the largest of
+    - its concatenation from chunks: x twice;
+    - the codes: the trained SAE's (token, feature, value) triples kept, the starting SAE's being made
+      (their chunks and their concatenation: twice; feature_stats sorting the first is no more), and
+      one chunk's dense tensors;
+    - pca_fve: x, x minus its mean and that in float64 (4 x in all), beside the triples still kept and
+      the starting SAE's features (int64)."""
+    n = sequences * n_ctx
+    x = n * d * 4
+    codes = n * per_token
+    weights = 2 * 2 * d * d_sae * 4  # the trained SAE and the one at its start
+    chunk = CHUNK_COPIES * min(n, codes_chunk(d_sae)) * d_sae * 4
+    peak = max(2 * x, x + 3 * CODE_BYTES * codes + chunk, 4 * x + (CODE_BYTES + 8) * codes)
+    return int(weights + peak)
 
 
 class ActivationStream:
@@ -236,7 +336,7 @@ class ActivationStream:
     of `fill` sequences of n_ctx is run through the model, shuffled, and served twice over before the
     next is made (each activation is seen twice, in different batches)."""
 
-    def __init__(self, model: GPT, ids: torch.Tensor, layer: int, seed: int, fill: int = 64) -> None:
+    def __init__(self, model: GPT, ids: torch.Tensor, layer: int, seed: int, fill: int = STREAM_FILL) -> None:
         self.model, self.ids, self.layer = model, ids, layer
         self.T = min(model.cfg.n_ctx, len(ids) - 1)
         if self.T < 2:
@@ -425,8 +525,9 @@ def sparse_codes(sae: SAE, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
     """x (N, d) -> the nonzero activations as (token, feature, value) triples, and the SAE's
     reconstruction figures on x: fraction of variance explained, L0, mean squared error."""
     toks, feats, vals, sq = [], [], [], 0.0
-    for i in range(0, len(x), 4096):
-        xb = x[i : i + 4096]
+    step = codes_chunk(sae.cfg.d_sae)
+    for i in range(0, len(x), step):
+        xb = x[i : i + step]
         x_hat, f = sae(xb)
         sq += float((x_hat - xb).pow(2).sum())
         t, j = f.nonzero(as_tuple=True)
@@ -705,10 +806,23 @@ def load_sae(folder: str | Path) -> LoadedSAE:
         raise SAEError(f"{WEIGHTS_FILE} does not hold W_enc, b_enc, W_dec, b_dec of the shapes {CFG_FILE} gives")
     sae.load_state_dict({k: v.float() for k, v in weights.items()})
     stats = _tensors(folder, STATS_FILE, files.get(STATS_FILE))
-    want = {"density", "mean_act", "max_act", "top_index", "top_value", "hist", "eval_ids"}
-    if set(stats) != want or any(len(stats[k]) != cfg.d_sae for k in want - {"eval_ids"}):
-        raise SAEError(f"{STATS_FILE} does not hold one row per feature of {sorted(want)}")
+    _check_stats(stats, cfg.d_sae)
     return LoadedSAE(sae.eval().requires_grad_(False), meta, stats, folder)
+
+
+def _check_stats(stats: dict[str, torch.Tensor], d_sae: int) -> None:
+    """feature_stats' tensors, one row per feature (top_index and top_value of one shape), and the
+    held-out token ids (S, T) that top_index points into (-1: none)."""
+    dims = {"density": 1, "mean_act": 1, "max_act": 1, "top_index": 2, "top_value": 2, "hist": 2, "eval_ids": 2}
+    if set(stats) != set(dims) or any(
+        stats[k].dim() != n or (k != "eval_ids" and len(stats[k]) != d_sae) for k, n in dims.items()
+    ):
+        raise SAEError(f"{STATS_FILE} does not hold one row per feature of {sorted(dims)}")
+    top, ids = stats["top_index"], stats["eval_ids"]
+    if top.shape != stats["top_value"].shape or any(t.is_floating_point() or t.dtype == torch.bool for t in (top, ids)):
+        raise SAEError(f"{STATS_FILE}: top_index and eval_ids must be integers, top_value of top_index's shape")
+    if top.numel() and not -1 <= int(top.min()) <= int(top.max()) < ids.numel():
+        raise SAEError(f"{STATS_FILE}: top_index must name held-out tokens, -1..{ids.numel() - 1}")
 
 
 # --------------------------------------------------------------------------------------------

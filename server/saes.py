@@ -74,8 +74,26 @@ def listing(service: ModelService) -> list[tuple[str, Path]]:
     return sorted(found.items())
 
 
+def misfit(service: ModelService, loaded: sae_mod.LoadedSAE) -> str | None:
+    """Why an SAE listed for the served model (its recorded weights' sha256 matches) cannot read it,
+    or None: the width of the stream it reads, its layer, and the held-out token ids its statistics
+    were measured on (the feature pages run them through the model) are checked against the model."""
+    cfg, c, ids = service.model.cfg, loaded.sae.cfg, loaded.stats["eval_ids"]
+    name = loaded.name
+    if c.d_in != cfg.d_model:
+        return f"SAE {name!r} reads a stream of width {c.d_in} but the served model's is {cfg.d_model}"
+    if not 0 <= c.layer < cfg.n_layer:
+        return f"SAE {name!r} reads layer {c.layer} but the served model's layers are 0..{cfg.n_layer - 1}"
+    if ids.size(1) > cfg.n_ctx:
+        return f"SAE {name!r}'s held-out sequences have {ids.size(1)} tokens, more than the served model's n_ctx {cfg.n_ctx}"
+    if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < cfg.vocab_size:
+        return f"SAE {name!r}'s held-out token ids are not all in the served model's vocabulary 0..{cfg.vocab_size - 1}"
+    return None
+
+
 def get(service: ModelService, name: str | None, field: str = "sae", where: str = "body") -> sae_mod.LoadedSAE:
-    """The named SAE of the served model (None: its first), loaded; a 422 naming `field` otherwise."""
+    """The named SAE of the served model (None: its first), loaded; a 422 naming `field` otherwise
+    (also when it cannot be read, or cannot read this model: see misfit)."""
     saes = dict(listing(service))
     if name is None:
         if not saes:
@@ -84,17 +102,20 @@ def get(service: ModelService, name: str | None, field: str = "sae", where: str 
     if name not in saes:
         raise InputError(field, f"no SAE named {name!r} for this model; choose one of {sorted(saes)}", where=where)
     try:
-        return load(saes[name])
+        loaded = load(saes[name])
     except sae_mod.SAEError as e:
         raise InputError(field, str(e), where=where) from None
+    if (why := misfit(service, loaded)) is not None:
+        raise InputError(field, why, where=where)
+    return loaded
 
 
 def get_by_path(service: ModelService, name: str) -> sae_mod.LoadedSAE:
-    """The SAE a path names (/saes/{name}/...): 404 when the served model has none of that name."""
-    saes = dict(listing(service))
-    if name not in saes:
+    """The SAE a path names (/saes/{name}/...): 404 when the served model has none of that name, a
+    422 naming the path's `name` when it cannot be read or cannot read this model."""
+    if name not in dict(listing(service)):
         raise NotFound(f"no SAE {name!r} for the served model")
-    return load(saes[name])
+    return get(service, name, field="name", where="path")
 
 
 # ---- training jobs ------------------------------------------------------------------------------

@@ -63,9 +63,11 @@ def listing(service: ModelService) -> SaeList:
     found = []
     for _name, path in store.listing(service):
         try:
-            found.append(info(store.load(path)))
+            loaded = store.load(path)
+            if store.misfit(service, loaded) is None:
+                found.append(info(loaded))
         except (sae_mod.SAEError, KeyError, TypeError, ValueError):
-            continue  # an SAE that cannot be read is not offered
+            continue  # an SAE that cannot be read, or cannot read the served model, is not offered
     return SaeList(saes=found, write_folder=str(service.sae_folders[0]))
 
 
