@@ -86,8 +86,11 @@ def base_url() -> str:
     global _base_url, _server
     if _base_url is None:
         from gptscope.server.app import create_app
+        from gptscope.server.config import Settings
 
-        _server = BackgroundServer(create_app()).start()
+        # the kernel's own server answers loopback only, so it needs no token (GPTSCOPE_TOKEN or
+        # GPTSCOPE_HOST set for `gptscope serve` would leave the notebook's frames and exports at a 401)
+        _server = BackgroundServer(create_app(Settings(host="127.0.0.1", token=None))).start()
         _base_url = _server.url
     return _base_url
 
