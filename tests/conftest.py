@@ -56,8 +56,9 @@ torch.set_num_threads(1)
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter) -> None:
-    """After the durations: the test process's peak memory (and its children's, the largest one), and
-    what it leaves running (threads, child processes), so a run that grows or leaks says so."""
+    """After the durations: the test process's peak memory (and its children's, the largest one: a
+    child forked from this process starts from this process's peak), and what it leaves running
+    (threads, child processes), so a run that grows or leaks says so."""
     import resource
     import threading
 
@@ -69,7 +70,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     except OSError:
         children = 0
     terminalreporter.write_line(
-        f"peak memory: tests {self_mb:,.0f} MB, largest child process {child_mb:,.0f} MB; "
+        f"peak memory: tests {self_mb:,.0f} MB, largest child process {child_mb:,.0f} MB (a fork counts from the tests' peak); "
         f"left running: {len(alive)} non-daemon threads {alive[:8]}, {children} child processes"
     )
 
