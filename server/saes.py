@@ -122,7 +122,9 @@ def get_by_path(service: ModelService, name: str) -> sae_mod.LoadedSAE:
 
 
 @dataclass
-class SaeJob:
+class SaeTraining:
+    """One SAE training job as it runs (its answer is schemas.sae.SaeJob)."""
+
     id: str
     name: str
     layer: int
@@ -144,10 +146,10 @@ class SaeJob:
         return (self.finished or time.time()) - self.started
 
 
-class SaeJobs(BackgroundJobs[SaeJob]):
+class SaeJobs(BackgroundJobs[SaeTraining]):
     noun, route = "SAE training job", "saes/jobs"
 
-    def start(self, service: ModelService, tc: sae_mod.SAETrainConfig, name: str | None, corpus: str) -> SaeJob:
+    def start(self, service: ModelService, tc: sae_mod.SAETrainConfig, name: str | None, corpus: str) -> SaeTraining:
         try:
             tc.validate(service.model)
         except sae_mod.SAEError as e:
@@ -160,11 +162,11 @@ class SaeJobs(BackgroundJobs[SaeJob]):
             raise InputError("name", f"the served model already has an SAE named {name!r}; choose another name")
         with self._lock:
             self.refuse_if_busy()
-            job = SaeJob(uuid.uuid4().hex[:12], name, tc.layer, tc, corpus)
+            job = SaeTraining(uuid.uuid4().hex[:12], name, tc.layer, tc, corpus)
             self.jobs[job.id] = job
         return self.launch(job, self._run, service.path, folder)
 
-    def _run(self, job: SaeJob, checkpoint: Path, folder: Path) -> None:
+    def _run(self, job: SaeTraining, checkpoint: Path, folder: Path) -> None:
         def on_progress(e: dict) -> None:
             job.phase = str(e.get("phase", "training"))
             job.progress = e

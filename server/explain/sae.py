@@ -71,7 +71,7 @@ def listing(service: ModelService) -> SaeList:
     return SaeList(saes=found, write_folder=str(service.sae_folders[0]))
 
 
-def job_status(job: store.SaeJob) -> SaeJob:
+def job_status(job: store.SaeTraining) -> SaeJob:
     p = job.progress
     return SaeJob(
         id=job.id,
