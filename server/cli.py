@@ -17,23 +17,22 @@ def cmd_serve(a: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
-    from .security import TOKEN_PARAM, is_loopback
+    from .security import TOKEN_PARAM
 
-    token = a.token if a.token is not None else Settings().token  # --token, else GPTSCOPE_TOKEN
-    exposed = not is_loopback(a.host)
-    made = exposed and token is None and not a.insecure_no_token
-    if made:
-        token = secrets.token_urlsafe(24)  # as Jupyter does: a fresh one each start, printed below
+    given = {"token": a.token} if a.token is not None else {}  # else GPTSCOPE_TOKEN, if set
     try:
         settings = Settings(
             host=a.host,
             port=a.port,
             checkpoint=checkpoint_folder(a.checkpoint),
             allow_hosts=a.allow_host,
-            token=token,
             insecure_no_token=a.insecure_no_token,
+            **given,
         )
-        settings.door_token()
+        made = settings.exposed and settings.token is None and not a.insecure_no_token
+        if made:  # as Jupyter does: a fresh one each start, printed below
+            settings = settings.model_copy(update={"token": secrets.token_urlsafe(24)})
+        token = settings.door_token()
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -44,7 +43,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ckpt.CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if exposed and token is None:
+    if settings.exposed and token is None:
         print(
             f"WARNING: serving on {a.host} WITHOUT A TOKEN (--insecure-no-token): anyone who can reach this "
             f"machine on port {a.port} can use gptscope, including training, uploading files and importing models",

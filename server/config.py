@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .security import LOOPBACK_NAMES, is_loopback
+
 _extracted = ExitStack()  # folders copied out of a zipped install, removed at exit
 atexit.register(_extracted.close)
 
@@ -80,8 +82,6 @@ class Settings(BaseSettings):
     @property
     def exposed(self) -> bool:
         """Bound to an address that other machines can reach (not 127.0.0.0/8, ::1 or localhost)."""
-        from .security import is_loopback
-
         return not is_loopback(self.host)
 
     def door_token(self) -> str | None:
@@ -99,7 +99,7 @@ class Settings(BaseSettings):
         return None
 
     def allowed_hosts(self) -> list[str] | None:
-        loopback = ["127.0.0.1", "localhost", "::1"]
+        loopback = list(LOOPBACK_NAMES)
         if self.host in ("0.0.0.0", "::") and not self.allow_hosts:
             return None
         extra = [] if self.host in ("0.0.0.0", "::") else [self.host]

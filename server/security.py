@@ -83,6 +83,12 @@ def host_name(value: str) -> str:
     return value.strip().lower() if parsed is None else parsed[0]
 
 
+def served_port(scope) -> int | None:
+    """The port the request came in on, from the socket (None over a Unix socket)."""
+    server = scope.get("server")
+    return server[1] if server else None
+
+
 def own_origin(host: str, scope) -> str:
     """The server's own origin, for the requests it makes to itself (the export's headless Chromium):
     the address it was bound to (loopback when bound to every address) and the port the connection
@@ -91,15 +97,14 @@ def own_origin(host: str, scope) -> str:
         host = "127.0.0.1"
     elif host == "::":
         host = "::1"
-    server = scope.get("server")
-    port = server[1] if server else 80
+    port = served_port(scope) or 80
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
-def _cookie_name(port: int) -> str:
+def _cookie_name(scope) -> str:
     """One cookie per port: cookies do not tell ports apart, and two servers on one machine have two
     tokens (as Jupyter names its cookie)."""
-    return f"gptscope-token-{port}"
+    return f"gptscope-token-{served_port(scope) or 0}"
 
 
 class GuardMiddleware:
@@ -156,8 +161,9 @@ class GuardMiddleware:
         name, port = parsed
         if port is None:
             port = DEFAULT_PORTS.get(scope.get("scheme", "http"), 80)
-        server = scope.get("server")
-        served = server[1] if server else port  # no port to hold it to over a Unix socket
+        served = served_port(scope)
+        if served is None:  # no port to hold it to over a Unix socket
+            served = port
         if (name, port) in self.allowed or (port == served and (name, None) in self.allowed):
             return None
         names = sorted({n for n, _ in self.allowed})
@@ -187,13 +193,12 @@ class GuardMiddleware:
         auth = headers.get("authorization", "")
         if auth[:7].lower() == "bearer " and hmac.compare_digest(auth[7:].strip().encode(), self.token.encode()):
             return True, False
-        server = scope.get("server")
         cookies = SimpleCookie()
         try:
             cookies.load(headers.get("cookie", ""))
         except Exception:  # a malformed Cookie header carries no token
             cookies = SimpleCookie()
-        kept = cookies.get(_cookie_name(server[1] if server else 0))
+        kept = cookies.get(_cookie_name(scope))
         if kept is not None and hmac.compare_digest(kept.value.encode(), self.token.encode()):
             return True, False
         for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
@@ -202,9 +207,7 @@ class GuardMiddleware:
         return False, False
 
     def _set_cookie(self, scope) -> tuple[bytes, bytes]:
-        server = scope.get("server")
-        name = _cookie_name(server[1] if server else 0)
-        return b"set-cookie", f"{name}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode()
+        return b"set-cookie", f"{_cookie_name(scope)}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode()
 
     async def _read_body(self, headers: dict[str, str], path: str, receive) -> bytes | tuple[int, str] | None:
         """The whole body within its limit and of the right type; (status, why) when it is not; None
