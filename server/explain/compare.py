@@ -4,8 +4,6 @@ run on each, then lined up on the text's characters."""
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -17,7 +15,7 @@ from ..config import BUILTIN_CHECKPOINT
 from ..errors import InputError
 from ..runs import RunManager
 from ..schemas.compare import CompareRequest, CompareResponse, CompareSide, ParamChange, ParamComparison
-from ..service import ModelService
+from ..service import LRU, ModelService
 from . import parts as registry
 from . import stages
 from .common import attention_rows, check_index, next_tokens, prompt_ids
@@ -34,23 +32,17 @@ class ModelCache:
     """At most MAX_CACHED ModelServices, by folder; the app's loaded model is reused, not copied."""
 
     def __init__(self, size: int = MAX_CACHED) -> None:
-        self.size, self._lock = size, threading.Lock()
-        self._items: OrderedDict[tuple[str, int], ModelService] = OrderedDict()
+        self._items: LRU[tuple[str, int], ModelService] = LRU(size)
 
     def get(self, path: Path, loaded: ModelService) -> ModelService:
         path = path.resolve()
         if loaded.path.resolve() == path:
             return loaded
         key = (str(path), (path / "checkpoint.json").stat().st_mtime_ns)
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        svc = ModelService(path)  # outside the lock: loading may take a while
-        with self._lock:
-            self._items[key] = svc
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+        svc = self._items.get(key)
+        if svc is None:
+            svc = ModelService(path)  # outside the LRU's lock: loading may take a while
+            self._items.put(key, svc)
         return svc
 
 
