@@ -22,8 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load as st_load
@@ -41,14 +43,128 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded; the message says why."""
 
 
+# the JSON kinds a known key may hold (null is always allowed: a key written as null stays null)
+_KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
+_KINDS.update(dict=(dict,), list=(list,), history=(str, list))
+
+
+@dataclass
+class CheckpointMeta:
+    """checkpoint.json, one attribute per key it may hold; read and checked in one place
+    (`CheckpointMeta.from_dict`, called by `read_meta`) and written back by `to_dict` as the same
+    JSON: the keys in the order they were read (or set), keys this class does not know kept in
+    `extra`, so nothing on disk is lost and a loaded-then-saved checkpoint.json is byte-identical.
+    None means "absent" (a key read as null stays null)."""
+
+    # what `save` adds: the file format, its version, and GPTConfig.to_dict()
+    format: str | None = field(default=None, metadata={"kind": "str"})
+    version: int | None = field(default=None, metadata={"kind": "int"})
+    config: dict | None = field(default=None, metadata={"kind": "dict"})
+    name: str | None = field(default=None, metadata={"kind": "str"})  # the model's name ("model" when absent)
+    created: str | None = field(default=None, metadata={"kind": "str"})  # ISO time the trainer wrote it
+    tokenizer: dict | None = field(default=None, metadata={"kind": "dict"})  # a spec for encoding_from_spec
+    corpus: dict | None = field(default=None, metadata={"kind": "dict"})  # name, tokens, split of the text
+    train_config: dict | None = field(default=None, metadata={"kind": "dict"})  # model/train.py's TrainConfig
+    step: int | None = field(default=None, metadata={"kind": "int"})  # updates taken
+    final: bool | None = field(default=None, metadata={"kind": "bool"})  # False: a snapshot mid-run
+    schedule: dict | None = field(default=None, metadata={"kind": "dict"})  # the learning-rate schedule used
+    evals: list | None = field(default=None, metadata={"kind": "list"})  # {step, val_loss, train_loss} dicts
+    uniform_loss: float | None = field(default=None, metadata={"kind": "float"})  # ln(vocab_size)
+    reference_losses: dict | None = field(default=None, metadata={"kind": "dict"})  # unigram and bigram loss
+    device: str | None = field(default=None, metadata={"kind": "str"})  # where it was trained
+    world_size: int | None = field(default=None, metadata={"kind": "int"})  # processes that trained it
+    torch: str | None = field(default=None, metadata={"kind": "str"})  # torch.__version__ when trained
+    precision: str | None = field(default=None, metadata={"kind": "str"})  # the arithmetic training ran in
+    command: str | None = field(default=None, metadata={"kind": "str"})  # the command that made it
+    train_seconds: float | None = field(default=None, metadata={"kind": "float"})
+    source: dict | None = field(default=None, metadata={"kind": "dict"})  # an imported model's origin ({kind, ...})
+    classifier: dict | None = field(default=None, metadata={"kind": "dict"})  # model/finetune.py's labels
+    # the other files, by name and sha256 (history: version 1 kept the records themselves, a list)
+    weights: str | None = field(default=None, metadata={"kind": "str"})
+    weights_sha256: str | None = field(default=None, metadata={"kind": "str"})
+    history: str | list | None = field(default=None, metadata={"kind": "history"})
+    history_sha256: str | None = field(default=None, metadata={"kind": "str"})
+    optimizer: str | None = field(default=None, metadata={"kind": "str"})
+    optimizer_sha256: str | None = field(default=None, metadata={"kind": "str"})
+    head: str | None = field(default=None, metadata={"kind": "str"})
+    head_sha256: str | None = field(default=None, metadata={"kind": "str"})
+    extra: dict[str, Any] = field(default_factory=dict, metadata={"kind": ""})  # keys not listed above
+    order: list[str] = field(default_factory=list, repr=False, metadata={"kind": ""})  # keys as read
+
+    @classmethod
+    def known(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls) if f.metadata["kind"])
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: object = "checkpoint meta") -> CheckpointMeta:
+        """The typed meta of a checkpoint.json object; CheckpointError names a key of the wrong kind."""
+        if isinstance(d, CheckpointMeta):
+            return d.copy()
+        if not isinstance(d, Mapping):
+            raise CheckpointError(f"{where} is a {type(d).__name__}, not a JSON object")
+        kinds = {f.name: f.metadata["kind"] for f in fields(cls) if f.metadata["kind"]}
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for k, v in d.items():
+            if k not in kinds:
+                extra[k] = v
+                continue
+            kind = kinds[k]
+            if v is not None and (not isinstance(v, _KINDS[kind]) or (kind != "bool" and isinstance(v, bool))):
+                raise CheckpointError(f"{where}: {k!r} must be {kind}, not {type(v).__name__} ({v!r:.60})")
+            values[k] = v
+        return cls(**values, extra=extra, order=list(d))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object, keys in the order read or set (a None never read is left out)."""
+        known, out = set(self.known()), {}
+        for k in [*self.order, *self.known(), *self.extra]:
+            if k in out:
+                continue
+            if k in self.extra:
+                out[k] = self.extra[k]
+            elif k in known and (getattr(self, k) is not None or k in self.order):
+                out[k] = getattr(self, k)
+        return out
+
+    def copy(self, **changes: Any) -> CheckpointMeta:
+        """A copy with some keys changed (new keys go at the end, as dict.update would put them)."""
+        return CheckpointMeta.from_dict({**self.to_dict(), **changes})
+
+    def encoding(self) -> AnyEncoding:
+        if self.tokenizer is None:
+            raise CheckpointError("checkpoint meta has no tokenizer")
+        return encoding_from_spec(self.tokenizer, name=self.name or "model")
+
+    # ---- TEMPORARY dict bridge, for code not yet converted to attributes -----------------------
+    # (server/runs.py, server/finetune_jobs.py, server/saes.py, server/cli.py, server/routers/pages.py,
+    # server/explain/compare.py and tests read meta["key"] / meta.get(...) / {**meta}). Remove it
+    # once they read attributes.
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_dict().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.to_dict()
+
+    def keys(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+
 @dataclass
 class Checkpoint:
     model: GPT
-    meta: dict
+    meta: CheckpointMeta
     path: Path | None = None
     optimizer_state: dict[str, torch.Tensor] = field(default_factory=dict)
     history: list[dict] | None = None  # per-update records; read from the folder on first use
     head: dict[str, torch.Tensor] = field(default_factory=dict)  # a classifier's W_y and bias
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.meta, CheckpointMeta):
+            self.meta = CheckpointMeta.from_dict(self.meta)
 
     def read_history(self) -> list[dict]:
         if self.history is None:
@@ -60,7 +176,7 @@ class Checkpoint:
         return self.model.cfg
 
     def encoding(self) -> AnyEncoding:
-        return encoding_from_spec(self.meta["tokenizer"], name=self.meta.get("name", "model"))
+        return self.meta.encoding()
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -114,7 +230,7 @@ def history_lines(history: list[dict]) -> bytes:
 def save(
     path: str | Path,
     model: GPT,
-    meta: dict,
+    meta: CheckpointMeta | Mapping[str, Any],
     optimizer_state: dict[str, torch.Tensor] | None = None,
     dtype: torch.dtype | None = None,
     history: list[dict] | None = None,
@@ -123,7 +239,13 @@ def save(
     """Write a checkpoint folder atomically; returns the folder. `head`: a classifier's extra tensors."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
-    meta = {**meta, "format": FORMAT, "version": 2, "config": model.cfg.to_dict()}
+    # the JSON is built as a plain dict here: the same keys, in the same order, as before the typed meta
+    meta = {
+        **(meta.to_dict() if isinstance(meta, CheckpointMeta) else meta),
+        "format": FORMAT,
+        "version": 2,
+        "config": model.cfg.to_dict(),
+    }
     _write_hashed(
         folder, meta, "weights", ".safetensors", st_save(weights_dict(model, dtype), metadata={"format": FORMAT})
     )
@@ -176,17 +298,19 @@ def read_hashed(folder: Path, name: object, sha: object, label: str, meta_name: 
     return blob
 
 
-def read_history(path: str | Path, meta: dict) -> list[dict]:
+def read_history(path: str | Path, meta: CheckpointMeta | Mapping[str, Any]) -> list[dict]:
     """The per-update records of a checkpoint (empty when it has none)."""
-    if isinstance(meta.get("history"), list):  # version 1 kept them inside checkpoint.json
-        return meta["history"]
-    if not meta.get("history"):
+    if not isinstance(meta, CheckpointMeta):
+        meta = CheckpointMeta.from_dict(meta)
+    if isinstance(meta.history, list):  # version 1 kept them inside checkpoint.json
+        return meta.history
+    if not meta.history:
         return []
-    blob = read_hashed(Path(path), meta["history"], meta.get("history_sha256"), "history")
+    blob = read_hashed(Path(path), meta.history, meta.history_sha256, "history")
     try:
         return [json.loads(line) for line in blob.decode("utf-8").splitlines() if line]
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"history file {meta['history']} is not JSON lines: {e}") from None
+        raise CheckpointError(f"history file {meta.history} is not JSON lines: {e}") from None
 
 
 def read_tensors(
@@ -199,7 +323,8 @@ def read_tensors(
         raise CheckpointError(f"{label} file {name} is not a valid safetensors file: {e}") from None
 
 
-def read_meta(path: str | Path) -> dict:
+def read_meta(path: str | Path) -> CheckpointMeta:
+    """checkpoint.json, checked: the one place a checkpoint's meta is read from disk."""
     folder = Path(path)
     meta_path = folder / META_NAME
     if not meta_path.is_file():
@@ -210,17 +335,19 @@ def read_meta(path: str | Path) -> dict:
         raise CheckpointError(f"{meta_path} is not valid JSON: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{meta_path} is not a {FORMAT} file")
-    return meta
+    return CheckpointMeta.from_dict(meta, where=meta_path)
 
 
 def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: bool = False) -> Checkpoint:
     folder = Path(path)
     meta = read_meta(folder)
     try:
-        cfg = GPTConfig.from_dict(meta["config"])
+        if meta.config is None:
+            raise KeyError("config")
+        cfg = GPTConfig.from_dict(meta.config)
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"bad model config in {folder / META_NAME}: {e}") from None
-    tensors = read_tensors(folder, meta.get("weights"), meta.get("weights_sha256"), "weights")
+    tensors = read_tensors(folder, meta.weights, meta.weights_sha256, "weights")
     with torch.device("meta"):  # no memory and no random init for weights about to be replaced
         model = GPT(cfg)
     expected = {k: v for k, v in model.state_dict().items() if not (cfg.tie_weights and k == "lm_head.weight")}
@@ -238,7 +365,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: b
         model.lm_head.weight = model.wte.weight
     model.to(device).eval()
     opt = {}
-    if with_optimizer and meta.get("optimizer"):
-        opt = read_tensors(folder, meta["optimizer"], meta.get("optimizer_sha256"), "optimizer")
-    head = read_tensors(folder, meta["head"], meta.get("head_sha256"), "head") if meta.get("head") else {}
+    if with_optimizer and meta.optimizer:
+        opt = read_tensors(folder, meta.optimizer, meta.optimizer_sha256, "optimizer")
+    head = read_tensors(folder, meta.head, meta.head_sha256, "head") if meta.head else {}
     return Checkpoint(model, meta, folder, opt, head=head)

@@ -424,17 +424,23 @@ def run_cell(
 
 
 def save_classifier(
-    path: Path, clf: Classifier, base_meta: dict, task: Task, result: dict, command: str, name: str | None = None
+    path: Path,
+    clf: Classifier,
+    base_meta: ckpt.CheckpointMeta,
+    task: Task,
+    result: dict,
+    command: str,
+    name: str | None = None,
 ) -> Path:
     """A checkpoint the app can serve: the grown GPT, its tokenizer with the special tokens, and
-    W_y in the head file; meta["classifier"] says what the labels are."""
+    W_y in the head file; meta.classifier says what the labels are."""
     tokenizer = {
-        **base_meta["tokenizer"],
+        **(base_meta.tokenizer or {}),
         "added_special_tokens": {SPECIAL_TOKENS[k]: i for k, i in clf.specials.items()},
     }
     meta = {
         k: v
-        for k, v in base_meta.items()
+        for k, v in base_meta.to_dict().items()
         if k in ("corpus", "train_config", "step", "evals", "device", "torch", "train_seconds", "source")
     }
     meta.update(
@@ -448,7 +454,7 @@ def save_classifier(
             "labels": list(task.labels),
             "special_tokens": dict(SPECIAL_TOKENS),
             "special_ids": dict(clf.specials),
-            "base": base_meta.get("name"),
+            "base": base_meta.name,
             "method": result["method"],
             "lm_weight": result["lm_weight"],
             "n_train": result["n_train"],
@@ -462,7 +468,7 @@ def save_classifier(
 
 def load_classifier(c: ckpt.Checkpoint) -> Classifier | None:
     """The classifier of a checkpoint saved by save_classifier (None for a plain language model)."""
-    info = c.meta.get("classifier")
+    info = c.meta.classifier
     if not info:
         return None
     labels, head = info.get("labels") or [], c.head

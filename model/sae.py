@@ -868,7 +868,7 @@ def train_and_save(
     meta = {
         "name": folder.name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "checkpoint": {"name": ck.meta.get("name"), "weights_sha256": ck.meta.get("weights_sha256")},
+        "checkpoint": {"name": ck.meta.name, "weights_sha256": ck.meta.weights_sha256},
         "corpus": text.describe(),
         "hook_name": sae.cfg.hook_name,
         "train": asdict(tc),
@@ -883,5 +883,5 @@ def train_and_save(
         "quality": figures,
         "history": st.history,
     }
-    save_sae(folder, sae, stats, meta, str(ck.meta.get("name", "model")), model.cfg.n_ctx)
+    save_sae(folder, sae, stats, meta, str(ck.meta.name or "model"), model.cfg.n_ctx)
     return meta

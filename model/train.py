@@ -415,7 +415,9 @@ class Trainer:
         tc = self.tc
         self.corpus = corpus_mod.load(tc.corpus)
         train_text, val_text = self.corpus.split(tc.val_fraction)
-        self.tok_spec = prev.meta["tokenizer"] if prev else build_tokenizer(tc, train_text)
+        if prev and prev.meta.tokenizer is None:
+            raise ckpt.CheckpointError("the checkpoint to resume has no tokenizer in its checkpoint.json")
+        self.tok_spec = prev.meta.tokenizer if prev and prev.meta.tokenizer else build_tokenizer(tc, train_text)
         self.enc = encoding_from_spec(self.tok_spec)
         self.train_ids = torch.from_numpy(corpus_mod.encode(self.enc, train_text).astype(np.int64))
         self.val_ids = torch.from_numpy(corpus_mod.encode(self.enc, val_text).astype(np.int64))
@@ -451,9 +453,9 @@ class Trainer:
         self.step, self.history, self.evals = 0, [], []
         if prev:
             load_optimizer_state(self.opts, self.model, prev.optimizer_state)
-            self.step = int(prev.meta["step"])
+            self.step = int(prev.meta.step or 0)
             self.history = [StepRecord(**h) for h in prev.read_history()]
-            self.evals = prev.meta.get("evals", [])
+            self.evals = prev.meta.evals or []
         self.start_step = self.step
         self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16")
 
@@ -620,38 +622,40 @@ class Trainer:
         self.evals.append({"step": self.step, "val_loss": rec.val_loss, "train_loss": rec.loss})
         self.emit({"type": "eval", "step": self.step, "val_loss": rec.val_loss, "train_loss": rec.loss})
 
-    def meta(self, final: bool) -> dict:
+    def meta(self, final: bool) -> ckpt.CheckpointMeta:
         tc = self.tc
-        return {
-            "name": tc.name or f"{self.corpus.name}-{tc.preset}",
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "tokenizer": self.tok_spec,
-            "corpus": {
-                **self.corpus.describe(),
-                "train_tokens": len(self.train_ids),
-                "val_tokens": len(self.val_ids),
-                "val_fraction": tc.val_fraction,
-            },
-            "train_config": asdict(tc),
-            "step": self.step,
-            "final": final,
-            "schedule": {
-                "kind": "warmup_cosine",
-                "max_lr": tc.max_lr,
-                "min_lr": self.max_lr * tc.min_lr_ratio,
-                "warmup": tc.warmup_steps,
-                "total_steps": self.total_steps or self.step,
-            },
-            "evals": self.evals,
-            "uniform_loss": math.log(self.cfg.vocab_size),
-            "reference_losses": self.reference_losses,
-            "device": self.device.type,
-            "world_size": self.dd.world,
-            "torch": torch.__version__,
-            "precision": self.numerics,
-            "command": self.command
-            or "python -m gptscope.model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        }
+        return ckpt.CheckpointMeta.from_dict(
+            {
+                "name": tc.name or f"{self.corpus.name}-{tc.preset}",
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "tokenizer": self.tok_spec,
+                "corpus": {
+                    **self.corpus.describe(),
+                    "train_tokens": len(self.train_ids),
+                    "val_tokens": len(self.val_ids),
+                    "val_fraction": tc.val_fraction,
+                },
+                "train_config": asdict(tc),
+                "step": self.step,
+                "final": final,
+                "schedule": {
+                    "kind": "warmup_cosine",
+                    "max_lr": tc.max_lr,
+                    "min_lr": self.max_lr * tc.min_lr_ratio,
+                    "warmup": tc.warmup_steps,
+                    "total_steps": self.total_steps or self.step,
+                },
+                "evals": self.evals,
+                "uniform_loss": math.log(self.cfg.vocab_size),
+                "reference_losses": self.reference_losses,
+                "device": self.device.type,
+                "world_size": self.dd.world,
+                "torch": torch.__version__,
+                "precision": self.numerics,
+                "command": self.command
+                or "python -m gptscope.model.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            }
+        )
 
     def snapshot(self, final: bool) -> None:
         if not (self.snap_dir and self.dd.main):
@@ -683,7 +687,7 @@ class Trainer:
             optimizer_state_tensors(self.opts, self.model),
             history=self.records(),
         )
-        result.meta["train_seconds"] = round(time.time() - self.t0, 2)
+        result.meta.train_seconds = round(time.time() - self.t0, 2)
         if self.out and os.environ.get("GPTSCOPE_RANK_DIGESTS"):
             from safetensors.torch import save as st_save
 
@@ -846,14 +850,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m gptscope.model.tr
         if dist.is_initialized():
             dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) == 0:
-        ev = res.meta["evals"][-1] if res.meta["evals"] else {}
+        ev = res.meta.evals[-1] if res.meta.evals else {}
         print(
             json.dumps(
                 {
                     "out": a.out,
-                    "step": res.meta["step"],
+                    "step": res.meta.step,
                     "val_loss": ev.get("val_loss"),
-                    "train_seconds": res.meta["train_seconds"],
+                    "train_seconds": res.meta.train_seconds,
                 }
             )
         )

@@ -113,7 +113,7 @@ def import_model(
         "evals": [],
         "corpus": {"name": "unknown (imported)"},
         "command": command,
-        **conv.meta,
+        **conv.meta.to_dict(),
         "import_check": check,
     }
     try:
@@ -123,13 +123,14 @@ def import_model(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    tok = conv.meta.tokenizer or {}
     summary = {
         "name": name,
         "checkpoint": str(dest),
-        "source": conv.meta["source"]["kind"],
+        "source": (conv.meta.source or {})["kind"],
         "params": count_params(conv.model.cfg)["total"],
         "config": conv.model.cfg.to_dict(),
-        "tokenizer": conv.meta["tokenizer"].get("name", conv.meta["tokenizer"]["kind"]),
+        "tokenizer": tok.get("name", tok["kind"]),
         **check,
         "seconds": round(time.time() - t0, 1),
     }

@@ -5,6 +5,7 @@ converted model on a sample text."""
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from .. import checkpoint as ckpt
-from ..gpt import GPT
+from ..gpt import GPT, GPTConfig
 from ..tokenizers import encoding_from_spec
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -28,7 +29,7 @@ class ImportFailed(ValueError):
 @dataclass
 class Converted:
     model: GPT
-    meta: dict  # tokenizer, source, ... (checkpoint.save adds the config)
+    meta: ckpt.CheckpointMeta  # tokenizer, source, ... (checkpoint.save adds the config)
     dtype: torch.dtype = torch.float32  # how the weights are stored (they are computed in float32)
 
 
@@ -40,6 +41,16 @@ def read_json(path: Path) -> dict:
     if not isinstance(d, dict):
         raise ImportFailed(f"{path.name} is not a JSON object")
     return d
+
+
+def config_from(label: str, values: Callable[[], dict]) -> GPTConfig:
+    """The one checked path from a family's config map to a GPTConfig: every key must be a GPTConfig
+    field (GPTConfig.from_dict), and a value the map or GPTConfig refuses becomes ImportFailed
+    prefixed with `label` (the map is built inside the check, so its own refusals read the same)."""
+    try:
+        return GPTConfig.from_dict(values())
+    except ValueError as e:
+        raise ImportFailed(f"{label}: {e}") from None
 
 
 def hf_int(cfg: dict, *names: str) -> int:
@@ -111,12 +122,10 @@ def read_hf_tensors(folder: Path) -> tuple[dict[str, torch.Tensor], str]:
 def sample_check(conv: Converted) -> dict:
     """Run the converted model once on a sample text: finite logits, and its loss there against the
     uniform guess (a trained model scores far below it)."""
-    enc = encoding_from_spec(conv.meta["tokenizer"])
-    if conv.meta["tokenizer"]["kind"] == "chars":
-        text = (
-            "".join(c for c in SAMPLE_TEXT if c in set(conv.meta["tokenizer"]["chars"]))
-            or conv.meta["tokenizer"]["chars"][0] * 8
-        )
+    tok = conv.meta.tokenizer or {}
+    enc = encoding_from_spec(tok)
+    if tok["kind"] == "chars":
+        text = "".join(c for c in SAMPLE_TEXT if c in set(tok["chars"])) or tok["chars"][0] * 8
     else:
         text = SAMPLE_TEXT
     ids = enc.encode_ordinary(text)[: conv.model.cfg.n_ctx]

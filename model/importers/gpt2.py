@@ -13,9 +13,10 @@ from typing import Literal
 
 import torch
 
+from ..checkpoint import CheckpointMeta
 from ..gpt import GPT, GPTConfig
 from ..tokenizers import get_public_encoding
-from .common import GPT2_VOCAB, Converted, ImportFailed, fill, hf_int, load_safetensors, read_json
+from .common import GPT2_VOCAB, Converted, ImportFailed, config_from, fill, hf_int, load_safetensors, read_json
 
 MODEL_TYPES = ("gpt2",)  # the config.json model_type it reads
 HF_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # all the tanh approximation
@@ -50,8 +51,9 @@ def hf_config(raw: dict) -> GPTConfig:
     eps = raw.get("layer_norm_epsilon", 1e-5)
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise ImportFailed(f"config.json field layer_norm_epsilon is {eps!r}; it must be a small positive number")
-    try:
-        return GPTConfig(
+    return config_from(
+        "config.json",
+        lambda: dict(
             vocab_size=hf_int(raw, "vocab_size"),
             n_ctx=hf_int(raw, "n_positions", "n_ctx"),
             n_layer=hf_int(raw, "n_layer"),
@@ -65,9 +67,8 @@ def hf_config(raw: dict) -> GPTConfig:
             tie_weights=bool(raw.get("tie_word_embeddings", True)),
             causal=True,
             ln_eps=float(eps),
-        )
-    except ValueError as e:
-        raise ImportFailed(f"config.json: {e}") from None
+        ),
+    )
 
 
 def hf_names(cfg: GPTConfig) -> dict[str, tuple[str, bool]]:
@@ -151,4 +152,7 @@ def convert_hf_gpt2(folder: Path) -> Converted:
         "activation_function": raw.get("activation_function", "gelu_new"),
         "name_or_path": raw.get("_name_or_path"),
     }
-    return Converted(model, {"tokenizer": {"kind": "tiktoken", "name": "gpt2"}, "source": source, "step": 0})
+    return Converted(
+        model,
+        CheckpointMeta.from_dict({"tokenizer": {"kind": "tiktoken", "name": "gpt2"}, "source": source, "step": 0}),
+    )

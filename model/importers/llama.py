@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
+from ..checkpoint import CheckpointMeta
 from ..gpt import GPT, GPTConfig, count_params
 from ..tokenizers import HFEncoding
-from .common import Converted, ImportFailed, hf_int, read_hf_tensors, read_json
+from .common import Converted, ImportFailed, config_from, hf_int, read_hf_tensors, read_json
 
 # model_type -> the one architecture of it gptscope reads (its causal language model)
 LLAMA_FAMILY = {
@@ -197,8 +198,9 @@ def llama_config(raw: dict) -> GPTConfig:
             raise ImportFailed(f"config.json field {key} is {raw.get(key)!r}; gptscope computes {want!r}")
     n_head, n_layer = hf_int(raw, "num_attention_heads"), hf_int(raw, "num_hidden_layers")
     attention_bias = _flag(raw, "attention_bias")
-    try:
-        return GPTConfig(
+    return config_from(
+        "config.json",
+        lambda: dict(
             vocab_size=hf_int(raw, "vocab_size"),
             n_ctx=hf_int(raw, "max_position_embeddings"),
             n_layer=n_layer,
@@ -221,9 +223,8 @@ def llama_config(raw: dict) -> GPTConfig:
             window=_llama_window(raw, mt, n_layer),
             causal=True,
             **hf_rope(raw),
-        )
-    except ValueError as e:
-        raise ImportFailed(f"config.json: {e}") from None
+        ),
+    )
 
 
 def llama_names(cfg: GPTConfig) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
@@ -351,4 +352,5 @@ def convert_hf_llama(folder: Path) -> Converted:
     }
     # kept on disk in the file's own half precision when it has one (computed in float32 when loaded)
     dtype = next((dt for dt in (torch.bfloat16, torch.float16) if stored == {dt}), torch.float32)
-    return Converted(model.eval(), {"tokenizer": tokenizer, "source": source_meta, "step": 0}, dtype)
+    meta = CheckpointMeta.from_dict({"tokenizer": tokenizer, "source": source_meta, "step": 0})
+    return Converted(model.eval(), meta, dtype)

@@ -12,8 +12,9 @@ from typing import Any, cast
 
 import torch
 
+from ..checkpoint import CheckpointMeta
 from ..gpt import GPT, GPTConfig
-from .common import GPT2_VOCAB, Converted, ImportFailed, fill
+from .common import GPT2_VOCAB, Converted, ImportFailed, config_from, fill
 
 # nanoGPT pads GPT-2's vocabulary to a multiple of 64 for speed; the extra rows are never a target
 NANOGPT_PADDED_VOCAB = 50304
@@ -99,8 +100,9 @@ def nanogpt_config(args: dict) -> GPTConfig:
     for k in NANOGPT_ARGS:
         if not isinstance(args[k], int) or isinstance(args[k], bool) or args[k] < 1:
             raise ImportFailed(f"ckpt.pt model_args field {k} is {args[k]!r}; it must be a positive integer")
-    try:
-        return GPTConfig(
+    return config_from(
+        "ckpt.pt model_args",
+        lambda: dict(
             vocab_size=args["vocab_size"],
             n_ctx=args["block_size"],
             n_layer=args["n_layer"],
@@ -113,9 +115,8 @@ def nanogpt_config(args: dict) -> GPTConfig:
             tie_weights=True,
             causal=True,
             ln_eps=1e-5,
-        )
-    except ValueError as e:
-        raise ImportFailed(f"ckpt.pt model_args: {e}") from None
+        ),
+    )
 
 
 def nanogpt_names(cfg: GPTConfig) -> dict[str, tuple[str, bool]]:
@@ -200,4 +201,4 @@ def convert_nanogpt(path: Path, meta_pkl: Path | None = None) -> Converted:
         meta["evals"] = [{"step": meta["step"], "val_loss": round(float(best), 5), "train_loss": None}]
     if isinstance(train_cfg.get("dataset"), str):
         meta["corpus"] = {"name": f"{train_cfg['dataset']} (nanoGPT dataset)"}
-    return Converted(model, meta)
+    return Converted(model, CheckpointMeta.from_dict(meta))

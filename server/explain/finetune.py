@@ -6,7 +6,8 @@ from gptscope.model import tasks as tasks_mod
 from gptscope.model.finetune import frame
 
 from ..errors import InputError
-from ..finetune_jobs import FinetuneJobState, FinetuneManager
+from ..finetune_jobs import Comparison, FinetuneManager
+from ..jobs import Job, answer_fields
 from ..schemas.finetune import (
     CellResult,
     ClassifyRequest,
@@ -19,7 +20,7 @@ from ..schemas.finetune import (
 )
 from ..schemas.forward import ForwardRequest
 from ..service import ModelService
-from .digits import COARSE, SECONDS
+from .digits import COARSE
 from .forward import forward
 
 N_EXAMPLES = 6
@@ -49,32 +50,29 @@ def tasks(manager: FinetuneManager) -> TasksResponse:
     return TasksResponse(tasks=[task_info(manager.task(n)) for n in manager.task_names()])
 
 
-def job_status(job: FinetuneJobState) -> FinetuneJob:
-    req = job.request
+def job_status(job: Job[Comparison]) -> FinetuneJob:
+    state, req = job.state, job.state.request
     return FinetuneJob(
-        id=job.id,
-        status=job.status,
-        task=job.task.name,
-        checkpoint=job.checkpoint,
-        labels=job.task.labels,
-        chance=round(job.task.chance, COARSE),
+        **answer_fields(job),
+        task=state.task.name,
+        checkpoint=state.checkpoint,
+        labels=state.task.labels,
+        chance=round(state.task.chance, COARSE),
         methods=req.methods,
         sizes=req.sizes,
         lm_weight=req.lm_weight,
         seed=req.seed,
-        cells=[CellResult(**c) for c in list(job.cells)],
-        total_cells=job.total_cells,
-        current=Progress(**job.current) if job.current else None,
-        saved_as=job.saved_as,
-        error=job.error,
-        elapsed=round(job.elapsed, SECONDS),
+        cells=[CellResult(**c) for c in list(state.cells)],
+        total_cells=job.progress.total or 0,
+        current=Progress(**state.current) if state.current else None,
+        saved_as=state.saved_as,
     )
 
 
 def classify(service: ModelService, req: ClassifyRequest) -> ClassifyResponse:
     """Frame the text with the classifier's special tokens and read its label (the forward trace's
     `classifier` part, so the page and a tool see the same numbers)."""
-    info = service.meta.get("classifier")
+    info = service.meta.classifier
     if service.classifier is None or not info:
         raise InputError(
             "text",

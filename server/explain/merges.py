@@ -56,7 +56,7 @@ class NoTrainedTokenizer(LookupError):
 
 def title(service: ModelService, name: str) -> str:
     if name == "model":
-        corpus = service.meta.get("corpus", {}).get("name", "its corpus")
+        corpus = (service.meta.corpus or {}).get("name", "its corpus")
         return f"this app's model, trained here on {corpus}"
     return TITLES.get(name, name)
 
@@ -328,7 +328,7 @@ def compare(
 
 @per_model(maxsize=1)
 def _trained(service: ModelService) -> BPEMerges:
-    spec = service.meta.get("tokenizer", {})
+    spec = service.meta.tokenizer or {}
     if spec.get("kind") == "huggingface":
         raise NoTrainedTokenizer(
             "the loaded model's tokenizer was imported with it (its tokenizer.json): it has merges but no record "
@@ -358,7 +358,7 @@ def model_merges(service: ModelService, offset: int, limit: int) -> ModelMergesR
             ModelMerge(rank=rank, id=256 + rank, left=entry(a), right=entry(b), token=entry(256 + rank), count=count)
         )
     return ModelMergesResponse(
-        corpus=str(service.meta.get("corpus", {}).get("name", "?")),
+        corpus=str((service.meta.corpus or {}).get("name", "?")),
         pattern=bpe.pattern,
         total=len(bpe.merges),
         vocab_size=bpe.n_vocab,

@@ -12,8 +12,8 @@ from .digits import VALUE
 
 def model_info(service: ModelService) -> ModelInfo:
     cfg, meta = service.model.cfg, service.meta
-    evals = meta.get("evals") or []
-    tok = meta.get("tokenizer", {})
+    evals = meta.evals or []
+    tok = meta.tokenizer or {}
     return ModelInfo(
         name=service.name,
         checkpoint=str(service.path),
@@ -32,13 +32,13 @@ def model_info(service: ModelService) -> ModelInfo:
         gelu=cfg.gelu,
         causal=cfg.causal,
         params=count_params(cfg)["total"],
-        corpus=str(meta.get("corpus", {}).get("name", "?")),
-        train_steps=int(meta.get("step", 0)),
+        corpus=str((meta.corpus or {}).get("name", "?")),
+        train_steps=int(meta.step or 0),
         final_val_loss=evals[-1]["val_loss"] if evals else None,
         uniform_loss=round(math.log(cfg.vocab_size), VALUE),
-        command=str(meta.get("command", "")),
-        source=str(meta.get("source", {}).get("kind", "trained")),
-        schedule=isinstance(meta.get("schedule"), dict) and meta["schedule"].get("kind") == "warmup_cosine",
+        command=str(meta.command or ""),
+        source=str((meta.source or {}).get("kind", "trained")),
+        schedule=(meta.schedule or {}).get("kind") == "warmup_cosine",
         pos=cfg.pos,
         norm_type=cfg.norm_type,
         mlp=cfg.mlp,
@@ -46,7 +46,9 @@ def model_info(service: ModelService) -> ModelInfo:
         window=cfg.window,
         n_expert=cfg.n_expert,
         top_k_experts=cfg.top_k_experts,
-        classifier=ClassifierInfo(**{k: v for k, v in meta["classifier"].items() if k in ClassifierInfo.model_fields})
+        classifier=ClassifierInfo(
+            **{k: v for k, v in (meta.classifier or {}).items() if k in ClassifierInfo.model_fields}
+        )
         if service.classifier is not None
         else None,
     )

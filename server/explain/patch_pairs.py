@@ -62,7 +62,7 @@ PAIRS = (
 
 
 def _tokenizer(service: ModelService) -> str:
-    spec = service.meta.get("tokenizer", {})
+    spec = service.meta.tokenizer or {}
     return "gpt2" if spec.get("kind") == "tiktoken" and spec.get("name") == "gpt2" else str(spec.get("kind"))
 
 

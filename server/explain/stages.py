@@ -442,7 +442,7 @@ def classifier(t: Trace) -> ClassifierBlock:
     """W_y on the final hidden state of the last position, the attention that fed that position,
     and the winning label's logit split into its parts."""
     m, ids = t.model, t.ids
-    clf, info = t.service.classifier, t.service.meta["classifier"]
+    clf, info = t.service.classifier, t.service.meta.classifier or {}
     assert clf is not None  # parts.py: the part applies to classifiers only
     pos = len(ids) - 1
     h = m.ln_final(t.act("hook_resid_post", m.cfg.n_layer - 1)[pos : pos + 1][None])[0, 0]  # (d,)

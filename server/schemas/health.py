@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from .config import config_field, config_fields, schema_model
+
 
 class ClassifierInfo(BaseModel):
     """What a fine-tuned classifier (GPT-1's second stage) labels, and how its input is written."""
@@ -19,50 +21,74 @@ class ClassifierInfo(BaseModel):
     example: str | None = Field(None, description="a test-half input written with the special tokens")
 
 
-class ModelInfo(BaseModel):
-    name: str
-    checkpoint: str = Field(description="folder the weights were loaded from")
-    tokenizer: str = Field(
-        description="'bpe' (trained on the corpus), 'chars' (one token per character, an imported "
-        "nanoGPT char-level model), 'tokenizer.json' (an imported Hugging Face model's own, run by the "
-        "tokenizers library) or a public encoding's name"
-    )
-    vocab_size: int
-    n_ctx: int
-    n_layer: int
-    n_head: int
-    d_model: int
-    d_mlp: int
-    norm: str
-    gelu: str
-    causal: bool = Field(
-        description="whether attention masks later positions (False only for a model trained without the mask): views draw the upper triangle only when it is False"
-    )
-    params: int = Field(description="trainable parameters (a tied matrix counted once)")
-    corpus: str
-    train_steps: int
-    final_val_loss: float | None
-    uniform_loss: float = Field(description="ln(vocab size): the loss of a uniform guess")
-    command: str = Field(description="the command that produced this checkpoint")
-    pos: str = Field("learned", description="positions: 'learned' rows (GPT-2), 'rope' (rotary) or 'none'")
-    norm_type: str = Field("layernorm", description="'layernorm' or 'rmsnorm'")
-    mlp: str = Field("gelu", description="'gelu' (GPT-2's MLP) or 'swiglu'")
-    n_kv_head: int = Field(0, description="key/value heads; fewer than n_head means grouped-query attention")
-    window: int = Field(0, description="sliding-window attention: keys each query sees (0: all earlier ones)")
-    n_expert: int = Field(0, description="mixture of experts: FFNs per block (0: one dense MLP)")
-    top_k_experts: int = Field(1, description="experts each token is sent to")
-    source: str = Field(
-        description="'trained' (here, with gptscope train), 'huggingface-gpt2', 'huggingface-llama' or "
-        "'nanogpt' (imported with gptscope import)"
-    )
-    schedule: bool = Field(
-        False,
-        description="whether checkpoint.json records the learning-rate schedule the model was trained with "
-        "(GET /schedules/lr?kind=model draws it; an imported model has none)",
-    )
-    classifier: ClassifierInfo | None = Field(
-        None, description="a fine-tuned classifier's labels; null for a language model"
-    )
+# the shape of the loaded model: GPTConfig's fields, as plain types (server/schemas/config.py)
+_SHAPE = config_fields(
+    ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "norm", "gelu"), required=True, loose=True
+)
+_MODERN = config_fields(
+    ("pos", "norm_type", "mlp", "n_kv_head", "window", "n_expert", "top_k_experts"),
+    loose=True,
+    describe={
+        "pos": dict(description="positions: 'learned' rows (GPT-2), 'rope' (rotary) or 'none'"),
+        "norm_type": dict(description="'layernorm' or 'rmsnorm'"),
+        "mlp": dict(description="'gelu' (GPT-2's MLP) or 'swiglu'"),
+        "n_kv_head": dict(description="key/value heads; fewer than n_head means grouped-query attention"),
+        "window": dict(description="sliding-window attention: keys each query sees (0: all earlier ones)"),
+        "n_expert": dict(description="mixture of experts: FFNs per block (0: one dense MLP)"),
+        "top_k_experts": dict(description="experts each token is sent to"),
+    },
+)
+
+_ModelInfo = schema_model(
+    "ModelInfo",
+    __name__,
+    name=(str, ...),
+    checkpoint=(str, Field(description="folder the weights were loaded from")),
+    tokenizer=(
+        str,
+        Field(
+            description="'bpe' (trained on the corpus), 'chars' (one token per character, an imported "
+            "nanoGPT char-level model), 'tokenizer.json' (an imported Hugging Face model's own, run by the "
+            "tokenizers library) or a public encoding's name"
+        ),
+    ),
+    **_SHAPE,
+    causal=config_field(
+        "causal",
+        required=True,
+        description="whether attention masks later positions (False only for a model trained without the mask): views draw the upper triangle only when it is False",
+    ),
+    params=(int, Field(description="trainable parameters (a tied matrix counted once)")),
+    corpus=(str, ...),
+    train_steps=(int, ...),
+    final_val_loss=(float | None, ...),
+    uniform_loss=(float, Field(description="ln(vocab size): the loss of a uniform guess")),
+    command=(str, Field(description="the command that produced this checkpoint")),
+    **_MODERN,
+    source=(
+        str,
+        Field(
+            description="'trained' (here, with gptscope train), 'huggingface-gpt2', 'huggingface-llama' or "
+            "'nanogpt' (imported with gptscope import)"
+        ),
+    ),
+    schedule=(
+        bool,
+        Field(
+            False,
+            description="whether checkpoint.json records the learning-rate schedule the model was trained with "
+            "(GET /schedules/lr?kind=model draws it; an imported model has none)",
+        ),
+    ),
+    classifier=(
+        ClassifierInfo | None,
+        Field(None, description="a fine-tuned classifier's labels; null for a language model"),
+    ),
+)
+
+
+class ModelInfo(_ModelInfo):  # type: ignore[misc,valid-type]  # a class, so that code can name the type
+    pass
 
 
 class Health(BaseModel):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from .config import config_fields, schema_model
+
 # --------------------------------------------------------------------------------------------
 # Learning-rate schedules
 # --------------------------------------------------------------------------------------------
@@ -183,22 +185,22 @@ class SoftmaxScaleResponse(BaseModel):
 # --------------------------------------------------------------------------------------------
 
 
-class ParamsConfig(BaseModel):
-    vocab_size: int
-    n_ctx: int
-    n_layer: int
-    n_head: int
-    d_model: int
-    d_mlp: int
-    bias: bool
-    norm: str
-    tie_weights: bool
-    pos: str = "learned"
-    norm_type: str = "layernorm"
-    mlp: str = "gelu"
-    n_kv_head: int = 0
-    n_expert: int = 0
-    top_k_experts: int = 1
+# the config a size is counted for: GPTConfig's fields (server/schemas/config.py), the first nine
+# always in the answer, the modern block's with GPTConfig's defaults
+_ParamsConfig = schema_model(
+    "ParamsConfig",
+    __name__,
+    **config_fields(
+        ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "bias", "norm", "tie_weights"),
+        required=True,
+        loose=True,
+    ),
+    **config_fields(("pos", "norm_type", "mlp", "n_kv_head", "n_expert", "top_k_experts"), loose=True),
+)
+
+
+class ParamsConfig(_ParamsConfig):  # type: ignore[misc,valid-type]  # a class, so that code can name the type
+    pass
 
 
 class Part(BaseModel):

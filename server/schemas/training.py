@@ -10,6 +10,7 @@ from gptscope.model.gpt import preset_config
 from gptscope.model.train import RECIPES, StepRecord, TrainConfig
 
 from .common import StrictRequest
+from .config import config_fields, schema_model
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 CHECKPOINT_PATTERN = r"^(builtin|[0-9a-f]{12}(/step-[0-9]{6})?|models/[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$"
@@ -17,38 +18,57 @@ MAX_TIME_BUDGET_S = 3600
 MAX_STEPS = 100_000
 
 
-class ModelOverrides(StrictRequest):
-    """Architecture changes on top of the preset (the experiments use these)."""
+# what a training request may change on top of its preset: GPTConfig's fields by name
+# (server/schemas/config.py), each optional, with the limits the app trains within
+_ModelOverrides = schema_model(
+    "ModelOverrides",
+    __name__,
+    __base__=StrictRequest,
+    __doc__="Architecture changes on top of the preset (the experiments use these).",
+    **config_fields(
+        (
+            "n_layer",
+            "n_head",
+            "d_model",
+            "n_ctx",
+            "norm",
+            "gelu",
+            "tie_weights",
+            "causal",
+            "dropout",
+            "pos",
+            "norm_type",
+            "mlp",
+            "d_mlp",
+            "n_kv_head",
+            "window",
+            "n_expert",
+            "top_k_experts",
+            "bias",
+        ),
+        optional=True,
+        describe={
+            "n_layer": dict(ge=1, le=12),
+            "n_head": dict(ge=1, le=16),
+            "d_model": dict(ge=16, le=768),
+            "n_ctx": dict(ge=8, le=1024),
+            "norm": dict(
+                description="norm placement: before each sublayer (GPT-2), after the residual add (GPT-1), or both (Gemma 2)"
+            ),
+            "dropout": dict(ge=0, lt=1),
+            "pos": dict(description="learned position rows, rotary (RoPE) or none"),
+            "d_mlp": dict(ge=1, le=4096, description="MLP width (default 4d; 8d/3 for SwiGLU)"),
+            "n_kv_head": dict(ge=1, le=16, description="key/value heads (grouped-query attention; 1 = multi-query)"),
+            "window": dict(ge=0, le=1024, description="sliding-window attention: keys each query sees (0 = all)"),
+            "n_expert": dict(ge=0, le=16, description="mixture of experts: FFNs per block (0 = one dense FFN)"),
+            "top_k_experts": dict(ge=1, le=16, description="experts each token is routed to"),
+        },
+    ),
+)
 
-    n_layer: int | None = Field(None, ge=1, le=12)
-    n_head: int | None = Field(None, ge=1, le=16)
-    d_model: int | None = Field(None, ge=16, le=768)
-    n_ctx: int | None = Field(None, ge=8, le=1024)
-    norm: Literal["pre", "post", "both"] | None = Field(
-        None,
-        description="norm placement: before each sublayer (GPT-2), after the residual add (GPT-1), or both (Gemma 2)",
-    )
-    gelu: Literal["exact", "tanh"] | None = None
-    tie_weights: bool | None = None
-    causal: bool | None = None
-    dropout: float | None = Field(None, ge=0, lt=1)
-    pos: Literal["learned", "rope", "none"] | None = Field(
-        None, description="learned position rows, rotary (RoPE) or none"
-    )
-    norm_type: Literal["layernorm", "rmsnorm"] | None = None
-    mlp: Literal["gelu", "swiglu"] | None = None
-    d_mlp: int | None = Field(None, ge=1, le=4096, description="MLP width (default 4d; 8d/3 for SwiGLU)")
-    n_kv_head: int | None = Field(
-        None, ge=1, le=16, description="key/value heads (grouped-query attention; 1 = multi-query)"
-    )
-    window: int | None = Field(
-        None, ge=0, le=1024, description="sliding-window attention: keys each query sees (0 = all)"
-    )
-    n_expert: int | None = Field(
-        None, ge=0, le=16, description="mixture of experts: FFNs per block (0 = one dense FFN)"
-    )
-    top_k_experts: int | None = Field(None, ge=1, le=16, description="experts each token is routed to")
-    bias: bool | None = None
+
+class ModelOverrides(_ModelOverrides):  # type: ignore[misc,valid-type]  # a class, so that code can name the type
+    """Architecture changes on top of the preset (the experiments use these)."""
 
 
 # The app trains on the CPU: a request's defaults are the CPU recipe, the one `gptscope train` uses.
