@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
-import torch
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
@@ -15,30 +14,12 @@ from gptscope.model import corpus as corpus_mod
 from . import contract, errors, saes
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
+from .models import ModelRegistry
 from .patch_jobs import PatchJobs
-from .routers import (
-    compare,
-    docs,
-    embeddings,
-    export,
-    finetune,
-    forward,
-    genealogy,
-    heads,
-    health,
-    intervene,
-    learn,
-    lessons,
-    pages,
-    patch,
-    sae,
-    sampling,
-    tokenize,
-    training,
-)
+from .routers import api_routers, docs, pages
 from .runs import RunManager
 from .security import GuardMiddleware
-from .service import ModelService, freeze_heap
+from .service import ModelService
 from .wire import Compress, ServerTiming
 
 log = logging.getLogger("gptscope")
@@ -55,15 +36,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        if getattr(app.state, "service", None) is None:
-            app.state.service = ModelService(settings.checkpoint, settings.device)
-            log.info("loaded %s from %s", app.state.service.name, settings.checkpoint)
-        saes.attach(app.state.service, settings.data_dir)
-        app.state.service.threads = settings.threads_for(app.state.service.model.num_params())
-        torch.set_num_threads(app.state.service.threads)  # and for any other torch work of the app
-        app.state.heap_frozen = own_process
-        if own_process:
-            freeze_heap()
+        if not app.state.models.serving:  # a second lifespan (a test's) keeps the model it switched to
+            app.state.models.serve(service or settings.checkpoint)  # no local name: it would outlive a switch
+            log.info("serving %s from %s", app.state.models.served.name, app.state.models.served.path)
         yield
         app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
         app.state.finetune.shutdown()
@@ -93,32 +68,15 @@ def create_app(
     app.add_middleware(ServerTiming)  # outermost: the time it reports includes the guard and compression
     app.state.settings = settings
     app.state.door_token = door_token
-    app.state.service = service
+    app.state.models = ModelRegistry(settings, own_process)  # every model the app loads
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
     app.state.sae_jobs = saes.SaeJobs()
     app.state.patch_jobs = PatchJobs()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
-    for r in (
-        health.router,
-        tokenize.router,
-        forward.router,
-        sampling.router,
-        embeddings.router,
-        intervene.router,
-        training.router,
-        learn.router,
-        lessons.router,
-        heads.router,
-        compare.router,
-        finetune.router,
-        genealogy.router,
-        sae.router,
-        patch.router,
-        export.router,
-    ):
-        app.include_router(r, prefix=API_PREFIX)
+    for router in api_routers():
+        app.include_router(router, prefix=API_PREFIX)
     app.include_router(pages.router)
     app.include_router(docs.router)
     docs.mount_assets(app)

@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     allow_hosts: list[str] = []
     json_body_limit: int = 2 * 1024 * 1024  # bytes of a JSON request body
     max_concurrent: int = 32  # API requests worked on at once; more get 503 at once instead of queueing
+    # Bytes of weights kept loaded beside the served model (compare's sides, a run's snapshots;
+    # server/models.py): the least recently used model goes first when one more would not fit.
+    model_cache_bytes: int = 2 * 1024**3
 
     # The door beyond loopback (server/security.py): bound to an address other machines reach, every
     # request must carry this token; `gptscope serve` makes one when none is given. insecure_no_token

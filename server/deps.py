@@ -6,12 +6,18 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from .models import ModelRegistry
 from .runs import RunManager
 from .service import ModelService
 
 
 def get_service(request: Request) -> ModelService:
-    return request.app.state.service
+    """The model the app serves now (server/models.py)."""
+    return request.app.state.models.served
+
+
+def get_models(request: Request) -> ModelRegistry:
+    return request.app.state.models
 
 
 def get_runs(request: Request) -> RunManager:
@@ -19,4 +25,5 @@ def get_runs(request: Request) -> RunManager:
 
 
 Service = Annotated[ModelService, Depends(get_service)]
+Models = Annotated[ModelRegistry, Depends(get_models)]
 Runs = Annotated[RunManager, Depends(get_runs)]

@@ -60,7 +60,7 @@ class ModelService:
 
     @property
     def name(self) -> str:
-        return str(self.meta.get("name", self.path.name))
+        return str(self.meta.name or self.path.name)
 
     def kv_prefix(self, ids: list[int]) -> KVCache:
         """A KV cache already holding the longest start of `ids` a previous request computed (a
@@ -93,12 +93,12 @@ _MISSING: Any = object()  # per_model's default for LRU.get: nothing kept under 
 
 class LRU(Generic[K, V]):
     """The most recently used values by key, their sizes adding up to at most `budget`: size(value)
-    each, 1 when no size is given (a count), or a value's bytes (a memory budget). A new value makes
-    room by dropping the least recently used; one bigger than the whole budget is not kept.
-    Thread-safe."""
+    each, 1 when no size is given (a count), or a value's bytes (a memory budget); and, if
+    max_items is given, at most that many values besides. A new value makes room by dropping the
+    least recently used; one bigger than the whole budget is not kept. Thread-safe."""
 
-    def __init__(self, budget: int, size: Callable[[V], int] | None = None) -> None:
-        self.budget, self.size = budget, size
+    def __init__(self, budget: int, size: Callable[[V], int] | None = None, max_items: int | None = None) -> None:
+        self.budget, self.size, self.max_items = budget, size, max_items
         self.used = 0  # the kept values' sizes, added up
         self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
@@ -126,8 +126,13 @@ class LRU(Generic[K, V]):
                 return
             self._items[key] = (value, n)
             self.used += n
-            while self.used > self.budget:
+            while self.used > self.budget or (self.max_items is not None and len(self._items) > self.max_items):
                 self.used -= self._items.popitem(last=False)[1][1]
+
+    def values(self) -> list[V]:
+        """The kept values, least recently used first."""
+        with self._lock:
+            return [v for v, _ in self._items.values()]
 
 
 def per_model(maxsize: int) -> Callable:

@@ -224,7 +224,7 @@ def test_a_replaced_model_is_not_kept_in_memory_by_what_was_worked_out_from_it(t
             assert c.get(path).status_code == 200, path
         assert c.get("/api/v1/tokenizer/model/merges?limit=5").status_code == 200
         assert c.post("/api/v1/forward", json={"text": "ROMEO: hi"}).status_code == 200
-        old = weakref.ref(app.state.service)
+        old = weakref.ref(app.state.models.served)
         assert old().memo  # the roles, the projection and the merges were kept on it
         assert c.post("/api/v1/model", json={"checkpoint": "builtin"}).status_code == 200
         gc.collect()

@@ -13,8 +13,6 @@ from gptscope.model.bpe import GPT2_PATTERN
 from gptscope.model.gpt import GPT, GPTConfig
 from gptscope.server.app import create_app
 from gptscope.server.config import Settings
-from gptscope.server.explain.compare import ModelCache
-from gptscope.server.service import ModelService
 
 TEXT = "KING HENRY V:\nOnce more unto the breach, dear friends, once"
 
@@ -115,18 +113,3 @@ def test_compare_bad_input(client):
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == field, (payload, r.text)
     r = client.post("/api/v1/compare", json={"a": "builtin", "b": "0123456789ab", "text": TEXT})
     assert r.status_code == 404 and "0123456789ab" in r.json()["detail"]
-
-
-def test_the_model_cache_keeps_at_most_three_and_reuses_the_loaded_one(tmp_path, service):
-    cache = ModelCache(size=3)
-    folders = []
-    for i in range(4):
-        save_model(tmp_path / f"m{i}", {"kind": "chars", "chars": list("abc ")}, 4, i)
-        folders.append(tmp_path / f"m{i}")
-    first = cache.get(folders[0], service)
-    assert cache.get(folders[0], service) is first
-    for f in folders[1:]:
-        cache.get(f, service)
-    assert len(cache._items) == 3 and cache.get(folders[0], service) is not first  # evicted, loaded again
-    assert cache.get(service.path, service) is service
-    assert isinstance(first, ModelService)

@@ -118,7 +118,7 @@ def test_model_schedule_of_a_fixed_length_run_is_exactly_the_rates_the_trainer_s
     )
     app = create_app(Settings(checkpoint=tmp_path / "run", data_dir=tmp_path / "data", allow_hosts=["testserver"]))
     with TestClient(app) as c:
-        assert check_model_schedule(c, app.state.service) == 0.0
+        assert check_model_schedule(c, app.state.models.served) == 0.0
 
 
 def test_model_schedule_of_the_builtin_model_matches_its_history(client, service):

@@ -1,7 +1,10 @@
 """What every explain module needs: a prompt's ids for the loaded model, index checks, token text,
-and rounding for JSON with named precisions."""
+rounding for JSON with named precisions, query-field errors, and the batch a model was trained with."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import torch
 
@@ -9,7 +12,7 @@ from ..errors import InputError
 from ..schemas.arrays import Arr
 from ..schemas.stages import NextToken
 from ..service import ModelService
-from .digits import COARSE, FINE, VALUE
+from .digits import COARSE, EXACT, FINE, VALUE
 from .tokens import check_text, encode, token_bytes
 
 
@@ -96,3 +99,28 @@ def next_tokens(service: ModelService, logits: torch.Tensor, k: int) -> list[Nex
         )
         for p, i in zip(top.values, top.indices)
     ]
+
+
+def query_error(field: str, message: str) -> InputError:
+    """An InputError about a query parameter (loc ["query", field] where errors.py supports it)."""
+    return InputError(field, message, where="query")
+
+
+def finite(values: Sequence[float], field: str) -> list[float]:
+    out = [float(v) for v in values]
+    if not all(math.isfinite(v) for v in out):
+        raise query_error(field, "these settings give a value too large to represent; choose smaller ones")
+    return out
+
+
+def json_float(x: float, digits: int = EXACT) -> float:
+    """Round for JSON (and turn -0.0 into 0.0)."""
+    return round(float(x), digits) + 0.0
+
+
+def model_batch(service: ModelService) -> tuple[int, int] | None:
+    """(batch, context) the loaded model was trained with, from its checkpoint.json (None if not recorded)."""
+    tc = service.meta.train_config
+    if not isinstance(tc, dict) or not isinstance(tc.get("batch_size"), int):
+        return None
+    return tc["batch_size"], int(tc.get("seq_len") or service.model.cfg.n_ctx)

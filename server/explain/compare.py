@@ -4,7 +4,6 @@ run on each, then lined up on the text's characters."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -13,10 +12,11 @@ from gptscope.model.gpt import count_params
 
 from ..config import BUILTIN_CHECKPOINT
 from ..errors import InputError
+from ..models import ModelRegistry
 from ..runs import RunManager
 from ..schemas.compare import CompareRequest, CompareResponse, CompareSide, ParamChange, ParamComparison
-from ..service import LRU, ModelService
-from . import parts as registry
+from ..service import ModelService
+from . import parts as forward_parts
 from . import stages
 from .common import attention_rows, check_index, next_tokens, prompt_ids
 from .digits import FINE, VALUE
@@ -24,29 +24,7 @@ from .forward import run_trace
 from .model_info import model_info
 from .tokens import token_pieces
 
-MAX_CACHED = 3  # models kept loaded for comparisons (least recently used evicted)
 LN2 = math.log(2)
-
-
-class ModelCache:
-    """At most MAX_CACHED ModelServices, by folder; the app's loaded model is reused, not copied."""
-
-    def __init__(self, size: int = MAX_CACHED) -> None:
-        self._items: LRU[tuple[str, int], ModelService] = LRU(size)
-
-    def get(self, path: Path, loaded: ModelService) -> ModelService:
-        path = path.resolve()
-        if loaded.path.resolve() == path:
-            return loaded
-        key = (str(path), (path / "checkpoint.json").stat().st_mtime_ns)
-        svc = self._items.get(key)
-        if svc is None:
-            svc = ModelService(path)  # outside the LRU's lock: loading may take a while
-            self._items.put(key, svc)
-        return svc
-
-
-CACHE = ModelCache()
 
 
 def _token_at_char(pieces, char: int) -> int:
@@ -83,7 +61,7 @@ def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple
     pos = _token_at_char(pieces, char)
     # the forward page's own parts, on this side's model: the selected head's pattern and the logit lens
     sel = stages.Selection(layers=[layer], heads=[head], layer=layer, head=head, position=pos)
-    parts = [registry.BY_NAME["attention"], registry.BY_NAME["logit_lens"]]
+    parts = [forward_parts.BY_NAME["attention"], forward_parts.BY_NAME["logit_lens"]]
     with svc.run() as m:
         trace = run_trace(svc, ids, parts, sel, m, every=True)  # every position's loss is drawn
         lens = stages.logit_lens(trace)
@@ -154,8 +132,8 @@ def _params(a: ModelService, b: ModelService) -> ParamComparison:
     )
 
 
-def compare(runs: RunManager, loaded: ModelService, req: CompareRequest) -> CompareResponse:
-    svcs = [CACHE.get(runs.checkpoint_path(name, BUILTIN_CHECKPOINT), loaded) for name in (req.a, req.b)]
+def compare(runs: RunManager, models: ModelRegistry, req: CompareRequest) -> CompareResponse:
+    svcs = [models.get(runs.checkpoint_path(name, BUILTIN_CHECKPOINT)) for name in (req.a, req.b)]
     n = len(req.text)
     char = n - 1 if req.char is None else req.char
     if char >= n:

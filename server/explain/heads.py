@@ -13,6 +13,7 @@ from gptscope.model.tokenizers import CharEncoding
 
 from ..config import LARGE_MODEL_PARAMS
 from ..errors import InputError, NotFound
+from ..models import ModelRegistry
 from ..runs import RUN_ID, RunManager
 from ..schemas.heads import (
     Ablation,
@@ -24,11 +25,11 @@ from ..schemas.heads import (
     SnapshotHeads,
     TrainingHeads,
 )
-from ..service import ModelService, per_model
+from ..service import LRU, ModelService, per_model
 from .common import prompt_ids, token_text
 from .digits import COARSE
 from .tokens import token_pieces
-from .training import snapshot_service
+from .training import snapshot_path
 
 DEFAULT_TEXT_CHARS = 1200
 
@@ -158,9 +159,20 @@ def heads(service: ModelService, text: str | None, ablate: bool = True) -> Heads
 # --- over training ---------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=64)
-def _snapshot_scores(path: str) -> tuple[dict, dict, float | None, int]:
-    svc = snapshot_service(path)  # the replay's loaded snapshot, not a second copy
+_SNAPSHOT_SCORES: LRU[str, tuple[dict, dict, float | None, int]] = LRU(64)  # by snapshot folder
+
+
+def _snapshot_scores(models: ModelRegistry, path: Path) -> tuple[dict, dict, float | None, int]:
+    """A snapshot's head scores, baseline, validation loss and step (kept: a run's snapshots are
+    asked for again at each poll of its page)."""
+    kept = _SNAPSHOT_SCORES.get(str(path))
+    if kept is None:
+        kept = _score_snapshot(models.get(path))  # the replay's loaded snapshot, not a second copy
+        _SNAPSHOT_SCORES.put(str(path), kept)
+    return kept
+
+
+def _score_snapshot(svc: ModelService) -> tuple[dict, dict, float | None, int]:
     ids, _ = prompt_ids(svc, text_for(svc, None), truncate=True)
     with svc.run() as m:
         prompt = torch.tensor([ids])
@@ -168,12 +180,12 @@ def _snapshot_scores(path: str) -> tuple[dict, dict, float | None, int]:
         scores = model_heads.all_scores(m, prompt, rep)
         ic = model_heads.in_context_score(m, rep)
         base = _baseline_for(svc.model.cfg, tuple(ids), svc)
-    evals = svc.meta.get("evals") or []
+    evals = svc.meta.evals or []
     return (
         {r: v.tolist() for r, v in scores.items()},
         {"in_context": ic, "baseline": base},
         evals[-1]["val_loss"] if evals else None,
-        int(svc.meta.get("step", 0)),
+        int(svc.meta.step or 0),
     )
 
 
@@ -187,14 +199,13 @@ def _baseline_for(cfg, ids: tuple[int, ...], svc: ModelService) -> dict:
     return _BASELINES[key]
 
 
-def training_heads(runs: RunManager, run_id: str) -> TrainingHeads:
+def training_heads(runs: RunManager, models: ModelRegistry, run_id: str) -> TrainingHeads:
     if not RUN_ID.fullmatch(run_id) or not (run_id in runs.jobs or (runs.runs_dir / run_id).is_dir()):
         raise NotFound(f"no training run {run_id!r}")
     steps = runs.snapshot_steps(run_id)
     snaps, base = [], None
     for step in steps:
-        path = runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))
-        scores, extra, val_loss, _ = _snapshot_scores(str(path))
+        scores, extra, val_loss, _ = _snapshot_scores(models, snapshot_path(runs, run_id, step))
         base = extra["baseline"]
         t = {r: torch.tensor(v) for r, v in scores.items()}
         roles = model_heads.assign_roles(t, base)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
 
 import torch
 
@@ -17,26 +16,13 @@ from gptscope.model import lessons as model_lessons
 from gptscope.model.gpt import PRESETS, GPTConfig, count_params
 from gptscope.model.schedules import warmup_cosine
 
-from ..errors import InputError
 from ..schemas import learn as schemas
 from ..service import ModelService
-from .digits import EXACT
+from .common import finite, json_float, model_batch, query_error
 
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
-
-
-def query_error(field: str, message: str) -> InputError:
-    """An InputError about a query parameter (loc ["query", field] where errors.py supports it)."""
-    return InputError(field, message, where="query")
-
-
-def finite(values: Sequence[float], field: str) -> list[float]:
-    out = [float(v) for v in values]
-    if not all(math.isfinite(v) for v in out):
-        raise query_error(field, "these settings give a value too large to represent; choose smaller ones")
-    return out
 
 
 def parse_floats(text: str, field: str, lo: int = 2, hi: int = 64, bound: float = 100.0) -> list[float]:
@@ -50,11 +36,6 @@ def parse_floats(text: str, field: str, lo: int = 2, hi: int = 64, bound: float 
     if not all(math.isfinite(v) and abs(v) <= bound for v in values):
         raise query_error(field, f"every number must be between -{bound:g} and {bound:g}")
     return values
-
-
-def json_float(x: float, digits: int = EXACT) -> float:
-    """Round for JSON (and turn -0.0 into 0.0)."""
-    return round(float(x), digits) + 0.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -88,7 +69,7 @@ def lr_schedule(
     elif kind == "gpt1":
         p = {**GPT1_DEFAULTS, **{k: v for k, v in given.items() if k in GPT1_DEFAULTS}}
     else:  # model
-        schedule = service.meta.get("schedule")
+        schedule = service.meta.schedule
         if not isinstance(schedule, dict) or schedule.get("kind") != "warmup_cosine":
             raise query_error("kind", "the loaded model's checkpoint.json records no warmup_cosine schedule")
         recorded = schedule
@@ -369,23 +350,7 @@ PRESET_LABELS = {
     "gpt2-xl": "GPT-2 XL",
     "gpt3": "GPT-3 175B",
 }
-CONFIG_FIELDS = (
-    "vocab_size",
-    "n_ctx",
-    "n_layer",
-    "n_head",
-    "d_model",
-    "d_mlp",
-    "bias",
-    "norm",
-    "tie_weights",
-    "pos",
-    "norm_type",
-    "mlp",
-    "n_kv_head",
-    "n_expert",
-    "top_k_experts",
-)
+CONFIG_FIELDS = tuple(schemas.ParamsConfig.model_fields)  # the GPTConfig fields /params answers with
 
 
 def preset_names() -> list[str]:
@@ -469,14 +434,6 @@ def encoder_decoder_params(overrides: dict) -> schemas.ParamsResponse:
             stated_untied=STATED_UNTIED,
         ),
     )
-
-
-def model_batch(service: ModelService) -> tuple[int, int] | None:
-    """(batch, context) the loaded model was trained with, from its checkpoint.json (None if not recorded)."""
-    tc = service.meta.get("train_config")
-    if not isinstance(tc, dict) or not isinstance(tc.get("batch_size"), int):
-        return None
-    return tc["batch_size"], int(tc.get("seq_len") or service.model.cfg.n_ctx)
 
 
 def _preset_dict(service: ModelService, name: str) -> dict:

@@ -17,7 +17,7 @@ from gptscope.model import lessons as model_lessons
 from ..schemas import lessons as schemas
 from ..schemas.learn import Histogram
 from ..service import ModelService
-from .learn import finite, json_float, model_batch, query_error
+from .common import finite, json_float, model_batch, query_error
 from .tokens import encode, token_bytes
 
 MAX_LESSON_TOKENS = 48  # the text of a lesson, in the loaded model's tokens (teacher forcing runs one pass per prefix)

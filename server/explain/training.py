@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -14,40 +13,50 @@ from gptscope.model import corpus as corpus_mod
 from gptscope.model.gpt import GPTConfig, count_params
 
 from ..errors import InputError, NotFound
-from ..runs import RUN_ID, Job, RunManager
+from ..models import ModelRegistry
+from ..jobs import Job, answer_fields
+from ..runs import RUN_ID, RunManager, TrainingRun
 from ..schemas.forward import ForwardRequest
 from ..schemas.training import CheckpointInfo, CorpusInfo, EvalPoint, ReplayFrame, TrainingStatus
-from ..service import ModelService
 from . import embeddings as emb
 from . import forward as fwd
 from . import tokens as tok
-from .digits import SECONDS
 
 
-def status(job: Job, since: int = 0) -> TrainingStatus:
-    recs = job.records()
+def status(job: Job[TrainingRun], since: int = 0) -> TrainingStatus:
+    run = job.state
+    recs = run.records()
     last = recs[-1] if recs else None
     return TrainingStatus(
-        id=job.id,
-        status=job.status,
-        request=job.request,
-        step=job.step,
-        total_steps=job.total_steps,
-        elapsed_s=round(job.elapsed, SECONDS),
-        eta_s=job.eta(),
+        **answer_fields(job, elapsed="elapsed_s"),
+        request=run.request,
+        step=job.progress.done,
+        total_steps=job.progress.total,
+        eta_s=eta(job),
         tokens_per_s=last.tokens_per_s if last else None,
-        uniform_loss=job.uniform_loss,
-        precision=job.precision,
-        unigram_loss=(job.reference_losses or {}).get("unigram"),
-        bigram_loss=(job.reference_losses or {}).get("bigram"),
+        uniform_loss=run.uniform_loss,
+        precision=run.precision,
+        unigram_loss=(run.reference_losses or {}).get("unigram"),
+        bigram_loss=(run.reference_losses or {}).get("bigram"),
         # a diverged update's loss (inf or NaN) is not JSON: it is sent as 0 beside the run's error
         history=[h if math.isfinite(h.loss) else replace(h, loss=0.0) for h in recs if h.step > since],
-        evals=[EvalPoint(**e) for e in job.evals],
-        snapshots=sorted(set(job.snapshots)),
+        evals=[EvalPoint(**e) for e in run.evals],
+        snapshots=sorted(set(run.snapshots)),
         checkpoint=job.id if job.status == "done" else None,
-        error=job.error,
-        cached=job.cached,
+        cached=run.cached,
     )
+
+
+def eta(job: Job[TrainingRun]) -> float | None:
+    """Seconds left of a run going, at the pace of its steps so far."""
+    step, total = job.progress.done, job.progress.total
+    if job.status != "running" or not total:
+        return None  # (a finished run's history file is not read just for this)
+    recs = job.state.records()
+    if not recs:
+        return None
+    per_step = recs[-1].elapsed_s / max(1, step - (recs[0].step - 1))
+    return round(max(0.0, (total - step) * per_step), 1)
 
 
 def corpora(runs: RunManager) -> list[CorpusInfo]:
@@ -66,21 +75,23 @@ def corpora(runs: RunManager) -> list[CorpusInfo]:
 def _info(name: str, path: Path, loaded: Path) -> CheckpointInfo | None:
     try:
         meta = ckpt.read_meta(path)
-        cfg = GPTConfig.from_dict(meta["config"])
+        if meta.config is None:
+            return None
+        cfg = GPTConfig.from_dict(meta.config)
     except (ckpt.CheckpointError, KeyError, TypeError, ValueError):
         return None  # half-written or foreign folders are not listed
-    evals = meta.get("evals") or []
+    evals = meta.evals or []
     return CheckpointInfo(
         name=name,
-        step=int(meta.get("step", 0)),
-        final=bool(meta.get("final", True)),
+        step=int(meta.step or 0),
+        final=meta.final is not False,
         val_loss=evals[-1]["val_loss"] if evals else None,
-        corpus=str(meta.get("corpus", {}).get("name", "?")),
+        corpus=str((meta.corpus or {}).get("name", "?")),
         params=count_params(cfg)["total"],
         n_layer=cfg.n_layer,
         n_head=cfg.n_head,
         loaded=path.resolve() == loaded.resolve(),
-        source=str((meta.get("source") or {}).get("kind", "trained")),
+        source=str((meta.source or {}).get("kind", "trained")),
     )
 
 
@@ -89,24 +100,25 @@ def checkpoints(runs: RunManager, builtin: Path, loaded: Path) -> list[Checkpoin
     return [f for f in found if f is not None]
 
 
-@lru_cache(maxsize=8)
-def snapshot_service(path: str) -> ModelService:
-    return ModelService(Path(path))
+def snapshot_path(runs: RunManager, run_id: str, step: int) -> Path:
+    """The folder of a run's snapshot at `step` (a snapshot, never the built-in model)."""
+    return runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))
 
 
-def replay(runs: RunManager, run_id: str, step: int, text: str, tokens: int) -> ReplayFrame:
+def replay(runs: RunManager, models: ModelRegistry, run_id: str, step: int, text: str, tokens: int) -> ReplayFrame:
     """One snapshot of a run applied to a fixed prompt; the same data functions as the live pages."""
     if not RUN_ID.fullmatch(run_id) or not (run_id in runs.jobs or (runs.runs_dir / run_id).is_dir()):
         raise NotFound(f"no training run {run_id!r}")
     steps = runs.snapshot_steps(run_id)
     if step not in steps:
         raise InputError("step", f"run {run_id} has no snapshot at step {step}; snapshots: {steps}", where="query")
-    svc = snapshot_service(str(runs.checkpoint_path(f"{run_id}/step-{step:06d}", Path("/nonexistent"))))
+    svc = models.get(snapshot_path(runs, run_id, step))
     trace = fwd.forward(svc, ForwardRequest(text=text, include=["attention", "next_token"], truncate=True))
     ids = tok.encode(svc.encoding, text, where="query")[-svc.model.cfg.n_ctx // 2 :]
     with svc.run() as m:
-        out = m.generate(torch.tensor([ids]), 40, temperature=0.8, top_k=50, seed=0)
-    evals = [e for e in svc.meta.get("evals", []) if e["step"] <= step]
+        top_k = min(50, m.cfg.vocab_size)  # a character vocabulary may have fewer tokens
+        out = m.generate(torch.tensor([ids]), 40, temperature=0.8, top_k=top_k, seed=0)
+    evals = [e for e in svc.meta.evals or [] if e["step"] <= step]
     return ReplayFrame(
         run=run_id,
         step=step,

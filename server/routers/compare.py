@@ -4,8 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ..deps import Runs, Service
-from ..explain import compare as ex
+from ..deps import Models, Runs
+from ..explain.compare import compare as comparison
 from ..schemas.common import ERROR_RESPONSES, MAX_PROMPT_CHARS, NOT_FOUND
 from ..schemas.compare import CompareRequest, CompareResponse
 from ..schemas.training import CHECKPOINT_PATTERN
@@ -21,8 +21,8 @@ router = APIRouter(tags=["compare"])
     summary="Two checkpoints on the same text: bits per character, next-token distributions (KL both ways), "
     "attention and its difference, logit lens, how far each weight moved",
 )
-def compare(req: CompareRequest, runs: Runs, service: Service, binary: Binary) -> CompareResponse:
-    return answer(ex.compare(runs, service, req), binary)
+def compare(req: CompareRequest, runs: Runs, models: Models, binary: Binary) -> CompareResponse:
+    return answer(comparison(runs, models, req), binary)
 
 
 @router.get(
@@ -33,7 +33,7 @@ def compare(req: CompareRequest, runs: Runs, service: Service, binary: Binary) -
 )
 def compare_get(
     runs: Runs,
-    service: Service,
+    models: Models,
     binary: Binary,
     a: Annotated[str, Query(pattern=CHECKPOINT_PATTERN)],
     b: Annotated[str, Query(pattern=CHECKPOINT_PATTERN)],
@@ -43,5 +43,5 @@ def compare_get(
     head: Annotated[int, Query(ge=0)] = 0,
 ) -> CompareResponse:
     return answer(
-        ex.compare(runs, service, CompareRequest(a=a, b=b, text=text, char=char, layer=layer, head=head)), binary
+        comparison(runs, models, CompareRequest(a=a, b=b, text=text, char=char, layer=layer, head=head)), binary
     )

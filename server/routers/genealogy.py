@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from ..explain import genealogy as ex
+from ..explain import genealogy as genealogy_data
 from ..schemas import genealogy as schemas
 from ..schemas.common import ERROR_RESPONSES
 
@@ -23,7 +23,7 @@ router = APIRouter(tags=["genealogy"])
     "data, results and worked examples, each fact with its source text",
 )
 def genealogy() -> schemas.GenealogyResponse:
-    return ex.genealogy()
+    return genealogy_data.genealogy()
 
 
 @router.get(
@@ -52,7 +52,7 @@ def worked(
         float, Query(gt=0, le=1, description="a probability on the right token, to mark on -ln p (0.9)")
     ] = 0.9,
 ) -> schemas.WorkedExamples:
-    return ex.worked(vocab, perplexity, n, p, x, mean, var, loss_p)
+    return genealogy_data.worked(vocab, perplexity, n, p, x, mean, var, loss_p)
 
 
 Dataset = Annotated[
@@ -75,7 +75,7 @@ def perceptron(
     lr: Annotated[float, Query(gt=0, le=10, description="the learning rate eta")] = 0.1,
     seed: Seed = 0,
 ) -> schemas.PerceptronResponse:
-    return ex.perceptron(data, n, epochs, lr, seed)
+    return genealogy_data.perceptron(data, n, epochs, lr, seed)
 
 
 @router.get(
@@ -92,7 +92,7 @@ def mlp(
     n: Annotated[int, Query(ge=4, le=200, description="labelled points")] = 80,
     seed: Seed = 0,
 ) -> schemas.MLPResponse:
-    return ex.mlp(data, hidden, steps, lr, n, seed)
+    return genealogy_data.mlp(data, hidden, steps, lr, n, seed)
 
 
 @router.get(
@@ -108,7 +108,7 @@ def reach(
     cnn_layers: Annotated[int, Query(ge=1, le=8, description="stacked causal convolutions")] = 3,
     seed: Seed = 0,
 ) -> schemas.ReachResponse:
-    return ex.reach(positions, kernel, cnn_layers, seed)
+    return genealogy_data.reach(positions, kernel, cnn_layers, seed)
 
 
 @router.get(
@@ -120,4 +120,4 @@ def reach(
 def moe(
     top_k: Annotated[int, Query(ge=1, le=8, description="experts each token goes through")] = 2,
 ) -> schemas.MoEResponse:
-    return ex.moe(top_k)
+    return genealogy_data.moe(top_k)

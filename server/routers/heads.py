@@ -4,8 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ..deps import Runs, Service
-from ..explain import heads as ex
+from ..deps import Models, Runs, Service
+from ..explain import heads as head_roles
 from ..schemas.common import ERROR_RESPONSES, MAX_PROMPT_CHARS
 from ..schemas.heads import HeadsResponse, TrainingHeads
 from ..wire import Binary, answer, responses
@@ -33,7 +33,7 @@ def heads(
     ] = None,
     ablate: Annotated[bool, Query(description="run the ablation check for heads with a role")] = True,
 ) -> HeadsResponse:
-    return answer(ex.heads(service, text, ablate), binary)
+    return answer(head_roles.heads(service, text, ablate), binary)
 
 
 @router.get(
@@ -42,5 +42,5 @@ def heads(
     responses=ERROR_RESPONSES,
     summary="Head role scores and the in-context score at every snapshot of a run (watch roles appear)",
 )
-def training_heads(run_id: str, runs: Runs) -> TrainingHeads:
-    return ex.training_heads(runs, run_id)
+def training_heads(run_id: str, runs: Runs, models: Models) -> TrainingHeads:
+    return head_roles.training_heads(runs, models, run_id)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from ..deps import Service
-from ..explain import intervene as ex
+from ..explain.intervene import intervene as run_intervention
 from ..schemas.common import ERROR_RESPONSES
 from ..schemas.intervene import InterveneRequest, InterveneResponse
 
@@ -17,4 +17,4 @@ router = APIRouter(tags=["interventions"])
     summary="Zero heads or MLPs, or edit prompt tokens, and compare with the unaltered run",
 )
 def intervene(req: InterveneRequest, service: Service) -> InterveneResponse:
-    return ex.intervene(service, req)
+    return run_intervention(service, req)

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from ..deps import Service
-from ..explain import learn as ex
+from ..explain import learn
 from ..schemas import learn as schemas
 from ..schemas.common import ERROR_RESPONSES
 
@@ -23,7 +23,7 @@ DEFAULT_LOGITS = "2,1,0.5,0,-1"
 
 @router.get("/curves", response_model=schemas.CurvesIndex, summary="Every curve endpoint the /learn page draws")
 def index() -> schemas.CurvesIndex:
-    return ex.curves_index()
+    return learn.curves_index()
 
 
 @router.get(
@@ -52,7 +52,7 @@ def lr_schedule(
     min_lr: Annotated[float | None, Query(ge=0, le=10, description="warmup_cosine end value (gpt1 0)")] = None,
     points: Points = 400,
 ) -> schemas.ScheduleResponse:
-    return ex.lr_schedule(
+    return learn.lr_schedule(
         service,
         kind,
         d_model=d_model,
@@ -75,7 +75,7 @@ def gelu(
     x_max: Annotated[float, Query(ge=-20, le=20)] = 4.0,
     points: Points = 401,
 ) -> schemas.GeluResponse:
-    return ex.gelu(x_min, x_max, points)
+    return learn.gelu(x_min, x_max, points)
 
 
 @router.get(
@@ -97,7 +97,7 @@ def cross_entropy(
     target: Annotated[int, Query(ge=0, le=63, description="index of the true token among the logits")] = 0,
     epsilon: Annotated[float, Query(ge=0, le=1, description="label smoothing of the target (0: one-hot)")] = 0.0,
 ) -> schemas.CrossEntropyResponse:
-    return ex.cross_entropy(service, vocab_size, points, logits, target, epsilon)
+    return learn.cross_entropy(service, vocab_size, points, logits, target, epsilon)
 
 
 @router.get(
@@ -111,7 +111,7 @@ def label_smoothing(
     vocab_size: Annotated[int, Query(ge=2, le=100_000_000)] = 37_000,
     points: Points = 400,
 ) -> schemas.LabelSmoothingResponse:
-    return ex.label_smoothing(epsilon, vocab_size, points)
+    return learn.label_smoothing(epsilon, vocab_size, points)
 
 
 @router.get(
@@ -134,8 +134,8 @@ def softmax_scale(
     shift: Annotated[float, Query(ge=-1000, le=1000, description="added to every logit")] = 100.0,
 ) -> schemas.SoftmaxScaleResponse:
     if samples * d_k > MAX_QK_NUMBERS:  # bounded work per request
-        raise ex.query_error("samples", f"samples x d_k is {samples * d_k:,}; the limit is {MAX_QK_NUMBERS:,}")
-    return ex.softmax_scale(d_k, samples, seed, n_keys, logits, temperature, shift)
+        raise learn.query_error("samples", f"samples x d_k is {samples * d_k:,}; the limit is {MAX_QK_NUMBERS:,}")
+    return learn.softmax_scale(d_k, samples, seed, n_keys, logits, temperature, shift)
 
 
 @router.get(
@@ -147,7 +147,7 @@ def softmax_scale(
 def params(
     service: Service,
     preset: Annotated[
-        Literal[tuple(ex.preset_names())] | None,  # type: ignore[valid-type]  # the schema lists them
+        Literal[tuple(learn.preset_names())] | None,  # type: ignore[valid-type]  # the schema lists them
         Query(
             description="model (the loaded one), a training preset, gpt1, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3"
         ),
@@ -191,7 +191,7 @@ def params(
         n_expert=n_expert,
         top_k_experts=top_k_experts,
     )
-    return ex.params(service, preset, overrides)
+    return learn.params(service, preset, overrides)
 
 
 @router.get(
@@ -200,7 +200,7 @@ def params(
     summary="Parameter counts of the loaded model, GPT-1, the GPT-2 sizes and GPT-3",
 )
 def params_presets(service: Service) -> schemas.PresetsResponse:
-    return ex.presets(service)
+    return learn.presets(service)
 
 
 @router.get(
@@ -221,7 +221,7 @@ def kv_cache(
     bytes_per_value: Annotated[int, Query(ge=1, le=8, description="2 for float16/bfloat16, 4 for float32")] = 2,
     points: Annotated[int, Query(ge=2, le=1000)] = 65,
 ) -> schemas.KvCacheResponse:
-    return ex.kv_cache(n_layer, n_head, n_kv_head, d_head, context, batch, bytes_per_value, points)
+    return learn.kv_cache(n_layer, n_head, n_kv_head, d_head, context, batch, bytes_per_value, points)
 
 
 @router.get(
@@ -234,11 +234,11 @@ def scaling_law(
     service: Service,
     n_min: Annotated[float, Query(ge=1e3, le=1e15)] = 1e5,
     n_max: Annotated[float, Query(ge=1e3, le=1e15)] = 1e12,
-    n_c: Annotated[float, Query(ge=1e6, le=1e20)] = ex.KAPLAN_N_C,
-    alpha: Annotated[float, Query(ge=0.001, le=1)] = ex.KAPLAN_ALPHA,
+    n_c: Annotated[float, Query(ge=1e6, le=1e20)] = learn.KAPLAN_N_C,
+    alpha: Annotated[float, Query(ge=0.001, le=1)] = learn.KAPLAN_ALPHA,
     points: Points = 200,
 ) -> schemas.ScalingLawResponse:
-    return ex.scaling_law(service, n_min, n_max, n_c, alpha, points)
+    return learn.scaling_law(service, n_min, n_max, n_c, alpha, points)
 
 
 @router.get(
@@ -265,7 +265,7 @@ def optimizers(
     lr_muon: Annotated[float, Query(gt=0, le=10, description="Muon's step (each direction moves by this much)")] = 0.15,
     grid: Annotated[int, Query(ge=10, le=200, description="contour grid points per side")] = 61,
 ) -> schemas.OptimizersResponse:
-    return ex.optimizers(
+    return learn.optimizers(
         a=a,
         b=b,
         x0=x0,

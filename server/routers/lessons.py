@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from ..deps import Service
-from ..explain import lessons as ex
+from ..explain import lessons
 from ..schemas import lessons as schemas
 from ..schemas.common import ERROR_RESPONSES
 
@@ -24,7 +24,7 @@ LessonText = Annotated[
         min_length=1,
         max_length=400,
         description=(
-            f"a short text: in the loaded model's tokenizer it must be 2 to {ex.MAX_LESSON_TOKENS} tokens "
+            f"a short text: in the loaded model's tokenizer it must be 2 to {lessons.MAX_LESSON_TOKENS} tokens "
             "(and at most the model's context + 1); masked-lm accepts 1 token"
         ),
     ),
@@ -44,7 +44,7 @@ def initialisation(
     ] = 128,
     seed: Seed = 0,
 ) -> schemas.InitResponse:
-    return ex.initialisation(width, rows, seed)
+    return lessons.initialisation(width, rows, seed)
 
 
 @router.get(
@@ -72,7 +72,7 @@ def dropout(
     seed: Seed = 0,
     trials: Annotated[int, Query(ge=1, le=20_000, description="fresh masks averaged to show the expectation")] = 5000,
 ) -> schemas.DropoutResponse:
-    return ex.dropout(service, p, size, token_id, seed, trials)
+    return lessons.dropout(service, p, size, token_id, seed, trials)
 
 
 @router.get(
@@ -93,7 +93,7 @@ def adam(
         int, Query(ge=2, le=5000, description="how far back the weights of past gradients are drawn")
     ] = 3000,
 ) -> schemas.AdamResponse:
-    return ex.adam(beta1, beta2, eps, gradient, steps, ages)
+    return lessons.adam(beta1, beta2, eps, gradient, steps, ages)
 
 
 @router.get(
@@ -108,7 +108,7 @@ def embedding_scale(
     tokens: Annotated[int, Query(ge=1, le=1024, description="random embedding rows")] = 128,
     seed: Seed = 0,
 ) -> schemas.EmbeddingScaleResponse:
-    return ex.embedding_scale(d_model, positions, tokens, seed)
+    return lessons.embedding_scale(d_model, positions, tokens, seed)
 
 
 @router.get(
@@ -123,7 +123,7 @@ def masked_lm(
     seed: Seed = 0,
     rate: Annotated[float, Query(gt=0, le=1, description="share of positions picked (BERT: 0.15)")] = 0.15,
 ) -> schemas.MaskedLmResponse:
-    return ex.masked_lm(service, text, seed, rate)
+    return lessons.masked_lm(service, text, seed, rate)
 
 
 @router.get(
@@ -133,7 +133,7 @@ def masked_lm(
     summary="Inputs and targets one position apart; one forward pass of the loaded model scores every position",
 )
 def teacher_forcing(service: Service, text: LessonText = DEFAULT_SENTENCE) -> schemas.TeacherForcingResponse:
-    return ex.teacher_forcing(service, text)
+    return lessons.teacher_forcing(service, text)
 
 
 @router.get(
@@ -148,7 +148,7 @@ def head_gradients(
     layer: Annotated[int, Query(ge=0, le=1000, description="below the loaded model's n_layer")] = 0,
     head: Annotated[int, Query(ge=0, le=1024, description="below the loaded model's n_head")] = 0,
 ) -> schemas.HeadGradientsResponse:
-    return ex.head_gradients(service, text, layer, head)
+    return lessons.head_gradients(service, text, layer, head)
 
 
 @router.get(
@@ -169,4 +169,4 @@ def tokens_per_update(
         int, Query(ge=1, le=10**12, description="the labelled set (SNLI: about 550,000)")
     ] = 550_000,
 ) -> schemas.TokensPerUpdateResponse:
-    return ex.tokens_per_update(service, batch, context, corpus_tokens, epochs, labelled_examples)
+    return lessons.tokens_per_update(service, batch, context, corpus_tokens, epochs, labelled_examples)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import torch
-from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
+from fastapi import APIRouter, File, Form, Query, Response, UploadFile
 from fastapi.responses import JSONResponse
 
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import corpus as corpus_mod
 
-from .. import saes
 from ..config import BUILTIN_CHECKPOINT
-from ..deps import Runs, Service
+from ..deps import Models, Runs, Service
 from ..errors import InputError
 from ..experiments import EXPERIMENTS
 from ..explain import training as ex
@@ -30,7 +28,6 @@ from ..schemas.training import (
     TrainingRequest,
     TrainingStatus,
 )
-from ..service import ModelService, freeze_heap
 from ..wire import Binary, answer, responses
 
 router = APIRouter(tags=["training"])
@@ -106,12 +103,13 @@ def delete_training(run_id: str, runs: Runs, service: Service) -> Response:
 def replay(
     run_id: str,
     runs: Runs,
+    models: Models,
     binary: Binary,
     step: Annotated[int, Query(ge=0)],
     text: Annotated[str, Query(min_length=1, max_length=2000)] = "ROMEO:\nBut soft, what light",
     tokens: Annotated[int, Query(ge=10, le=5000, description="how many token ids to project")] = 300,
 ) -> ReplayFrame:
-    return answer(ex.replay(runs, run_id, step, text, tokens), binary)
+    return answer(ex.replay(runs, models, run_id, step, text, tokens), binary)
 
 
 @router.get(
@@ -160,16 +158,9 @@ def list_checkpoints(runs: Runs, service: Service) -> list[CheckpointInfo]:
     responses={**ERROR_RESPONSES, **NOT_FOUND},
     summary="Serve another checkpoint (by name from /api/v1/checkpoints)",
 )
-def switch_model(req: SwitchModelRequest, runs: Runs, request: Request) -> Health:
+def switch_model(req: SwitchModelRequest, runs: Runs, models: Models) -> Health:
     path = runs.checkpoint_path(req.checkpoint, BUILTIN_CHECKPOINT)
     try:
-        new = ModelService(path, request.app.state.settings.device)
+        return health(models.serve(path))  # requests already running finish on the old model
     except ckpt.CheckpointError as e:
         raise InputError("checkpoint", str(e)) from None
-    new.threads = request.app.state.settings.threads_for(new.model.num_params())
-    saes.attach(new, request.app.state.settings.data_dir)
-    request.app.state.service = new  # requests already running finish on the old model
-    torch.set_num_threads(new.threads)
-    if getattr(request.app.state, "heap_frozen", False):
-        freeze_heap()  # the new model is long-lived now, and the old one's cycles can go
-    return health(new)
