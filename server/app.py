@@ -15,7 +15,7 @@ from . import contract, errors, saes
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
 from .models import ModelRegistry
-from .patch_jobs import PatchJobs
+from .patch_jobs import patch_runner
 from .routers import api_routers, docs, pages
 from .runs import RunManager
 from .security import GuardMiddleware
@@ -40,10 +40,8 @@ def create_app(
             app.state.models.serve(service or settings.checkpoint)  # no local name: it would outlive a switch
             log.info("serving %s from %s", app.state.models.served.name, app.state.models.served.path)
         yield
-        app.state.runs.shutdown()  # cancel a run still going; its snapshots stay loadable
-        app.state.finetune.shutdown()
-        app.state.sae_jobs.shutdown()
-        app.state.patch_jobs.shutdown()
+        for runner in (app.state.runs, app.state.finetune, app.state.sae_jobs, app.state.patch_jobs):
+            runner.shutdown()  # cancel every job still going; a run's snapshots stay loadable
 
     app = FastAPI(
         title="gptscope",
@@ -71,8 +69,8 @@ def create_app(
     app.state.models = ModelRegistry(settings, own_process)  # every model the app loads
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
-    app.state.sae_jobs = saes.SaeJobs()
-    app.state.patch_jobs = PatchJobs()
+    app.state.sae_jobs = saes.sae_runner()
+    app.state.patch_jobs = patch_runner()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
     for router in api_routers():

@@ -159,11 +159,10 @@ def cmd_finetune(a: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from gptscope.model import checkpoint as ckpt
-    from gptscope.model import finetune as ft
     from gptscope.model import tasks as tasks_mod
 
     from .errors import InputError
-    from .finetune_jobs import FinetuneJobState, FinetuneManager, check_request, run_comparison
+    from .finetune_jobs import Comparison, FinetuneManager, check_request
     from .schemas.finetune import FinetuneRequest
 
     data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
@@ -189,7 +188,6 @@ def cmd_finetune(a: argparse.Namespace) -> int:
         f"examples, labels {', '.join(task.labels)} (chance {task.chance:.3f})",
         file=sys.stderr,
     )
-    job = FinetuneJobState("cli", req, str(a.checkpoint), task)
 
     def on_cell(r: dict) -> None:
         print(
@@ -198,9 +196,9 @@ def cmd_finetune(a: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
-    try:
-        run_comparison(job, base, manager.cache_dir, manager.models_dir, on_cell=on_cell)
-    except ft.Cancelled:
+    state = Comparison(req, str(a.checkpoint), task)
+    job = manager.run_here(manager.work(base, on_cell=on_cell), state, state.total_cells)
+    if job.status == "cancelled":
         return 1
     print(
         json.dumps(
@@ -209,8 +207,8 @@ def cmd_finetune(a: argparse.Namespace) -> int:
                 "checkpoint": str(a.checkpoint),
                 "labels": task.labels,
                 "chance": round(task.chance, 4),
-                "cells": job.cells,
-                "saved_as": job.saved_as,
+                "cells": state.cells,
+                "saved_as": state.saved_as,
             }
         )
     )
@@ -220,13 +218,15 @@ def cmd_finetune(a: argparse.Namespace) -> int:
 def cmd_sae(a: argparse.Namespace) -> int:
     """Train a sparse autoencoder on one layer's residual stream; a progress bar on stderr, one JSON
     line with the quality figures on stdout."""
+    from functools import partial
+
     from tqdm import tqdm
 
     from gptscope.model import checkpoint as ckpt
     from gptscope.model import corpus as corpus_mod
     from gptscope.model import sae as sae_mod
 
-    from .saes import folders_for
+    from .saes import SaeTraining, folders_for, sae_runner, train_sae
 
     tc = sae_mod.SAETrainConfig(
         layer=a.layer,
@@ -266,13 +266,15 @@ def cmd_sae(a: argparse.Namespace) -> int:
         bar.refresh()
 
     command = "gptscope sae " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["sae"] else [f"--layer {a.layer}"])
+    work = partial(train_sae, checkpoint=c, folder=out, command=command, on_progress=on_progress)
     try:
-        meta = sae_mod.train_and_save(c, spec, tc, out, command, on_progress=on_progress)
+        state = sae_runner().run_here(work, SaeTraining(out.name, tc.layer, tc, spec)).state
     except (sae_mod.SAEError, corpus_mod.CorpusError) as e:
         bar.close()
         print(f"error: {e}", file=sys.stderr)
         return 2
     bar.close()
+    meta = state.meta or {}
     keep = ("steps", "tokens", "train_seconds", "eval_seconds")
     print(json.dumps({"sae": str(out), **{k: meta[k] for k in keep}, "quality": meta["quality"]}))
     return 0

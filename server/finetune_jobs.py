@@ -10,46 +10,36 @@ from __future__ import annotations
 
 import re
 import shutil
-import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import finetune as ft
 from gptscope.model import tasks as tasks_mod
 
-from .background import BackgroundJobs
 from .errors import InputError
+from .jobs import Job, JobRunner, Work
 from .schemas.finetune import MAX_CSV_BYTES, TASK_PATTERN, FinetuneRequest
 
 
 @dataclass
-class FinetuneJobState:
-    id: str
+class Comparison:
+    """A fine-tuning job's own state: what it compares, the cells done and the one running (its
+    progress counts the cells)."""
+
     request: FinetuneRequest
     checkpoint: str
     task: tasks_mod.Task
-    status: str = "running"
     cells: list[dict] = field(default_factory=list)
     current: dict | None = None
     saved_as: str | None = None
-    error: str | None = None
-    started: float = field(default_factory=time.time)
-    finished: float | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
 
     @property
     def total_cells(self) -> int:
         return len(self.request.methods) * len(self.request.sizes)
-
-    @property
-    def elapsed(self) -> float:
-        return (self.finished or time.time()) - self.started
 
 
 @lru_cache(maxsize=8)
@@ -57,11 +47,11 @@ def _csv_task(path: str, mtime: float, name: str) -> tasks_mod.Task:
     return tasks_mod.from_csv(Path(path).read_bytes(), name)
 
 
-class FinetuneManager(BackgroundJobs[FinetuneJobState]):
-    noun, route = "fine-tuning job", "finetune"
+class FinetuneManager(JobRunner[Comparison]):
+    """Fine-tuning jobs, and the labelled tasks and saved classifiers under the data folder."""
 
     def __init__(self, data_dir: Path) -> None:
-        super().__init__()
+        super().__init__("fine-tuning job", "finetune", ft.Cancelled)
         self.data_dir = Path(data_dir)
         self.tasks_dir = self.data_dir / "tasks"
         self.cache_dir = self.data_dir / "finetune-cache"
@@ -110,30 +100,18 @@ class FinetuneManager(BackgroundJobs[FinetuneJobState]):
 
     # ---- jobs -------------------------------------------------------------------------------
 
-    def start(self, req: FinetuneRequest, base: ckpt.Checkpoint, checkpoint_name: str) -> FinetuneJobState:
+    def finetune(self, req: FinetuneRequest, base: ckpt.Checkpoint, checkpoint_name: str) -> Job[Comparison]:
+        """Start a comparison of `req` on the base checkpoint, once its request is checked."""
         task = self.task(req.task)
         check_request(req, base)
         if req.save_as and (self.models_dir / req.save_as).exists():
             raise InputError("save_as", f"models/{req.save_as} already exists; choose another name")
-        with self._lock:
-            self.refuse_if_busy()
-            job = FinetuneJobState(uuid.uuid4().hex[:12], req, checkpoint_name, task)
-            self.jobs[job.id] = job
-        return self.launch(job, self._run, base)
+        state = Comparison(req, checkpoint_name, task)
+        return self.start(self.work(base), state, state.total_cells)
 
-    def _run(self, job: FinetuneJobState, base: ckpt.Checkpoint) -> None:
-        req = job.request
-        try:
-            run_comparison(job, base, self.cache_dir, self.models_dir)
-            job.status = "done"
-        except ft.Cancelled:
-            job.status = "cancelled"
-        except Exception as e:
-            job.status, job.error = "failed", f"{type(e).__name__}: {e}"
-            if req.save_as:
-                shutil.rmtree(self.models_dir / f".{req.save_as}.partial", ignore_errors=True)
-        finally:
-            job.current, job.finished = None, time.time()
+    def work(self, base: ckpt.Checkpoint, on_cell: Callable[[dict], None] | None = None) -> Work[Comparison]:
+        """The work of a fine-tuning job on `base`, with this data folder's cache and models."""
+        return partial(run_comparison, base=base, cache_dir=self.cache_dir, models_dir=self.models_dir, on_cell=on_cell)
 
 
 def check_request(req: FinetuneRequest, base: ckpt.Checkpoint) -> None:
@@ -160,24 +138,36 @@ def _largest(sizes: list[int], n_train: int) -> int:
 
 
 def run_comparison(
-    job: FinetuneJobState,
+    job: Job[Comparison],
     base: ckpt.Checkpoint,
     cache_dir: Path,
     models_dir: Path,
     on_cell: Callable[[dict], None] | None = None,
 ) -> None:
-    """Every (method, size) cell in turn, appending each result to job.cells; saves the classifier."""
-    req = job.request
+    """The work of a fine-tuning job: every (method, size) cell in turn, each result appended to
+    its cells; saves the classifier when asked (a failed save leaves no hidden folder behind)."""
+    try:
+        _run_cells(job, base, cache_dir, models_dir, on_cell)
+    finally:
+        job.state.current = None
+        if job.state.request.save_as:  # once saved it was renamed into place
+            shutil.rmtree(models_dir / f".{job.state.request.save_as}.partial", ignore_errors=True)
+
+
+def _run_cells(
+    job: Job[Comparison], base: ckpt.Checkpoint, cache_dir: Path, models_dir: Path, on_cell: Callable | None
+) -> None:
+    state, req = job.state, job.state.request
     base_id = base.meta.get("weights_sha256") or str(base.path)
-    prepared = ft.prepare(base.model, base_id, base.encoding(), job.task)
+    prepared = ft.prepare(base.model, base_id, base.encoding(), state.task)
     keep_size = _largest(req.sizes, len(prepared.train.labels)) if req.save_as else None
     for method in req.methods:
         for size in req.sizes:
             n = ft.n_used(len(prepared.train.labels), size)
-            job.current = {"method": method, "n_train": n, "step": 0, "steps": req.steps or ft.RECIPE.steps_for(n)}
+            state.current = {"method": method, "n_train": n, "step": 0, "steps": req.steps or ft.RECIPE.steps_for(n)}
             keep = method == "finetune" and size == keep_size
 
-            def on_step(step: int, steps: int, cur=job.current) -> None:
+            def on_step(step: int, steps: int, cur=state.current) -> None:
                 cur["step"], cur["steps"] = step, steps
 
             result, clf = ft.run_cell(
@@ -192,30 +182,31 @@ def run_comparison(
                 on_step=on_step,
                 cancel=job.cancel.is_set,
             )
-            job.cells.append(result)
+            state.cells.append(result)
+            job.progress.done = len(state.cells)
             if on_cell is not None:
                 on_cell(result)
             if clf is not None:
-                _save(job, clf, base, result, models_dir)
+                _save(state, clf, base, result, models_dir)
 
 
-def _save(job: FinetuneJobState, clf: ft.Classifier, base: ckpt.Checkpoint, result: dict, models_dir: Path) -> None:
+def _save(state: Comparison, clf: ft.Classifier, base: ckpt.Checkpoint, result: dict, models_dir: Path) -> None:
     """Write the classifier in a hidden folder, load it back as the app would, then rename it into place."""
-    name = job.request.save_as
-    partial = models_dir / f".{name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
+    name = state.request.save_as
+    partial_dir = models_dir / f".{name}.partial"
+    shutil.rmtree(partial_dir, ignore_errors=True)
     ft.save_classifier(
-        partial,
+        partial_dir,
         clf,
         base.meta,
-        job.task,
+        state.task,
         result,
-        command=f"POST /api/v1/finetune {job.request.model_dump_json(exclude_none=True)}",
+        command=f"POST /api/v1/finetune {state.request.model_dump_json(exclude_none=True)}",
         name=name,
     )
-    ft.load_classifier(ckpt.load(partial))
+    ft.load_classifier(ckpt.load(partial_dir))
     final = models_dir / name
     if final.exists():
         raise FileExistsError(f"models/{name} appeared while the job ran; the classifier was not saved")
-    partial.rename(final)
-    job.saved_as = f"models/{name}"
+    partial_dir.rename(final)
+    state.saved_as = f"models/{name}"

@@ -11,70 +11,49 @@ import json
 import os
 import re
 import shutil
-import threading
-import time
-import uuid
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import corpus as corpus_mod
 from gptscope.model.train import Cancelled, ConfigError, StepRecord, TrainConfig, train
 
-from .background import JOB_ID as RUN_ID
-from .background import BackgroundJobs
 from .errors import Conflict, InputError, NotFound
+from .jobs import JOB_ID as RUN_ID
+from .jobs import Job, JobProgress, JobRunner
 from .schemas.training import CHECKPOINT_PATTERN, NAME_PATTERN, TrainingRequest
 
 
 @dataclass
-class Job:
-    id: str
+class TrainingRun:
+    """A training run's own state beside what the runner keeps (step and total_steps are its progress)."""
+
     request: TrainingRequest
-    out: Path
-    status: str = "starting"
-    step: int = 0
-    total_steps: int | None = None
-    started: float = field(default_factory=time.time)
-    finished: float | None = None
     uniform_loss: float | None = None
     reference_losses: dict | None = None  # {"unigram": .., "bigram": ..} nats/token of the training text
     precision: str | None = None  # what the run computes in, and why (the trainer's choice)
-    history: list[StepRecord] | None = field(default_factory=list)  # None: on disk, read on first use
+    history: list[StepRecord] = field(default_factory=list)
+    unread: Path | None = None  # a run from an earlier start of the app: its folder, history read on first use
     evals: list[dict] = field(default_factory=list)
     snapshots: list[int] = field(default_factory=list)
-    error: str | None = None
     cached: bool = False
-    cancel: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    @property
-    def elapsed(self) -> float:
-        return (self.finished or time.time()) - self.started
 
     def records(self) -> list[StepRecord]:
-        if self.history is None:  # a finished run from an earlier start of the app
+        if self.unread is not None:
+            folder, self.unread = self.unread, None
             try:
-                self.history = [StepRecord(**h) for h in ckpt.read_history(self.out, ckpt.read_meta(self.out))]
+                self.history = [StepRecord(**h) for h in ckpt.read_history(folder, ckpt.read_meta(folder))]
             except (ckpt.CheckpointError, TypeError):
                 self.history = []
         return self.history
 
-    def eta(self) -> float | None:
-        if self.status != "running" or not self.total_steps:
-            return None  # (a finished run's history file is not read just for this)
-        recs = self.records()
-        if not recs:
-            return None
-        per_step = recs[-1].elapsed_s / max(1, self.step - (recs[0].step - 1))
-        return round(max(0.0, (self.total_steps - self.step) * per_step), 1)
 
-
-class RunManager(BackgroundJobs[Job]):
-    noun, route, active = "training run", "training", ("starting", "running")
+class RunManager(JobRunner[TrainingRun]):
+    """Training runs, and the corpora and checkpoints they use and make, under the data folder."""
 
     def __init__(self, data_dir: Path) -> None:
-        super().__init__()
+        super().__init__("training run", "training", Cancelled, first_status="starting")
         self.data_dir = Path(data_dir)
         self.runs_dir = self.data_dir / "runs"
         self.corpora_dir = self.data_dir / "corpora"
@@ -105,20 +84,20 @@ class RunManager(BackgroundJobs[Job]):
                 req = TrainingRequest.model_validate_json((d / "request.json").read_text(encoding="utf-8"))
             except ValueError:
                 continue
-            job = Job(d.name, req, d, status="cancelled", started=(d / "request.json").stat().st_mtime)
-            job.snapshots = self.snapshot_steps(d.name)
+            run = TrainingRun(req, snapshots=self.snapshot_steps(d.name))
+            started = (d / "request.json").stat().st_mtime
+            job = Job(d.name, self.noun, run, "cancelled", started=started, finished=started)
             try:
                 meta = ckpt.read_meta(d)
             except ckpt.CheckpointError:
                 meta = None
-            if meta and meta.get("final"):
-                job.status, job.step = "done", int(meta["step"])
-                job.total_steps = int(meta["step"])  # finished: the steps it took (the schedule keeps the plan)
-                job.history, job.evals = None, meta.get("evals", [])
-                job.uniform_loss = meta.get("uniform_loss")
-                job.reference_losses = meta.get("reference_losses")
-                job.precision = meta.get("precision")
-            job.finished = job.started
+            if meta and meta.final:
+                # finished: the steps it took are its total (the schedule keeps the plan)
+                job.status, job.progress = "done", JobProgress(int(meta.step or 0), int(meta.step or 0))
+                run.unread, run.evals = d, meta.evals or []
+                run.uniform_loss = meta.uniform_loss
+                run.reference_losses = meta.reference_losses
+                run.precision = meta.precision
             self.jobs[d.name] = job
 
     # ---- names -> paths (validated before any filesystem call) --------------------------------
@@ -190,73 +169,22 @@ class RunManager(BackgroundJobs[Job]):
 
     # ---- runs ---------------------------------------------------------------------------------
 
-    def start(self, req: TrainingRequest) -> Job:
+    def train(self, req: TrainingRequest) -> Job[TrainingRun]:
+        """Start a run of `req` (or, when an identical one on a built-in corpus is done, that run, cached)."""
         corpus = self.corpus_path(req.corpus)  # raises before anything is written
+        tc = train_config(req, corpus, req.name or "run")
         key = self.cache_key(req)
-        with self._lock:
-            done = [j for j in self.jobs.values() if j.status == "done" and self.cache_key(j.request) == key]
+        with self.lock:  # the same lock as start's: no identical run can finish between the two
+            done = [j for j in self.jobs.values() if j.status == "done" and self.cache_key(j.state.request) == key]
             if done and req.corpus in corpus_mod.BUILTIN:  # an uploaded corpus may have been replaced since
-                return replace(done[-1], cached=True)
-            self.refuse_if_busy()
-            run_id = uuid.uuid4().hex[:12]
-            tc = TrainConfig(
-                **{
-                    **req.model_dump(exclude_none=True),
-                    "corpus": corpus,
-                    "name": req.name or f"run-{run_id}",
-                    "device": "cpu",
-                }
-            )
-            try:
-                tc.validate()
-            except ConfigError as e:
-                raise InputError(e.field, e.message) from None
-            job = Job(run_id, req, self.runs_dir / run_id)
-            self.jobs[run_id] = job
-        job.out.mkdir(parents=True, exist_ok=True)
-        (job.out / "request.json").write_text(json.dumps(req.model_dump(), indent=1), encoding="utf-8")
-        return self.launch(job, self._run, tc)
-
-    def _run(self, job: Job, tc: TrainConfig) -> None:
-        def on_event(e: dict) -> None:
-            kind = e["type"]
-            if kind == "start":
-                job.status, job.uniform_loss = "running", e["uniform_loss"]
-                job.reference_losses, job.precision = e.get("reference_losses"), e.get("precision")
-            if kind in ("start", "schedule", "step"):
-                job.total_steps = e["total_steps"]
-            if kind == "step":
-                job.history.append(e["record"])
-                job.step = e["record"].step
-            elif kind == "eval":
-                job.evals.append({k: e[k] for k in ("step", "val_loss", "train_loss")})
-            elif kind == "snapshot":
-                job.snapshots.append(e["step"])
-
-        try:
-            train(
-                tc,
-                out=job.out,
-                progress=False,
-                on_event=on_event,
-                should_stop=job.cancel.is_set,
-                command=f"POST /api/v1/training {job.request.model_dump_json(exclude_none=True)}",
-            )
-            job.status = "done"
-            job.total_steps = job.step  # a time budget's plan may have been a step longer than the run
-        except Cancelled:
-            job.status = "cancelled"
-        except Exception as e:
-            job.status = "failed"
-            job.error = f"{type(e).__name__}: {e}"
-        finally:
-            job.finished = time.time()
+                return replace(done[-1], state=replace(done[-1].state, cached=True))
+            return self.start(partial(train_run, tc=tc, runs_dir=self.runs_dir), TrainingRun(req))
 
     def delete(self, run_id: str, serving: Path) -> None:
         """Forget a run and remove its folder (final checkpoint, snapshots); a run still going is
         cancelled first. Refused while the app serves one of its checkpoints."""
-        job = self.get(run_id)
-        if Path(serving).resolve().is_relative_to(job.out.resolve()):
+        folder = self.runs_dir / self.get(run_id).id
+        if Path(serving).resolve().is_relative_to(folder.resolve()):
             raise Conflict(
                 f"the app is serving a checkpoint of run {run_id}; switch to another model "
                 f"(POST /api/v1/model) before deleting the run",
@@ -265,6 +193,48 @@ class RunManager(BackgroundJobs[Job]):
         job = self.cancel(run_id)
         if job.thread is not None and job.thread.is_alive():
             raise Conflict(f"run {run_id} has not stopped yet; try again", running_id=run_id)
-        with self._lock:
+        with self.lock:
             self.jobs.pop(run_id, None)
-        shutil.rmtree(job.out, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def train_config(req: TrainingRequest, corpus: str, name: str) -> TrainConfig:
+    """The trainer's configuration of a request, checked (a 422 naming the field otherwise)."""
+    tc = TrainConfig(**{**req.model_dump(exclude_none=True), "corpus": corpus, "name": name, "device": "cpu"})
+    try:
+        tc.validate()
+    except ConfigError as e:
+        raise InputError(e.field, e.message) from None
+    return tc
+
+
+def train_run(job: Job[TrainingRun], tc: TrainConfig, runs_dir: Path) -> None:
+    """The work of a training run: train into <runs_dir>/<id>/, keeping the job's progress and state."""
+    run, req, out = job.state, job.state.request, runs_dir / job.id
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "request.json").write_text(json.dumps(req.model_dump(), indent=1), encoding="utf-8")
+
+    def on_event(e: dict) -> None:
+        kind = e["type"]
+        if kind == "start":
+            job.status, run.uniform_loss = "running", e["uniform_loss"]
+            run.reference_losses, run.precision = e.get("reference_losses"), e.get("precision")
+        if kind in ("start", "schedule", "step"):
+            job.progress.total = e["total_steps"]
+        if kind == "step":
+            run.history.append(e["record"])
+            job.progress.done = e["record"].step
+        elif kind == "eval":
+            run.evals.append({k: e[k] for k in ("step", "val_loss", "train_loss")})
+        elif kind == "snapshot":
+            run.snapshots.append(e["step"])
+
+    train(
+        replace(tc, name=req.name or f"run-{job.id}"),
+        out=out,
+        progress=False,
+        on_event=on_event,
+        should_stop=job.cancel.is_set,
+        command=f"POST /api/v1/training {req.model_dump_json(exclude_none=True)}",
+    )
+    job.progress.total = job.progress.done  # a time budget's plan may have been a step longer than the run

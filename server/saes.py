@@ -10,20 +10,18 @@ one job at a time in a background thread, on a copy of the served model loaded f
 from __future__ import annotations
 
 import re
-import threading
-import time
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import corpus as corpus_mod
 from gptscope.model import sae as sae_mod
 
-from .background import BackgroundJobs
 from .config import BUILTIN_CHECKPOINT
 from .errors import InputError, NotFound
+from .jobs import Job, JobRunner
 from .schemas.sae import SAE_NAME
 from .service import ModelService
 
@@ -123,73 +121,68 @@ def get_by_path(service: ModelService, name: str) -> sae_mod.LoadedSAE:
 
 @dataclass
 class SaeTraining:
-    """One SAE training job as it runs (its answer is schemas.sae.SaeJob)."""
+    """An SAE training job's own state (its answer is schemas.sae.SaeJob; its progress counts steps)."""
 
-    id: str
     name: str
     layer: int
     config: sae_mod.SAETrainConfig
     corpus: str
-    status: str = "running"
     phase: str = "training"
-    progress: dict = field(default_factory=dict)
+    last: dict = field(default_factory=dict)  # the trainer's last progress report
     history: list[dict] = field(default_factory=list)
-    quality: dict | None = None
-    error: str | None = None
-    started: float = field(default_factory=time.time)
-    finished: float | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    @property
-    def elapsed(self) -> float:
-        return (self.finished or time.time()) - self.started
+    meta: dict | None = None  # what the saved SAE's JSON records (its quality figures...), once saved
 
 
-class SaeJobs(BackgroundJobs[SaeTraining]):
-    noun, route = "SAE training job", "saes/jobs"
+def sae_runner() -> JobRunner[SaeTraining]:
+    return JobRunner("SAE training job", "saes/jobs", sae_mod.Cancelled)
 
-    def start(self, service: ModelService, tc: sae_mod.SAETrainConfig, name: str | None, corpus: str) -> SaeTraining:
-        try:
-            tc.validate(service.model)
-        except sae_mod.SAEError as e:
-            raise InputError(e.field, str(e)) from None
-        name = name or sae_mod.default_name(tc)
-        if name in RESERVED or not re.fullmatch(SAE_NAME, name):
-            raise InputError("name", f"{name!r} is reserved or not a valid name")
-        folder = service.sae_folders[0] / name
-        if folder.exists() or name in dict(listing(service)):
-            raise InputError("name", f"the served model already has an SAE named {name!r}; choose another name")
-        with self._lock:
-            self.refuse_if_busy()
-            job = SaeTraining(uuid.uuid4().hex[:12], name, tc.layer, tc, corpus)
-            self.jobs[job.id] = job
-        return self.launch(job, self._run, service.path, folder)
 
-    def _run(self, job: SaeTraining, checkpoint: Path, folder: Path) -> None:
-        def on_progress(e: dict) -> None:
-            job.phase = str(e.get("phase", "training"))
-            job.progress = e
-            if "fvu" in e:
-                job.history.append(e)
+def start_training(
+    runner: JobRunner[SaeTraining], service: ModelService, tc: sae_mod.SAETrainConfig, name: str | None, corpus: str
+) -> Job[SaeTraining]:
+    """Train an SAE on the served model in the background, once its config and name are checked."""
+    try:
+        tc.validate(service.model)
+    except sae_mod.SAEError as e:
+        raise InputError(e.field, str(e)) from None
+    name = name or sae_mod.default_name(tc)
+    if name in RESERVED or not re.fullmatch(SAE_NAME, name):
+        raise InputError("name", f"{name!r} is reserved or not a valid name")
+    folder = service.sae_folders[0] / name
+    if folder.exists() or name in dict(listing(service)):
+        raise InputError("name", f"the served model already has an SAE named {name!r}; choose another name")
+    work = partial(train_sae, checkpoint=service.path, folder=folder)
+    return runner.start(work, SaeTraining(name, tc.layer, tc, corpus))
 
-        try:
-            meta = sae_mod.train_and_save(
-                ckpt.load(checkpoint),
-                job.corpus,
-                job.config,
-                folder,
-                command=f"POST /api/v1/saes (job {job.id})",
-                on_progress=on_progress,
-                should_stop=job.cancel.is_set,
-            )
-            job.quality, job.status = meta["quality"], "done"
-        except sae_mod.Cancelled:
-            job.status = "cancelled"
-        except Exception as e:
-            job.status, job.error = "failed", f"{type(e).__name__}: {e}"
-        finally:
-            job.finished = time.time()
+
+def train_sae(
+    job: Job[SaeTraining],
+    checkpoint: Path | ckpt.Checkpoint,
+    folder: Path,
+    command: str | None = None,
+    on_progress: Callable[[dict], None] | None = None,
+) -> None:
+    """The work of an SAE training job: train on a checkpoint (a folder is loaded first, in the job's
+    thread) and save the SAE in `folder`, recording the command that asked for it."""
+    state = job.state
+
+    def report(e: dict) -> None:
+        state.phase, state.last = str(e.get("phase", "training")), e
+        job.progress.done = int(e.get("step", 0))
+        if "fvu" in e:
+            state.history.append(e)
+        if on_progress is not None:
+            on_progress(e)
+
+    state.meta = sae_mod.train_and_save(
+        checkpoint if isinstance(checkpoint, ckpt.Checkpoint) else ckpt.load(checkpoint),
+        state.corpus,
+        state.config,
+        folder,
+        command=command or f"POST /api/v1/saes (job {job.id})",
+        on_progress=report,
+        should_stop=job.cancel.is_set,
+    )
 
 
 def corpus_for(service: ModelService, asked: str | None, corpus_path) -> str:

@@ -31,8 +31,9 @@ from gptscope.background_server import BackgroundServer
 from gptscope.server.app import create_app
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 from gptscope.server.finetune_jobs import FinetuneManager
+from gptscope.server.jobs import JobRunner
 from gptscope.server.runs import RunManager
-from gptscope.server.saes import SaeJobs
+from gptscope.server.saes import sae_runner
 from gptscope.server.schemas.common import StrictRequest
 from gptscope.server.service import ModelService
 
@@ -94,19 +95,11 @@ ALLOWED: dict[tuple[str, str], str] = {
 }
 
 
-class NoTrainManager(RunManager):
-    def _run(self, job, tc):  # accept the run, train nothing
-        job.status = "done"
-
-
-class NoFinetuneManager(FinetuneManager):
-    def _run(self, job, base):  # accept the job, train nothing (no torch thread left running at exit)
-        job.status = "done"
-
-
-class NoSaeJobs(SaeJobs):
-    def _run(self, job, checkpoint, folder):  # accept the job, train nothing
-        job.status = "done"
+def idle(runner: JobRunner) -> JobRunner:
+    """The runner, accepting every job and doing none (no torch thread left running at exit)."""
+    start = runner.start
+    runner.start = lambda work, state, total=None: start(lambda job: None, state, total)
+    return runner
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +107,9 @@ def served():
     data = tempfile.mkdtemp(prefix="gptscope-fuzz-")
     service = ModelService(BUILTIN_CHECKPOINT)
     app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=data), service=service)
-    app.state.runs = NoTrainManager(Path(data))
-    app.state.finetune = NoFinetuneManager(Path(data))
-    app.state.sae_jobs = NoSaeJobs()
+    app.state.runs = idle(RunManager(Path(data)))
+    app.state.finetune = idle(FinetuneManager(Path(data)))
+    app.state.sae_jobs = idle(sae_runner())
     server = BackgroundServer(app).start()
     yield server, service
     server.stop()

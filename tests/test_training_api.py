@@ -234,13 +234,13 @@ def test_a_run_trains_on_every_core_while_requests_keep_their_own_thread_count(s
     service's own count (one for a small model), not on the count the job left behind."""
     import threading
 
-    from gptscope.server.background import JOB_THREADS, BackgroundJobs
-
-    class Job:
-        id, status, cancel, thread = "0" * 12, "running", threading.Event(), None
+    from gptscope.server.jobs import JOB_THREADS, JobRunner
 
     seen = {}
-    BackgroundJobs().launch(Job(), lambda job: seen.setdefault("job", torch.get_num_threads())).thread.join()
+    job = JobRunner("job", "jobs", RuntimeError).start(
+        lambda job: seen.setdefault("job", torch.get_num_threads()), None
+    )
+    job.thread.join()
     assert seen["job"] == JOB_THREADS == max(1, __import__("os").cpu_count() or 1)
 
     def request() -> None:

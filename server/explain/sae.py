@@ -11,6 +11,7 @@ from gptscope.model.sae import LoadedSAE
 
 from .. import saes as store
 from ..errors import InputError
+from ..jobs import Job, answer_fields
 from ..schemas.sae import (
     ActiveFeature,
     FeatureDetail,
@@ -71,24 +72,21 @@ def listing(service: ModelService) -> SaeList:
     return SaeList(saes=found, write_folder=str(service.sae_folders[0]))
 
 
-def job_status(job: store.SaeTraining) -> SaeJob:
-    p = job.progress
+def job_status(job: Job[store.SaeTraining]) -> SaeJob:
+    state, last = job.state, job.state.last
     return SaeJob(
-        id=job.id,
-        status=job.status,  # type: ignore[arg-type]
-        phase="evaluating" if job.phase == "evaluating" else "training",
-        sae=job.name,
-        layer=job.layer,
-        progress=float(p.get("progress", 0.0)),
-        step=int(p.get("step", 0)),
-        tokens=int(p.get("tokens", 0)),
-        fvu=p.get("fvu"),
-        l0=p.get("l0"),
-        dead=p.get("dead"),
-        history=job.history,
-        quality=Quality(**job.quality) if job.quality else None,
-        error=job.error,
-        elapsed=round(job.elapsed, 2),
+        **answer_fields(job),
+        phase="evaluating" if state.phase == "evaluating" else "training",
+        sae=state.name,
+        layer=state.layer,
+        progress=float(last.get("progress", 0.0)),
+        step=job.progress.done,
+        tokens=int(last.get("tokens", 0)),
+        fvu=last.get("fvu"),
+        l0=last.get("l0"),
+        dead=last.get("dead"),
+        history=state.history,
+        quality=Quality(**state.meta["quality"]) if state.meta else None,
     )
 
 

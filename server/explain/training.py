@@ -13,8 +13,8 @@ from gptscope.model import corpus as corpus_mod
 from gptscope.model.gpt import GPTConfig, count_params
 
 from ..errors import InputError, NotFound
-from ..models import ModelRegistry
 from ..jobs import Job, answer_fields
+from ..models import ModelRegistry
 from ..runs import RUN_ID, RunManager, TrainingRun
 from ..schemas.forward import ForwardRequest
 from ..schemas.training import CheckpointInfo, CorpusInfo, EvalPoint, ReplayFrame, TrainingStatus

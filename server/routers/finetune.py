@@ -11,8 +11,9 @@ from gptscope.model import checkpoint as ckpt
 from ..config import BUILTIN_CHECKPOINT
 from ..deps import Runs, Service
 from ..errors import InputError
-from ..explain import finetune as ex
+from ..explain import finetune as explain_finetune
 from ..finetune_jobs import FinetuneManager
+from ..jobs import Route, job_routes
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
 from ..schemas.finetune import (
     MAX_CSV_BYTES,
@@ -40,7 +41,7 @@ CONFLICT = {409: {"model": ErrorResponse, "description": "a fine-tuning job is a
     "/finetune/tasks", response_model=TasksResponse, summary="Labelled tasks: the built-in ones and uploaded CSVs"
 )
 def list_tasks(jobs: Jobs) -> TasksResponse:
-    return ex.tasks(jobs)
+    return explain_finetune.tasks(jobs)
 
 
 @router.post(
@@ -56,7 +57,7 @@ async def upload_task(
     name: Annotated[str, Form(pattern=TASK_PATTERN, description="the task's name")],
 ) -> TaskInfo:
     data = await file.read(MAX_CSV_BYTES + 1)
-    return ex.task_info(jobs.save_csv(name, data))
+    return explain_finetune.task_info(jobs.save_csv(name, data))
 
 
 @router.post(
@@ -75,32 +76,19 @@ def start(req: FinetuneRequest, jobs: Jobs, runs: Runs, service: Service) -> Fin
             base, name = ckpt.load(path), req.checkpoint
         except ckpt.CheckpointError as e:
             raise InputError("checkpoint", str(e)) from None
-    return ex.job_status(jobs.start(req, base, name))
+    return explain_finetune.job_status(jobs.finetune(req, base, name))
 
 
-@router.get("/finetune", response_model=list[FinetuneJob], summary="Fine-tuning jobs since the app started")
-def list_jobs(jobs: Jobs) -> list[FinetuneJob]:
-    return [ex.job_status(j) for j in jobs.jobs.values()]
-
-
-@router.get(
-    "/finetune/{job_id}",
-    response_model=FinetuneJob,
-    responses=NOT_FOUND,
-    summary="A fine-tuning job: finished cells, the one running, the saved classifier",
+job_routes(
+    router,
+    "/finetune",
+    get_finetune,
+    FinetuneJob,
+    explain_finetune.job_status,
+    listing=Route("list_jobs", "Fine-tuning jobs since the app started"),
+    get=Route("get_job", "A fine-tuning job: finished cells, the one running, the saved classifier", NOT_FOUND),
+    cancel=Route("cancel_job", "Stop a fine-tuning job (the cells already finished stay)", NOT_FOUND),
 )
-def get_job(job_id: str, jobs: Jobs) -> FinetuneJob:
-    return ex.job_status(jobs.get(job_id))
-
-
-@router.post(
-    "/finetune/{job_id}/cancel",
-    response_model=FinetuneJob,
-    responses=NOT_FOUND,
-    summary="Stop a fine-tuning job (the cells already finished stay)",
-)
-def cancel_job(job_id: str, jobs: Jobs) -> FinetuneJob:
-    return ex.job_status(jobs.cancel(job_id))
 
 
 @router.post(
@@ -110,4 +98,4 @@ def cancel_job(job_id: str, jobs: Jobs) -> FinetuneJob:
     summary="Label a text with the served fine-tuned classifier, and explain the label",
 )
 def classify(req: ClassifyRequest, service: Service) -> ClassifyResponse:
-    return ex.classify(service, req)
+    return explain_finetune.classify(service, req)

@@ -8,9 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from ..deps import Service
-from ..explain import patch as ex
+from ..explain import patch as explain_patch
 from ..explain import patch_pairs
-from ..patch_jobs import PatchJobs
+from ..jobs import Job, JobRunner, Route, job_routes
+from ..patch_jobs import PatchSweep, start_sweep, sweep_status
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND
 from ..schemas.patch import PatchJob, PatchPair, PatchRequest, PatchResponse
 from ..wire import Binary, answer, responses
@@ -18,11 +19,11 @@ from ..wire import Binary, answer, responses
 router = APIRouter(tags=["patching"])
 
 
-def get_jobs(request: Request) -> PatchJobs:
+def get_jobs(request: Request) -> JobRunner[PatchSweep]:
     return request.app.state.patch_jobs
 
 
-Jobs = Annotated[PatchJobs, Depends(get_jobs)]
+Jobs = Annotated[JobRunner[PatchSweep], Depends(get_jobs)]
 
 
 @router.post(
@@ -33,7 +34,7 @@ Jobs = Annotated[PatchJobs, Depends(get_jobs)]
     "corrupted one (resid_pre, attn_out, mlp_out per layer and position; each head; heads by position)",
 )
 def patch(req: PatchRequest, service: Service, binary: Binary) -> PatchResponse:
-    return answer(ex.patch(service, req), binary)
+    return answer(explain_patch.patch(service, req), binary)
 
 
 @router.post(
@@ -45,27 +46,27 @@ def patch(req: PatchRequest, service: Service, binary: Binary) -> PatchResponse:
     "GET /api/v1/patch/jobs/{id} for its progress and answer (a newer job cancels one still going)",
 )
 def start_job(req: PatchRequest, service: Service, jobs: Jobs) -> PatchJob:
-    return jobs.start(service, req).status_json()
+    return sweep_status(start_sweep(jobs, service, req))
 
 
-@router.get(
-    "/patch/jobs/{job_id}",
-    response_model=PatchJob,
-    responses={**NOT_FOUND, **responses(PatchJob)},
-    summary="A patching job: patched runs done and needed, and its answer once done",
+def status_or_msgpack(job: Job[PatchSweep], binary: Binary) -> PatchJob:
+    return answer(sweep_status(job), binary)
+
+
+job_routes(
+    router,
+    "/patch/jobs",
+    get_jobs,
+    PatchJob,
+    sweep_status,
+    get=Route(
+        "get_job",
+        "A patching job: patched runs done and needed, and its answer once done",
+        {**NOT_FOUND, **responses(PatchJob)},
+        show=status_or_msgpack,
+    ),
+    cancel=Route("cancel_job", "Stop a patching job", {**NOT_FOUND, **responses(PatchJob)}),
 )
-def get_job(job_id: str, jobs: Jobs, binary: Binary) -> PatchJob:
-    return answer(jobs.get(job_id).status_json(), binary)
-
-
-@router.post(
-    "/patch/jobs/{job_id}/cancel",
-    response_model=PatchJob,
-    responses={**NOT_FOUND, **responses(PatchJob)},
-    summary="Stop a patching job",
-)
-def cancel_job(job_id: str, jobs: Jobs) -> PatchJob:
-    return jobs.cancel(job_id).status_json()
 
 
 @router.get(

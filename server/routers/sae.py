@@ -10,24 +10,25 @@ from gptscope.model.sae import SAETrainConfig
 
 from .. import saes as store
 from ..deps import Runs, Service
-from ..explain import sae as ex
+from ..explain import sae as explain_sae
+from ..jobs import JobRunner, Route, job_routes
 from ..schemas.common import ERROR_RESPONSES, ErrorResponse
 from ..schemas.sae import FeatureDetail, FeatureList, SaeInfo, SaeJob, SaeList, SaeTrainRequest, SortKey
 
 router = APIRouter(tags=["sae"])
 
 
-def get_jobs(request: Request) -> store.SaeJobs:
+def get_jobs(request: Request) -> JobRunner[store.SaeTraining]:
     return request.app.state.sae_jobs
 
 
-Jobs = Annotated[store.SaeJobs, Depends(get_jobs)]
+Jobs = Annotated[JobRunner[store.SaeTraining], Depends(get_jobs)]
 CONFLICT = {409: {"model": ErrorResponse, "description": "an SAE training job is already going"}}
 
 
 @router.get("/saes", response_model=SaeList, summary="The served model's SAEs with their quality figures")
 def list_saes(service: Service) -> SaeList:
-    return ex.listing(service)
+    return explain_sae.listing(service)
 
 
 @router.post(
@@ -40,27 +41,24 @@ def list_saes(service: Service) -> SaeList:
 def start(req: SaeTrainRequest, jobs: Jobs, runs: Runs, service: Service) -> SaeJob:
     fields = req.model_dump(exclude={"name", "corpus"})
     corpus = store.corpus_for(service, req.corpus, runs.corpus_path)
-    return ex.job_status(jobs.start(service, SAETrainConfig(**fields), req.name, corpus))
+    return explain_sae.job_status(store.start_training(jobs, service, SAETrainConfig(**fields), req.name, corpus))
 
 
-@router.get("/saes/jobs", response_model=list[SaeJob], summary="SAE training jobs since the app started")
-def list_jobs(jobs: Jobs) -> list[SaeJob]:
-    return [ex.job_status(j) for j in jobs.jobs.values()]
-
-
-@router.get("/saes/jobs/{job_id}", response_model=SaeJob, summary="An SAE training job: its progress, then its figures")
-def get_job(job_id: str, jobs: Jobs) -> SaeJob:
-    return ex.job_status(jobs.get(job_id))
-
-
-@router.post("/saes/jobs/{job_id}/cancel", response_model=SaeJob, summary="Stop an SAE training job (nothing is saved)")
-def cancel_job(job_id: str, jobs: Jobs) -> SaeJob:
-    return ex.job_status(jobs.cancel(job_id))
+job_routes(
+    router,
+    "/saes/jobs",
+    get_jobs,
+    SaeJob,
+    explain_sae.job_status,
+    listing=Route("list_jobs", "SAE training jobs since the app started"),
+    get=Route("get_job", "An SAE training job: its progress, then its figures"),
+    cancel=Route("cancel_job", "Stop an SAE training job (nothing is saved)"),
+)
 
 
 @router.get("/saes/{name}", response_model=SaeInfo, summary="One SAE: how it was trained and its quality figures")
 def get_sae(name: str, service: Service) -> SaeInfo:
-    return ex.info(store.get_by_path(service, name))
+    return explain_sae.info(store.get_by_path(service, name))
 
 
 @router.get(
@@ -80,7 +78,7 @@ def list_features(
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> FeatureList:
-    return ex.feature_list(service, name, q, sort, descending, offset, limit)
+    return explain_sae.feature_list(service, name, q, sort, descending, offset, limit)
 
 
 @router.get(
@@ -90,4 +88,4 @@ def list_features(
     summary="One feature: top held-out passages shaded per token, histogram, logit effects, density",
 )
 def feature(name: str, feature: int, service: Service) -> FeatureDetail:
-    return ex.feature_detail(service, name, feature)
+    return explain_sae.feature_detail(service, name, feature)

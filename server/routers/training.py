@@ -11,11 +11,13 @@ from gptscope.model import checkpoint as ckpt
 from gptscope.model import corpus as corpus_mod
 
 from ..config import BUILTIN_CHECKPOINT
-from ..deps import Models, Runs, Service
+from ..deps import Models, Runs, Service, get_runs
 from ..errors import InputError
 from ..experiments import EXPERIMENTS
-from ..explain import training as ex
+from ..explain import training as explain_training
 from ..explain.model_info import health
+from ..jobs import Job, Route, job_routes
+from ..runs import TrainingRun
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
 from ..schemas.health import Health
 from ..schemas.training import (
@@ -45,37 +47,40 @@ router = APIRouter(tags=["training"])
     summary="Start a training run (one at a time); the app keeps serving its model meanwhile",
 )
 def start_training(req: TrainingRequest, runs: Runs):
-    job = runs.start(req)
-    if job.cached:  # an identical request already finished: 200 with that run instead of 202
-        return JSONResponse(status_code=200, content=ex.status(job).model_dump(mode="json"))
-    return ex.status(job)
+    job = runs.train(req)
+    if job.state.cached:  # an identical request already finished: 200 with that run instead of 202
+        return JSONResponse(status_code=200, content=explain_training.status(job).model_dump(mode="json"))
+    return explain_training.status(job)
 
 
-@router.get(
-    "/training", response_model=list[TrainingStatus], summary="Runs started since the app began (history omitted)"
+def status_since(job: Job[TrainingRun], since: Annotated[int, Query(ge=0)] = 0) -> TrainingStatus:
+    return explain_training.status(job, since)
+
+
+job_routes(
+    router,
+    "/training",
+    get_runs,
+    TrainingStatus,
+    explain_training.status,
+    id_name="run_id",
+    listing=Route(
+        "list_training",
+        "Runs started since the app began (history omitted)",
+        show=lambda job: explain_training.status(job, since=10**9),
+    ),
+    get=Route(
+        "get_training",
+        "Progress of a run; `since` returns only the steps after it (for polling)",
+        NOT_FOUND,
+        show=status_since,
+    ),
+    cancel=Route(
+        "cancel_training",
+        "Cancel a run (a finished one is left as it is); the run and the snapshots it saved stay loadable",
+        NOT_FOUND,
+    ),
 )
-def list_training(runs: Runs) -> list[TrainingStatus]:
-    return [ex.status(j, since=10**9) for j in runs.jobs.values()]
-
-
-@router.get(
-    "/training/{run_id}",
-    response_model=TrainingStatus,
-    responses=NOT_FOUND,
-    summary="Progress of a run; `since` returns only the steps after it (for polling)",
-)
-def get_training(run_id: str, runs: Runs, since: Annotated[int, Query(ge=0)] = 0) -> TrainingStatus:
-    return ex.status(runs.get(run_id), since)
-
-
-@router.post(
-    "/training/{run_id}/cancel",
-    response_model=TrainingStatus,
-    responses=NOT_FOUND,
-    summary="Cancel a run (a finished one is left as it is); the run and the snapshots it saved stay loadable",
-)
-def cancel_training(run_id: str, runs: Runs) -> TrainingStatus:
-    return ex.status(runs.cancel(run_id))
 
 
 @router.delete(
@@ -109,7 +114,7 @@ def replay(
     text: Annotated[str, Query(min_length=1, max_length=2000)] = "ROMEO:\nBut soft, what light",
     tokens: Annotated[int, Query(ge=10, le=5000, description="how many token ids to project")] = 300,
 ) -> ReplayFrame:
-    return answer(ex.replay(runs, models, run_id, step, text, tokens), binary)
+    return answer(explain_training.replay(runs, models, run_id, step, text, tokens), binary)
 
 
 @router.get(
@@ -123,7 +128,7 @@ def list_experiments() -> list[Experiment]:
 
 @router.get("/corpora", response_model=list[CorpusInfo], summary="The built-in corpus and the uploaded ones")
 def list_corpora(runs: Runs) -> list[CorpusInfo]:
-    return ex.corpora(runs)
+    return explain_training.corpora(runs)
 
 
 @router.post(
@@ -149,7 +154,7 @@ async def upload_corpus(
     summary="Checkpoints the app can serve: the built-in model, finished runs and their snapshots",
 )
 def list_checkpoints(runs: Runs, service: Service) -> list[CheckpointInfo]:
-    return ex.checkpoints(runs, BUILTIN_CHECKPOINT, service.path)
+    return explain_training.checkpoints(runs, BUILTIN_CHECKPOINT, service.path)
 
 
 @router.post(
