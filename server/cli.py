@@ -184,7 +184,7 @@ def cmd_finetune(a: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(
-        f"fine-tuning {base.meta.get('name')} on {task.name}: {len(task.train)} training and {len(task.test)} test "
+        f"fine-tuning {base.meta.name} on {task.name}: {len(task.train)} training and {len(task.test)} test "
         f"examples, labels {', '.join(task.labels)} (chance {task.chance:.3f})",
         file=sys.stderr,
     )
@@ -243,7 +243,7 @@ def cmd_sae(a: argparse.Namespace) -> int:
     try:
         folder_ck = checkpoint_folder(a.checkpoint)
         c = ckpt.load(folder_ck)
-        spec = a.corpus or (c.meta.get("corpus") or {}).get("name")
+        spec = a.corpus or (c.meta.corpus or {}).get("name")
         if spec is None:
             raise ValueError("the checkpoint does not say what text it was trained on: give --corpus")
         tc.validate(c.model)

@@ -116,11 +116,11 @@ class FinetuneManager(JobRunner[Comparison]):
 
 def check_request(req: FinetuneRequest, base: ckpt.Checkpoint) -> None:
     """The limits the schema cannot state alone, each refused naming its field."""
-    if base.meta.get("classifier"):
+    if base.meta.classifier:
         raise InputError("checkpoint", "this checkpoint is already a fine-tuned classifier; fine-tune a language model")
-    if base.meta.get("tokenizer", {}).get("kind") == "chars":
+    if (base.meta.tokenizer or {}).get("kind") == "chars":
         raise InputError("checkpoint", "a character-level model has no room for the special tokens fine-tuning adds")
-    if base.meta.get("tokenizer", {}).get("kind") == "huggingface":
+    if (base.meta.tokenizer or {}).get("kind") == "huggingface":
         raise InputError(
             "checkpoint",
             "an imported Hugging Face model keeps its own tokenizer.json, which has no room for the special "
@@ -158,7 +158,7 @@ def _run_cells(
     job: Job[Comparison], base: ckpt.Checkpoint, cache_dir: Path, models_dir: Path, on_cell: Callable | None
 ) -> None:
     state, req = job.state, job.state.request
-    base_id = base.meta.get("weights_sha256") or str(base.path)
+    base_id = base.meta.weights_sha256 or str(base.path)
     prepared = ft.prepare(base.model, base_id, base.encoding(), state.task)
     keep_size = _largest(req.sizes, len(prepared.train.labels)) if req.save_as else None
     for method in req.methods:

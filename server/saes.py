@@ -55,7 +55,7 @@ def load(path: Path) -> sae_mod.LoadedSAE:
 def listing(service: ModelService) -> list[tuple[str, Path]]:
     """(name, folder) of every SAE trained on the served model's weights, by name; a name in two
     folders is the first folder's."""
-    sha = service.meta.get("weights_sha256")
+    sha = service.meta.weights_sha256
     found: dict[str, Path] = {}
     for root in service.sae_folders:
         if not root.is_dir():
@@ -190,7 +190,7 @@ def corpus_for(service: ModelService, asked: str | None, corpus_path) -> str:
     model was trained on when that is a built-in corpus."""
     if asked is not None:
         return corpus_path(asked)
-    own = (service.meta.get("corpus") or {}).get("name")
+    own = (service.meta.corpus or {}).get("name")
     if own in corpus_mod.BUILTIN:
         return own
     raise InputError("corpus", "the served model was not trained on a built-in corpus: name one from /api/v1/corpora")

@@ -139,7 +139,7 @@ def compare(runs: RunManager, models: ModelRegistry, req: CompareRequest) -> Com
     if char >= n:
         raise InputError("char", f"{char} is past the text's last character ({n - 1})")
     (sa, ia), (sb, ib) = (_side(name, svc, req, char) for name, svc in zip((req.a, req.b), svcs))
-    same_tok = svcs[0].meta.get("tokenizer") == svcs[1].meta.get("tokenizer") and ia["ids"] == ib["ids"]
+    same_tok = svcs[0].meta.tokenizer == svcs[1].meta.tokenizer and ia["ids"] == ib["ids"]
     bits_a = _char_bits(ia["pieces"], ia["token_loss"], n)
     bits_b = _char_bits(ib["pieces"], ib["token_loss"], n)
     # the characters both models scored: index -> (bits of a, bits of b)
