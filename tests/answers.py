@@ -32,10 +32,11 @@ from fastapi.testclient import TestClient
 
 from gptscope.server.app import create_app
 from gptscope.server.config import Settings
+from gptscope.server.pages import PAGES as DECLARED_PAGES
 
 CLOCK = {"elapsed", "elapsed_s", "eta_s", "tokens_per_s", "started", "finished", "seconds", "ms_per_step"}
 PROMPT = "KING HENRY V:\nOnce more unto the breach, dear friends, once"
-PAGES = ("/", "/tokenizer", "/learn", "/train", "/compare", "/genealogy", "/features", "/patch", "/docs")
+PAGES = (*(p.path for p in DECLARED_PAGES), "/docs")  # server/pages.py, and the API's own
 
 
 def masked(value, ids: dict[str, str]):

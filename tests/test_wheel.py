@@ -30,15 +30,13 @@ import pytest
 import tomllib
 
 import gptscope
+from gptscope.server.pages import PAGES as DECLARED_PAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
-# every HTML page: "/", "/tokenizer", "/learn", "/train", "/compare", "/genealogy", "/patch", "/features"
-PAGES = re.findall(
-    r'@router\.get\("(/[^"]*)", response_class=HTMLResponse',
-    (ROOT / "server" / "routers" / "pages.py").read_text(encoding="utf-8"),
-)
+# every HTML page, as server/pages.py declares them
+PAGES = [p.path for p in DECLARED_PAGES]
 
 
 # ---- fast: the package's declaration ------------------------------------------------------------

@@ -5,7 +5,8 @@ selection, which builder (stages.py) makes it, whether the loaded model has it, 
 changes make it stale. Everything else reads this tuple: `POST /api/v1/forward` runs the builders of
 the parts asked for, the request's `include` enumeration and the answer's fields are made from it
 (schemas/forward.py), and the forward page asks `GET /api/v1/forward/parts` for its list and its
-dependencies. Adding a part is a builder in stages.py and one entry below.
+dependencies. Adding a part is a builder in stages.py, one entry below and the JS panel that draws
+it (static/js/forward/panel_*.js, in main.js's PANELS; docs/architecture.md: Adding a forward part).
 """
 
 from __future__ import annotations

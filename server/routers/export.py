@@ -11,9 +11,7 @@ at a time: another asked for meanwhile gets 503 with Retry-After, never a queue.
 
 from __future__ import annotations
 
-import re
 import threading
-from functools import lru_cache
 from typing import Annotated, Literal
 from urllib.parse import urlencode
 
@@ -22,8 +20,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from gptscope.export import ExportFailed, ExportUnavailable, export_panel
 
-from ..config import TEMPLATES_DIR
 from ..errors import InputError
+from ..pages import BY_NAME, PAGE_NAMES, panels
 from ..schemas.common import ERROR_RESPONSES
 from ..security import own_origin
 
@@ -31,27 +29,10 @@ ERROR_REF = "#/components/schemas/ErrorResponse"
 
 router = APIRouter(tags=["export"])
 
-# page -> its path and template; each panel is the section `<name>-panel` of that page
-PAGES = {
-    "forward": ("/", "index"),
-    "tokenizer": ("/tokenizer", "tokenizer"),
-    "learn": ("/learn", "learn"),
-    "train": ("/train", "train"),
-    "compare": ("/compare", "compare"),
-    "patch": ("/patch", "patch"),
-    "genealogy": ("/genealogy", "genealogy"),
-    "features": ("/features", "features"),
-}
-PageName = Literal["forward", "tokenizer", "learn", "train", "compare", "patch", "genealogy", "features"]  # PAGES' keys
-PANEL = re.compile(r'<section[^>]*\bid="([a-z0-9-]+)-panel"')
+# the pages (server/pages.py: PAGES); each panel is a section `<name>-panel` of its page
+PageName = Literal[PAGE_NAMES]  # type: ignore[valid-type]
 _one = threading.Lock()
 RETRY_AFTER_S = 5  # a render takes a few seconds
-
-
-@lru_cache
-def panels(page: str) -> list[str]:
-    """The panels a page's template has (a model may lack some: the page then says so)."""
-    return PANEL.findall((TEMPLATES_DIR / f"{PAGES[page][1]}.html").read_text(encoding="utf-8"))
 
 
 @router.get(
@@ -80,7 +61,7 @@ def export(
     state = [(k, v) for k, v in request.query_params.multi_items() if k not in ("page", "panel", "embed")]
     settings = request.app.state.settings
     # the server's own address, never the request's Host: Chromium opens only this app's page
-    url = own_origin(settings.host, request.scope) + PAGES[page][0] + "?" + urlencode([*state, ("embed", panel)])
+    url = own_origin(settings.host, request.scope) + BY_NAME[page].path + "?" + urlencode([*state, ("embed", panel)])
     token = request.app.state.door_token
     if not _one.acquire(blocking=False):
         return JSONResponse(

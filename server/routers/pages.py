@@ -1,21 +1,21 @@
-"""HTML pages. Each is a shell whose panels fetch the same /api/v1 JSON a tool would; the
-response carries a Link header to that JSON twin (rel="alternate"), and the page a
-<link rel="alternate"> to it.
+"""HTML pages, made from their declaration (server/pages.py: PAGES). Each is a shell whose panels
+fetch the same /api/v1 JSON a tool would; the response carries a Link header to that JSON twin
+(rel="alternate"), and the page a <link rel="alternate"> to it. A page whose URL carries state has a
+data function here (`@data("name")`): it reads the query and returns the twin and the template's
+context; the others answer with their declared twin.
 
     /           the forward pass       twin: GET /api/v1/forward?text=...
     /tokenizer  BPE step by step       twin: GET /api/v1/tokenize?text=...&encoding=...
-    /learn      curves and schedules   twin: GET /api/v1/curves (the index of those endpoints)
-    /train      training runs          twin: GET /api/v1/checkpoints
     /compare    two models, one text   twin: GET /api/v1/compare?a=...&b=...&text=...
-    /genealogy  the family tree        twin: GET /api/v1/genealogy
-    /features   SAE features           twin: GET /api/v1/saes
     /patch      activation patching    twin: GET /api/v1/patch/pairs (the sweep itself is a POST)
+    /train      training runs          twin: GET /api/v1/checkpoints (and the gradient clip's limit)
 """
 
 from __future__ import annotations
 
 import gzip
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from urllib.parse import urlencode
 
@@ -30,9 +30,13 @@ from ..deps import Service
 from ..explain import patch_pairs
 from ..explain.model_info import model_info
 from ..explain.tokens import encoding_names
+from ..pages import NUMBERED, PAGES, STAGE_NO, STAGES, WORDS, Page
+from ..service import ModelService
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+# what base.html's nav and the forward page's stages are made from
+templates.env.globals.update(PAGES=PAGES, STAGES=STAGES, STAGE_NO=STAGE_NO, NUMBERED=NUMBERED, WORDS=WORDS)
 
 # In the corpus's format (speaker line, then the speech), ending mid-line so the model's first
 # guess is a word: the built-in model says " more" (Henry V, in the training split).
@@ -44,82 +48,72 @@ DEFAULT_TOKENIZER_TEXT = (
 
 EMBED = re.compile(r"^[a-z0-9-]{1,40}$")
 
+Data = Callable[[Request, ModelService], tuple[str, dict]]  # -> (the JSON twin, the template's context)
+DATA: dict[str, Data] = {}
 
-def render(request: Request, service: Service, template: str, active: str, twin: str, **context) -> Response:
+
+def data(page: str) -> Callable[[Data], Data]:
+    """Registers `page`'s data function: its twin and its template's context from the request."""
+
+    def register(fn: Data) -> Data:
+        DATA[page] = fn
+        return fn
+
+    return register
+
+
+def render(request: Request, service: Service, page: Page, twin: str, **context) -> Response:
     """A page shell with the loaded model's info, and a Link header to its JSON twin. `?embed=NAME`
     shows only the panel `NAME-panel`, without the header (gptscope.notebook puts it in an IFrame)."""
     embed = request.query_params.get("embed") or ""
     context["embed"] = embed if EMBED.fullmatch(embed) else None
     resp = templates.TemplateResponse(
-        request, template, {"info": model_info(service), "active": active, "twin": twin, **context}
+        request,
+        page.template,
+        {"info": model_info(service), "active": page.name, "entry": page.entry, "twin": twin, **context},
     )
     resp.headers["Link"] = f'<{twin}>; rel="alternate"; type="application/json"'
     return resp
 
 
-@router.get("/", response_class=HTMLResponse)
-def index(request: Request, service: Service) -> Response:
+@data("forward")
+def index(request: Request, service: ModelService) -> tuple[str, dict]:
     # a classifier's default is a test-half input framed by its special tokens, as it was trained to read
     classifier_example = (service.meta.get("classifier") or {}).get("example") if service.classifier else None
     prompt = request.query_params.get("text") or classifier_example or DEFAULT_PROMPT
-    return render(
-        request, service, "index.html", "forward", f"/api/v1/forward?{urlencode({'text': prompt})}", prompt=prompt
-    )
+    return f"/api/v1/forward?{urlencode({'text': prompt})}", {"prompt": prompt}
 
 
-@router.get("/tokenizer", response_class=HTMLResponse)
-def tokenizer_page(request: Request, service: Service) -> Response:
+@data("tokenizer")
+def tokenizer_page(request: Request, service: ModelService) -> tuple[str, dict]:
     q = request.query_params
     text = q.get("text", DEFAULT_TOKENIZER_TEXT)
     encoding = q.get("encoding") if q.get("encoding") in encoding_names() else "gpt2"
     params = {"text": text, "encoding": encoding}
     if q.get("allow_special") == "true":
         params["allow_special"] = "true"
-    return render(
-        request,
-        service,
-        "tokenizer.html",
-        "tokenizer",
-        f"/api/v1/tokenize?{urlencode(params)}",
-        text=text,
-        encoding=encoding,
-        encodings=encoding_names(),
-    )
+    context = {"text": text, "encoding": encoding, "encodings": encoding_names()}
+    return f"/api/v1/tokenize?{urlencode(params)}", context
 
 
-@router.get("/learn", response_class=HTMLResponse)
-def learn_page(request: Request, service: Service) -> Response:
-    return render(request, service, "learn.html", "learn", "/api/v1/curves")
-
-
-@router.get("/train", response_class=HTMLResponse)
-def train_page(request: Request, service: Service) -> Response:
+@data("train")
+def train_page(request: Request, service: ModelService) -> tuple[str, dict]:
     # the limit the trainer clips the gradient's norm to (the page's runs use the trainer's default)
-    return render(request, service, "train.html", "train", "/api/v1/checkpoints", grad_clip=TrainConfig.grad_clip)
+    return "/api/v1/checkpoints", {"grad_clip": TrainConfig.grad_clip}
 
 
-@router.get("/compare", response_class=HTMLResponse)
-def compare_page(request: Request, service: Service) -> Response:
+@data("compare")
+def compare_page(request: Request, service: ModelService) -> tuple[str, dict]:
     q = request.query_params
     params = {"a": q.get("a") or "builtin", "b": q.get("b") or "builtin", "text": q.get("text") or DEFAULT_PROMPT}
     for k in ("char", "layer", "head"):
         if (q.get(k) or "").isdigit():
             params[k] = q[k]
-    return render(request, service, "compare.html", "compare", f"/api/v1/compare?{urlencode(params)}", **params)
+    return f"/api/v1/compare?{urlencode(params)}", params
 
 
-@router.get("/genealogy", response_class=HTMLResponse)
-def genealogy_page(request: Request, service: Service) -> Response:
-    return render(request, service, "genealogy.html", "genealogy", "/api/v1/genealogy")
-
-
-@router.get("/features", response_class=HTMLResponse)
-def features_page(request: Request, service: Service) -> Response:
-    return render(request, service, "features.html", "features", "/api/v1/saes")
-
-
-@router.get("/patch", response_class=HTMLResponse)
-def patch_page(request: Request, service: Service) -> Response:
+@data("patch")
+def patch_page(request: Request, service: ModelService) -> tuple[str, dict]:
     q = request.query_params
     first = patch_pairs.pairs(service)[:1]
     state = {
@@ -132,7 +126,22 @@ def patch_page(request: Request, service: Service) -> Response:
         "heads": q.get("heads") or "",
         "cell": q.get("cell") or "",
     }
-    return render(request, service, "patch.html", "patch", "/api/v1/patch/pairs", **state)
+    return "/api/v1/patch/pairs", state
+
+
+def _route(page: Page) -> None:
+    fn = DATA.get(page.name, lambda request, service: (page.twin, {}))
+
+    def endpoint(request: Request, service: Service) -> Response:
+        twin, context = fn(request, service)
+        return render(request, service, page, twin, **context)
+
+    endpoint.__name__ = f"{page.name}_page"
+    router.add_api_route(page.path, endpoint, methods=["GET"], response_class=HTMLResponse)
+
+
+for _page in PAGES:
+    _route(_page)
 
 
 # Chrome's explicit compile hint (Chrome 136+; other browsers read a comment): compile every

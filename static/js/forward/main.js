@@ -1,6 +1,7 @@
 // The forward-pass page: one POST /api/v1/forward per prompt or selection change (debounced; a
 // newer request aborts the stale one), asking only for the parts that change; each stage panel
-// draws its part. The URL carries the prompt and every setting, so a view can be shared.
+// draws its parts (the PANELS table below). The URL carries the prompt and every setting, so a
+// view can be shared.
 // Which parts there are comes from GET /api/v1/forward/parts: the ones the loaded model has (mlp or
 // moe, rope only for a RoPE model, classifier only for a fine-tuned classifier) and, for each, the
 // selection fields whose change makes it stale. Head roles (panel_heads, GET /api/v1/heads) load
@@ -10,22 +11,32 @@ import { $ } from "../lib/dom.js";
 import { tokenLabels } from "../lib/format.js";
 import { pageQuery, real, setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
-import { showPromptTokens } from "./tokens_panel.js";
-import { renderEmbeddings } from "./panel_embeddings.js";
-import { initEmbeddingSpace, loadEmbeddingSpace, setPromptTokens } from "./panel_embedding_space.js";
-import { initBlock, renderBlock } from "./panel_block.js";
-import { initAttentionOverview, renderAttentionOverview, setAttentionSelection, setGridDecorator } from "./panel_attention_overview.js";
-import { decorateGrid, initHeads, loadHeads } from "./panel_heads.js";
-import { initRope, renderRope } from "./panel_rope.js";
-import { initMlp, renderMlp } from "./panel_mlp.js";
-import { initMoe, renderMoe, setMoePosition } from "./panel_moe.js";
-import { initResidual, renderResidual, setResidualPosition } from "./panel_residual.js";
-import { initSampling, renderNext, samplingSettings, setSamplingText } from "./panel_sampling.js";
-import { initGenerate, setGeneratePrompt, setSteerFeature } from "./panel_generate.js";
-import { initIntervene, setInterveneTrace } from "./panel_intervene.js";
-import { initDecomposition, renderDecomposition } from "./panel_decomposition.js";
-import { initClassifier, renderClassifier } from "./panel_classifier.js";
-import { initSaeStage, renderSaeStage } from "./panel_sae.js";
+import { panel as classifier } from "./panel_classifier.js";
+import { panel as tokens } from "./panel_embeddings.js";
+import { panel as embeddingSpace } from "./panel_embedding_space.js";
+import { panel as block } from "./panel_block.js";
+import { panel as rope } from "./panel_rope.js";
+import { panel as attention, setAttentionSelection } from "./panel_attention_overview.js";
+import { panel as heads } from "./panel_heads.js";
+import { panel as mlp } from "./panel_mlp.js";
+import { panel as moe } from "./panel_moe.js";
+import { panel as residual } from "./panel_residual.js";
+import { panel as sampling } from "./panel_sampling.js";
+import { panel as generate } from "./panel_generate.js";
+import { panel as intervene } from "./panel_intervene.js";
+import { panel as decomposition } from "./panel_decomposition.js";
+import { panel as sae } from "./panel_sae.js";
+
+// The page's panels, in its order (server/pages.py: STAGES). Each panel_*.js exports the same shape:
+//   { stage, parts, init(page), render(trace, view), position(sel) }
+//   stage:     the section it draws in (#<stage>-panel; a stage may have more than one panel)
+//   parts:     the trace's parts it draws (server/explain/parts.py: PARTS; none: it fetches its own)
+//   init:      once, with `page` below (the shared state and the page's actions); may be async
+//   render:    after every answer; view = { parts (the ones the answer carries), promptChanged,
+//              text, sel, labels, state }
+//   position:  (optional) the selected position moved (sel): drawn at once from what is already here
+const PANELS = [classifier, tokens, embeddingSpace, block, rope, attention, heads, mlp, moe, residual, sampling,
+  generate, intervene, decomposition, sae];
 
 // The loaded model's key/value heads, as /health's info says (the page shell writes it into #prompt-panel).
 const N_KV_HEAD = +document.getElementById("prompt-panel").dataset.nKvHead || 0;
@@ -51,7 +62,6 @@ const state = {
 let trace = null;        // the merged trace of the prompt on show
 let shownText = null;    // the prompt that trace belongs to
 let labels = [];
-let spaceLoaded = false;
 
 // --- URL ------------------------------------------------------------------------------------
 
@@ -176,36 +186,12 @@ function apply(res, parts, text) {
   fillSelect($("head"), range(trace.n_head), state.head);
   fillSelect($("position"), labels.map((t, i) => [String(i), `${i}: ${t}${i === T - 1 ? " (last)" : ""}`]), trace.position);
   const sel = { layer: state.layer, head: state.head, position: trace.position };
-
-  if (promptChanged) {
-    showPromptTokens($("tokens"), $("token-count"), trace.tokens);
-    renderEmbeddings(trace);
-    renderAttentionOverview(trace, sel);
-    renderResidual(trace, trace.position);
-  } else {
-    setAttentionSelection(sel);
-  }
+  const view = { parts, promptChanged, text, sel, labels, state };
+  for (const p of PANELS) p.render?.(trace, view);
   markPosition();
-  renderBlock(trace, parts);
-  if (parts.includes("rope")) renderRope(trace);
-  if (parts.includes("mlp")) renderMlp(trace, labels);
-  if (parts.includes("moe")) renderMoe(trace);
-  if (parts.includes("next_token") || parts.includes("prompt_loss")) renderNext(trace);
-  if (parts.includes("decomposition")) renderDecomposition(trace, trace.next_token, state.target, labels);
-  if (parts.includes("classifier")) renderClassifier(trace, labels);
-  if (parts.includes("sae_features")) renderSaeStage(trace, labels);
   writeUrl();
   document.body.dataset.ready = "1";
   document.body.dataset.parts = parts.join(",");
-
-  if (promptChanged) {
-    loadHeads(text, T);
-    setSamplingText(text);
-    setGeneratePrompt(trace.tokens);
-    setInterveneTrace(trace, text);
-    if (!spaceLoaded) { spaceLoaded = true; loadEmbeddingSpace().then(() => setPromptTokens(trace.tokens)); }
-    else setPromptTokens(trace.tokens);
-  }
 }
 
 // --- selection --------------------------------------------------------------------------------
@@ -234,9 +220,8 @@ function selectPosition(p) {
   trace.position = p;               // drawn at once from what is already here; the rest follows
   $("position").value = String(p);
   markPosition();
-  setAttentionSelection({ layer: state.layer, head: state.head, position: p });
-  setResidualPosition(p);
-  setMoePosition(p);
+  const sel = { layer: state.layer, head: state.head, position: p };
+  for (const panel of PANELS) panel.position?.(sel);
   writeUrl();
   requestForward(DEPENDS.position, 120);
 }
@@ -251,35 +236,16 @@ export async function init() {
     return;
   }
   readUrl();
-  initEmbeddingSpace();
-  initBlock({ feature: state.feature, kvHeads: N_KV_HEAD, onFeatureChange: (f) => { state.feature = f; writeUrl(); } });
-  initRope();
-  initAttentionOverview({ onSelectHead: (l, h) => { selectHead(l, h); $("attention-plot").scrollIntoView({ block: "center" }); },
-    onSelectPosition: selectPosition, kvHeads: N_KV_HEAD });
-  // a prompt role's head opens in the stage's own head view; a test-input role's head in panel_heads' view
-  initHeads({ onSelectHead: (l, h, where) => { selectHead(l, h); if (where === "prompt") $("attention-plot").scrollIntoView({ block: "center" }); },
-    redecorate: () => setGridDecorator(decorateGrid), open: state.testHead,
-    onOpen: (o) => { state.testHead = o && { layer: o.layer, head: o.head, role: o.role }; writeUrl(); } });
-  initMlp();
-  initMoe();
-  initResidual();
-  initSampling({ temperature: state.temperature, top_k: state.top_k, top_p: state.top_p }, {
-    onChange: (s) => { Object.assign(state, s); writeUrl(); },
-  });
-  initGenerate({ seed: state.seed, steps: state.steps, settings: samplingSettings,
-    onSeedChange: (s) => { state.seed = s; writeUrl(); },
-    onStepsChange: (n) => { state.steps = n; writeUrl(); },
-    steer: { ...(state.steer || {}), sae: () => state.sae, onChange: (s) => { state.steer = s && { feature: s.feature, scale: s.scale }; writeUrl(); } } });
-  initIntervene({ heads: state.heads, mlps: state.mlps, edits: state.edits }, {
-    onConfigChange: (c) => { state.heads = c.heads; state.mlps = c.mlps; state.edits = c.edits; writeUrl(); },
-  });
-  initDecomposition({ onTargetChange: (t) => { state.target = t; writeUrl(); requestForward(DEPENDS.target, 0); } });
-  initClassifier();
-  try {
-    await initSaeStage({ sae: state.sae, onSaeChange: (name) => { state.sae = name; writeUrl(); requestForward(["sae_features"], 0); },
-      onSteerWith: (f) => { setSteerFeature(f); $("generate-panel").scrollIntoView({ block: "start" }); } });
-  } catch (err) {
-    showError(err);
+  const page = {
+    state, nKvHead: N_KV_HEAD, writeUrl, selectHead, selectPosition, requestForward,
+    refresh: (field) => requestForward(DEPENDS[field], 0),   // what a change of that selection field makes stale
+  };
+  for (const p of PANELS) {
+    try {
+      await p.init?.(page);
+    } catch (err) {
+      showError(err);
+    }
   }
 
   $("prompt-form").addEventListener("submit", (e) => { e.preventDefault(); requestForward(ALL_PARTS); });

@@ -235,3 +235,17 @@ function drawQueryBars() {
     margin: { l: 10, r: 20, t: 40, b: 40 },
   }, "query-attention");
 }
+
+// Stage 4, for main.js's table (its head roles are panel_heads'): drawn once per prompt, then
+// only the selection moves.
+export const panel = {
+  stage: "attention",
+  parts: ["attention"],
+  init: (page) => initAttentionOverview({ kvHeads: page.nKvHead, onSelectPosition: page.selectPosition,
+    onSelectHead: (l, h) => { page.selectHead(l, h); $("attention-plot").scrollIntoView({ block: "center" }); } }),
+  render: (trace, view) => {
+    if (view.promptChanged) renderAttentionOverview(trace, view.sel);
+    else setAttentionSelection(view.sel);
+  },
+  position: (sel) => setAttentionSelection(sel),
+};

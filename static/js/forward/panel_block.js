@@ -206,3 +206,12 @@ function drawResidAdd(hd, p, dModel) {
     yaxis: { autorange: "reversed", tickfont: { family: MONO, size: 12 }, automargin: true },
   }, "residual-add");
 }
+
+// Stage 3, for main.js's table (its RoPE step is panel_rope's).
+export const panel = {
+  stage: "block",
+  parts: ["layernorm", "head_detail"],
+  init: (page) => initBlock({ feature: page.state.feature, kvHeads: page.nKvHead,
+    onFeatureChange: (f) => { page.state.feature = f; page.writeUrl(); } }),
+  render: (trace, view) => renderBlock(trace, view.parts),
+};

@@ -111,3 +111,11 @@ function drawAttention() {
     rowNames: names, colorTitle: "attention", hoverName: "weight", name: "classifier-attention", mark: b.position });
   gd.dataset.rows = String(rows.length);
 }
+
+// The classifier's section (fine-tuned classifiers only), above stage 1.
+export const panel = {
+  stage: "classifier",
+  parts: ["classifier"],
+  init: () => initClassifier(),
+  render: (trace, view) => { if (view.parts.includes("classifier")) renderClassifier(trace, view.labels); },
+};

@@ -108,3 +108,15 @@ export function drawDecomposition(gd, d, title, name) {
     margin: { l: 60, r: 10, t: 40, b: ticks.byLayer ? 70 : 110 },
   }, name);
 }
+
+// Stage 10, for main.js's table.
+export const panel = {
+  stage: "decomposition",
+  parts: ["decomposition"],
+  init: (page) => initDecomposition({
+    onTargetChange: (t) => { page.state.target = t; page.writeUrl(); page.refresh("target"); },
+  }),
+  render: (trace, view) => {
+    if (view.parts.includes("decomposition")) renderDecomposition(trace, trace.next_token, view.state.target, view.labels);
+  },
+};

@@ -146,3 +146,17 @@ async function findNeighbours(query, byId, signal) {
     status.textContent = err.message;
   }
 }
+
+// Stage 2, for main.js's table: its own GET /api/v1/embeddings/* answers, loaded after the first
+// prompt's trace; each new prompt's tokens are marked on it.
+let loaded = false;
+export const panel = {
+  stage: "embedding-space",
+  parts: [],
+  init: () => initEmbeddingSpace(),
+  render: (trace, view) => {
+    if (!view.promptChanged) return;
+    if (!loaded) { loaded = true; loadEmbeddingSpace().then(() => setPromptTokens(trace.tokens)); }
+    else setPromptTokens(trace.tokens);
+  },
+};

@@ -6,6 +6,7 @@ import { addDownloads } from "../lib/downloads.js";
 import { later } from "../lib/draw_queue.js";
 import { tokenLabels } from "../lib/format.js";
 import { tokenFeatureHeatmap } from "../lib/heatmaps.js";
+import { showPromptTokens } from "./tokens_panel.js";
 
 let part = null;
 
@@ -30,3 +31,14 @@ export function renderEmbeddings(trace) {
     if ($(id)) addDownloads($(id), name, () => part);
   }
 }
+
+// Stage 1, for main.js's table: the prompt's tokens and their embeddings, drawn once per prompt.
+export const panel = {
+  stage: "tokens",
+  parts: ["embeddings"],
+  render: (trace, view) => {
+    if (!view.promptChanged) return;
+    showPromptTokens($("tokens"), $("token-count"), trace.tokens);
+    renderEmbeddings(trace);
+  },
+};

@@ -6,6 +6,7 @@ import { addDownloads } from "../lib/downloads.js";
 import { pct, visible } from "../lib/format.js";
 import { SEQ } from "../lib/palette.js";
 import { SLANTED_TICK_PX, clearPlot, draw, tokenAxis } from "../lib/plot.js";
+import { samplingSettings } from "./panel_sampling.js";
 
 let prompt = [];        // the prompt's tokens [{id, text}]
 let steps = [];         // GenerateStepResponse of each step so far
@@ -193,3 +194,14 @@ function drawAttention(last) {
     margin: { l: 10, r: 10, t: 40, b: 10 },
   }, "generation-step");
 }
+
+// Stage 8, for main.js's table: its own POST /api/v1/generate answers (steered with stage 11's SAE).
+export const panel = {
+  stage: "generate",
+  parts: [],
+  init: ({ state, writeUrl }) => initGenerate({ seed: state.seed, steps: state.steps, settings: samplingSettings,
+    onSeedChange: (s) => { state.seed = s; writeUrl(); },
+    onStepsChange: (n) => { state.steps = n; writeUrl(); },
+    steer: { ...(state.steer || {}), sae: () => state.sae, onChange: (s) => { state.steer = s && { feature: s.feature, scale: s.scale }; writeUrl(); } } }),
+  render: (trace, view) => { if (view.promptChanged) setGeneratePrompt(trace.tokens); },
+};

@@ -15,6 +15,7 @@ import { decimal, tokenLabels } from "../lib/format.js";
 import { squareHeatmap } from "../lib/heatmaps.js";
 import { OKABE } from "../lib/palette.js";
 import { ROLE_COLOURS, roleMark } from "../lib/roles.js";
+import { setGridDecorator } from "./panel_attention_overview.js";
 
 const STATUS_TEXT = {
   confirmed: "confirmed: switching it off clearly raises the loss",
@@ -277,3 +278,16 @@ function drawTestInput(res, layer, head, role, n) {
     name: "head-on-test-input",
   });
 }
+
+// Stage 4's head roles, for main.js's table: its own GET /api/v1/heads, after each new prompt's trace.
+// A prompt role's head opens in the stage's own head view; a test-input role's head in this panel's view.
+export const panel = {
+  stage: "attention",
+  parts: [],
+  init: (page) => initHeads({
+    onSelectHead: (l, h, where) => { page.selectHead(l, h); if (where === "prompt") $("attention-plot").scrollIntoView({ block: "center" }); },
+    redecorate: () => setGridDecorator(decorateGrid), open: page.state.testHead,
+    onOpen: (o) => { page.state.testHead = o && { layer: o.layer, head: o.head, role: o.role }; page.writeUrl(); },
+  }),
+  render: (trace, view) => { if (view.promptChanged) loadHeads(view.text, trace.tokens.length); },
+};

@@ -219,3 +219,13 @@ function draw_() {
     margin: { l: 10, r: 20, t: 40, b: 40 },
   }, "intervention");
 }
+
+// Stage 9, for main.js's table: its own POST /api/v1/intervene answers.
+export const panel = {
+  stage: "intervene",
+  parts: [],
+  init: ({ state, writeUrl }) => initIntervene({ heads: state.heads, mlps: state.mlps, edits: state.edits }, {
+    onConfigChange: (c) => { state.heads = c.heads; state.mlps = c.mlps; state.edits = c.edits; writeUrl(); },
+  }),
+  render: (trace, view) => { if (view.promptChanged) setInterveneTrace(trace, view.text); },
+};

@@ -121,3 +121,11 @@ function drawTop() {
     margin: { l: 10, r: 120, t: 36, b: 40 },
   }, "mlp-top-neurons");
 }
+
+// Stage 5 (a dense model's MLP), for main.js's table.
+export const panel = {
+  stage: "mlp",
+  parts: ["mlp"],
+  init: () => initMlp(),
+  render: (trace, view) => { if (view.parts.includes("mlp")) renderMlp(trace, view.labels); },
+};

@@ -123,3 +123,12 @@ function drawLoad() {
   layerExpertMap($("moe-load-plot"), z, { zmax: top, colorTitle: "share", hoverName: "share of the assignments",
     text: (v) => pct(v, 0), name: "moe-load", title: `even load: ${pct(1 / m.n_expert)} each` });
 }
+
+// Stage 5 (a mixture of experts), for main.js's table.
+export const panel = {
+  stage: "mlp",
+  parts: ["moe"],
+  init: () => initMoe(),
+  render: (trace, view) => { if (view.parts.includes("moe")) renderMoe(trace); },
+  position: (sel) => setMoePosition(sel.position),
+};

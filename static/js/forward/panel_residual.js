@@ -100,3 +100,12 @@ function drawLensTable() {
   $("lens-table").replaceChildren(
     el("caption", { text: `position ${p} “${labels[p] ?? ""}”` }), el("thead", {}, head), el("tbody", {}, ...rows));
 }
+
+// Stage 6, for main.js's table: drawn once per prompt, then only the position moves.
+export const panel = {
+  stage: "residual",
+  parts: ["residual", "logit_lens"],
+  init: () => initResidual(),
+  render: (trace, view) => { if (view.promptChanged) renderResidual(trace, trace.position); },
+  position: (sel) => setResidualPosition(sel.position),
+};

@@ -91,3 +91,11 @@ function drawDistance(r, position) {
   }, "rope-distance-check");
   $("rope-distance-plot").dataset.gap = String(gap);
 }
+
+// Stage 3's step b′ (RoPE models only), for main.js's table.
+export const panel = {
+  stage: "block",
+  parts: ["rope"],
+  init: () => initRope(),
+  render: (trace, view) => { if (view.parts.includes("rope")) renderRope(trace); },
+};

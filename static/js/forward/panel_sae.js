@@ -7,6 +7,7 @@ import { addDownloads } from "../lib/downloads.js";
 import { decimal, pct, visible } from "../lib/format.js";
 import { OKABE } from "../lib/palette.js";
 import { chart, clearPlot, tokenAxis } from "../lib/plot.js";
+import { setSteerFeature } from "./panel_generate.js";
 
 let onPick = () => {};
 let onSteer = () => {};
@@ -69,3 +70,13 @@ function renderSaeTable(b) {
     el("td", { class: "mono", text: f.promotes.map((t) => `“${visible(t)}”`).join(" ") }),
     el("td", {}, el("button", { type: "button", class: "secondary", "data-feature": f.index, text: "steer with it" }))))));
 }
+
+// Stage 11, for main.js's table.
+export const panel = {
+  stage: "sae-features",
+  parts: ["sae_features"],
+  init: (page) => initSaeStage({ sae: page.state.sae,
+    onSaeChange: (name) => { page.state.sae = name; page.writeUrl(); page.requestForward(["sae_features"], 0); },
+    onSteerWith: (f) => { setSteerFeature(f); $("generate-panel").scrollIntoView({ block: "start" }); } }),
+  render: (trace, view) => { if (view.parts.includes("sae_features")) renderSaeStage(trace, view.labels); },
+};

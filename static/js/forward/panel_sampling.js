@@ -175,3 +175,16 @@ function drawLoss(labels) {
     margin: { l: 60, r: 60, t: 40, b: 40 },
   }, "prompt-loss");
 }
+
+// Stage 7, for main.js's table.
+export const panel = {
+  stage: "next",
+  parts: ["next_token", "prompt_loss"],
+  init: (page) => initSampling({ temperature: page.state.temperature, top_k: page.state.top_k, top_p: page.state.top_p }, {
+    onChange: (s) => { Object.assign(page.state, s); page.writeUrl(); },
+  }),
+  render: (trace, view) => {
+    if (view.parts.includes("next_token") || view.parts.includes("prompt_loss")) renderNext(trace);
+    if (view.promptChanged) setSamplingText(view.text);
+  },
+};
