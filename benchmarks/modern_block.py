@@ -48,7 +48,7 @@ def main() -> None:
                 "experiment": exp.name,
                 "variant": v.label,
                 "params": count_params(cfg)["total"],
-                "steps": res.meta["step"],
+                "steps": res.meta.step,
                 "heldout_bits_per_char": round(ev["bits_per_char"], 4),
                 "train_window": seq,
                 "heldout_bits_per_char_train_window": round(ev_seq["bits_per_char"], 4),

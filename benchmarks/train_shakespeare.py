@@ -79,7 +79,7 @@ def main() -> None:
     t1 = time.time()
     ev = trainer.evaluate_text(res.model, res.encoding(), held_out)
     cfg = res.model.cfg
-    used = res.meta["train_config"]  # the config as trained: the recipe's values filled in
+    used = res.meta.train_config  # the config as trained: the recipe's values filled in
     seq_len = tc.seq_len or cfg.n_ctx
     hist = res.history
     steady = [h["tokens_per_s"] for h in hist[len(hist) // 5 :]] or [0]
@@ -88,8 +88,8 @@ def main() -> None:
     out = {
         "budget_s": a.budget,
         "wall_s": round(wall, 1),
-        "train_s": res.meta["train_seconds"],
-        "steps": res.meta["step"],
+        "train_s": res.meta.train_seconds,
+        "steps": res.meta.step,
         "config": cfg.to_dict(),
         "params": count_params(cfg)["total"],
         "recipe": {

@@ -65,7 +65,7 @@ def run_updates(label: str, steps: int, warmup: int, **fields) -> dict:
     res = trainer.train(tc, progress=False, on_event=on_event)
     timed = times[warmup:]
     ms = statistics.median(timed) * 1e3
-    used = res.meta["train_config"]
+    used = res.meta.train_config
     tokens = used["batch_size"] * res.model.cfg.n_ctx
     return {
         "run": label,

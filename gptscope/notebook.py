@@ -35,17 +35,10 @@ import urllib.request
 from urllib.parse import urlencode
 
 from .background_server import BackgroundServer
+from .server import pages
 
 # page -> its path on the server; each panel is the section `<name>-panel` of that page
-PAGES = {
-    "forward": "/",
-    "tokenizer": "/tokenizer",
-    "learn": "/learn",
-    "train": "/train",
-    "compare": "/compare",
-    "features": "/features",
-    "patch": "/patch",
-}
+PAGES = {p.name: p.path for p in pages.PAGES}  # every page the app declares (server/pages.py), by name
 
 _base_url: str | None = None
 _server: BackgroundServer | None = None

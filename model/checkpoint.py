@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -135,22 +135,6 @@ class CheckpointMeta:
         if self.tokenizer is None:
             raise CheckpointError("checkpoint meta has no tokenizer")
         return encoding_from_spec(self.tokenizer, name=self.name or "model")
-
-    # ---- TEMPORARY dict bridge, for code not yet converted to attributes -----------------------
-    # (server/runs.py, server/finetune_jobs.py, server/saes.py, server/cli.py, server/routers/pages.py,
-    # server/explain/compare.py and tests read meta["key"] / meta.get(...) / {**meta}). Remove it
-    # once they read attributes.
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_dict().get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_dict()[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.to_dict()
-
-    def keys(self) -> Iterator[str]:
-        return iter(self.to_dict())
 
 
 @dataclass

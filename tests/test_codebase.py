@@ -129,7 +129,7 @@ def test_builtin_checkpoint_json_is_small_and_its_history_file_drives_the_curves
     assert (folder / ckpt.META_NAME).stat().st_size <= 100_000
     meta = ckpt.read_meta(folder)
     history = ckpt.read_history(folder, meta)
-    assert len(history) == meta["step"] and {"step", "loss", "lr", "grad_norm"} <= set(history[0])
+    assert len(history) == meta.step and {"step", "loss", "lr", "grad_norm"} <= set(history[0])
 
 
 def test_no_stylesheet_uses_has():
@@ -139,3 +139,39 @@ def test_no_stylesheet_uses_has():
     for css in sorted((ROOT / "static" / "css").glob("*.css")):
         rules = re.sub(r"/\*.*?\*/", "", css.read_text(encoding="utf-8"), flags=re.S)
         assert ":has(" not in rules, f"{css.name} uses :has()"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The gptscope modules a file imports, as dotted paths from the package root (server.explain.parts)."""
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                head = ".".join((*base, node.module)) if node.module else ".".join(base)
+            else:
+                head = (node.module or "").removeprefix("gptscope.")
+            found.add(head)
+            found.update(f"{head}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name.removeprefix("gptscope.") for a in node.names)
+    return found
+
+
+# docs/architecture.md: data flows model -> server/explain -> server/schemas -> the routers; no arrow back
+LAYERS = {
+    "model": ("server",),
+    "server/schemas": ("server.explain", "server.routers"),
+    "server/explain": ("server.routers",),
+}
+
+
+def test_no_module_imports_against_the_documented_layering():
+    against = []
+    for folder, forbidden in LAYERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for name in imported_modules(path):
+                if any(name == f or name.startswith(f + ".") for f in forbidden):
+                    against.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not against, against

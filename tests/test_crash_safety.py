@@ -80,7 +80,7 @@ def test_kill_9_during_saves_never_loses_the_last_complete_checkpoint(tmp_path):
             assert saver.stdout.readline().strip() == "gone"
             printed = progress(report)
             loaded = ckpt.load(folder, with_optimizer=True)  # must never raise
-            step = loaded.meta["step"]
+            step = loaded.meta.step
             # the loaded checkpoint is a complete save: at least the last one reported, at most one more
             assert max(printed) <= step <= max(printed) + 1, (round_, printed[-3:], step)
             expect = step % 1000 / 1000
@@ -88,15 +88,15 @@ def test_kill_9_during_saves_never_loses_the_last_complete_checkpoint(tmp_path):
             assert torch.all(loaded.optimizer_state["x"] == float(step))
             # the folder never holds more than the current files plus leftovers of the interrupted save
             names = {p.name for p in folder.iterdir()}
-            assert {loaded.meta["weights"], loaded.meta["optimizer"], ckpt.META_NAME} <= names
+            assert {loaded.meta.weights, loaded.meta.optimizer, ckpt.META_NAME} <= names
             last_step = step
     finally:
         saver.kill()
         saver.wait()
     # the next complete save removes whatever an interrupted one left behind
-    ckpt.save(folder, loaded.model, {**loaded.meta, "step": last_step + 1})
+    ckpt.save(folder, loaded.model, loaded.meta.copy(step=last_step + 1))
     names = sorted(p.name for p in folder.iterdir())
-    assert names == sorted([ckpt.META_NAME, ckpt.read_meta(folder)["weights"]])
+    assert names == sorted([ckpt.META_NAME, ckpt.read_meta(folder).weights])
 
 
 @pytest.mark.parametrize("damage", ["truncate_meta", "garbage_meta"])

@@ -248,7 +248,7 @@ def test_a_model_trained_without_the_mask_returns_full_attention_rows(service, t
 
     torch.manual_seed(0)
     cfg = GPTConfig(**{**service.model.cfg.to_dict(), "n_layer": 1, "causal": False})
-    ckpt.save(tmp_path / "nc", GPT(cfg), {"name": "no-mask", "tokenizer": service.meta["tokenizer"]})
+    ckpt.save(tmp_path / "nc", GPT(cfg), {"name": "no-mask", "tokenizer": service.meta.tokenizer})
     app = create_app(Settings(checkpoint=tmp_path / "nc", data_dir=tmp_path / "data", allow_hosts=["testserver"]))
     with TestClient(app) as c:
         assert c.get("/api/v1/health").json()["info"]["causal"] is False

@@ -188,7 +188,7 @@ def test_nanogpt_logits_match_transformers(gpt2_enc, tmp_path, padded):
     dest, summary = importers.import_model(tmp_path / "ckpt.pt", "nano", tmp_path / "data")
     c = ckpt.load(dest)
     assert summary["source"] == "nanogpt" and c.config.gelu == "exact" and c.config.vocab_size == 50257
-    assert c.meta["step"] == 250 and c.meta["evals"][-1]["val_loss"] == pytest.approx(1.4697)
+    assert c.meta.step == 250 and c.meta.evals[-1]["val_loss"] == pytest.approx(1.4697)
     c.model.set_mode("explain")
     for text in PROMPTS:
         ids = gpt2_enc.encode_ordinary(text)

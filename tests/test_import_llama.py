@@ -363,7 +363,7 @@ def test_sharded_folder_and_bf16_weights(tmp_path):
         shutil.copy(tmp_path / "src" / f, shard / f)
     dest, summary = importers.import_model(shard, "sharded", tmp_path / "data")
     c = ckpt.load(dest)
-    stored = load_file(str(dest / c.meta["weights"]))
+    stored = load_file(str(dest / c.meta.weights))
     assert {t.dtype for t in stored.values()} == {torch.bfloat16}
     assert all(p.dtype == torch.float32 for p in c.model.parameters())
     c.model.set_mode("explain")

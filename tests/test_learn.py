@@ -66,7 +66,7 @@ def test_schedule_parameters_are_query_fields(client):
 def check_model_schedule(client, service) -> float:
     """kind=model is gptscope.model.schedules.warmup_cosine with the checkpoint's recorded parameters, beside
     the rates the trainer set; returns the largest gap between the two, as the API reports it."""
-    rec = service.meta["schedule"]
+    rec = service.meta.schedule
     b = get(client, "/schedules/lr", kind="model")
     assert b["checkpoint_schedule"] == rec
     assert b["function"] == "gptscope.model.schedules.warmup_cosine"
@@ -126,7 +126,7 @@ def test_model_schedule_of_the_builtin_model_matches_its_history(client, service
     re-planned a third of the way in, so the early rates follow the first plan; the API reports that
     gap, which stays a small part of the peak rate."""
     gap = check_model_schedule(client, service)
-    assert gap < 0.1 * service.meta["schedule"]["max_lr"]
+    assert gap < 0.1 * service.meta.schedule["max_lr"]
 
 
 # --------------------------------------------------------------------------------------------

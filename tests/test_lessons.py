@@ -220,7 +220,7 @@ def test_gpt1_sees_32768_predictions_per_update_and_1e11_in_all(client, service)
     presets = {p["name"]: p for p in get(client, "/params/presets")["presets"]}
     assert presets["gpt1"]["tokens_per_update"] == 32_768 and presets["gpt2"]["batch_size"] == 512
     # the loaded model's row: the batch and context its checkpoint.json says it was trained with
-    tc = service.meta["train_config"]
+    tc = service.meta.train_config
     assert presets["model"]["batch_size"] == tc["batch_size"]
     assert presets["model"]["context"] == (tc["seq_len"] or service.model.cfg.n_ctx)
     assert presets["model"]["tokens_per_update"] == tc["batch_size"] * presets["model"]["context"]

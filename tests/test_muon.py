@@ -158,8 +158,8 @@ def test_the_run_prints_and_records_its_choice(tmp_path, monkeypatch, capsys, ch
     err = capsys.readouterr().err
     assert "precision=fp32" in err  # filled in by the recipe
     assert f"muon orthogonalisation: fp32 (forced by {precision.ENV}=fp32)" in err
-    assert res.meta["precision"] == f"fp32 (forced by {precision.ENV}=fp32)"
-    assert res.meta["train_config"]["precision"] == "fp32" and res.meta["train_config"]["optimizer"] == "muon"
+    assert res.meta.precision == f"fp32 (forced by {precision.ENV}=fp32)"
+    assert res.meta.train_config["precision"] == "fp32" and res.meta.train_config["optimizer"] == "muon"
 
     given = train(
         TrainConfig(
@@ -175,4 +175,4 @@ def test_the_run_prints_and_records_its_choice(tmp_path, monkeypatch, capsys, ch
         )
     )
     assert "autocast: off (precision given)" in capsys.readouterr().err
-    assert given.meta["precision"] == "fp32 (precision given)"
+    assert given.meta.precision == "fp32 (precision given)"

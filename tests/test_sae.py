@@ -176,7 +176,7 @@ def test_the_shipped_sae_meets_the_issues_bar():
     assert q["loss_added"] < 0.5 * q["loss_added_zero_ablation"]
     assert q["fve"] > q["fve_pca_same_l0"] and q["dead"] <= q["d_sae"] // 10
     builtin = ckpt.read_meta(BUILTIN_CHECKPOINT)
-    assert meta["checkpoint"]["weights_sha256"] == builtin["weights_sha256"]
+    assert meta["checkpoint"]["weights_sha256"] == builtin.weights_sha256
     assert meta["command"].startswith("gptscope sae --layer 3")
     assert sum(p.stat().st_size for p in SHIPPED_DIR.iterdir()) < 4 * 1024**2
 

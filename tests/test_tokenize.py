@@ -249,7 +249,7 @@ def test_token_lookup_errors_are_422_naming_the_parameter(client, path, field, w
 
 
 def test_model_merges_paged_with_counts(client, service):
-    spec = service.meta["tokenizer"]
+    spec = service.meta.tokenizer
     r = client.get("/api/v1/tokenizer/model/merges", params={"offset": 0, "limit": 20})
     assert r.status_code == 200
     body = ModelMergesResponse.model_validate(r.json())

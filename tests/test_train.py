@@ -96,16 +96,16 @@ def test_training_lowers_the_loss_well_below_uniform(trained):
     meta = res.meta
     ln_v = math.log(res.config.vocab_size)
     assert res.config.vocab_size == 300 and res.config.n_ctx == 32 and res.config.n_layer == 2
-    assert meta["uniform_loss"] == pytest.approx(ln_v)
-    assert meta["step"] == 80 and len(res.history) == 80
-    first, last = res.history[0], meta["evals"][-1]
+    assert meta.uniform_loss == pytest.approx(ln_v)
+    assert meta.step == 80 and len(res.history) == 80
+    first, last = res.history[0], meta.evals[-1]
     assert abs(first["loss"] - ln_v) < 0.3  # starts near chance
     assert last["step"] == 80
     assert last["val_loss"] < ln_v - 1.5, last
     assert last["train_loss"] < ln_v - 1.5, last
     # and the returned model really is that good on the held-out text
     enc = res.encoding()
-    _, val_text = Corpus("tiny.txt", english()).split(meta["corpus"]["val_fraction"])
+    _, val_text = Corpus("tiny.txt", english()).split(meta.corpus["val_fraction"])
     assert evaluate_text(res.model, enc, val_text)["nats_per_token"] < ln_v - 1.5
 
 
@@ -165,9 +165,7 @@ def test_checkpoint_round_trip(trained, tmp_path):
     assert torch.equal(again.model.wpe.weight, loaded.model.wpe.weight)
     assert not torch.equal(again.model.wpe.weight, res.model.wpe.weight)
     assert again.read_history() == res.history[:10]
-    assert sorted(p.name for p in copy.iterdir()) == sorted(
-        ["checkpoint.json", again.meta["weights"], again.meta["history"]]
-    )
+    assert sorted(p.name for p in copy.iterdir()) == sorted(["checkpoint.json", again.meta.weights, again.meta.history])
 
 
 @pytest.fixture
@@ -281,7 +279,7 @@ def test_resume_from_a_final_checkpoint_continues_exactly(corpus_file, tmp_path,
     resumed = train(
         tiny_tc(corpus_file, max_steps=2 * N, **kw), out=tmp_path / "resumed", resume=tmp_path / "half", progress=False
     )
-    assert resumed.meta["step"] == 2 * N
+    assert resumed.meta.step == 2 * N
     assert [h["step"] for h in resumed.history] == list(range(1, 2 * N + 1))
     assert_same_weights(state(resumed.model), state(whole.model))
     for a, b in zip(resumed.history, whole.history):
@@ -300,7 +298,7 @@ def test_resume_from_a_snapshot_reproduces_the_uninterrupted_run(corpus_file, tm
     whole = train(tiny_tc(corpus_file, max_steps=2 * N, snapshots=(0.5,)), out=tmp_path / "whole", progress=False)
     snap = tmp_path / "whole" / "snapshots" / f"step-{N:06d}"
     meta = ckpt.read_meta(snap)
-    assert meta["step"] == N and meta["schedule"]["total_steps"] == 2 * N and meta["final"] is False
+    assert meta.step == N and meta.schedule["total_steps"] == 2 * N and meta.final is False
     resumed = train(tiny_tc(corpus_file, max_steps=2 * N), out=tmp_path / "resumed", resume=snap, progress=False)
     assert_same_weights(state(resumed.model), state(whole.model))
     assert [h["lr"] for h in resumed.history] == [h["lr"] for h in whole.history]
@@ -310,8 +308,8 @@ def test_resume_from_a_snapshot_reproduces_the_uninterrupted_run(corpus_file, tm
 def test_resume_with_a_time_budget_trains_more(trained, corpus_file, tmp_path):
     res, out = trained
     more = train(tiny_tc(corpus_file, time_budget=0.3), resume=out, out=tmp_path / "more", progress=False)
-    assert more.meta["step"] > res.meta["step"]
-    assert len(more.history) == more.meta["step"]
+    assert more.meta.step > res.meta.step
+    assert len(more.history) == more.meta.step
 
 
 # ---- distributed data parallel -----------------------------------------------------------------
@@ -464,7 +462,7 @@ def test_cli_train_then_generate(corpus_file, tmp_path, capsys):
     assert cli_main(train_args(corpus_file, out)) == 0
     summary = json.loads(capsys.readouterr().out.strip())
     assert summary["step"] == 3 and summary["out"] == str(out)
-    assert ckpt.read_meta(out)["command"].startswith("gptscope train ")
+    assert ckpt.read_meta(out).command.startswith("gptscope train ")
     assert (
         cli_main(["generate", "--checkpoint", str(out), "--prompt", "The cat", "--max-new-tokens", "5", "--seed", "1"])
         == 0

@@ -1,12 +1,13 @@
-"""The registry of the forward trace's parts: each part declared once, here.
+"""How the forward trace's parts are made: each part registered once, here, against its answer.
 
-An entry names the part, says what it returns and means, which hooks it reads for a model and a
-selection, which builder (stages.py) makes it, whether the loaded model has it, and which selection
-changes make it stale. Everything else reads this tuple: `POST /api/v1/forward` runs the builders of
-the parts asked for, the request's `include` enumeration and the answer's fields are made from it
-(schemas/forward.py), and the forward page asks `GET /api/v1/forward/parts` for its list and its
-dependencies. Adding a part is a builder in stages.py, one entry below and the JS panel that draws
-it (static/js/forward/panel_*.js, in main.js's PANELS; docs/architecture.md: Adding a forward part).
+What a part returns and means (its field, block type and description) is the answer's contract and
+is declared in schemas/forward.py's PART_ANSWERS. An entry here names that part and says how it is
+made: which hooks it reads for a model and a selection, which builder (stages.py) makes it, whether
+the loaded model has it, and which selection changes make it stale. `POST /api/v1/forward` runs the
+builders of the parts asked for, and the forward page asks `GET /api/v1/forward/parts` for the list
+and its dependencies. Adding a part is its answer (schemas/forward.py), a builder in stages.py, one
+entry below and the JS panel that draws it (static/js/forward/panel_*.js, in main.js's PANELS;
+docs/architecture.md: Adding a forward part). Importing this module fails if an answer has no entry.
 """
 
 from __future__ import annotations
@@ -18,22 +19,7 @@ from typing import Any
 from gptscope.model.gpt import GPTConfig, hook_name
 
 from .. import saes
-from ..schemas.sae import SaeFeaturesBlock
-from ..schemas.stages import (
-    AttentionBlock,
-    ClassifierBlock,
-    Decomposition,
-    EmbeddingsBlock,
-    HeadDetail,
-    LayerNormDetail,
-    LogitLensBlock,
-    MLPBlock,
-    MoEBlock,
-    NextToken,
-    PromptLoss,
-    ResidualBlock,
-    RopeBlock,
-)
+from ..schemas.forward import PART_ANSWERS, PartAnswer
 from ..service import ModelService
 from . import stages
 from .stages import Selection
@@ -44,14 +30,16 @@ SELECTION_FIELDS = ("layer", "head", "position", "target")  # what the page can 
 
 @dataclass(frozen=True)
 class Part:
-    name: str
-    block: Any  # its type in the answer (the field of ForwardResponse of the same name)
-    description: str
+    name: str  # a PartAnswer's name (schemas/forward.py): what it returns and means
     hooks: Hooks  # the hook names its builder reads
     build: Callable[[stages.Trace], Any]
     applies: Callable[[ModelService], bool] = lambda service: True
     stale_on: tuple[str, ...] = ()  # SELECTION_FIELDS whose change makes it stale
     every_position: bool = False  # reads every position's logits, not only the selected one's
+
+    @property
+    def description(self) -> str:
+        return ANSWERS[self.name].description
 
 
 def each_layer(cfg: GPTConfig, *names: str) -> list[str]:
@@ -85,22 +73,16 @@ HEAD_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_q_rot", "hook_k_rot", "hook_at
 PARTS: tuple[Part, ...] = (
     Part(
         "embeddings",
-        EmbeddingsBlock,
-        "each token's embedding row, its position's (learned positions only) and their sum, with norms",
         hooks=lambda cfg, sel: ["hook_embed", "hook_pos_embed"],
         build=stages.embeddings,
     ),
     Part(
         "attention",
-        AttentionBlock,
-        "attention weights [layer][head][query][key] of the requested layers and heads",
         hooks=lambda cfg, sel: [hook_name("attn.hook_pattern", li) for li in sel.layers],
         build=stages.attention,
     ),
     Part(
         "layernorm",
-        LayerNormDetail,
-        "the selected layer's first norm at the selected position, step by step",
         hooks=lambda cfg, sel: at_layer(
             sel.layer, "hook_resid_pre", "hook_resid_mid", "hook_attn_out", "ln1.hook_normalized"
         ),
@@ -109,8 +91,6 @@ PARTS: tuple[Part, ...] = (
     ),
     Part(
         "head_detail",
-        HeadDetail,
-        "the selected head's queries, keys, values, scores, weights and output",
         hooks=lambda cfg, sel: at_layer(
             sel.layer,
             *(f"attn.{h}" for h in (*HEAD_HOOKS, "hook_z", "hook_result")),
@@ -123,9 +103,6 @@ PARTS: tuple[Part, ...] = (
     ),
     Part(
         "mlp",
-        MLPBlock,
-        "the MLP's activation curve, every layer's pre-activation histogram and the selected layer's top "
-        "neurons at the selected position (null for a mixture-of-experts model: see moe)",
         hooks=lambda cfg, sel: [*each_layer(cfg, "mlp.hook_pre"), hook_name("mlp.hook_post", sel.layer)],
         build=stages.mlp,
         applies=_is_dense,
@@ -133,38 +110,28 @@ PARTS: tuple[Part, ...] = (
     ),
     Part(
         "residual",
-        ResidualBlock,
-        "the residual stream's norm at every position after the embedding and after each block",
         hooks=_streams,
         build=stages.residual,
     ),
     Part(
         "logit_lens",
-        LogitLensBlock,
-        "what each stage would predict: the final norm and the unembedding applied after every block",
         hooks=_streams,
         build=stages.logit_lens,
     ),
     Part(
         "next_token",
-        list[NextToken],
-        "top-k next tokens after the selected position",
         hooks=lambda cfg, sel: [],
         build=stages.next_token,
         stale_on=("position",),
     ),
     Part(
         "prompt_loss",
-        PromptLoss,
-        "the loss of each next token of the prompt, its mean and perplexity",
         hooks=lambda cfg, sel: [],
         build=stages.prompt_loss,
         every_position=True,
     ),
     Part(
         "decomposition",
-        Decomposition,
-        "the target's logit at the selected position split into what each head, MLP and the embedding wrote",
         hooks=_components,
         build=stages.decomposition,
         stale_on=("position", "target"),
@@ -172,8 +139,6 @@ PARTS: tuple[Part, ...] = (
     ),
     Part(
         "rope",
-        RopeBlock,
-        "RoPE models only: the selected head's rotation frequencies and angles, q and k before and after",
         hooks=lambda cfg, sel: at_layer(sel.layer, "attn.hook_q", "attn.hook_k", "attn.hook_q_rot", "attn.hook_k_rot"),
         build=stages.rope,
         applies=lambda s: s.model.cfg.pos == "rope",
@@ -181,17 +146,12 @@ PARTS: tuple[Part, ...] = (
     ),
     Part(
         "moe",
-        MoEBlock,
-        "mixture-of-experts models only: each layer's router probabilities, chosen experts and load",
         hooks=lambda cfg, sel: each_layer(cfg, "mlp.hook_router_probs", "mlp.hook_router_choice"),
         build=stages.moe,
         applies=lambda s: bool(s.model.cfg.n_expert),
     ),
     Part(
         "sae_features",
-        SaeFeaturesBlock,
-        "models with an SAE (GET /api/v1/saes) only: the SAE's features active at the selected position, "
-        "and how many fire at every position",
         hooks=lambda cfg, sel: each_layer(cfg, "hook_resid_post"),
         build=stages.sae_features,
         applies=lambda s: bool(saes.listing(s)),
@@ -199,9 +159,6 @@ PARTS: tuple[Part, ...] = (
     ),
     Part(
         "classifier",
-        ClassifierBlock,
-        "fine-tuned classifiers only (GET /api/v1/health: info.classifier; null for a language model): "
-        "the label W_y reads at the last position",
         hooks=lambda cfg, sel: [*_components(cfg, sel), *each_layer(cfg, "attn.hook_pattern")],
         build=stages.classifier,
         applies=lambda s: s.classifier is not None,
@@ -210,6 +167,9 @@ PARTS: tuple[Part, ...] = (
 )
 NAMES: tuple[str, ...] = tuple(p.name for p in PARTS)
 BY_NAME: dict[str, Part] = {p.name: p for p in PARTS}
+ANSWERS: dict[str, PartAnswer] = {a.name: a for a in PART_ANSWERS}
+if tuple(ANSWERS) != NAMES:  # each declared answer is made one way, in the answer's order
+    raise RuntimeError(f"forward parts {NAMES} do not match their answers {tuple(ANSWERS)} (schemas/forward.py)")
 
 
 def wanted(service: ModelService, names: Iterable[str]) -> list[Part]:

@@ -79,7 +79,7 @@ def render(request: Request, service: Service, page: Page, twin: str, **context)
 @data("forward")
 def index(request: Request, service: ModelService) -> tuple[str, dict]:
     # a classifier's default is a test-half input framed by its special tokens, as it was trained to read
-    classifier_example = (service.meta.get("classifier") or {}).get("example") if service.classifier else None
+    classifier_example = (service.meta.classifier or {}).get("example") if service.classifier else None
     prompt = request.query_params.get("text") or classifier_example or DEFAULT_PROMPT
     return f"/api/v1/forward?{urlencode({'text': prompt})}", {"prompt": prompt}
 

@@ -1,21 +1,123 @@
 """The forward trace of a prompt, stage by stage. Each stage is optional: a tool asks only for
 what it shows (`include`), and a selected layer / head / position narrows the detailed parts.
 
-The stages' names, their fields in the answer and their meanings come from the registry of parts
-(server/explain/parts.py); their blocks are the models in stages.py."""
+The parts' answers are declared once, in PART_ANSWERS below: each part's name, its block (a model in
+stages.py) and its meaning make the request's `include` enumeration and the answer's fields. How each
+part is made (its builder, the hooks it reads, when it applies) is registered against these names in
+server/explain/parts.py, which checks that every answer has exactly one way to be made."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..explain.parts import NAMES, PARTS
 from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
-from .stages import LogitLensBlock  # noqa: F401  (the answer of POST /api/v1/logit-lens)
+from .sae import SaeFeaturesBlock
+from .stages import (
+    AttentionBlock,
+    ClassifierBlock,
+    Decomposition,
+    EmbeddingsBlock,
+    HeadDetail,
+    LayerNormDetail,
+    LogitLensBlock,  # also the answer of POST /api/v1/logit-lens
+    MLPBlock,
+    MoEBlock,
+    NextToken,
+    PromptLoss,
+    ResidualBlock,
+    RopeBlock,
+)
 
-ForwardPart = Literal[NAMES]  # type: ignore[valid-type]
-ALL_PARTS: tuple[str, ...] = NAMES
+
+@dataclass(frozen=True)
+class PartAnswer:
+    """One part of the forward trace as the answer shows it: its field, its type and its meaning."""
+
+    name: str
+    block: Any  # its type in the answer (the field of ForwardResponse of the same name)
+    description: str
+
+
+PART_ANSWERS: tuple[PartAnswer, ...] = (
+    PartAnswer(
+        "embeddings",
+        EmbeddingsBlock,
+        "each token's embedding row, its position's (learned positions only) and their sum, with norms",
+    ),
+    PartAnswer(
+        "attention",
+        AttentionBlock,
+        "attention weights [layer][head][query][key] of the requested layers and heads",
+    ),
+    PartAnswer(
+        "layernorm",
+        LayerNormDetail,
+        "the selected layer's first norm at the selected position, step by step",
+    ),
+    PartAnswer(
+        "head_detail",
+        HeadDetail,
+        "the selected head's queries, keys, values, scores, weights and output",
+    ),
+    PartAnswer(
+        "mlp",
+        MLPBlock,
+        "the MLP's activation curve, every layer's pre-activation histogram and the selected layer's top "
+        "neurons at the selected position (null for a mixture-of-experts model: see moe)",
+    ),
+    PartAnswer(
+        "residual",
+        ResidualBlock,
+        "the residual stream's norm at every position after the embedding and after each block",
+    ),
+    PartAnswer(
+        "logit_lens",
+        LogitLensBlock,
+        "what each stage would predict: the final norm and the unembedding applied after every block",
+    ),
+    PartAnswer(
+        "next_token",
+        list[NextToken],
+        "top-k next tokens after the selected position",
+    ),
+    PartAnswer(
+        "prompt_loss",
+        PromptLoss,
+        "the loss of each next token of the prompt, its mean and perplexity",
+    ),
+    PartAnswer(
+        "decomposition",
+        Decomposition,
+        "the target's logit at the selected position split into what each head, MLP and the embedding wrote",
+    ),
+    PartAnswer(
+        "rope",
+        RopeBlock,
+        "RoPE models only: the selected head's rotation frequencies and angles, q and k before and after",
+    ),
+    PartAnswer(
+        "moe",
+        MoEBlock,
+        "mixture-of-experts models only: each layer's router probabilities, chosen experts and load",
+    ),
+    PartAnswer(
+        "sae_features",
+        SaeFeaturesBlock,
+        "models with an SAE (GET /api/v1/saes) only: the SAE's features active at the selected position, "
+        "and how many fire at every position",
+    ),
+    PartAnswer(
+        "classifier",
+        ClassifierBlock,
+        "fine-tuned classifiers only (GET /api/v1/health: info.classifier; null for a language model): "
+        "the label W_y reads at the last position",
+    ),
+)
+ALL_PARTS: tuple[str, ...] = tuple(a.name for a in PART_ANSWERS)
+ForwardPart = Literal[ALL_PARTS]  # type: ignore[valid-type]
 
 
 class ForwardRequest(StrictRequest):
@@ -86,7 +188,7 @@ class TraceHeader(BaseModel):
     position: int = Field(description="the selected position")
 
 
-_PART_FIELDS: dict[str, Any] = {p.name: (p.block | None, Field(None, description=p.description)) for p in PARTS}
+_PART_FIELDS: dict[str, Any] = {a.name: (a.block | None, Field(None, description=a.description)) for a in PART_ANSWERS}
 
 if TYPE_CHECKING:  # a static checker sees the parts' fields as Any: they are made from the registry below
 
