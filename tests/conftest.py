@@ -1,9 +1,9 @@
 """Shared fixtures: the built-in model loaded once, an in-process client, a tiny random GPT.
 
 `python -m pytest` runs every test (the README's command, and CI's). The fast subset for the
-edit-test loop, `python -m pytest -m "not slow and not browser"`, runs in under a minute on two
-cores: `@pytest.mark.slow` marks each test whose own work takes seconds (it trains or fine-tunes a
-model, starts processes such as torchrun, a wheel's venv or kill -9 rounds, runs the notebook, or
+edit-test loop, `python -m pytest -m "not slow and not browser"`, runs in about a minute on two
+cores (both run on every core: pyproject's addopts start pytest-xdist; see tests/run_guard.py).
+`@pytest.mark.slow` marks each test whose own work takes seconds (it trains or fine-tunes a model, starts processes such as torchrun, a wheel's venv or kill -9 rounds, runs the notebook, or
 sweeps every architecture). Expensive setup that tests only read is shared through module or
 session fixtures instead.
 """
@@ -18,15 +18,13 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
-from fastapi.testclient import TestClient
 
-from gptscope.model.gpt import GPT, GPTConfig
-from gptscope.server.app import create_app
-from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
-from gptscope.server.service import ModelService
+if TYPE_CHECKING:  # imported where used: an xdist controller, which runs no test, never loads torch
+    from gptscope.model.gpt import GPT, GPTConfig
+    from gptscope.server.service import ModelService
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout (examples/ is not package data)
 BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
@@ -51,37 +49,50 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
 # thread): the tensors here are small, and on a shared two-core machine a second thread spin-waits
 # against other processes (test_modern + test_model + test_lessons + test_forward_api: 53 s on one
 # thread, 290 s on two, under load).
-torch.set_num_threads(1)
+def one_torch_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter) -> None:
-    """After the durations: the test process's peak memory (and its children's, the largest one: a
-    child forked from this process starts from this process's peak), and what it leaves running
-    (threads, child processes), so a run that grows or leaks says so."""
-    import resource
-    import threading
+# what every run reports and guards (time per file, each process's peak memory and leaks, the
+# memory ceiling): tests/run_guard.py's hooks, made this conftest's own
+import run_guard  # noqa: E402
+from run_guard import (  # noqa: E402, F401
+    order_for_workers,
+    pytest_keyboard_interrupt,
+    pytest_runtest_logstart,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+    pytest_testnodedown,
+    pytest_xdist_auto_num_workers,
+    pytest_xdist_make_scheduler,
+)
 
-    self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    alive = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon)
-    try:
-        children = len(Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split())
-    except OSError:
-        children = 0
-    terminalreporter.write_line(
-        f"peak memory: tests {self_mb:,.0f} MB, largest child process {child_mb:,.0f} MB (a fork counts from the tests' peak); "
-        f"left running: {len(alive)} non-daemon threads {alive[:8]}, {children} child processes"
-    )
+
+def pytest_configure(config) -> None:
+    run_guard.pytest_configure(config)
+    if not run_guard.is_controller(config):
+        one_torch_thread()
+
+
+def pytest_collection_modifyitems(config, items):
+    order_for_workers(items)
 
 
 @pytest.fixture(scope="session")
 def service() -> ModelService:
+    from gptscope.server.config import BUILTIN_CHECKPOINT
+    from gptscope.server.service import ModelService
+
     return ModelService(BUILTIN_CHECKPOINT)
 
 
 @pytest.fixture(scope="session")
 def app(service, tmp_path_factory):
+    from gptscope.server.app import create_app
+    from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+
     return create_app(
         Settings(
             checkpoint=BUILTIN_CHECKPOINT, allow_hosts=["testserver"], data_dir=tmp_path_factory.mktemp("gptscope-data")
@@ -92,17 +103,25 @@ def app(service, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def client(app):
+    from fastapi.testclient import TestClient
+
     with TestClient(app) as c:
         yield c
 
 
 @pytest.fixture
 def tiny_config() -> GPTConfig:
+    from gptscope.model.gpt import GPTConfig
+
     return GPTConfig(vocab_size=97, n_ctx=32, n_layer=2, n_head=4, d_model=32)
 
 
 @pytest.fixture
 def tiny_model(tiny_config) -> GPT:
+    import torch
+
+    from gptscope.model.gpt import GPT
+
     torch.manual_seed(0)
     return GPT(tiny_config).eval()
 

@@ -214,6 +214,7 @@ def test_a_training_run_runs_reports_progress_and_cancels(jclient):
     assert body["status"] == "cancelled" and 2 <= body["step"] < body["total_steps"] and body["error"] is None
 
 
+@pytest.mark.slow  # fine-tunes (a cell of one step, then one cancelled)
 def test_a_fine_tuning_job_runs_reports_progress_and_cancels(jclient):
     ft = {"task": "tiny", "methods": ["probe", "scratch"], "sizes": [8], "steps": 1}
     r = jclient.post("/api/v1/finetune", json=ft)
@@ -227,6 +228,7 @@ def test_a_fine_tuning_job_runs_reports_progress_and_cancels(jclient):
     assert body["status"] == "cancelled" and body["cells"] == [] and body["current"] is None
 
 
+@pytest.mark.slow  # trains an SAE and measures its quality (about 10 s on 2 cores)
 def test_an_sae_training_job_runs_reports_progress_and_cancels(jclient):
     sae = {"layer": 0, "k": 4, "batch_tokens": 256, "max_tokens": 1024, "eval_sequences": 8, "ce_sequences": 4}
     r = jclient.post("/api/v1/saes", json={**sae, "name": "jobs-done"})

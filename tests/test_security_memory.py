@@ -280,7 +280,9 @@ def _index_past_the_tokens(stats) -> None:
     ],
 )
 def test_an_sae_that_cannot_read_the_served_model_is_a_422_naming_the_field(client, app, name, edit, words):
-    folder = app.state.settings.data_dir / "saes" / "builtin" / name  # listed for the built-in model
+    # the first folder the served model's SAEs are listed from (the session's service may have been
+    # handed to other apps since, with data folders of their own)
+    folder = app.state.models.served.sae_folders[0] / name
     shutil.copytree(SHIPPED_DIR, folder)
     try:
         edit(folder)  # its recorded checkpoint sha256 still matches, and every file's hash too

@@ -292,6 +292,7 @@ def walk_every_stage(page, url: str) -> tuple[list[list[int]], dict[int, float]]
     return lt, worst
 
 
+@pytest.mark.timed  # run last among the browser tests, when no other test shares the cores
 def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, another_page, gpt2_small, screenshot):
     """GPT-2 small's whole shape: no task of the walk blocks the tab for a second. A walk that meets
     one is walked once more in a fresh tab, and fails if that one does too: on this shared 2-core VM

@@ -1,0 +1,100 @@
+"""tests/run_guard.py's guards, tried on a small inner pytest run (a folder of its own whose conftest
+takes the same hooks): the memory ceiling stops a run with a message and a summary instead of an OOM
+kill, a thread or child process left running fails the run and is named, and under xdist each
+worker's peak memory is reported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+CONFTEST = f"""
+import sys
+sys.path.insert(0, {str(HERE)!r})
+from run_guard import *  # noqa
+"""
+
+
+def inner_run(tmp_path: Path, tests: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_inner.py").write_text(tests)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # this folder is the inner run's rootdir
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:schemathesis",
+            "-p",
+            "no:hypothesispytest",
+            *args,
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        # the inner run is a plain one even when this test runs in an xdist worker
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_test_past_the_memory_ceiling_stops_the_run_with_a_message_and_a_summary(tmp_path):
+    tests = """
+import time
+
+def test_small():
+    pass
+
+def test_grows():
+    hog = bytearray(400 * 2**20)
+    hog[:: 4096] = b"x" * len(hog[:: 4096])  # touch every page, so it is resident
+    time.sleep(30)  # woken by the ceiling's interrupt
+
+def test_never_reached():
+    pass
+"""
+    p = inner_run(tmp_path, tests, "-n", "0", GPTSCOPE_TEST_MEMORY_MB="250")
+    out = p.stdout + p.stderr
+    assert p.returncode == 2, out  # interrupted, not killed
+    assert "memory ceiling" in out and "test_inner.py::test_grows" in out and "over the ceiling of 250 MB" in out
+    assert "1 passed" in out and "test_never_reached" not in p.stdout.split("short test summary")[-1]
+    assert "peak memory (tests)" in out  # the summary was printed
+
+
+@pytest.mark.slow  # three inner runs, one waiting for what it left
+def test_a_thread_or_a_process_left_running_fails_the_run_and_is_named(tmp_path):
+    tests = """
+import subprocess, threading, time
+
+def test_leaves_a_thread():
+    threading.Thread(target=time.sleep, args=(2,), name="forgotten-thread").start()
+
+def test_leaves_a_process():
+    subprocess.Popen(["sleep", "2"])
+"""
+    p = inner_run(tmp_path, tests, "-n", "0")
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out
+    assert "2 passed" in out
+    assert "forgotten-thread" in out and "sleep (" in out and "left threads or processes running" in out
+
+    clean = inner_run(tmp_path, "def test_ok():\n    pass\n", "-n", "0")
+    assert clean.returncode == 0 and "0 non-daemon threads [], 0 child processes" in clean.stdout
+
+
+@pytest.mark.slow  # an inner run starting two workers
+def test_each_xdist_worker_reports_its_peak_memory(tmp_path):
+    tests = "".join(f"def test_{i}():\n    pass\n" for i in range(4))
+    p = inner_run(tmp_path, tests, "-n", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "peak memory (gw0)" in p.stdout and "peak memory (gw1)" in p.stdout
+    assert "time per file" in p.stdout and "4 tests  test_inner.py" in p.stdout
