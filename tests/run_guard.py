@@ -42,22 +42,22 @@ _state: dict = {"test": "(collecting)", "stopped": None}
 
 def tree_rss_mb(root: int) -> float:
     """Resident memory of `root` and every process below it, in MB (from /proc)."""
-    parent, rss = {}, {}
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             stat = Path(f"/proc/{d}/stat").read_text()
             fields = stat[stat.rindex(")") + 2 :].split()
-            parent[int(d)] = int(fields[1])
+            children.setdefault(int(fields[1]), []).append(int(d))
             rss[int(d)] = int(fields[21]) * PAGE
         except (OSError, ValueError, IndexError):
             continue
     below, frontier = {root}, [root]
     while frontier:
-        p = frontier.pop()
-        for child, par in parent.items():
-            if par == p and child not in below:
+        for child in children.get(frontier.pop(), []):
+            if child not in below:
                 below.add(child)
                 frontier.append(child)
     return sum(rss.get(p, 0) for p in below) / 2**20
@@ -103,9 +103,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
-# Browser test files that judge no timing and share a session fixture with a file outside tests/browser
-# (the executed tour): one unit of their own, collected last, so the worker that ran the other files
-# takes them while another is still on the rest of the browser tests (about 280 s of 850 on 2 cores).
+# Browser test files that judge no timing (the exports, fine-tuning from the page, and the tour's
+# embeds, whose executed tour test_notebook.py shares when both run on one worker): one unit of their
+# own, collected last, so the worker that ran the other files takes them while another is still on the
+# rest of the browser tests (about 280 s of 850 on 2 cores).
 LATE_BROWSER = frozenset(
     {
         "test_export.py",
