@@ -1,8 +1,8 @@
 """The pages at GPT-2 small's size, in a real headless Chromium: random checkpoints shaped like GPT-2
 small (12 layers x 12 heads, a 50,257-token vocabulary, 1,024 positions) and a 128-token prompt.
 The first test opens the forward page on GPT-2 small's whole shape (width 768) and walks every
-stage: no task may block the tab for a second. The others use width 96 (so the fixture builds in a
-second): every stage draws what the API returns, the 144 small attention maps are canvases painted
+stage: no task may cost the tab's main thread a second of CPU time. The others use width 96 (so the
+fixture builds in a second): every stage draws what the API returns, the 144 small attention maps are canvases painted
 as they scroll into view, axes carry thinned labels, and /learn, /tokenizer and /train work with
 this model.
 
@@ -29,11 +29,16 @@ N_LAYER, N_HEAD, T = 12, 12, 128
 D_GPT2 = 768  # GPT-2 small's width (the `gpt2_small` fixture; `big` is narrower, see there)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 TIMINGS: dict[str, object] = {}
-# No single task may block the tab longer (issue #28). On 2 cores of an AMD EPYC with AVX-512 the
-# longest task of the every-stage walk at width 768 was 440-500 ms (the 12-layer MLP histograms, then
-# Plotly's start), and under Chromium's 2x CPU throttling 690 ms. (Before Plotly's cartesian bundle and
-# the token axes that stopped Plotly measuring each tick label, single drawings took 0.8-2.9 s.)
+# No single task may block the tab longer (issue #28), counted in the CPU time the tab's main thread
+# spent on it (Chromium's trace: a task's `tdur`), so that what is measured is the page's own work:
+# on a shared 2-core machine the same task's wall time was 1.0-2.5x that (the thread waiting for a
+# core while the other test worker, the server and Playwright ran), and failed the walk on CI with
+# 2.4 s. Both are reported. On 2 cores of an Intel Xeon the longest task of the every-stage walk at
+# width 768 took 530 ms of CPU (700 ms wall); on an AMD EPYC 440-500 ms wall, and under Chromium's
+# 2x CPU throttling 690 ms. (Before Plotly's cartesian bundle and the token axes that stopped Plotly
+# measuring each tick label, single drawings took 0.8-2.9 s.)
 LONG_TASK_LIMIT_MS = 1000
+TASK_TRACE = ["toplevel"]  # the trace category of each task a thread runs (ThreadControllerImpl::RunTask)
 # A poll of the page (tests/browser: wait_responsive) may wait out two tasks in a row and the test's own
 # round trip: it only has to show that the tab never stops answering.
 ROUND_TRIP_LIMIT_S = 4
@@ -269,48 +274,70 @@ def errors_of(page) -> list[str]:
 # --- the forward page ------------------------------------------------------------------------------
 
 
-def walk_every_stage(page, url: str) -> tuple[list[list[int]], dict[int, float]]:
+@contextmanager
+def main_thread_tasks(browser, page, at_least_ms: int = 50):
+    """Trace Chromium while the block runs; the list it yields is then filled with [wall_ms, cpu_ms]
+    of every task of a renderer's main thread that took at least `at_least_ms` of wall time."""
+    tasks: list[list[int]] = []
+    browser.start_tracing(page=page, categories=TASK_TRACE)
+    try:
+        yield tasks
+    finally:
+        events = json.loads(browser.stop_tracing())["traceEvents"]
+    mains = {
+        (e["pid"], e["tid"])
+        for e in events
+        if e.get("name") == "thread_name" and e.get("args", {}).get("name") == "CrRendererMain"
+    }
+    for e in events:
+        if (
+            e.get("name") == "ThreadControllerImpl::RunTask"
+            and (e["pid"], e["tid"]) in mains
+            and e.get("dur", 0) >= at_least_ms * 1000
+        ):
+            assert "tdur" in e, f"Chromium's trace has no thread time for its tasks: {e}"
+            tasks.append([round(e["dur"] / 1000), round(e["tdur"] / 1000)])
+    tasks.sort(key=lambda t: -t[1])
+
+
+def walk_every_stage(browser, page, url: str) -> tuple[list[list[int]], dict[int, float]]:
     """Open the forward page on the 128-token prompt and walk its ten stages, every plot drawn: the
-    long tasks it met and the slowest poll of each stage (and TIMINGS)."""
+    [wall_ms, cpu_ms] of each task of 50 ms or more and the slowest poll of each stage (and TIMINGS)."""
     traces = []
     page.on(
         "response",
         lambda r: traces.append(r.headers.get("content-type")) if r.url.endswith("/api/v1/forward") else None,
     )
-    TIMINGS["open_to_ready_s"] = round(open_forward(page, url, layer=11, head=11), 2)
-    assert traces and set(traces) == {"application/vnd.gptscope+msgpack"}, traces  # the page fetched the binary form
-    assert page.text_content("#token-count") == f"{T} tokens"
-    assert page.evaluate("document.querySelectorAll('#tokens .tok').length") == T
-    worst = {}
-    for n in range(1, 11):
-        worst[n] = round(go_stage(page, n), 3)
-    wait_responsive(page, "document.body.dataset.drawn === '1'")
+    with main_thread_tasks(browser, page) as tasks:
+        TIMINGS["open_to_ready_s"] = round(open_forward(page, url, layer=11, head=11), 2)
+        assert traces and set(traces) == {"application/vnd.gptscope+msgpack"}, (
+            traces
+        )  # the page fetched the binary form
+        assert page.text_content("#token-count") == f"{T} tokens"
+        assert page.evaluate("document.querySelectorAll('#tokens .tok').length") == T
+        worst = {}
+        for n in range(1, 11):
+            worst[n] = round(go_stage(page, n), 3)
+        wait_responsive(page, "document.body.dataset.drawn === '1'")
     TIMINGS["slowest_round_trip_s_per_stage"] = worst
-    lt = long_tasks(page)
-    TIMINGS["long_tasks_ms"] = sorted((d for _, d in lt), reverse=True)
+    TIMINGS["long_tasks_ms"] = sorted((d for _, d in long_tasks(page)), reverse=True)  # wall, as the page saw them
+    TIMINGS["tasks_wall_cpu_ms"] = tasks
     TIMINGS["draw_ms"] = dict(page.evaluate("window.__draws"))
-    return lt, worst
+    return tasks, worst
 
 
 @pytest.mark.timed  # run last among the browser tests, when no other test shares the cores
-def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, another_page, gpt2_small, screenshot):
-    """GPT-2 small's whole shape: no task of the walk blocks the tab for a second. A walk that meets
-    one is walked once more in a fresh tab, and fails if that one does too: on this shared 2-core VM
-    other tenants' bursts can stall a tab for that long now and then, where a page whose own work
-    takes that long does so every time. Both walks' figures go to the timings file."""
+def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(browser, bpage, gpt2_small, screenshot):
+    """GPT-2 small's whole shape: no task of the walk costs the tab's main thread a second of CPU
+    (its wall time is reported beside it: on a shared machine it includes the waits for a core)."""
     page, url = bpage, gpt2_small["url"]
-    lt, worst = walk_every_stage(page, url)
-    longest = max((d for _, d in lt), default=0)
-    if longest >= LONG_TASK_LIMIT_MS:
-        TIMINGS["first_walk"] = {"long_tasks_ms": TIMINGS["long_tasks_ms"], "draw_ms": TIMINGS["draw_ms"]}
-        page.close()
-        page = observed(another_page())
-        lt, worst = walk_every_stage(page, url)
-        longest = max((d for _, d in lt), default=0)
+    tasks, worst = walk_every_stage(browser, page, url)
+    assert tasks, "the trace saw no task of 50 ms or more: it did not watch the page"
+    longest = max(cpu for _, cpu in tasks)
     nodes = page.evaluate("document.getElementsByTagName('*').length")
     TIMINGS["dom_nodes"] = nodes
     print("\nbig model timings:", json.dumps(TIMINGS))
-    assert longest < LONG_TASK_LIMIT_MS, f"a task blocked the tab for {longest} ms: {lt}"
+    assert longest < LONG_TASK_LIMIT_MS, f"a task took {longest} ms of the tab's CPU ([wall, cpu] ms): {tasks}"
     assert max(worst.values()) < ROUND_TRIP_LIMIT_S, f"the tab answered late: {worst}"
     assert nodes < NODE_LIMIT, f"{nodes} elements on the page"
     # the model view is canvases, not 144 Plotly subplots
@@ -321,6 +348,21 @@ def test_every_stage_draws_a_128_token_trace_without_freezing_the_tab(bpage, ano
     assert layout_faults(page) == []
     screenshot(page, "big-model-forward")
     assert errors_of(page) == []
+
+
+def test_the_task_trace_counts_a_busy_task_in_full(browser, page):
+    """The measure above can fail: a task that keeps the main thread busy for 3 s of wall time is
+    counted as a task over the limit. (Its CPU time is less than its wall time wherever something
+    else wants the cores: here the kernel's writeback and Chromium's other processes took up to a
+    third of a 1.2-s loop's time while other tests ran.)"""
+    page.goto("about:blank")
+    with main_thread_tasks(browser, page) as tasks:
+        page.evaluate(
+            "() => new Promise((done) => setTimeout(() => "
+            "{ const t = performance.now(); while (performance.now() - t < 3000); done(); }, 0))"
+        )
+    wall, cpu = max(tasks, key=lambda t: t[1])
+    assert wall >= 3000 and LONG_TASK_LIMIT_MS <= cpu <= wall, tasks
 
 
 def test_the_layer_by_head_grid_has_all_144_heads_painted_as_they_scroll_into_view(bpage, big):
