@@ -471,3 +471,32 @@ def test_cli_train_then_generate(corpus_file, tmp_path, capsys):
     assert text.startswith("The cat")
     with pytest.raises(CorpusError):
         train(tiny_tc(tmp_path / "nothing-here.txt", max_steps=1), progress=False)
+
+
+def test_a_corpus_made_ready_once_is_reused_and_the_cache_is_bounded_by_bytes(tmp_path, monkeypatch):
+    """Runs on the same text, split and tokenizer share one tokenization (model/train.py's cache);
+    another vocabulary is made anew, and past the byte limit the least recently used entry goes."""
+    from gptscope.model import corpus as corpus_mod
+    from gptscope.model import train as train_mod
+
+    monkeypatch.setattr(train_mod, "_prepared", {})
+    text = "To be, or not to be, that is the question.\n" * 300
+    c = corpus_mod.Corpus("q", text)
+    a = train_mod.prepared_data(c, train_mod.TrainConfig(vocab_size=300))
+    assert train_mod.prepared_data(corpus_mod.Corpus("other name", text), train_mod.TrainConfig(vocab_size=300)) is a
+    assert not a.train_ids.flags.writeable  # shared: no run may change it
+    b = train_mod.prepared_data(c, train_mod.TrainConfig(vocab_size=280))
+    assert b is not a and b.tok_spec != a.tok_spec
+    fresh = train_mod.prepared_data(
+        corpus_mod.Corpus("q2", text + "Ay, there's the rub.\n"), train_mod.TrainConfig(vocab_size=300)
+    )
+    assert fresh is not a and len(fresh.train_ids) > len(a.train_ids)
+    monkeypatch.setattr(train_mod, "PREPARED_CACHE_BYTES", a.nbytes + b.nbytes + fresh.nbytes - 1)
+    train_mod.prepared_data(c, train_mod.TrainConfig(vocab_size=300))  # a: the most recent again
+    train_mod.prepared_data(c, train_mod.TrainConfig(vocab_size=270))  # over the limit: b (least recent) goes
+    assert b not in train_mod._prepared.values() and a in train_mod._prepared.values()
+    # what the cache returns is what a run would have made on its own
+    spec = train_mod.build_tokenizer(
+        train_mod.TrainConfig(vocab_size=300), c.split(train_mod.TrainConfig().val_fraction)[0]
+    )
+    assert spec == a.tok_spec
