@@ -37,7 +37,7 @@ from gptscope.server.saes import sae_runner
 from gptscope.server.schemas.common import StrictRequest
 from gptscope.server.service import ModelService
 
-MAX_EXAMPLES = 20
+MAX_EXAMPLES = 10
 SEED = int(os.environ.get("GPTSCOPE_FUZZ_SEED", "17"))
 
 # Constraints that depend on another field or on the loaded model: the field's description states
