@@ -10,7 +10,10 @@ tests/test_run_guard.py's inner run):
   descendants (the served app, Chromium, torchrun) twice a second; past the ceiling it stops the run
   with a message naming the test and the figure, and pytest still prints its summary, instead of
   the kernel's OOM killer ending the run silently. The ceiling is GPTSCOPE_TEST_MEMORY_MB, or by
-  default 80% of the machine's memory shared among the test processes;
+  default 80% of the machine's memory shared among the test processes. That stop is a SIGINT, so a
+  test that leaves SIGINT ignored or handled elsewhere would disable it (and every process it starts
+  afterwards inherits an ignored SIGINT): before each test Python's own handler is put back, and the
+  summary names the test that had changed it;
 - how pytest-xdist shares the work (`-n auto --dist loadfile` in pyproject's addopts): one worker
   per core, at most MAX_WORKERS; each file on one worker, and the browser tests as two units each
   run in turn on one worker (the `timed` ones last in theirs), so at most two Chromiums compete;
@@ -34,7 +37,7 @@ CEILING_ENV = "GPTSCOPE_TEST_MEMORY_MB"
 SAMPLE_S = 0.5
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
-_state: dict = {"test": "(collecting)", "stopped": None}
+_state: dict = {"test": "(collecting)", "stopped": None, "sigint_changed_by": []}
 
 
 # ---- memory --------------------------------------------------------------------------------------
@@ -171,6 +174,10 @@ def pytest_configure(config) -> None:
 
 
 def pytest_runtest_logstart(nodeid, location) -> None:
+    # (in the main thread, where a handler can be set) the ceiling's stop needs Python's SIGINT handler
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        _state["sigint_changed_by"].append(f"{_state['test']} ({signal.getsignal(signal.SIGINT)!r})")
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     _state["test"] = nodeid
 
 
@@ -202,6 +209,7 @@ def process_report(config) -> dict:
         "threads": alive,
         "children": names,
         "stopped": _state["stopped"],
+        "sigint_changed_by": _state["sigint_changed_by"],
     }
 
 
@@ -267,3 +275,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(f"FAILED: {r['name']} left threads or processes running at the session's end")
         if r["stopped"]:
             terminalreporter.write_line(r["stopped"])
+        if r.get("sigint_changed_by"):
+            terminalreporter.write_line(
+                f"SIGINT's handler was changed (and put back before the next test) by: {r['sigint_changed_by'][:8]}"
+            )

@@ -1,6 +1,6 @@
 """tests/run_guard.py's guards, tried on a small inner pytest run (a folder of its own whose conftest
 takes the same hooks): the memory ceiling stops a run with a message and a summary instead of an OOM
-kill, a thread or child process left running fails the run and is named, and under xdist each
+kill (even after a test left SIGINT ignored), a thread or child process left running fails the run and is named, and under xdist each
 worker's peak memory is reported."""
 
 from __future__ import annotations
@@ -48,11 +48,12 @@ def inner_run(tmp_path: Path, tests: str, *args: str, **env: str) -> subprocess.
 
 
 def test_a_test_past_the_memory_ceiling_stops_the_run_with_a_message_and_a_summary(tmp_path):
+    # test_small leaves SIGINT ignored (as a library's signal handling can): the ceiling's stop still works
     tests = """
-import time
+import signal, time
 
 def test_small():
-    pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 def test_grows():
     hog = bytearray(400 * 2**20)
@@ -68,6 +69,7 @@ def test_never_reached():
     assert "memory ceiling" in out and "test_inner.py::test_grows" in out and "over the ceiling of 250 MB" in out
     assert "1 passed" in out and "test_never_reached" not in p.stdout.split("short test summary")[-1]
     assert "peak memory (tests)" in out  # the summary was printed
+    assert "SIGINT's handler was changed (and put back before the next test) by: ['test_inner.py::test_small" in out
 
 
 @pytest.mark.slow  # three inner runs, one waiting for what it left
