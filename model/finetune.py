@@ -25,7 +25,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -242,29 +242,43 @@ def subset(encoded: Encoded, n_labels: int, size: int, seed: int) -> Encoded:
 # --- training and evaluation ----------------------------------------------------------------
 
 
+def length_batches(data: Encoded, batch_size: int) -> list[list[int]]:
+    """The examples' indices in batches of similar length (shortest first): a right-padded batch
+    costs its longest row, and in a causal model a row's padding never reaches its extract token,
+    so each example's result is the same in any batch (passages of 1-4 lines: padding to each
+    batch's longest took about half of a test half's forward passes)."""
+    order = sorted(range(len(data.labels)), key=lambda i: len(data.ids[i]))
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
 @torch.no_grad()
 def last_hidden(clf: Classifier, data: Encoded, batch_size: int = 64) -> torch.Tensor:
-    """(N, d): each example's final hidden state at its extract token."""
-    out = []
-    for i in range(0, len(data.labels), batch_size):
-        idx, last, _, _ = collate(
-            data.ids[i : i + batch_size], data.labels[i : i + batch_size], None, next(clf.parameters()).device
-        )
-        h = clf.gpt.hidden(idx)
-        out.append(h[torch.arange(idx.size(0)), last])
-    return torch.cat(out)
+    """(N, d): each example's final hidden state at its extract token, in data's order."""
+    device = next(clf.parameters()).device
+    out = torch.empty(len(data.labels), clf.gpt.cfg.d_model, device=device)
+    for batch in length_batches(data, batch_size):
+        idx, last, _, _ = collate([data.ids[i] for i in batch], [data.labels[i] for i in batch], None, device)
+        h = clf.gpt.hidden(idx)  # (B, T, d)
+        out[torch.tensor(batch, device=device)] = h[torch.arange(idx.size(0), device=device), last].float()
+    return out
 
 
 @torch.no_grad()
-def evaluate(clf: Classifier, data: Encoded, batch_size: int = 64) -> tuple[float, float]:
-    """(accuracy, mean label cross-entropy) over every example."""
+def evaluate(
+    clf: Classifier, data: Encoded, batch_size: int = 64, features: torch.Tensor | None = None
+) -> tuple[float, float]:
+    """(accuracy, mean label cross-entropy) over every example; `features`, each example's h_l^m
+    when it is known already (a probe's: its GPT is frozen), spares the forward passes."""
+    if features is not None:
+        logits = clf.head(features).float()  # (N, L)
+        y = torch.tensor(data.labels, device=logits.device)
+        return int((logits.argmax(-1) == y).sum()) / len(y), float(F.cross_entropy(logits, y))
     was = clf.training
     clf.eval()
     correct, loss = 0, 0.0
-    for i in range(0, len(data.labels), batch_size):
-        idx, last, y, _ = collate(
-            data.ids[i : i + batch_size], data.labels[i : i + batch_size], None, next(clf.parameters()).device
-        )
+    device = next(clf.parameters()).device
+    for batch in length_batches(data, batch_size):
+        idx, last, y, _ = collate([data.ids[i] for i in batch], [data.labels[i] for i in batch], None, device)
         logits, _ = clf(idx, last)
         correct += int((logits.argmax(-1) == y).sum())
         loss += float(F.cross_entropy(logits.float(), y, reduction="sum"))
@@ -342,6 +356,16 @@ class Prepared:
     specials: dict[str, int]
     train: Encoded
     test: Encoded
+    # seed -> (N_test, d): a probe's h_l^m of every test example. The GPT is frozen and only its new
+    # special-token rows depend on the seed, so every probe cell of a job with that seed shares them.
+    probe_test: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+def probe_test_features(p: Prepared, clf: Classifier, seed: int) -> torch.Tensor:
+    """(N_test, d) for a probe cell built with `seed`, computed by its first probe cell."""
+    if seed not in p.probe_test:
+        p.probe_test[seed] = last_hidden(clf, p.test)
+    return p.probe_test[seed]
 
 
 def prepare(base: GPT, base_id: str, enc, task: Task) -> Prepared:
@@ -400,7 +424,8 @@ def run_cell(
     t0 = time.time()
     clf = build(p.base, method, len(p.task.labels), seed)
     losses = train_classifier(clf, data, method, lm_weight, n_steps, seed, on_step=on_step, cancel=cancel)
-    acc, test_loss = evaluate(clf, p.test)
+    features = probe_test_features(p, clf, seed) if method == "probe" else None
+    acc, test_loss = evaluate(clf, p.test, features=features)
     result = {
         "method": method,
         "lm_weight": lm_weight_for(method, lm_weight),

@@ -204,6 +204,23 @@ def test_cells_are_cached_and_a_saved_classifier_loads_back(builtin, tmp_path):
     assert ckpt.load(tmp_path / "clf").encoding().decode([2048, 2050]) == "<|start|><|extract|>"
 
 
+def test_probe_cells_of_a_seed_share_the_test_features_and_score_as_a_full_forward_would(builtin):
+    """A probe's GPT is frozen, so its test examples' h_l^m are computed by the first probe cell of a
+    seed and reused by the next (a job's other sizes): the scores are those of a forward pass per batch."""
+    p = ft.prepare(builtin.model, "builtin", builtin.encoding(), synthetic_task(40))
+    first, clf = ft.run_cell(p, "probe", 8, seed=1, steps=3, keep_model=True)
+    assert set(p.probe_test) == {1} and p.probe_test[1].shape == (len(p.test.labels), builtin.model.cfg.d_model)
+    kept = p.probe_test[1]
+    second, _ = ft.run_cell(p, "probe", 16, seed=1, steps=3)
+    assert p.probe_test[1] is kept and second["n_train"] == 16  # reused, not computed again
+    acc, loss = ft.evaluate(clf, p.test)  # the full forward, batch by batch
+    assert first["accuracy"] == round(acc, 4) and first["test_loss"] == pytest.approx(round(loss, 4), abs=2e-4)
+    ft.run_cell(p, "probe", 8, seed=2, steps=3)  # another seed draws other special-token rows
+    assert set(p.probe_test) == {1, 2} and not torch.equal(p.probe_test[1], p.probe_test[2])
+    ft.run_cell(p, "finetune", 8, seed=3, steps=1)  # a fine-tuned GPT changes: nothing is kept for it
+    assert set(p.probe_test) == {1, 2}
+
+
 # ---- the API ---------------------------------------------------------------------------------
 
 
