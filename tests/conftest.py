@@ -11,6 +11,7 @@ session fixtures instead.
 from __future__ import annotations
 
 import os
+import sys
 
 # OpenMP threads that wait for work sleep instead of spinning (read when torch loads, below): on a
 # shared two-core machine a training job's spinning threads starve everything else (three
@@ -21,6 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+# Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set (as on the machines here): without
+# it every test process compiled the app's modules from source and pytest rewrote each test
+# module's asserts again, about 6 s of each worker's start (a fast-subset run starts three processes).
+sys.dont_write_bytecode = False
 
 if TYPE_CHECKING:  # imported where used: an xdist controller, which runs no test, never loads torch
     from gptscope.model.gpt import GPT, GPTConfig
