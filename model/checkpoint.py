@@ -322,6 +322,32 @@ def read_meta(path: str | Path) -> CheckpointMeta:
     return CheckpointMeta.from_dict(meta, where=meta_path)
 
 
+class _NoInit(torch.overrides.TorchFunctionMode):
+    """Skips every weight initialisation, in this thread only (a mode is per thread)."""
+
+    SKIP = frozenset(
+        [
+            *(getattr(torch.nn.init, n) for n in ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_")),
+            *(getattr(torch.nn.init, n) for n in ("zeros_", "ones_", "constant_")),
+            *(getattr(torch.Tensor, n) for n in ("normal_", "uniform_", "zero_", "fill_")),
+        ]
+    )
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.SKIP:  # the tensor to initialise, as nn.init or Tensor passes it
+            return args[0] if args else (kwargs or {})["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
+def empty_gpt(cfg: GPTConfig) -> GPT:
+    """A GPT of cfg on the meta device, with no memory and no initialisation: for weights about to be
+    replaced (load_state_dict(..., assign=True)). On the meta device each init would still run
+    torch's Python reference of its op, and the first of them imports torch._dynamo: 2.7 s of a
+    process's first checkpoint load (the app's start)."""
+    with torch.device("meta"), _NoInit():
+        return GPT(cfg)
+
+
 def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: bool = False) -> Checkpoint:
     folder = Path(path)
     meta = read_meta(folder)
@@ -332,8 +358,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: b
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"bad model config in {folder / META_NAME}: {e}") from None
     tensors = read_tensors(folder, meta.weights, meta.weights_sha256, "weights")
-    with torch.device("meta"):  # no memory and no random init for weights about to be replaced
-        model = GPT(cfg)
+    model = empty_gpt(cfg)
     expected = {k: v for k, v in model.state_dict().items() if not (cfg.tie_weights and k == "lm_head.weight")}
     missing, extra = set(expected) - set(tensors), set(tensors) - set(expected)
     if missing or extra:

@@ -535,3 +535,39 @@ def test_explain_mode_gives_the_same_bits_whatever_is_captured(tiny_model):
     with torch.no_grad():
         fused, _ = tiny_model(x)
     assert torch.allclose(fused, plain, atol=1e-5)
+
+
+@pytest.mark.slow  # starts a Python process, to see what the first load imports
+def test_a_checkpoint_is_built_with_no_initialisation_and_its_weights_are_the_files():
+    """checkpoint.empty_gpt skips every weight init on the meta device (the first init there would
+    import torch._dynamo: 2.7 s of the app's start), in its own thread only."""
+    import subprocess
+    import sys
+    import threading
+
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.server.config import BUILTIN_CHECKPOINT
+
+    code = (
+        "import sys; from gptscope.model import checkpoint; from gptscope.server.config import BUILTIN_CHECKPOINT; "
+        "checkpoint.load(BUILTIN_CHECKPOINT); print('torch._dynamo' in sys.modules)"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.stdout.strip() == "False", p.stdout + p.stderr
+    c = ckpt.load(BUILTIN_CHECKPOINT)
+    files = ckpt.read_tensors(c.path, c.meta.weights, c.meta.weights_sha256, "weights")
+    state = c.model.state_dict()
+    assert files and all(torch.equal(state[k], v.float()) for k, v in files.items())
+    # while one thread skips inits, another initialises as usual
+    made = {}
+    with torch.device("meta"), ckpt._NoInit():
+        t = threading.Thread(target=lambda: made.setdefault("w", torch.nn.Linear(64, 64).weight))
+        t.start()
+        t.join()
+        skipped = torch.nn.Linear(64, 64).weight
+    assert made["w"].device.type == "cpu" and 0 < float(made["w"].detach().abs().max()) <= 1 / 8
+    assert skipped.device.type == "meta"
+    torch.manual_seed(0)
+    assert (
+        float(GPT(GPTConfig(vocab_size=97, n_ctx=32, n_layer=2, n_head=4, d_model=32)).wte.weight.detach().std()) > 0.01
+    )

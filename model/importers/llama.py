@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import CheckpointMeta
-from ..gpt import GPT, GPTConfig, count_params
+from ..checkpoint import CheckpointMeta, empty_gpt
+from ..gpt import GPTConfig, count_params
 from ..tokenizers import HFEncoding
 from .common import Converted, ImportFailed, config_from, hf_int, read_hf_tensors, read_json
 
@@ -337,8 +337,7 @@ def convert_hf_llama(folder: Path) -> Converted:
         )
     stored = {t.dtype for t in tensors.values() if t.is_floating_point()}
     del tensors
-    with torch.device("meta"):  # no memory and no random init for weights about to be replaced
-        model = GPT(cfg)
+    model = empty_gpt(cfg)
     model.load_state_dict(state, strict=False, assign=True)
     if cfg.tie_weights:  # assign=True replaced wte.weight's Parameter: tie the output layer to the new one
         model.lm_head.weight = model.wte.weight
