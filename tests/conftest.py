@@ -83,7 +83,7 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items):
-    order_for_workers(items)
+    order_for_workers(items, config)
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ import resource
 import signal
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -129,17 +130,28 @@ def unit_of(nodeid: str) -> str:
     return "tests/browser (late)" if path.rsplit("/", 1)[-1] in LATE_BROWSER else "tests/browser"
 
 
-def order_for_workers(items) -> None:
-    """The browser tests first, those whose verdict is a wall-clock figure (marked `timed`) last
-    among them; then every other file; then the LATE_BROWSER files."""
+# Where each file's seconds (setup + call + teardown) of the last run that ran it are kept (pytest's
+# cache, .pytest_cache/): the other files go to the workers longest first, so that the last to start
+# are short and the workers finish together. A file with no figure yet counts 0.1 s a test.
+SECONDS_KEY = "gptscope/seconds-per-file"
 
-    def rank(item) -> int:
+
+def order_for_workers(items, config=None) -> None:
+    """The browser tests first, those whose verdict is a wall-clock figure (marked `timed`) last
+    among them; then every other file, longest first (SECONDS_KEY); then the LATE_BROWSER files."""
+    cache = getattr(config, "cache", None)
+    seconds = (cache.get(SECONDS_KEY, {}) if cache is not None else {}) or {}
+    tests = Counter(unit_of(item.nodeid) for item in items)
+
+    def rank(item) -> tuple[int, float, str]:
         unit = unit_of(item.nodeid)
         if unit == "tests/browser":
-            return 1 if item.get_closest_marker("timed") else 0
-        return 3 if unit == "tests/browser (late)" else 2
+            return (1 if item.get_closest_marker("timed") else 0, 0.0, "")
+        if unit == "tests/browser (late)":
+            return (3, 0.0, "")
+        return (2, -float(seconds.get(unit, 0.1 * tests[unit])), unit)
 
-    items.sort(key=rank)  # stable: the collection's order within each rank
+    items.sort(key=rank)  # stable: the collection's order within a file and within each browser unit
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -248,6 +260,10 @@ def time_per_file(terminalreporter) -> None:
                 row[1] += r.when == "call"
     if not totals:
         return
+    cache = getattr(terminalreporter.config, "cache", None)
+    if cache is not None:  # this run's figure for each file it ran, for the next run's order
+        seconds = cache.get(SECONDS_KEY, {}) or {}
+        cache.set(SECONDS_KEY, {**seconds, **{name: round(t, 2) for name, (t, _) in totals.items()}})
     rows = sorted(totals.items(), key=lambda kv: -kv[1][0])
     whole = sum(t for t, _ in totals.values())
     terminalreporter.write_sep("=", f"time per file (setup + call + teardown, {whole:,.0f} s in all)")
