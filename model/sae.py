@@ -877,6 +877,7 @@ def train_and_save(
         "tokens": st.tokens,
         "resampled": st.resampled,
         "train_seconds": round(t1 - t0, 2),
+        "budgeted_seconds": round(st.elapsed, 2),  # the training steps' own clock, which time_budget limits
         "eval_seconds": round(time.perf_counter() - t1, 2),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -275,7 +275,7 @@ def cmd_sae(a: argparse.Namespace) -> int:
         return 2
     bar.close()
     meta = state.meta or {}
-    keep = ("steps", "tokens", "train_seconds", "eval_seconds")
+    keep = ("steps", "tokens", "train_seconds", "budgeted_seconds", "eval_seconds")
     print(json.dumps({"sae": str(out), **{k: meta[k] for k in keep}, "quality": meta["quality"]}))
     return 0
 

@@ -28,7 +28,6 @@ import resource
 import signal
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -132,24 +131,28 @@ def unit_of(nodeid: str) -> str:
 
 # Where each file's seconds (setup + call + teardown) of the last run that ran it are kept (pytest's
 # cache, .pytest_cache/): the other files go to the workers longest first, so that the last to start
-# are short and the workers finish together. A file with no figure yet counts 0.1 s a test.
+# are short and the workers finish together. Files with no figure yet (a clean clone: all of them; after
+# fast-subset runs: the slow ones) go first, in the collection's order: a guess from their test counts
+# sent test_fuzz (2 tests, 106 s) last, beside the late browser unit, and the full run took 80 s more.
 SECONDS_KEY = "gptscope/seconds-per-file"
 
 
 def order_for_workers(items, config=None) -> None:
     """The browser tests first, those whose verdict is a wall-clock figure (marked `timed`) last
-    among them; then every other file, longest first (SECONDS_KEY); then the LATE_BROWSER files."""
+    among them; then every other file (those with no figure first, then the longest first:
+    SECONDS_KEY); then the LATE_BROWSER files."""
     cache = getattr(config, "cache", None)
     seconds = (cache.get(SECONDS_KEY, {}) if cache is not None else {}) or {}
-    tests = Counter(unit_of(item.nodeid) for item in items)
 
-    def rank(item) -> tuple[int, float, str]:
+    def rank(item) -> tuple[int, int, float, str]:
         unit = unit_of(item.nodeid)
         if unit == "tests/browser":
-            return (1 if item.get_closest_marker("timed") else 0, 0.0, "")
+            return (1 if item.get_closest_marker("timed") else 0, 0, 0.0, "")
         if unit == "tests/browser (late)":
-            return (3, 0.0, "")
-        return (2, -float(seconds.get(unit, 0.1 * tests[unit])), unit)
+            return (3, 0, 0.0, "")
+        if unit not in seconds:
+            return (2, 0, 0.0, "")
+        return (2, 1, -float(seconds[unit]), unit)
 
     items.sort(key=rank)  # stable: the collection's order within a file and within each browser unit
 

@@ -100,3 +100,47 @@ def test_each_xdist_worker_reports_its_peak_memory(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "peak memory (gw0)" in p.stdout and "peak memory (gw1)" in p.stdout
     assert "time per file" in p.stdout and "4 tests  test_inner.py" in p.stdout
+
+
+def test_files_go_to_the_workers_browser_first_then_new_files_then_the_longest(tmp_path):
+    """run_guard.order_for_workers with a cache of last runs' seconds per file: the browser unit (its
+    timed tests last), files with no figure in collection order, the rest longest first, the late
+    browser files last."""
+    import run_guard
+
+    class Item:
+        def __init__(self, nodeid: str, timed: bool = False) -> None:
+            self.nodeid, self.timed = nodeid, timed
+
+        def get_closest_marker(self, name: str):
+            return self.timed if name == "timed" else None
+
+    class Config:
+        class cache:  # pytest's config.cache, as far as order_for_workers reads it
+            @staticmethod
+            def get(key, default):
+                assert key == run_guard.SECONDS_KEY
+                return {"tests/test_short.py": 5.0, "tests/test_long.py": 90.0}
+
+    ids = [
+        "tests/test_short.py::a",
+        "tests/browser/test_export.py::b",
+        "tests/test_new.py::c",
+        "tests/test_long.py::d",
+        "tests/browser/test_big_model.py::timed",
+        "tests/browser/test_index_page.py::e",
+        "tests/test_short.py::f",
+        "tests/test_other_new.py::g",
+    ]
+    items = [Item(i, timed=i.endswith("::timed")) for i in ids]
+    run_guard.order_for_workers(items, Config())
+    assert [i.nodeid for i in items] == [
+        "tests/browser/test_index_page.py::e",
+        "tests/browser/test_big_model.py::timed",
+        "tests/test_new.py::c",
+        "tests/test_other_new.py::g",
+        "tests/test_long.py::d",
+        "tests/test_short.py::a",
+        "tests/test_short.py::f",
+        "tests/browser/test_export.py::b",
+    ]

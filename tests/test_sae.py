@@ -316,7 +316,10 @@ def test_the_cli_trains_an_sae_within_its_time_budget(tiny_checkpoint):
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert out["train_seconds"] < 3 + 2 and time.perf_counter() - t0 < 60
+    # the steps stop at the first check past the budget (their own clock: the SAE's set-up and first
+    # activations come before it, and on a shared 2-core machine took up to 3 s more of wall time)
+    assert 3 <= out["budgeted_seconds"] < 3 + 1 and out["budgeted_seconds"] <= out["train_seconds"]
+    assert time.perf_counter() - t0 < 60
     assert 0 < out["quality"]["fve"] <= 1 and out["quality"]["l0"] <= 4
     assert S.load_sae(out["sae"]).sae.cfg.hook_name == "blocks.1.hook_resid_post"
     assert out["sae"].startswith(str(folder / "saes"))
