@@ -9,13 +9,18 @@ import time
 
 import uvicorn
 
+from gptscope.server.config import KEEP_ALIVE_S
+
 
 class BackgroundServer:
     """uvicorn running `app` in a daemon thread on 127.0.0.1 (port 0: the system picks a free one)."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0) -> None:
         self.app = app
-        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+        )
+        self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="gptscope-server", daemon=True)
         self.host, self.port = host, port
 

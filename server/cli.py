@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .config import BUILTIN_CHECKPOINT, Settings
+from .config import BUILTIN_CHECKPOINT, KEEP_ALIVE_S, Settings
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
@@ -55,7 +55,13 @@ def cmd_serve(a: argparse.Namespace) -> int:
         print(f"gptscope: open http://{'[' + host + ']' if ':' in host else host}:{a.port}{query}", file=sys.stderr)
     if made:
         print("gptscope: the token is new each start; --token or GPTSCOPE_TOKEN keeps one", file=sys.stderr)
-    uvicorn.run(create_app(settings, own_process=True), host=a.host, port=a.port, log_level="warning")
+    uvicorn.run(
+        create_app(settings, own_process=True),
+        host=a.host,
+        port=a.port,
+        log_level="warning",
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
     return 0
 
 

@@ -40,6 +40,13 @@ MAX_MERGES_PRETOKEN_BYTES = 256  # ... so each pre-token it walks is capped too
 MAX_MERGES_PAGE = 1_000  # merges per page of the model tokenizer's merge list
 LARGE_MODEL_PARAMS = 20_000_000  # from here on a request uses every core (see Settings.torch_threads)
 
+# How long uvicorn keeps an idle connection open. Its default, 5 s, is also the idle expiry of the usual
+# HTTP clients (Node's agent, Playwright's request context, httpx), so a client could send its next request
+# on a connection the server was closing at that very moment and get ECONNRESET (seen in the browser tests;
+# a browser retries such a request, those clients do not). With the server's timeout longer than theirs,
+# the client always closes an idle connection first.
+KEEP_ALIVE_S = 75
+
 
 ALL_CORES = max(1, os.cpu_count() or 1)
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from gptscope.server.config import KEEP_ALIVE_S
 from gptscope.server.schemas.forward import ForwardResponse
 from gptscope.server.schemas.tokenize import TokenizeResponse
 
@@ -204,6 +205,19 @@ def test_gptscope_serve_is_an_app_in_its_own_process():
     ):
         assert cli.main(["serve", "--port", "8123"]) == 0
     assert make.call_args.kwargs["own_process"] is True and run.call_args.args[0] is make.return_value
+    assert run.call_args.kwargs["timeout_keep_alive"] == KEEP_ALIVE_S
+
+
+def test_the_servers_keep_idle_connections_longer_than_clients_do():
+    """An idle connection closed by the server at the moment a client reuses it is an ECONNRESET for
+    that request (Playwright's request context and httpx do not retry a POST): every server the
+    project starts keeps idle connections open longer than those clients' 5-s idle expiry."""
+    import httpx
+
+    from gptscope.background_server import BackgroundServer
+
+    assert KEEP_ALIVE_S > httpx.Limits().keepalive_expiry == 5.0
+    assert BackgroundServer(object())._server.config.timeout_keep_alive == KEEP_ALIVE_S
 
 
 def test_a_replaced_model_is_not_kept_in_memory_by_what_was_worked_out_from_it(tmp_path):

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+from gptscope.server.config import BUILTIN_CHECKPOINT, KEEP_ALIVE_S, Settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -65,7 +65,9 @@ def serve(checkpoint: Path, data_dir: Path):
 
     app = create_app(Settings(checkpoint=checkpoint, data_dir=data_dir))
     port = _free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"gptscope-live-server-{port}", daemon=True)
     thread.start()

@@ -556,6 +556,11 @@ def test_a_shared_url_restores_every_setting(page, live_url):
         "steps": "2",
         "ablate": "L0H1,MLP2",
     }
+    # every URL the page writes while it loads and redoes the two steps (it once wrote steps=1 between them)
+    page.add_init_script(
+        "window.urlSteps = []; const rs = history.replaceState.bind(history);"
+        " history.replaceState = (s, t, u) => { window.urlSteps.push(new URL(u, location.href).searchParams.get('steps')); rs(s, t, u); };"
+    )
     with page.expect_response(lambda r: r.url.endswith("/api/v1/forward") and r.request.method == "POST") as resp:
         open_page(page, live_url, params)
     sent = resp.value.request.post_data_json
@@ -573,6 +578,7 @@ def test_a_shared_url_restores_every_setting(page, live_url):
     page.wait_for_function("document.getElementById('block-panel').dataset.head === '1.2.3'")
     # the two generated tokens are redone with the same seed and settings
     page.wait_for_function("document.getElementById('generate-panel').dataset.steps === '2'")
+    assert set(page.evaluate("window.urlSteps")) <= {"2"}, page.evaluate("window.urlSteps")
     cur = [t["id"] for t in api(page, live_url, "/forward", {"text": PROMPT, "include": []})["tokens"]]
     for step in range(2):
         cur = api(

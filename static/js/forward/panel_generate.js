@@ -18,6 +18,7 @@ let replay = 0;         // steps to redo once the prompt arrives (a shared URL w
 let steerSae = () => null;  // the SAE whose feature steers (stage 11's pick; null: the served model's first)
 let onSteerChange = null;
 let busy = false;
+let replaying = false;  // redoing a shared URL's steps: the URL is written once, at the end
 
 export function initGenerate({ seed: s = 0, steps: n = 0, settings, onSeedChange, onStepsChange, steer = {} } = {}) {
   seed = s;
@@ -67,12 +68,19 @@ export async function setGeneratePrompt(tokens) {
   render();
   const n = replay;
   replay = 0;
-  for (let i = 0; i < n && steps.length === i; i++) await step();   // same seed + settings: the same tokens again
-  if (!n) changedSteps();
+  // same seed + settings: the same tokens again; the URL keeps its steps=N until the replay ends
+  // (it would read 1, 2, ... meanwhile), and then says how many were redone
+  replaying = n > 0;
+  try {
+    for (let i = 0; i < n && steps.length === i; i++) await step();
+  } finally {
+    replaying = false;
+  }
+  changedSteps();
 }
 
 function changedSteps() {
-  if (onSteps) onSteps(steps.length);
+  if (onSteps && !replaying) onSteps(steps.length);
 }
 
 function ids() {
