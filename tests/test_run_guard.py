@@ -20,8 +20,8 @@ from run_guard import *  # noqa
 """
 
 
-def inner_run(tmp_path: Path, tests: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    (tmp_path / "conftest.py").write_text(CONFTEST)
+def inner_run(tmp_path: Path, tests: str, *args: str, conftest: str = "", **env: str) -> subprocess.CompletedProcess:
+    (tmp_path / "conftest.py").write_text(CONFTEST + conftest)
     (tmp_path / "test_inner.py").write_text(tests)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # this folder is the inner run's rootdir
     return subprocess.run(
@@ -72,18 +72,32 @@ def test_never_reached():
     assert "SIGINT's handler was changed (and put back before the next test) by: ['test_inner.py::test_small" in out
 
 
-@pytest.mark.slow  # three inner runs, one waiting for what it left
+@pytest.mark.slow  # two inner runs
 def test_a_thread_or_a_process_left_running_fails_the_run_and_is_named(tmp_path):
+    # what the tests leave runs until the inner run's pytest_unconfigure, after the guard has looked
+    # (a 2-s sleep could end first on a loaded machine, and the run then passed without naming it)
     tests = """
-import subprocess, threading, time
+import subprocess, threading
+
+stop, procs = threading.Event(), []
+
+def release():
+    stop.set()
+    for p in procs:
+        p.kill()
+        p.wait()
 
 def test_leaves_a_thread():
-    threading.Thread(target=time.sleep, args=(2,), name="forgotten-thread").start()
+    threading.Thread(target=stop.wait, args=(60,), name="forgotten-thread").start()
 
 def test_leaves_a_process():
-    subprocess.Popen(["sleep", "2"])
+    procs.append(subprocess.Popen(["sleep", "60"]))
 """
-    p = inner_run(tmp_path, tests, "-n", "0")
+    release = """
+def pytest_unconfigure(config):
+    sys.modules["test_inner"].release()
+"""
+    p = inner_run(tmp_path, tests, "-n", "0", conftest=release)
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
     assert "2 passed" in out
