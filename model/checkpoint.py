@@ -348,6 +348,10 @@ def empty_gpt(cfg: GPTConfig) -> GPT:
         return GPT(cfg)
 
 
+# Weights loaded under inference_mode (a request's thread, a test's fixture) would be inference tensors,
+# which no gradient may pass through (the training lessons, edge attribution): a model is always
+# loaded with it off.
+@torch.inference_mode(False)
 def load(path: str | Path, device: str | torch.device = "cpu", with_optimizer: bool = False) -> Checkpoint:
     folder = Path(path)
     meta = read_meta(folder)

@@ -645,7 +645,10 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, d = x.shape
-        probs = self.hook_router_probs(F.softmax(self.router(x).float(), dim=-1))  # (B, T, E)
+        # the router in float32 at least (bf16 training), in float64 for a float64 model
+        probs = self.hook_router_probs(
+            F.softmax(self.router(x).to(torch.promote_types(x.dtype, torch.float32)), dim=-1)
+        )
         top = torch.topk(probs, self.k, dim=-1)
         choice = self.hook_router_choice(top.indices)  # (B, T, k)
         weights = (top.values / top.values.sum(-1, keepdim=True)).to(x.dtype)

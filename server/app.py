@@ -12,10 +12,11 @@ from gptscope import __version__
 from gptscope.model import corpus as corpus_mod
 
 from . import contract, errors, saes
+from .circuit_jobs import SEARCHES
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
 from .models import ModelRegistry
-from .patch_jobs import patch_runner
+from .patch_jobs import SWEEPS
 from .routers import api_routers, docs, pages
 from .runs import RunManager
 from .security import GuardMiddleware
@@ -40,7 +41,13 @@ def create_app(
             app.state.models.serve(service or settings.checkpoint)  # no local name: it would outlive a switch
             log.info("serving %s from %s", app.state.models.served.name, app.state.models.served.path)
         yield
-        for runner in (app.state.runs, app.state.finetune, app.state.sae_jobs, app.state.patch_jobs):
+        for runner in (
+            app.state.runs,
+            app.state.finetune,
+            app.state.sae_jobs,
+            app.state.patch_jobs,
+            app.state.circuit_jobs,
+        ):
             runner.shutdown()  # cancel every job still going; a run's snapshots stay loadable
 
     app = FastAPI(
@@ -70,7 +77,8 @@ def create_app(
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
     app.state.sae_jobs = saes.sae_runner()
-    app.state.patch_jobs = patch_runner()
+    app.state.patch_jobs = SWEEPS.runner()
+    app.state.circuit_jobs = SEARCHES.runner()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
     for router in api_routers():

@@ -1,4 +1,5 @@
-"""One runner for all background work: training runs, fine-tuning, SAE training, patching sweeps.
+"""One runner for all background work: training runs, fine-tuning, SAE training, patching sweeps,
+edge circuits.
 
 A kind of work is a function `work(job)`: it does the work, keeps `job.progress` and its own
 `job.state` up to date as it goes, and raises its kind's Cancelled once `job.cancel` is set. A
@@ -8,6 +9,10 @@ error and finish time, cancels a job and waits for its thread, and at shutdown s
 before torch can be left mid-update. `run_here` runs the same function in the foreground (the
 command line). `answer_fields` gives the fields every job's answer shares, and `job_routes` adds a
 kind's list / get / cancel endpoints.
+
+An `Analysis` (patching sweeps, edge circuits) is the common case of an answer that may take longer
+than a request: a plan (the checks, its 422s at once, and the units of work) and a compute step; its
+plain endpoint computes in the request, its job form in a runner's thread (`analysis_routes`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import torch
@@ -28,6 +34,8 @@ from pydantic import BaseModel
 from .config import ALL_CORES
 from .errors import Conflict, NotFound
 from .explain.digits import SECONDS
+from .schemas.common import NOT_FOUND
+from .wire import Binary, answer, responses
 
 Status = Literal["starting", "running", "done", "cancelled", "failed"]
 ACTIVE = ("starting", "running")  # the statuses of a job still going
@@ -254,3 +262,83 @@ def _add(method: Callable[..., Any], path: str, model: Any, route: Route, params
     endpoint.__name__ = endpoint.__qualname__ = route.name
     endpoint.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     method(path, response_model=model, responses=route.responses, summary=route.summary, name=route.name)(endpoint)
+
+
+# ---- an analysis, at once or as a job -------------------------------------------------------------
+
+A = TypeVar("A", bound=BaseModel)  # an analysis' answer
+J = TypeVar("J", bound=BaseModel)  # an analysis job's answer
+
+
+@dataclass
+class Answered(Generic[A]):
+    """An analysis job's own state: its answer once done (its progress counts the analysis' units)."""
+
+    result: A | None = None
+
+
+@dataclass
+class Analysis(Generic[A]):
+    """Work that may take longer than a request, in two steps: plan(service, req, limit=...) checks the
+    request against the model and its limit (every 422 at once) and returns a plan whose `total` is
+    its units of work; compute(service, plan, on_chunk, cancel) does them, calling on_chunk(done,
+    total) as it goes and raising `cancelled` once cancel() is true. The plain endpoint plans with its
+    own limit and computes in the request; the job form (`start`) plans with `job_limit` and computes
+    in a runner's thread, a newer job cancelling the one still going, the last `keep` jobs kept."""
+
+    noun: str  # how messages name a job ("patching job")
+    route: str  # its path under /api/v1 ("patch/jobs")
+    plan: Callable[..., Any]
+    compute: Callable[..., A]
+    job_limit: float
+    cancelled: type[BaseException]
+    keep: int = 8
+
+    def runner(self) -> JobRunner[Answered[A]]:
+        return JobRunner(self.noun, self.route, self.cancelled, replaces=True, keep=self.keep)
+
+    def start(self, runner: JobRunner[Answered[A]], service: Any, req: BaseModel) -> Job[Answered[A]]:
+        """Plan it (its 422s at once), then compute it in the background, cancelling an older one."""
+        plan = self.plan(service, req, limit=self.job_limit)
+        return runner.start(partial(self._work, service=service, plan=plan), Answered(), plan.total)
+
+    def _work(self, job: Job[Answered[A]], service: Any, plan: Any) -> None:
+        def progress(done: int, _total: int) -> None:
+            job.progress.done = done
+
+        job.state.result = self.compute(service, plan, progress, job.cancel.is_set)
+        job.progress.done = plan.total
+
+
+def analysis_routes(
+    router: APIRouter,
+    path: str,
+    runner: Callable[[Request], JobRunner],
+    model: type[J],
+    noun: str,
+    units: str,
+) -> Callable[[Job[Answered]], J]:
+    """An analysis job's endpoints: GET path/{id} (its `units` done and needed, its answer once done;
+    JSON or MessagePack) and POST path/{id}/cancel, each answering `model`. Returns the function that
+    makes that answer of a job (the start endpoint's too)."""
+
+    def show(job: Job[Answered]) -> J:
+        progress = job.progress
+        return model(**answer_fields(job), done=progress.done, total=progress.total or 0, result=job.state.result)
+
+    def show_or_msgpack(job: Job[Answered], binary: Binary) -> Any:
+        return answer(show(job), binary)
+
+    found = {**NOT_FOUND, **responses(model)}
+    job_routes(
+        router,
+        path,
+        runner,
+        model,
+        show,
+        get=Route(
+            "get_job", f"A {noun}: {units} done and needed, and its answer once done", found, show=show_or_msgpack
+        ),
+        cancel=Route("cancel_job", f"Stop a {noun}", found),
+    )
+    return show

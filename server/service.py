@@ -79,6 +79,15 @@ class ModelService:
         """Remember a cache and the ids it holds, for the next kv_prefix. Call inside run()."""
         self._kv = (list(ids[: cache.length]), cache)
 
+    def store(self, name: str, budget: int, size: Callable[[Any], int] | None = None) -> LRU:
+        """The LRU kept on this model under `name` (made with `budget` and `size` the first time it is
+        asked for): results worked out from the model, which go when the model goes."""
+        with self.memo_lock:
+            memo = self.memo.get(name)
+            if memo is None:
+                memo = self.memo[name] = LRU(budget, size)
+            return memo
+
     @contextmanager
     def run(self) -> Iterator[GPT]:
         with self._lock, torch.inference_mode():
@@ -144,10 +153,7 @@ def per_model(maxsize: int) -> Callable:
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def cached(service: ModelService, *args):
-            with service.memo_lock:
-                memo = service.memo.get(fn.__qualname__)
-                if memo is None:
-                    memo = service.memo[fn.__qualname__] = LRU(maxsize)
+            memo = service.store(fn.__qualname__, maxsize)
             value = memo.get(args, _MISSING)
             if value is _MISSING:
                 value = fn(service, *args)

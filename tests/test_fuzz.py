@@ -30,6 +30,7 @@ from fastapi import params
 
 from gptscope.background_server import BackgroundServer
 from gptscope.server.app import create_app
+from gptscope.server.circuit_jobs import SEARCHES
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 from gptscope.server.finetune_jobs import FinetuneManager
 from gptscope.server.jobs import JobRunner
@@ -65,6 +66,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ST202", "GET /api/v1/export"): DEPENDS + ": panel must be one of the chosen page's panels",
     ("ST202", "POST /api/v1/patch"): DEPENDS + ": equal token counts, layer/head/position within the model",
     ("ST202", "POST /api/v1/patch/jobs"): DEPENDS + ": equal token counts, layer/head/position within the model",
+    # edge circuits (issue #42): the same pair, edge names of the loaded model's graph, rank_by among methods
+    ("ST202", "POST /api/v1/circuits"): DEPENDS + ": equal token counts, the model's edge names, rank_by computed",
+    ("ST202", "POST /api/v1/circuits/jobs"): DEPENDS + ": equal token counts, the model's edge names, rank_by computed",
     # cross-field limits of the /learn curves
     ("ST202", "GET /api/v1/curves/cross-entropy"): DEPENDS + ": target below the number of logits",
     ("ST202", "GET /api/v1/curves/gelu"): DEPENDS + ": x_max above x_min",
@@ -111,6 +115,7 @@ def served():
     app.state.runs = idle(RunManager(Path(data)))
     app.state.finetune = idle(FinetuneManager(Path(data)))
     app.state.sae_jobs = idle(sae_runner())
+    app.state.circuit_jobs = idle(SEARCHES.runner())
     server = BackgroundServer(app).start()
     yield server, service
     server.stop()

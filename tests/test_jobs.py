@@ -1,5 +1,5 @@
 """One runner for all background work (server/jobs.py): the runner itself, then every kind of job
-(a training run, fine-tuning, SAE training, a patching sweep) run, watched and cancelled through
+(a training run, fine-tuning, SAE training, a patching sweep, a circuit search) run, watched and cancelled through
 the API in process, each a tiny job."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from gptscope.server import errors, patch_jobs
+from gptscope.server import circuit_jobs, errors, patch_jobs
 from gptscope.server.app import create_app
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 from gptscope.server.errors import Conflict, NotFound
@@ -250,16 +250,44 @@ def test_a_patching_sweep_runs_reports_progress_and_cancels(jclient, monkeypatch
     done = finish(jclient, f"/api/v1/patch/jobs/{r.json()['id']}")
     assert done["status"] == "done" and done["done"] == done["total"] and done["result"]["sweeps"]
 
-    real = patch_jobs.explain_patch.compute
+    real = patch_jobs.SWEEPS.compute
 
     def after_cancel(service, plan, on_chunk, cancel):  # a sweep that cannot end before it is cancelled
         until(cancel, 10)
         return real(service, plan, on_chunk, cancel)
 
-    monkeypatch.setattr(patch_jobs.explain_patch, "compute", after_cancel)
+    monkeypatch.setattr(patch_jobs.SWEEPS, "compute", after_cancel)
     noised = {**sweep, "direction": "noise"}  # not in the cache yet: its sweep has patched runs to do
     r = jclient.post("/api/v1/patch/jobs", json=noised)
     newer = jclient.post("/api/v1/patch/jobs", json=noised).json()  # a newer sweep replaces it
     assert finish(jclient, f"/api/v1/patch/jobs/{r.json()['id']}")["status"] == "cancelled"
     body = jclient.post(f"/api/v1/patch/jobs/{newer['id']}/cancel").json()
     assert body["status"] == "cancelled" and body["done"] < body["total"] and body["result"] is None
+
+
+def test_a_circuit_search_runs_reports_progress_and_cancels(jclient, monkeypatch):
+    pair = jclient.get("/api/v1/patch/pairs").json()[0]
+    # a short pair (its own prompts: nothing cached) and exact scores of 40 edges: a second's work
+    search = {"clean": "GLOUCESTER:\nLong live King Edward!\n\nALL:\nLong live King",
+              "corrupted": "GLOUCESTER:\nLong live King Henry!\n\nALL:\nLong live King", "exact_top": 40}  # fmt: skip
+    r = jclient.post("/api/v1/circuits/jobs", json=search)
+    assert r.status_code == 202 and r.json()["total"] > 40 and r.json()["result"] is None
+    done = finish(jclient, f"/api/v1/circuits/jobs/{r.json()['id']}")
+    assert done["status"] == "done", done["error"]
+    assert done["done"] == done["total"] and done["result"]["circuit"]["edges"]
+    assert len(done["result"]["scores"][-1]["edges"]) == 40
+
+    real = circuit_jobs.SEARCHES.compute
+
+    def after_cancel(service, plan, on_chunk, cancel):  # a search that cannot end before it is cancelled
+        until(cancel, 10)
+        return real(service, plan, on_chunk, cancel)
+
+    monkeypatch.setattr(circuit_jobs.SEARCHES, "compute", after_cancel)
+    other = {"clean": pair["clean"], "corrupted": pair["corrupted"], "exact": "none"}
+    r = jclient.post("/api/v1/circuits/jobs", json=other)
+    newer = jclient.post("/api/v1/circuits/jobs", json=other).json()  # a newer search replaces it
+    assert finish(jclient, f"/api/v1/circuits/jobs/{r.json()['id']}")["status"] == "cancelled"
+    body = jclient.post(f"/api/v1/circuits/jobs/{newer['id']}/cancel").json()
+    assert body["status"] == "cancelled" and body["done"] < body["total"] and body["result"] is None
+    assert jclient.get("/api/v1/circuits/jobs/000000000000").status_code == 404

@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..schemas.patch import (
     MEANINGS,
     Compared3,
+    PairRequest,
     PatchCell,
     PatchDetail,
     PatchMetric,
@@ -145,7 +146,7 @@ def _ids(service: ModelService, text: str | None, ids: list[int] | None, name: s
     return given_ids(service, ids, f"{name}_ids")
 
 
-def _pair(service: ModelService, req: PatchRequest) -> tuple[list[int], list[int]]:
+def pair_ids(service: ModelService, req: PairRequest) -> tuple[list[int], list[int]]:
     clean = _ids(service, req.clean, req.clean_ids, "clean")
     corrupted = _ids(service, req.corrupted, req.corrupted_ids, "corrupted")
     name = "corrupted" if req.corrupted is not None else "corrupted_ids"
@@ -177,6 +178,16 @@ def _check_cell(cell: PatchCell, L: int, H: int, T: int) -> None:
         raise InputError("cell.head", f"a {cell.kind} cell has no head: leave head out")
 
 
+def check_tokens(service: ModelService, req: PairRequest) -> None:
+    """The metric's answer and wrong tokens, if given: in the vocabulary, and not the same."""
+    for name in ("answer", "wrong"):
+        tid = getattr(req, name)
+        if tid is not None and tid >= service.model.cfg.vocab_size:
+            raise InputError(name, f"token id {tid} is outside the vocabulary 0..{service.model.cfg.vocab_size - 1}")
+    if req.metric == "logit_diff" and req.answer is not None and req.answer == req.wrong:
+        raise InputError("wrong", "wrong must differ from answer: their logit difference would be 0")
+
+
 def _check_request(service: ModelService, req: PatchRequest, T: int) -> None:
     cfg = service.model.cfg
     for n, h in enumerate(req.heads):
@@ -186,25 +197,24 @@ def _check_request(service: ModelService, req: PatchRequest, T: int) -> None:
         raise InputError("heads", "the head_position sweep needs a head set: give heads [{layer, head}, ...]")
     if len(set(req.kinds)) != len(req.kinds):
         raise InputError("kinds", f"kinds must not repeat a kind (got {req.kinds})")
-    for name in ("answer", "wrong"):
-        tid = getattr(req, name)
-        if tid is not None and tid >= cfg.vocab_size:
-            raise InputError(name, f"token id {tid} is outside the vocabulary 0..{cfg.vocab_size - 1}")
-    if req.metric == "logit_diff" and req.answer is not None and req.answer == req.wrong:
-        raise InputError("wrong", "wrong must differ from answer: their logit difference would be 0")
+    check_tokens(service, req)
     if req.cell is not None:
         _check_cell(req.cell, cfg.n_layer, cfg.n_head, T)
 
 
-def _answers(plan_clean: pt.Recorded, plan_corrupted: pt.Recorded, req: PatchRequest) -> tuple[int, int | None]:
-    answer = req.answer if req.answer is not None else int(plan_clean.logits.argmax())
+def answer_tokens(
+    clean_logits: torch.Tensor, corrupted_logits: torch.Tensor, req: PairRequest
+) -> tuple[int, int | None]:
+    """The metric's answer and wrong tokens: the request's, else the clean run's top token and the
+    corrupted run's (its second if that is the answer); wrong is None for logprob."""
+    answer = req.answer if req.answer is not None else int(clean_logits.argmax())
     if req.metric == "logprob":
         return answer, None
     if req.wrong is not None:
         if req.wrong == answer:
             raise InputError("wrong", f"wrong is the answer token ({answer}); choose another token")
         return answer, req.wrong
-    top2 = torch.topk(plan_corrupted.logits, 2).indices.tolist()
+    top2 = torch.topk(corrupted_logits, 2).indices.tolist()
     return answer, top2[1] if top2[0] == answer else top2[0]
 
 
@@ -251,7 +261,7 @@ def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -
     may come from the clean run). So unless both runs are cached already, every requested sweep
     counts; with both cached, the sweeps cached too are free."""
     limit = MAX_SYNC_MACS if limit is None else limit
-    clean_ids, corrupted_ids = _pair(service, req)
+    clean_ids, corrupted_ids = pair_ids(service, req)
     cfg, T = service.model.cfg, len(clean_ids)
     _check_request(service, req, T)
     _check_memory(service, req, T)
@@ -260,7 +270,7 @@ def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -
     if not CACHE.has_records(service.model, clean_ids, corrupted_ids):
         _check_cost(service, rows, list(rows), T, limit)
     clean, corrupted = CACHE.record(service, clean_ids), CACHE.record(service, corrupted_ids)
-    answer, wrong = _answers(clean, corrupted, req)
+    answer, wrong = answer_tokens(clean.logits, corrupted.logits, req)
     p = Plan(req, clean, corrupted, answer, wrong, rows)
     m_clean, m_corr = (float(v) for v in p.reduce()(torch.stack([clean.logits, corrupted.logits])))
     if abs(m_clean - m_corr) < EPS:
@@ -308,15 +318,15 @@ def _site(cell: PatchCell) -> pt.Site:
     return pt.Site(kind, cell.layer, cell.position, cell.head)  # type: ignore[arg-type]
 
 
-def _metric(service: ModelService, p: Plan) -> PatchMetric:
-    T = len(p.clean.ids)
-    answer = TokenRef(id=p.answer, text=token_text(service, p.answer))
-    if p.wrong is None:
+def metric_of(service: ModelService, answer_id: int, wrong_id: int | None, T: int) -> PatchMetric:
+    """The metric in words: logit_diff of answer and wrong at the last position, or logprob of answer."""
+    answer = TokenRef(id=answer_id, text=token_text(service, answer_id))
+    if wrong_id is None:
         return PatchMetric(
             kind="logprob", answer=answer, wrong=None, position=T - 1,
             description=f"log p({answer.text!r}) at the last position, nats",
         )  # fmt: skip
-    wrong = TokenRef(id=p.wrong, text=token_text(service, p.wrong))
+    wrong = TokenRef(id=wrong_id, text=token_text(service, wrong_id))
     return PatchMetric(
         kind="logit_diff", answer=answer, wrong=wrong, position=T - 1,
         description=f"logit({answer.text!r}) - logit({wrong.text!r}) at the last position, nats",
@@ -376,7 +386,7 @@ def _response(service: ModelService, p: Plan, n_runs: int, seconds: float) -> Pa
         differs=[i for i, (a, b) in enumerate(zip(p.clean.ids, p.corrupted.ids)) if a != b],
         direction=p.req.direction,
         base="corrupted" if p.req.direction == "denoise" else "clean",
-        metric=_metric(service, p),
+        metric=metric_of(service, p.answer, p.wrong, len(p.clean.ids)),
         clean_metric=round(clean_m, VALUE),
         corrupted_metric=round(corr_m, VALUE),
         clean_top=next_tokens(service, p.clean.logits, p.req.top_k),

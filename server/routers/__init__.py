@@ -27,6 +27,7 @@ API_AREAS = (
     "genealogy",
     "sae",
     "patch",
+    "circuits",
     "export",
 )
 

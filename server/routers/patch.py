@@ -10,20 +10,20 @@ from fastapi import APIRouter, Depends, Request
 from ..deps import Service
 from ..explain import patch as explain_patch
 from ..explain import patch_pairs
-from ..jobs import Job, JobRunner, Route, job_routes
-from ..patch_jobs import PatchSweep, start_sweep, sweep_status
-from ..schemas.common import ERROR_RESPONSES, NOT_FOUND
+from ..jobs import Answered, JobRunner, analysis_routes
+from ..patch_jobs import SWEEPS
+from ..schemas.common import ERROR_RESPONSES
 from ..schemas.patch import PatchJob, PatchPair, PatchRequest, PatchResponse
 from ..wire import Binary, answer, responses
 
 router = APIRouter(tags=["patching"])
 
 
-def get_jobs(request: Request) -> JobRunner[PatchSweep]:
+def get_jobs(request: Request) -> JobRunner[Answered[PatchResponse]]:
     return request.app.state.patch_jobs
 
 
-Jobs = Annotated[JobRunner[PatchSweep], Depends(get_jobs)]
+Jobs = Annotated[JobRunner[Answered[PatchResponse]], Depends(get_jobs)]
 
 
 @router.post(
@@ -46,27 +46,10 @@ def patch(req: PatchRequest, service: Service, binary: Binary) -> PatchResponse:
     "GET /api/v1/patch/jobs/{id} for its progress and answer (a newer job cancels one still going)",
 )
 def start_job(req: PatchRequest, service: Service, jobs: Jobs) -> PatchJob:
-    return sweep_status(start_sweep(jobs, service, req))
+    return show(SWEEPS.start(jobs, service, req))
 
 
-def status_or_msgpack(job: Job[PatchSweep], binary: Binary) -> PatchJob:
-    return answer(sweep_status(job), binary)
-
-
-job_routes(
-    router,
-    "/patch/jobs",
-    get_jobs,
-    PatchJob,
-    sweep_status,
-    get=Route(
-        "get_job",
-        "A patching job: patched runs done and needed, and its answer once done",
-        {**NOT_FOUND, **responses(PatchJob)},
-        show=status_or_msgpack,
-    ),
-    cancel=Route("cancel_job", "Stop a patching job", {**NOT_FOUND, **responses(PatchJob)}),
-)
+show = analysis_routes(router, "/patch/jobs", get_jobs, PatchJob, "patching job", "patched runs")
 
 
 @router.get(

@@ -37,7 +37,10 @@ class PatchCell(StrictRequest):
     head: int | None = Field(None, ge=0, description="below n_head; needed by `head` and `head_position`")
 
 
-class PatchRequest(StrictRequest):
+class PairRequest(StrictRequest):
+    """A clean/corrupted pair and the metric measured on it: what patching (POST /api/v1/patch) and edge
+    circuits (POST /api/v1/circuits) share."""
+
     clean: str | None = Field(
         None,
         min_length=1,
@@ -69,6 +72,9 @@ class PatchRequest(StrictRequest):
         description="logit_diff's other token (below vocab_size, not answer); "
         "default: the corrupted run's most likely next token (its second if that is answer)",
     )
+
+
+class PatchRequest(PairRequest):
     direction: Literal["denoise", "noise"] = Field(
         "denoise",
         description="denoise: run the corrupted prompt with one clean activation put in; "
