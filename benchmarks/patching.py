@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import time
 
 import torch
+from common import best, cpu_name
 
 from gptscope.model import patching as pt
 from gptscope.model.gpt import GPT, GPTConfig
@@ -29,23 +28,6 @@ from gptscope.server.explain import patch as ex
 from gptscope.server.explain import patch_pairs
 from gptscope.server.schemas.patch import PatchRequest
 from gptscope.server.service import ModelService
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())
-    except OSError:
-        return platform.processor() or platform.machine()
-
-
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def builtin(repeat: int) -> None:

@@ -53,12 +53,15 @@ from typing import Literal, cast
 import torch
 
 from .gpt import GPT, Block, GPTConfig, HookFn, LayerNorm, RMSNorm, hook_name
-from .patching import Cancelled
+from .patching import TOKENS_PER_CHUNK, Cancelled
 
 ROW_BYTES = 192 * 2**20  # the upstream outputs one batched pass of `run_graph` holds (rows x n_up x T x d)
 
 
 # ---- the graph -----------------------------------------------------------------------------------
+
+
+KINDS = ("input", "head", "mlp", "q", "k", "v", "logits")
 
 
 @dataclass(frozen=True)
@@ -321,35 +324,158 @@ def run_graph(
     starts: per row, the first block whose readers it changes (sorted; the blocks before it are the
     clean run's, so the row joins the batch there); embed (B, T, d): each row's input instead of the
     clean prompt's (the gradient pass's interpolations); deltas: added to the readers' inputs."""
-    cfg = model.cfg
-    T, d = clean.resid.shape[1:]
     B = weights.size(0) if weights is not None else (embed.size(0) if embed is not None else 1)
-    starts = list(starts) if starts is not None else [0] * B
     writers = None
     if weights is not None:  # every row starts from the clean run's writers; each overwrites what it computes
         writers = clean.writers.expand(B, *clean.writers.shape).clone()
     readers = _Readers(model, graph, corrupt, weights, writers, deltas)
+    return _forward(model, clean, readers, list(starts) if starts is not None else [0] * B, embed)
+
+
+def _forward(
+    model: GPT, clean: Run, readers: _Readers | _OneEdge, starts: list[int], embed: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The blocks with the readers' hooks, each row joining at its start (sorted) with the clean
+    run's stream there -> the last position's logits (B, V)."""
+    T, d = clean.resid.shape[1:]
     x: torch.Tensor | None = None
     with model.hooks(readers.hooks()):
-        for li, block in enumerate(model.blocks):
+        for li, block in enumerate([*model.blocks, None]):  # None: rows that patch only edges into the logits
             joining = starts.count(li)
             if joining:
                 enter = embed if li == 0 and embed is not None else clean.resid[li].expand(joining, T, d)
                 x = enter.clone() if x is None else torch.cat([x, enter])
-            if x is not None:
+            if x is not None and block is not None:
                 x = block(x)
-        joining = starts.count(cfg.n_layer)  # rows that patch only edges into the logits
-        if joining:
-            enter = clean.resid[cfg.n_layer].expand(joining, T, d)
-            x = enter.clone() if x is None else torch.cat([x, enter])
         assert x is not None
         return readers.logits(x)
 
 
-def row_chunks(cfg: GPTConfig, T: int, n_rows: int) -> int:
-    """Rows per batched pass of run_graph, so that its writers' copy stays within ROW_BYTES."""
+class _OneEdge:
+    """The hooks of exact edge scores, one edge per row: row r's reader v_r reads the stream minus
+    (u_r's clean output - its corrupted output), every other reader the stream as it is. The row is
+    the clean run up to v_r's block (it joins the batch there), so u_r's output in it is the clean
+    one, and only v_r's own input is computed apart: the block's own q, k, v, MLP input and final
+    norm are kept for every other row and head."""
+
+    def __init__(self, model: GPT, graph: Graph, clean: Run, corrupt: Run, edges: torch.Tensor) -> None:
+        self.model, self.cfg = model, model.cfg
+        up, down = graph.ends()
+        self.delta = (clean.writers - corrupt.writers)[up[edges]]  # (B, T, d): what each row takes away
+        node = [graph.downstream[int(v)] for v in down[edges]]
+        self.kind = torch.tensor([KINDS.index(n.kind) for n in node])
+        self.layer = torch.tensor([n.layer for n in node])
+        self.head = torch.tensor([n.head or 0 for n in node])
+        self.resid: torch.Tensor | None = None  # the stream the current block's readers read
+
+    def rows(self, n: int, layer: int, kind: str) -> torch.Tensor:
+        """The rows (of the first n) whose reader is of `kind` in `layer`."""
+        return torch.nonzero((self.kind[:n] == KINDS.index(kind)) & (self.layer[:n] == layer)).flatten()
+
+    def hooks(self) -> list[tuple[str, HookFn]]:
+        out: list[tuple[str, HookFn]] = []
+        for li in range(self.cfg.n_layer):
+            out += [
+                (hook_name("hook_resid_pre", li), _at(self.keep, li)),
+                (hook_name("attn.hook_q", li), _at(self.project_q, li)),
+                (hook_name("attn.hook_k", li), _at(self.project_k, li)),
+                (hook_name("attn.hook_v", li), _at(self.project_v, li)),
+                (hook_name("hook_resid_mid", li), _at(self.keep, li)),
+                (hook_name("ln2.hook_normalized", li), _at(self.mlp_input, li)),
+            ]
+        return out
+
+    def keep(self, _li: int, resid: torch.Tensor) -> None:
+        self.resid = resid
+
+    def project_q(self, li: int, q: torch.Tensor) -> torch.Tensor:
+        return self.project(li, "q", q)
+
+    def project_k(self, li: int, k: torch.Tensor) -> torch.Tensor:
+        return self.project(li, "k", k)
+
+    def project_v(self, li: int, v: torch.Tensor) -> torch.Tensor:
+        return self.project(li, "v", v)
+
+    def project(self, li: int, which: str, t: torch.Tensor) -> torch.Tensor:
+        """t (B, T, heads, hs) with, for each row whose reader is one of these heads, that head's
+        projection of its own input."""
+        rows = self.rows(t.size(0), li, which)
+        if not len(rows):
+            return t
+        cfg, block = self.cfg, cast(Block, self.model.blocks[li])
+        attn, hs, nh, nkv = block.attn, cfg.d_head, cfg.n_head, cfg.n_kv_head
+        lo = {"q": 0, "k": nh, "v": nh + nkv}[which]
+        heads = self.head[rows]
+        assert self.resid is not None
+        x = _norm(block.ln1, self.resid[rows] - self.delta[rows])  # (R, T, d)
+        w = attn.c_attn.weight[lo * hs : (lo + t.size(2)) * hs].view(t.size(2), hs, -1)[heads]  # (R, hs, d)
+        y = torch.einsum("rtd,rsd->rts", x, w)  # (R, T, hs)
+        if attn.c_attn.bias is not None:
+            y = y + attn.c_attn.bias[lo * hs : (lo + t.size(2)) * hs].view(t.size(2), hs)[heads][:, None]
+        if cfg.qk_norm and which != "v":
+            y = _norm(attn.q_norm if which == "q" else attn.k_norm, y)
+        t = t.clone()
+        t[rows, :, heads] = y
+        return t
+
+    def mlp_input(self, li: int, normalized: torch.Tensor) -> torch.Tensor:
+        rows = self.rows(normalized.size(0), li, "mlp")
+        if not len(rows):
+            return normalized
+        assert self.resid is not None
+        normalized = normalized.clone()
+        normalized[rows] = _norm(cast(Block, self.model.blocks[li]).ln2, self.resid[rows] - self.delta[rows])
+        return normalized
+
+    def logits(self, resid: torch.Tensor) -> torch.Tensor:
+        """(B, V): the last position's logits; a row whose reader is the logits reads its own input."""
+        x = resid[:, -1:].clone()
+        rows = self.rows(resid.size(0), self.cfg.n_layer, "logits")
+        if len(rows):
+            x[rows] = x[rows] - self.delta[rows][:, -1:]
+        return self.model.lm_head(_norm(self.model.ln_final, x))[:, -1]
+
+
+def row_chunks(cfg: GPTConfig, T: int, n_rows: int, writers: bool = True) -> int:
+    """Rows per batched pass of a graph run: so that its copy of the writers' outputs stays within
+    ROW_BYTES (a run that mixes edges), or of TOKENS_PER_CHUNK positions (one edge per row)."""
+    if not writers:
+        return max(1, min(n_rows, TOKENS_PER_CHUNK // T))
     per_row = (1 + cfg.n_layer * (cfg.n_head + 1)) * T * cfg.d_model * 4
     return max(1, min(n_rows, ROW_BYTES // per_row))
+
+
+def run_rows(
+    model: GPT,
+    clean: Run,
+    n_rows: int,
+    readers_of: Callable[[torch.Tensor], _Readers | _OneEdge],
+    reduce: Callable[[torch.Tensor], torch.Tensor],
+    starts: Sequence[int] | None = None,
+    chunk: int | None = None,
+    on_chunk: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    lock: Callable[[], AbstractContextManager] | None = None,
+) -> torch.Tensor:
+    """reduce(logits) of `n_rows` graph runs, in batches of `chunk` rows (rows sorted by `starts` join
+    at their first block), the hooks of each batch `readers_of(rows)` (made batch by batch: all rows'
+    weights at once could be n_rows x n_edges) -> (n_rows,) in row order. on_chunk(done, total) after
+    each batch, cancel() before each (True: Cancelled), lock() held during each."""
+    starts_t = torch.tensor(list(starts) if starts is not None else [0] * n_rows, dtype=torch.long)
+    order = torch.argsort(starts_t, stable=True)
+    out = torch.empty(n_rows, dtype=torch.float64)
+    step = chunk or row_chunks(model.cfg, len(clean.ids), n_rows)
+    for lo in range(0, n_rows, step):
+        if cancel is not None and cancel():
+            raise Cancelled()
+        rows = order[lo : lo + step]
+        with lock() if lock is not None else nullcontext():
+            logits = _forward(model, clean, readers_of(rows), starts_t[rows].tolist())
+            out[rows] = reduce(logits).double()
+        if on_chunk is not None:
+            on_chunk(min(n_rows, lo + step), n_rows)
+    return out
 
 
 def run_weights(
@@ -360,30 +486,15 @@ def run_weights(
     n_rows: int,
     weights_of: Callable[[torch.Tensor], torch.Tensor],
     reduce: Callable[[torch.Tensor], torch.Tensor],
-    starts: Sequence[int] | None = None,
-    on_chunk: Callable[[int, int], None] | None = None,
-    cancel: Callable[[], bool] | None = None,
-    lock: Callable[[], AbstractContextManager] | None = None,
+    **kw,
 ) -> torch.Tensor:
-    """reduce(logits) of `n_rows` graph runs, row i's weights (n_edges,) being weights_of(rows)[i] for
-    the batch `rows` (made batch by batch: all of them at once could be n_rows x n_edges), in batches
-    that fit ROW_BYTES; rows sorted by `starts` join at their first block. -> (n_rows,) in row order.
-    on_chunk(done, total) after each batch, cancel() before each (True: Cancelled), lock() held
-    during each."""
-    starts_t = torch.tensor(list(starts) if starts is not None else [0] * n_rows, dtype=torch.long)
-    order = torch.argsort(starts_t, stable=True)
-    out = torch.empty(n_rows, dtype=torch.float64)
-    step = row_chunks(model.cfg, len(clean.ids), n_rows)
-    for lo in range(0, n_rows, step):
-        if cancel is not None and cancel():
-            raise Cancelled()
-        rows = order[lo : lo + step]
-        with lock() if lock is not None else nullcontext():
-            logits = run_graph(model, graph, clean, corrupt, weights_of(rows), starts_t[rows].tolist())
-            out[rows] = reduce(logits).double()
-        if on_chunk is not None:
-            on_chunk(min(n_rows, lo + step), n_rows)
-    return out
+    """run_rows of graph runs whose rows' edge weights (n_edges,) are weights_of(rows)."""
+
+    def readers(rows: torch.Tensor) -> _Readers:
+        writers = clean.writers.expand(len(rows), *clean.writers.shape).clone()
+        return _Readers(model, graph, corrupt, weights_of(rows), writers, None)
+
+    return run_rows(model, clean, n_rows, readers, reduce, **kw)
 
 
 # ---- scores --------------------------------------------------------------------------------------
@@ -401,14 +512,13 @@ def exact(
     """(len(edges),) M(clean run with that one edge patched) - M(clean run): each edge's exact score,
     one graph run each, batched (each row joins at its reader's block)."""
     which = torch.tensor(list(edges), dtype=torch.long)
-
-    def one_off(rows: torch.Tensor) -> torch.Tensor:
-        w = torch.ones(len(rows), graph.n_edges)
-        w[torch.arange(len(rows)), which[rows]] = 0.0
-        return w
-
     layer = graph.reader_layer()[which].tolist()
-    values = run_weights(model, graph, clean, corrupt, len(which), one_off, reduce, starts=layer, **kw)
+    chunk = row_chunks(model.cfg, len(clean.ids), len(which), writers=False)
+
+    def readers(rows: torch.Tensor) -> _OneEdge:
+        return _OneEdge(model, graph, clean, corrupt, which[rows])
+
+    values = run_rows(model, clean, len(which), readers, reduce, starts=layer, chunk=chunk, **kw)
     return values - float(reduce(clean.logits[None])[0])
 
 

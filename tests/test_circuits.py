@@ -5,6 +5,7 @@ passes on three block types, the gradient estimates against finite differences, 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -324,7 +325,6 @@ def test_the_binary_answer_has_the_same_numbers(client, caesar, answer):
         (dict(methods=["atp", "atp"], rank_by="atp"), "methods", "must not repeat"),
         (dict(answer=5000), "answer", "outside the vocabulary 0..2047"),
         (dict(corrupted="First Lord:\nWhat news?"), "corrupted", "clean has 32 tokens and corrupted"),
-        (dict(exact="all"), "exact", "/api/v1/circuits/jobs"),
         (dict(steps=0), "steps", "greater than or equal to 1"),
         (dict(target=0), "target", "greater than 0"),
         (dict(methods=["ig"]), "methods.0", "'atp' or 'eap_ig'"),
@@ -333,6 +333,13 @@ def test_the_binary_answer_has_the_same_numbers(client, caesar, answer):
 def test_bad_input_is_a_422_naming_the_field(client, caesar, change, field, words):
     got, msg = field_of(client.post("/api/v1/circuits", json=body(caesar, **change)))
     assert got == field and words in msg, msg
+
+
+def test_too_much_work_to_answer_at_once_points_to_the_job_form(client):
+    text = "ROMEO:\n" + "But soft, what light through yonder window breaks? " * 16
+    b = {"clean": text + "Caesar", "corrupted": text + "Edward", "exact": "all"}
+    got, msg = field_of(client.post("/api/v1/circuits", json=b))
+    assert got == "exact" and "/api/v1/circuits/jobs" in msg and "graph runs" in msg
 
 
 def test_too_many_steps_for_the_memory_of_the_backward_pass_is_refused_before_it_runs(client):
@@ -371,3 +378,41 @@ def test_a_model_loaded_inside_inference_mode_can_still_be_differentiated(tmp_pa
         graph = cc.graph_of(model.cfg)
         clean, corrupt = cc.record(model, CLEAN), cc.record(model, CORRUPT)
         assert cc.attribution(model, graph, clean, corrupt, diff_of(3, 4), steps=2).abs().sum() > 0
+
+
+@pytest.mark.slow  # exact scores of all 1,108 edges: a job of a few seconds
+def test_every_edge_exactly_through_the_job_form_and_the_readme_finding(client, caesar):
+    r = client.post("/api/v1/circuits/jobs", json=body(caesar, exact="all"))
+    assert r.status_code == 202, r.text
+    job, seen = r.json(), set()
+    while job["status"] == "running":
+        seen.add(job["done"])
+        job = client.get(f"/api/v1/circuits/jobs/{job['id']}").json()
+    assert job["status"] == "done" and job["done"] == job["total"] > 1108, job["error"]
+    assert len(seen) > 2  # the progress moved while it ran
+    d = job["result"]
+    s = by_method(d)
+    assert s["exact"]["edges"] is None and len(s["exact"]["values"]) == 1108
+    exact = dict(zip(d["edges"], s["exact"]["values"]))
+    comp = {c["method"]: c for c in d["comparisons"]}
+    assert comp["eap_ig"]["edges"] == comp["atp"]["edges"] == 1108
+    assert comp["eap_ig"]["pearson"] > comp["atp"]["pearson"] > 0.85  # integrated gradients fix AtP's misses
+    # README: the path, the estimates' agreement and misses, the circuit's size and share
+    top = sorted(exact, key=lambda e: -abs(exact[e]))[:4]
+    assert top == ["input->m0", "a5.h2->logits", "m0->a5.h2<v>", "a5.h3->logits"]
+    atp_miss, ig_miss = comp["atp"]["largest_errors"][0], comp["eap_ig"]["largest_errors"][0]
+    assert atp_miss["name"] == ig_miss["name"] == "input->m0"
+    c = d["circuit"]
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text("utf-8").replace("**", "").split())
+    shown = [
+        "1,108 edges",
+        *(f"{-exact[e]:.2f}" for e in top),
+        f"r = {comp['eap_ig']['pearson']:.3f}",
+        f"{comp['atp']['pearson']:.3f}",
+        f"{atp_miss['estimate']:.2f}".replace("-", "−"),
+        f"{ig_miss['estimate']:.2f}".replace("-", "−"),
+        f"{len(c['edges'])} edges recover {round(100 * c['recovered'])}%",
+    ]
+    for words in shown:
+        assert words in text, words
+    assert c["curve"][2]["edges"] == 2 and c["curve"][2]["recovered"] == 0  # the first two alone: none

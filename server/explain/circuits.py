@@ -40,14 +40,16 @@ from .patch import EPS, answer_tokens, check_tokens, metric_of, pair_ids
 from .tokens import token_pieces
 
 # The work a request may ask for, in multiply-adds of the blocks it runs: the plain POST up to
-# MAX_SYNC_MACS (a few seconds on two cores), the job form up to MAX_JOB_MACS. A graph run costs more
-# than a plain forward pass of the same blocks (each reader's own norm and projection, the mixing of
-# the writers): GRAPH_COST times as much, and a row of the gradient pass GRADIENT_COST (forward and
-# backward), both measured on the built-in model (benchmarks/circuits.py).
-MAX_SYNC_MACS = 40e9
+# MAX_SYNC_MACS (a few seconds on two cores), the job form up to MAX_JOB_MACS. Against a plain forward
+# pass of the same blocks (benchmarks/circuits.py): an exact score's row costs the same (EXACT_COST; it
+# runs from its reader's block on), a run that mixes every edge (the faithfulness curve) GRAPH_COST
+# times as much (each reader's own norm and projection, the writers' mix), and a row of the gradient
+# pass GRADIENT_COST times (forward and backward), all measured on the built-in model.
+MAX_SYNC_MACS = 150e9
 MAX_JOB_MACS = 3e12
-GRAPH_COST = 2.0
-GRADIENT_COST = 4.0
+EXACT_COST = 1.2
+GRAPH_COST = 6.0
+GRADIENT_COST = 7.0
 # Memory: the two prompts' runs (every writer's output and the stream at each block, model/circuits.py
 # run_bytes: the built-in model 24 KB a token) are refused over RUN_BYTES each and cached up to
 # RUN_BYTES per model; the gradient pass keeps about GRADIENT_FLOATS numbers per row, position and block
@@ -161,7 +163,10 @@ def _check_work(service: ModelService, req: CircuitRequest, graph: cc.Graph, nam
     block = sum(p.numel() for p in service.model.blocks[0].parameters())
     per_run = cfg.n_layer * T * block
     grad_rows = ("atp" in req.methods) + (req.steps if "eap_ig" in req.methods else 0)
-    macs = per_run * (GRADIENT_COST * grad_rows + GRAPH_COST * (exact_rows + curve))
+    # an exact row runs the blocks from its reader's on: at most all of them for the top edges, and for
+    # every edge their average share
+    share = float((cfg.n_layer - graph.reader_layer()).float().mean()) / cfg.n_layer if req.exact == "all" else 1.0
+    macs = per_run * (GRADIENT_COST * grad_rows + EXACT_COST * share * exact_rows + GRAPH_COST * curve)
     if macs > limit:
         where = f"start it as a job, POST /api/v1/circuits/jobs (up to {MAX_JOB_MACS:.0e})"
         raise InputError(
