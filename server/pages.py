@@ -91,6 +91,7 @@ PAGES: tuple[Page, ...] = (
     Page("train", "/train", "train.html", "Training", "/api/v1/checkpoints"),
     Page("compare", "/compare", "compare.html", "Compare", "/api/v1/compare"),
     Page("patch", "/patch", "patch.html", "Patching", "/api/v1/patch/pairs"),
+    Page("circuits", "/circuits", "circuits.html", "Circuits", "/api/v1/patch/pairs"),
     Page("genealogy", "/genealogy", "genealogy.html", "The family tree", "/api/v1/genealogy"),
     Page("features", "/features", "features.html", "Features", "/api/v1/saes"),
 )

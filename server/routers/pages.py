@@ -8,6 +8,7 @@ context; the others answer with their declared twin.
     /tokenizer  BPE step by step       twin: GET /api/v1/tokenize?text=...&encoding=...
     /compare    two models, one text   twin: GET /api/v1/compare?a=...&b=...&text=...
     /patch      activation patching    twin: GET /api/v1/patch/pairs (the sweep itself is a POST)
+    /circuits   edge circuits          twin: GET /api/v1/patch/pairs (the scores come from a POST)
     /train      training runs          twin: GET /api/v1/checkpoints (and the gradient clip's limit)
 """
 
@@ -31,6 +32,7 @@ from ..explain import patch_pairs
 from ..explain.model_info import model_info
 from ..explain.tokens import encoding_names
 from ..pages import NUMBERED, PAGES, STAGE_NO, STAGES, WORDS, Page
+from ..schemas.circuits import CircuitRequest
 from ..service import ModelService
 
 router = APIRouter(include_in_schema=False)
@@ -112,19 +114,43 @@ def compare_page(request: Request, service: ModelService) -> tuple[str, dict]:
     return f"/api/v1/compare?{urlencode(params)}", params
 
 
-@data("patch")
-def patch_page(request: Request, service: ModelService) -> tuple[str, dict]:
+def _pair_state(request: Request, service: ModelService) -> dict[str, str]:
+    """The clean/corrupted pair and its metric from the URL (/patch, /circuits): the first ready-made
+    pair, with its answer tokens, unless the URL names prompts of its own."""
     q = request.query_params
     first = patch_pairs.pairs(service)[:1]
-    state = {
+    return {
         "clean": q.get("clean") or (first[0].clean if first else DEFAULT_PROMPT),
         "corrupted": q.get("corrupted") or (first[0].corrupted if first else DEFAULT_PROMPT),
         "metric": q.get("metric") if q.get("metric") in ("logit_diff", "logprob") else "logit_diff",
-        "direction": q.get("direction") if q.get("direction") in ("denoise", "noise") else "denoise",
         "answer": q.get("answer") or (str(first[0].answer) if first and not q.get("clean") else ""),
         "wrong": q.get("wrong") or (str(first[0].wrong) if first and not q.get("clean") else ""),
+    }
+
+
+@data("patch")
+def patch_page(request: Request, service: ModelService) -> tuple[str, dict]:
+    q = request.query_params
+    state = {
+        **_pair_state(request, service),
+        "direction": q.get("direction") if q.get("direction") in ("denoise", "noise") else "denoise",
         "heads": q.get("heads") or "",
         "cell": q.get("cell") or "",
+    }
+    return "/api/v1/patch/pairs", state
+
+
+@data("circuits")
+def circuits_page(request: Request, service: ModelService) -> tuple[str, dict]:
+    # steps and target go to the form as written: a value out of range is the API's 422 to explain
+    q = request.query_params
+    fields = CircuitRequest.model_fields
+    state = {
+        **_pair_state(request, service),
+        "steps": q.get("steps") or str(fields["steps"].default),
+        "exact": q.get("exact") if q.get("exact") in ("all", "top") else "all",
+        "rank_by": q.get("rank_by") if q.get("rank_by") in ("eap_ig", "atp", "exact") else fields["rank_by"].default,
+        "target": q.get("target") or str(fields["target"].default),
     }
     return "/api/v1/patch/pairs", state
 

@@ -1,4 +1,4 @@
-"""Every panel's "HTML" download on /tokenizer, /genealogy, /features and /train: each page is
+"""Every panel's "HTML" download on /tokenizer, /genealogy, /features, /circuits and /train: each page is
 loaded once, every panel with a figure that addDownloads decorated and that the page drew is
 exported through its last such figure's HTML button, then each file is opened from disk with every
 request refused and must draw each of its figures and answer a hover with the same text (the same
@@ -39,6 +39,7 @@ PAGES = {
         "moe-plot",
     },
     "/features": {"sae-loss-plot", "sae-train-plot", "feat-passages", "feat-hist-plot"},
+    "/circuits": {"graph-plot", "curve-plot", "scatter-plot", "edges-table"},  # the shipped pair, every edge exact
 }
 TRAIN = {
     "loss-plot",
@@ -125,7 +126,7 @@ def exported(page, url, path, folder, expected):
     return [(path, *e) for e in done]
 
 
-def test_every_drawn_panel_of_four_pages_exports_to_a_file_that_works_with_no_network(
+def test_every_drawn_panel_of_five_pages_exports_to_a_file_that_works_with_no_network(
     browser, live_url, trained, page, tmp_path
 ):
     exports = []

@@ -3,9 +3,10 @@
 // (POST /api/v1/patch/jobs, polled for its progress; a newer one replaces it); a click on a cell
 // asks POST /api/v1/patch for that cell alone (kinds: [], the pair's runs come from the cache).
 // The URL carries clean, corrupted, metric, direction, answer, wrong, heads and cell.
-import { apiGet, apiPost, isAbort, latest, showError } from "../lib/api.js";
+import { apiPost, isAbort, latest, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
-import { int } from "../lib/format.js";
+import { runJob, showProgress } from "../lib/jobs.js";
+import { loadPairs } from "../lib/pair.js";
 import { setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
 import { cellAt, cellName, cellOf, initPatchViews, renderCell, renderPrompts, renderSweeps } from "./views.js";
@@ -49,32 +50,13 @@ function body(extra = {}) {
   return { ...b, ...extra };
 }
 
-function progress(job) {
-  $("progress-box").hidden = false;   // the last sweep's count and time stay shown
-  $("progress").max = Math.max(1, job.total);
-  $("progress").value = job.done;
-  $("progress-text").textContent = `${int(job.done)} / ${int(job.total)} patched runs · ${job.elapsed.toFixed(1)} s`;
-}
-
-const pause = (ms, signal) => new Promise((ok, fail) => {
-  const t = setTimeout(ok, ms);
-  signal.addEventListener("abort", () => { clearTimeout(t); fail(new DOMException("aborted", "AbortError")); }, { once: true });
-});
-
 async function sweep(signal) {
   writeUrl();
   document.body.dataset.busy = "1";
   try {
-    let job = await apiPost("/patch/jobs", body(), signal);
-    progress(job);
-    while (job.status === "running") {
-      await pause(150, signal);
-      job = await apiGet(`/patch/jobs/${job.id}`, signal);
-      progress(job);
-    }
-    if (job.status !== "done") throw new Error(`the sweep ${job.status}${job.error ? `: ${job.error}` : ""}`);
+    const result = await runJob("/patch/jobs", body(), signal, (job) => showProgress(job, "patched runs"), "sweep");
     showError(null);
-    apply(job.result);
+    apply(result);
   } catch (err) {
     if (!isAbort(err)) showError(err);
   } finally {
@@ -125,24 +107,6 @@ function move(dr, dc) {
 
 const request = (ms = 0) => { writeUrl(); sweepSlot.soon(sweep, ms); };
 
-async function loadPairs() {
-  const pairs = await apiGet("/patch/pairs");
-  const sel = $("pair");
-  sel.append(...pairs.map((p) => new Option(`${p.name} (${p.tokens} tokens)`, p.name)));
-  const same = pairs.find((p) => p.clean === $("clean").value && p.corrupted === $("corrupted").value);
-  sel.value = same ? same.name : "";
-  const note = () => { const p = pairs.find((x) => x.name === sel.value); $("pair-note").textContent = p ? p.description : ""; };
-  note();
-  sel.addEventListener("change", () => {
-    const p = pairs.find((x) => x.name === sel.value);
-    note();
-    if (!p) return;
-    $("clean").value = p.clean; $("corrupted").value = p.corrupted;
-    Object.assign(state, { answer: p.answer, wrong: p.wrong, cell: null, heads: [] });
-    request();
-  });
-}
-
 export function init() {
   initPatchViews({ onPick: pick });
   $("metric").value = state.metric;
@@ -161,6 +125,6 @@ export function init() {
   });
   stageNavigation({ h: () => move(0, -1), ArrowLeft: () => move(0, -1), l: () => move(0, 1), ArrowRight: () => move(0, 1),
     "[": () => move(-1, 0), "]": () => move(1, 0) });
-  loadPairs().catch(showError);
+  loadPairs((p) => { Object.assign(state, { answer: p.answer, wrong: p.wrong, cell: null, heads: [] }); request(); }).catch(showError);
   request();
 }

@@ -3,11 +3,11 @@
 // scale with 0 and 1 marked, and one cell's patched distribution beside the clean and corrupted.
 // Everything drawn is a number of POST /api/v1/patch's answer.
 import { addDownloads } from "../lib/downloads.js";
-import { $, el } from "../lib/dom.js";
+import { $ } from "../lib/dom.js";
 import { decimal, pct, visible } from "../lib/format.js";
+import { metricWords, renderPair } from "../lib/pair.js";
 import { DIVERGING, MONO, OKABE } from "../lib/palette.js";
 import { PROB_TICKS, SLANTED_TICK_PX, chart, clearPlot, draw, tokenAxis } from "../lib/plot.js";
-import { renderTokens } from "../lib/tokens.js";
 
 export const PLOTS = { resid_pre: "resid-plot", attn_out: "attn-plot", mlp_out: "mlp-plot", head: "head-plot", head_position: "hp-plot" };
 let shown = null;       // the answer the maps show
@@ -21,27 +21,11 @@ export function initPatchViews(handlers) {
   addDownloads($("cell-plot"), "patch-cell", () => shown?.detail ?? null);
 }
 
-export function renderPrompts(res, { onAnswer, onWrong }) {
-  const differs = new Set(res.differs);
-  const mark = (box, tokens) => {
-    renderTokens(box, tokens);
-    for (const span of box.querySelectorAll(".tok")) {
-      if (differs.has(+span.dataset.index)) { span.classList.add("differs"); span.title += " · differs between the prompts"; }
-    }
-  };
-  mark($("clean-tokens"), res.clean_tokens);
-  mark($("corrupted-tokens"), res.corrupted_tokens);
-  const m = res.metric;
-  const what = m.kind === "logit_diff" ? `logit(“${visible(m.answer.text)}”) − logit(“${visible(m.wrong.text)}”)` : `log p(“${visible(m.answer.text)}”)`;
-  $("metric-stats").textContent = `metric ${what} at position ${m.position}: clean ${decimal(res.clean_metric, 3)}, ` +
+export function renderPrompts(res, handlers) {
+  renderPair(res, handlers);
+  $("metric-stats").textContent = `metric ${metricWords(res.metric)} at position ${res.metric.position}: clean ${decimal(res.clean_metric, 3)}, ` +
     `corrupted ${decimal(res.corrupted_metric, 3)} nats · ${res.runs} patched runs computed in ${decimal(res.seconds, 2)} s` +
     `${res.runs === 0 ? " (all from the cache)" : ""}`;
-  const choices = (box, top, chosen, pick) => box.replaceChildren(...top.map((t) => el("button", {
-    type: "button", class: "secondary", "aria-pressed": String(t.id === chosen), "data-id": t.id,
-    title: `id ${t.id} · p ${pct(t.prob, 2)} · logit ${t.logit}`, onclick: () => pick(t.id), text: `${visible(t.text)} ${pct(t.prob)}`,
-  })));
-  choices($("clean-top"), res.clean_top, m.answer.id, onAnswer);
-  choices($("corrupted-top"), res.corrupted_top, m.wrong ? m.wrong.id : null, onWrong);
 }
 
 // One sweep as a heatmap: rows (layers, or the head set) by columns (positions or heads).
