@@ -362,7 +362,8 @@ class ActivationStream:
 
 def auxk_loss(sae: SAE, x: torch.Tensor, x_hat: torch.Tensor, pre: torch.Tensor, dead: torch.Tensor) -> torch.Tensor:
     """AuxK (Gao et al.): the k_aux = d/2 largest pre-activations among the dead features must
-    reconstruct the error the live ones left, x - x_hat; scaled down while few features are dead."""
+    reconstruct the error the live ones left, x - x_hat (x: what is reconstructed, the stream for an
+    SAE, the MLP's output for a transcoder); scaled down while few features are dead."""
     n_dead = int(dead.sum())
     if not n_dead:
         return x.new_zeros(())
@@ -418,22 +419,31 @@ def _progress(tc: SAETrainConfig, st: TrainState) -> float:
     return min(1.0, max(by_tokens, st.elapsed / tc.time_budget if tc.time_budget else 0.0))
 
 
-def _step(sae: SAE, opt: torch.optim.Adam, x: torch.Tensor, tc: SAETrainConfig, since: torch.Tensor) -> dict:
-    """One update on a batch x (N, d); `since` (F,) counts tokens since each feature last fired.
-    TopK decodes only the k chosen rows of W_dec (embedding_bag: N x k x d instead of N x F x d)."""
+def _step(
+    sae: SAE,
+    opt: torch.optim.Adam,
+    x: torch.Tensor,
+    tc: SAETrainConfig,
+    since: torch.Tensor,
+    y: torch.Tensor | None = None,
+) -> dict:
+    """One update on a batch x (N, d), reconstructing y (an SAE: x itself; a transcoder: the MLP's
+    output); `since` (F,) counts tokens since each feature last fired. TopK decodes only the k chosen
+    rows of W_dec (embedding_bag: N x k x d instead of N x F x d)."""
+    y = x if y is None else y
     pre = sae.pre_acts(x)  # (N, F)
     dead = since >= tc.dead_after_tokens
     if tc.activation == "topk":
         top = pre.topk(tc.k, dim=-1)
         vals, idx = torch.relu(top.values), top.indices  # (N, k)
         x_hat = F.embedding_bag(idx, sae.W_dec, per_sample_weights=vals, mode="sum") + sae.b_dec
-        mse = (x_hat - x).pow(2).sum(-1).mean()
-        extra = tc.aux_coefficient * auxk_loss(sae, x, x_hat, pre, dead)
+        mse = (x_hat - y).pow(2).sum(-1).mean()
+        extra = tc.aux_coefficient * auxk_loss(sae, y, x_hat, pre, dead)
         fired, active = idx[vals > 0], (vals > 0).sum(-1)
     else:
         f = torch.relu(pre)
         x_hat = sae.decode(f)
-        mse = (x_hat - x).pow(2).sum(-1).mean()
+        mse = (x_hat - y).pow(2).sum(-1).mean()
         extra = tc.l1_coefficient * f.sum(-1).mean()  # decoder rows are unit length: L1 of f is honest
         fired, active = (f > 0).any(0).nonzero().flatten(), (f > 0).sum(-1)
     opt.zero_grad(set_to_none=True)
@@ -445,7 +455,7 @@ def _step(sae: SAE, opt: torch.optim.Adam, x: torch.Tensor, tc: SAETrainConfig, 
         since[fired] = 0
         return {
             "mse": float(mse),
-            "fvu": float(mse / (x - x.mean(0)).pow(2).sum(-1).mean()),  # fraction of variance unexplained
+            "fvu": float(mse / (y - y.mean(0)).pow(2).sum(-1).mean()),  # fraction of variance unexplained
             "l0": float(active.float().mean()),
             "extra": float(extra),
             "dead": int(dead.sum()),
@@ -521,20 +531,23 @@ def stream_of(model: GPT, seqs: torch.Tensor, layer: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def sparse_codes(sae: SAE, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-    """x (N, d) -> the nonzero activations as (token, feature, value) triples, and the SAE's
-    reconstruction figures on x: fraction of variance explained, L0, mean squared error."""
+def sparse_codes(
+    sae: SAE, x: torch.Tensor, y: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    """x (N, d) -> the nonzero activations as (token, feature, value) triples, and the reconstruction
+    figures on y (an SAE: x itself; a transcoder: the MLP's output): fraction of variance explained,
+    L0, mean squared error."""
+    y = x if y is None else y
     toks, feats, vals, sq = [], [], [], 0.0
     step = codes_chunk(sae.cfg.d_sae)
     for i in range(0, len(x), step):
-        xb = x[i : i + step]
-        x_hat, f = sae(xb)
-        sq += float((x_hat - xb).pow(2).sum())
+        x_hat, f = sae(x[i : i + step])
+        sq += float((x_hat - y[i : i + step]).pow(2).sum())
         t, j = f.nonzero(as_tuple=True)
         toks.append(t + i)
         feats.append(j)
         vals.append(f[t, j])
-    total = float((x - x.mean(0)).pow(2).sum())
+    total = float((y - y.mean(0)).pow(2).sum())
     tok, feat, val = torch.cat(toks), torch.cat(feats), torch.cat(vals)
     figures = {"fve": 1.0 - sq / total, "l0": len(val) / len(x), "mse": sq / len(x)}
     return tok, feat, val, figures

@@ -12,6 +12,7 @@ from gptscope import __version__
 from gptscope.model import corpus as corpus_mod
 
 from . import contract, errors, saes
+from .attribution_jobs import GRAPHS
 from .circuit_jobs import SEARCHES
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
@@ -47,6 +48,7 @@ def create_app(
             app.state.sae_jobs,
             app.state.patch_jobs,
             app.state.circuit_jobs,
+            app.state.attribution_jobs,
         ):
             runner.shutdown()  # cancel every job still going; a run's snapshots stay loadable
 
@@ -79,6 +81,7 @@ def create_app(
     app.state.sae_jobs = saes.sae_runner()
     app.state.patch_jobs = SWEEPS.runner()
     app.state.circuit_jobs = SEARCHES.runner()
+    app.state.attribution_jobs = GRAPHS.runner()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
     for router in api_routers():

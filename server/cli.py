@@ -286,6 +286,61 @@ def cmd_sae(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_transcoders(a: argparse.Namespace) -> int:
+    """Train a transcoder per MLP of a checkpoint (a set, for attribution graphs); a progress bar on
+    stderr, one JSON line with the set's quality figures on stdout."""
+    from tqdm import tqdm
+
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.model import corpus as corpus_mod
+    from gptscope.model import transcoders as tc_mod
+    from gptscope.model.sae import SAEError
+
+    from .transcoders import folders_for
+
+    tc = tc_mod.TranscoderTrainConfig(
+        expansion=a.expansion, activation=a.activation, k=a.k, lr=a.lr, batch_tokens=a.batch_tokens,
+        max_tokens=a.max_tokens, time_budget=a.time_budget, seed=a.seed,
+    )  # fmt: skip
+    try:
+        folder_ck = checkpoint_folder(a.checkpoint)
+        c = ckpt.load(folder_ck)
+        spec = a.corpus or (c.meta.corpus or {}).get("name")
+        if spec is None:
+            raise ValueError("the checkpoint does not say what text it was trained on: give --corpus")
+        tc.validate(c.model)
+        data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
+        name = a.name or f"x{tc.expansion}-{tc.activation}{tc.k if tc.activation == 'topk' else ''}-s{tc.seed}"
+        out = Path(a.out) if a.out else folders_for(folder_ck, data_dir)[0] / name
+    except (ckpt.CheckpointError, corpus_mod.CorpusError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(a.threads or torch.get_num_threads())
+    bar = tqdm(total=1000, desc=f"transcoders for {c.model.cfg.n_layer} MLPs", file=sys.stderr)
+
+    def on_progress(e: dict) -> None:
+        bar.n = round(1000 * e.get("progress", 0))
+        if "fvu" in e:
+            bar.set_postfix(fvu=max(e["fvu"]), tokens=e["tokens"])
+        else:
+            bar.set_description("evaluating on held-out text")
+        bar.refresh()
+
+    command = "gptscope transcoders " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["transcoders"] else [])
+    try:
+        meta = tc_mod.train_and_save(c, spec, tc, out, command.strip(), on_progress)
+    except (SAEError, corpus_mod.CorpusError) as e:
+        bar.close()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    bar.close()
+    keep = ("steps", "tokens", "train_seconds", "budgeted_seconds", "eval_seconds")
+    print(json.dumps({"transcoders": str(out), **{k: meta[k] for k in keep}, "quality": meta["quality"]}))
+    return 0
+
+
 def _serve_args(sub) -> None:
     """`gptscope serve`: the web app."""
     s = sub.add_parser("serve", help="start the web app")
@@ -431,6 +486,32 @@ def _sae_args(sub) -> None:
     s.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
 
 
+def _transcoder_args(sub) -> None:
+    """`gptscope transcoders`: a transcoder per MLP, for attribution graphs."""
+    s = sub.add_parser(
+        "transcoders",
+        help="train a transcoder per MLP (a sparse stand-in each) and report the set's quality",
+        description="Train one transcoder per block, from the MLP's input (blocks.L.ln2.hook_normalized) to its output "
+        "(blocks.L.hook_mlp_out), over the training split of the text; measure the set on the held-out split (each "
+        "MLP's output variance explained, and the loss with every MLP replaced) and save it beside the checkpoint "
+        "(the built-in model's go to the data folder).",
+    )
+    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the model (default: the built-in one)")
+    s.add_argument("--corpus", default=None, help="training text (default: the checkpoint's own built-in corpus)")
+    s.add_argument("--expansion", type=int, default=4, help="features per stream dimension, 2..32 (default 4)")
+    s.add_argument("--activation", choices=["topk", "relu"], default="topk")
+    s.add_argument("--k", type=int, default=16, help="TopK: features kept per token (default 16)")
+    s.add_argument("--lr", type=float, default=2e-3, help="Adam's learning rate (default 0.002)")
+    s.add_argument("--batch-tokens", type=int, default=1024, help="MLP input/output pairs per update (default 1024)")
+    s.add_argument("--max-tokens", type=int, default=2_000_000, help="pairs to train on at most")
+    s.add_argument("--time-budget", type=float, default=600, help="seconds of training at most (0: none; default 600)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    s.add_argument("--name", default=None, help="the set's name (default x<expansion>-<activation><k>-s<seed>)")
+    s.add_argument("--out", default=None, help="the folder to write (default: transcoders/NAME beside the checkpoint)")
+    s.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand and its options (`gptscope train` parses its own: see model/train.py)."""
     p = argparse.ArgumentParser(prog="gptscope", description="Train a small GPT and see inside it.")
@@ -443,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     _generate_args(sub)
     _finetune_args(sub)
     _sae_args(sub)
+    _transcoder_args(sub)
     return p
 
 
@@ -459,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         "import": cmd_import,
         "finetune": cmd_finetune,
         "sae": cmd_sae,
+        "transcoders": cmd_transcoders,
     }[a.cmd](a)
 
 

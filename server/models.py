@@ -17,7 +17,7 @@ import torch
 
 from gptscope.model import checkpoint as ckpt
 
-from . import saes
+from . import saes, transcoders
 from .config import Settings
 from .service import LRU, ModelService, freeze_heap
 
@@ -52,6 +52,7 @@ class ModelRegistry:
         and its SAE folders."""
         service.threads = self.settings.threads_for(service.model.num_params())
         saes.attach(service, self.settings.data_dir)
+        service.transcoder_folders = transcoders.folders_for(service.path, self.settings.data_dir)
         return service
 
     @property

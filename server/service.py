@@ -49,6 +49,7 @@ class ModelService:
         # the folders holding SAEs trained on this model, the first for new ones (server/saes.py
         # sets them: the built-in model's own folder is package data, never written)
         self.sae_folders: list[Path] = [self.path / "saes"]
+        self.transcoder_folders: list[Path] = [self.path / "transcoders"]  # likewise (server/transcoders.py)
         # results worked out from this model (per_model below): they go when the model goes
         self.memo: dict[str, LRU] = {}
         self.memo_lock = threading.Lock()

@@ -4,9 +4,12 @@ Every number comes from model/sae.py's functions or from the statistics saved wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from gptscope.model import sae as sae_mod
+from gptscope.model.gpt import GPT
 from gptscope.model.sae import LoadedSAE
 
 from .. import saes as store
@@ -166,9 +169,13 @@ def feature_list(
 # ---- one feature -------------------------------------------------------------------------------
 
 
-def _passages(service: ModelService, loaded: LoadedSAE, f: int) -> list[Passage]:
+Inputs = Callable[[GPT, torch.Tensor, int], torch.Tensor]  # (model, ids (S, T), layer) -> what it reads (S, T, d)
+
+
+def _passages(service: ModelService, loaded: LoadedSAE, f: int, inputs: Inputs = sae_mod.residuals) -> list[Passage]:
     """The feature's top held-out activations, each with its window's tokens and the feature's
-    activation on every one of them (recomputed: the whole sequence runs through the model)."""
+    activation on every one of them (recomputed: the whole sequence runs through the model and
+    `inputs` gives what the SAE, or transcoder, reads)."""
     ids = loaded.stats["eval_ids"].long()  # (S, T)
     T = ids.size(1)
     spots = [(int(i) // T, int(i) % T) for i in loaded.stats["top_index"][f].tolist() if i >= 0]
@@ -176,7 +183,7 @@ def _passages(service: ModelService, loaded: LoadedSAE, f: int) -> list[Passage]
         return []
     seqs = sorted({s for s, _ in spots})
     with service.run() as m:
-        x = sae_mod.residuals(m, ids[seqs], loaded.sae.cfg.layer)  # (S', T, d)
+        x = inputs(m, ids[seqs], loaded.sae.cfg.layer)  # (S', T, d)
         acts = loaded.sae.encode(x)[..., f]  # (S', T)
     row = {s: i for i, s in enumerate(seqs)}
     out = []
@@ -210,7 +217,13 @@ def _effects(service: ModelService, top: torch.return_types.topk, f: int, sign: 
 
 
 def feature_detail(service: ModelService, name: str, feature: int) -> FeatureDetail:
-    loaded = store.get_by_path(service, name)
+    return detail(service, store.get_by_path(service, name), feature, name)
+
+
+def detail(
+    service: ModelService, loaded: LoadedSAE, feature: int, name: str, inputs: Inputs = sae_mod.residuals
+) -> FeatureDetail:
+    """One feature's page: its summary, top held-out passages, histogram and logit effects."""
     n = loaded.sae.cfg.d_sae
     if not 0 <= feature < n:
         raise InputError("feature", f"{feature} is out of range; valid values are 0..{n - 1}", where="path")
@@ -224,7 +237,7 @@ def feature_detail(service: ModelService, name: str, feature: int) -> FeatureDet
         sae=name,
         hook_name=loaded.sae.cfg.hook_name,
         tokens_measured=measured,
-        passages=_passages(service, loaded, f),
+        passages=_passages(service, loaded, f, inputs),
         histogram_edges=[round(float(e), VALUE) for e in edges],
         histogram_counts=counts,
         zeros=measured - sum(counts),

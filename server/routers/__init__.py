@@ -28,6 +28,7 @@ API_AREAS = (
     "sae",
     "patch",
     "circuits",
+    "attribution",
     "export",
 )
 

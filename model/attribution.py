@@ -1,0 +1,438 @@
+"""Attribution graphs: how a model computes one answer, feature by feature.
+
+Replace every MLP by its transcoder (model/transcoders.py) plus an *error* term, what the transcoder
+misses on this prompt, so that the replacement's output is the MLP's exactly. Freeze every attention
+pattern and every norm's divisor at their values on the prompt. What is left is linear: the
+residual stream at each block is a sum of what the sources wrote,
+
+    sources   the input tokens (each position's embedding, and position row), every active transcoder
+              feature (activation a at block l, position p: a x its decoder row, written where the MLP
+              writes), every error node (block l, position p), and constants (biases, norms' shifts)
+
+passed on by attention (a fixed mix of earlier positions through W_V and W_O) and the frozen norms.
+So every target, a feature's pre-activation (what its encoder reads from the stream entering its
+MLP) or the answer's logit, is a sum of one term per source plus a constant, and a source's term is
+its *direct effect* on the target: the weight of the edge source -> target. The graph's nodes are the
+tokens, the active features, the error nodes and the target; its edges those weights.
+
+Computed by gradients of the frozen model (`edges_into`): one backward pass per target (batched,
+one target per row) gives d(target)/d(stream) at every block and position, and a source's edge
+weight is what it wrote times that gradient where it wrote it. Exact by construction, and tested
+so: every target's edge weights plus its constant add up to its value; an edge's weight is the
+change in the target when that one source is taken out of the frozen model; with the error nodes
+kept the frozen replacement's logits are the real model's.
+
+Pruned by influence (`prune`, as circuit-tracer and Anthropic's circuit tracing do): each target's
+incoming weights are normalised by their absolute sum, a feature's influence on the answer is the sum
+over every path of the products of those shares, and the features that carry a chosen share of the
+total influence are kept (the tokens and errors always), then the edges that carry a chosen share of
+the kept nodes' edge influence.
+
+Only a model whose stream is a plain sum (norm='pre') has such a graph. Shapes: L blocks, T
+positions, d width, F features per transcoder, N active features, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+
+from .gpt import GPT, Block, LayerNorm, RMSNorm, hook_name
+from .transcoders import Transcoder
+
+ROWS = 128  # targets per batched backward pass, at most ...
+ROW_BYTES = 256 * 2**20  # ... and fewer where their activations would hold more than this
+FLOATS_KEPT = 24  # numbers the backward pass keeps per row, block, position and unit of width (measured: ~16)
+
+
+def rows_per_batch(cfg, T: int) -> int:
+    """Targets per batched backward pass for a model of this config on T positions."""
+    return max(1, min(ROWS, ROW_BYTES // (FLOATS_KEPT * 4 * cfg.n_layer * T * cfg.d_model)))
+
+
+# ---- the prompt's run, as the replacement model reads it -------------------------------------------
+
+
+@dataclass
+class Trace:
+    ids: tuple[int, ...]
+    embed: torch.Tensor  # (T, d) the stream entering block 0: each token's embedding (+ its position's row)
+    scale1: torch.Tensor  # (L, T, 1) each block's attention norm's divisor
+    scale2: torch.Tensor  # (L, T, 1) its MLP norm's divisor
+    scale_f: torch.Tensor  # (T, 1) the final norm's divisor
+    pattern: torch.Tensor  # (L, nh, T, T) every head's attention
+    mlp_in: torch.Tensor  # (L, T, d) what each MLP read
+    mlp_out: torch.Tensor  # (L, T, d) what each MLP wrote
+    recon: torch.Tensor  # (L, T, d) its transcoder's output on that input
+    layer: torch.Tensor  # (N,) the active features: block,
+    position: torch.Tensor  # (N,) position,
+    feature: torch.Tensor  # (N,) index in its transcoder,
+    act: torch.Tensor  # (N,) and activation, ordered by block, then position, then feature
+    decoder: torch.Tensor  # (N, d) each active feature's decoder row
+    logits: torch.Tensor  # (V,) the last position's
+
+    @property
+    def error(self) -> torch.Tensor:
+        """(L, T, d) what each transcoder misses: the MLP's output minus the transcoder's."""
+        return self.mlp_out - self.recon
+
+
+def check_model(model: GPT) -> None:
+    if model.cfg.norm != "pre":
+        raise ValueError(
+            "an attribution graph needs a stream that is a plain sum of what each part writes (norm='pre'); "
+            "this model normalises it between them"
+        )
+
+
+@torch.no_grad()
+def trace(model: GPT, codes: Sequence[Transcoder], ids: Sequence[int]) -> Trace:
+    """Run the prompt through the real model (explain mode) and its transcoders."""
+    check_model(model)
+    L = model.cfg.n_layer
+    if len(codes) != L:
+        raise ValueError(f"the set has {len(codes)} transcoders; the model has {L} MLPs")
+    per = (
+        "hook_resid_pre",
+        "ln1.hook_scale",
+        "ln2.hook_scale",
+        "attn.hook_pattern",
+        "ln2.hook_normalized",
+        "hook_mlp_out",
+    )
+    names = [hook_name(n, i) for i in range(L) for n in per] + ["ln_final.hook_scale"]
+    with model.capture(names) as c:
+        logits, _ = model(torch.tensor([list(ids)], device=model.wte.weight.device), last_only=True)
+
+    def stack(n: str) -> torch.Tensor:
+        return torch.stack([c[hook_name(n, i)][0] for i in range(L)])
+
+    mlp_in = stack("ln2.hook_normalized")
+    codes_out = [t(mlp_in[i]) for i, t in enumerate(codes)]  # (recon (T, d), f (T, F)) per block
+    nz = [f.nonzero() for _, f in codes_out]  # (n, 2): position, feature; by position, then feature
+    return Trace(
+        ids=tuple(ids),
+        embed=c[hook_name("hook_resid_pre", 0)][0],
+        scale1=stack("ln1.hook_scale"),
+        scale2=stack("ln2.hook_scale"),
+        scale_f=c["ln_final.hook_scale"][0],
+        pattern=stack("attn.hook_pattern"),
+        mlp_in=mlp_in,
+        mlp_out=stack("hook_mlp_out"),
+        recon=torch.stack([r for r, _ in codes_out]),
+        layer=torch.cat([torch.full((len(n),), i, dtype=torch.long) for i, n in enumerate(nz)]),
+        position=torch.cat([n[:, 0] for n in nz]),
+        feature=torch.cat([n[:, 1] for n in nz]),
+        act=torch.cat([f[n[:, 0], n[:, 1]] for (_, f), n in zip(codes_out, nz)]),
+        decoder=torch.cat([t.W_dec[n[:, 1]] for t, n in zip(codes, nz)]),
+        logits=logits[0, -1],
+    )
+
+
+# ---- the frozen replacement model ------------------------------------------------------------------
+
+
+def frozen_norm(m: torch.nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """A norm with its divisor fixed (the prompt's): linear in x."""
+    if isinstance(m, LayerNorm):
+        y = (x - x.mean(-1, keepdim=True)) / scale * m.weight
+        return y + m.bias if m.bias is not None else y
+    assert isinstance(m, RMSNorm)
+    return x / scale * m.weight
+
+
+def frozen_attention(block: Block, h: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+    """What attention adds with its pattern fixed: each head's values (B, T, d) -> (B, T, d)."""
+    attn, cfg = block.attn, block.attn.cfg
+    nh, nkv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
+    rows = slice((nh + nkv) * hs, (nh + 2 * nkv) * hs)  # W_V's rows of the fused projection
+    bias = attn.c_attn.bias[rows] if attn.c_attn.bias is not None else None
+    v = F.linear(h, attn.c_attn.weight[rows], bias).view(*h.shape[:2], nkv, hs).transpose(1, 2)  # (B, nkv, T, hs)
+    v = v.repeat_interleave(nh // nkv, dim=1)  # (B, nh, T, hs)
+    z = (pattern @ v).transpose(1, 2).reshape(*h.shape[:2], nh * hs)  # (B, T, nh * hs)
+    return F.linear(z, attn.c_proj.weight, attn.c_proj.bias)
+
+
+def replacement(
+    model: GPT, tr: Trace, embed: torch.Tensor, writes: torch.Tensor, upto: int | None = None
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """The frozen replacement model: embed (B, T, d) enters block 0; block l's MLP writes
+    writes[:, l] (B, L, T, d) -> (what each MLP's transcoder reads, (B, T, d) per block; the final
+    norm's output (B, T, d)). upto: stop once block `upto`'s transcoder input is read (no final)."""
+    x, reads = embed, []
+    for li, block in enumerate(model.blocks):
+        b = cast(Block, block)
+        x = x + frozen_attention(b, frozen_norm(b.ln1, x, tr.scale1[li]), tr.pattern[li])
+        reads.append(frozen_norm(b.ln2, x, tr.scale2[li]))
+        if li == upto:
+            return reads, None
+        x = x + writes[:, li]
+    return reads, frozen_norm(model.ln_final, x, tr.scale_f)
+
+
+# ---- targets and their incoming edges --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A node whose value the graph explains: the answer's logit (layer None: unembedding row `up`
+    minus row `down`, if given) or feature (layer, position, feature)'s pre-activation."""
+
+    layer: int | None
+    position: int
+    feature: int = 0
+    up: int = 0
+    down: int | None = None
+
+
+def reach(targets: Sequence[Target]) -> int | None:
+    """How far the replacement must run for these targets: the last block a feature target reads,
+    or None (every block and the final norm) for the logit."""
+    layers = [t.layer for t in targets]
+    return None if None in layers else max(cast(list[int], layers))
+
+
+def values(model: GPT, codes: Sequence[Transcoder], targets: Sequence[Target], reads, final) -> torch.Tensor:
+    """(B,) row r's target's value, targets[r] read from row r of the replacement's reads."""
+    out = []
+    for r, t in enumerate(targets):
+        if t.layer is None:
+            w = model.lm_head.weight[t.up] - (model.lm_head.weight[t.down] if t.down is not None else 0.0)
+            out.append(final[r, t.position] @ w)
+        else:
+            c = codes[t.layer]
+            out.append(reads[t.layer][r, t.position] @ c.W_enc[:, t.feature] + c.b_enc[t.feature])
+    return torch.stack(out)
+
+
+@dataclass
+class Edges:
+    """The incoming weights of some targets: from every token, active feature and error node."""
+
+    tokens: torch.Tensor  # (R, T)
+    features: torch.Tensor  # (R, N)
+    errors: torch.Tensor  # (R, L, T)
+    constant: torch.Tensor  # (R,) what the biases and norms' shifts add
+    value: torch.Tensor  # (R,) the target's value in the replacement model
+
+    def total(self) -> torch.Tensor:
+        return self.tokens.sum(1) + self.features.sum(1) + self.errors.sum((1, 2)) + self.constant
+
+
+def edges_into(model: GPT, codes: Sequence[Transcoder], tr: Trace, targets: Sequence[Target]) -> Edges:
+    """Every source's direct effect on each target (one row of the batched backward pass each)."""
+    R = len(targets)
+    with torch.inference_mode(False), torch.enable_grad():
+        # (the trace may come from an inference-mode run: what the backward pass keeps is copied out)
+        frozen = replace(
+            tr,
+            scale1=tr.scale1.clone(),
+            scale2=tr.scale2.clone(),
+            scale_f=tr.scale_f.clone(),
+            pattern=tr.pattern.clone(),
+        )
+        embed = tr.embed.expand(R, *tr.embed.shape).clone().requires_grad_(True)
+        written = tr.mlp_out.expand(R, *tr.mlp_out.shape).clone().requires_grad_(True)
+        reads, final = replacement(model, frozen, embed, written, reach(targets))
+        value = values(model, codes, targets, reads, final)
+        g_embed, g_write = torch.autograd.grad(value.sum(), [embed, written], allow_unused=True)
+    g_write = torch.zeros_like(tr.mlp_out).expand_as(written) if g_write is None else g_write  # block-0 targets
+    with torch.no_grad():
+        tokens = (g_embed * tr.embed).sum(-1)  # (R, T)
+        errors = (g_write * tr.error).sum(-1)  # (R, L, T)
+        # a feature wrote act x its decoder row where its MLP writes: per block, the gradient at every
+        # position against every active feature's row (R, T, n), then each feature's own position
+        features = torch.zeros(R, len(tr.act), dtype=g_write.dtype)
+        for li in range(g_write.size(1)):
+            at = torch.nonzero(tr.layer == li).flatten()
+            if len(at):
+                dot = g_write[:, li] @ tr.decoder[at].T  # (R, T, n)
+                features[:, at] = dot[:, tr.position[at], torch.arange(len(at))] * tr.act[at]
+    constant = constants(model, codes, tr, targets)
+    return Edges(tokens, features, errors, constant, value.detach())
+
+
+def constants(model: GPT, codes: Sequence[Transcoder], tr: Trace, targets: Sequence[Target]) -> torch.Tensor:
+    """(R,) each target's value in the frozen model with every source taken out (no token, no
+    feature, no error: each MLP writes only its transcoder's bias), computed on its own."""
+    R = len(targets)
+    with torch.no_grad():
+        embed = torch.zeros(R, *tr.embed.shape)
+        bias = torch.stack([c.b_dec for c in codes])[:, None, :].expand_as(tr.mlp_out)
+        reads, final = replacement(model, tr, embed, bias.expand(R, *bias.shape), reach(targets))
+        return values(model, codes, targets, reads, final)
+
+
+# ---- the whole graph -------------------------------------------------------------------------------
+
+
+@dataclass
+class Graph:
+    """Rows: the target (row 0), then each active feature whose inputs were computed (`rows`: their
+    index into the trace's features). Columns: every token, feature and error node."""
+
+    target: Target
+    rows: torch.Tensor  # (R - 1,)
+    edges: Edges
+
+    def matrix(self, tr: Trace) -> torch.Tensor:
+        """(R, T + N + L * T) the rows' incoming weights, columns: tokens, features, errors."""
+        e = self.edges
+        return torch.cat([e.tokens, e.features, e.errors.flatten(1)], 1)
+
+
+def build(
+    model: GPT,
+    codes: Sequence[Transcoder],
+    tr: Trace,
+    target: Target,
+    max_rows: int = 1024,
+    on_rows: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> Graph:
+    """The target's incoming edges, then those of the active features that matter most: at each
+    round the ROWS features of largest influence on the target (by the edges known so far) whose
+    inputs are not computed yet, up to max_rows of them (a feature with no influence never is); each
+    batch holds the features of one block, so the frozen model runs only up to it. on_rows(done,
+    total) after each batch, cancel() before each."""
+    from .patching import Cancelled
+
+    T, N = len(tr.ids), len(tr.act)
+    g = Graph(target, torch.zeros(0, dtype=torch.long), edges_into(model, codes, tr, [target]))
+    budget = min(max_rows, N)
+    done = torch.zeros(N, dtype=torch.bool)
+    while int(done.sum()) < budget:
+        if cancel is not None and cancel():
+            raise Cancelled()
+        infl = influence(g, tr)[0][T : T + N].masked_fill(done, -1.0)
+        best = torch.argsort(-infl, stable=True)[: min(rows_per_batch(model.cfg, T), budget - int(done.sum()))]
+        best = best[infl[best] > 0]
+        if not len(best):
+            break
+        done[best] = True
+        for li in tr.layer[best].unique().tolist():  # one block's features per batch
+            picked = best[tr.layer[best] == li]
+            tgts = [Target(li, int(tr.position[i]), int(tr.feature[i])) for i in picked]
+            new = edges_into(model, codes, tr, tgts)
+            g = Graph(target, torch.cat([g.rows, picked]), _cat([g.edges, new]))
+        if on_rows is not None:
+            on_rows(int(done.sum()), budget)
+    return g
+
+
+def _cat(parts: Sequence[Edges]) -> Edges:
+    return Edges(
+        *(torch.cat([getattr(p, f) for p in parts]) for f in ("tokens", "features", "errors", "constant", "value"))
+    )
+
+
+@dataclass
+class Pruned:
+    features: torch.Tensor  # the kept features, by index into the trace's
+    influence: torch.Tensor  # (N,) every feature's influence on the target (share of the total, 0..1)
+    token_influence: torch.Tensor  # (T,)
+    error_influence: torch.Tensor  # (L * T,)
+    kept_share: float  # the kept features' share of all features' influence
+    edges: list[tuple[int, int, float]]  # (source column, target row, weight) kept, between kept nodes
+    edge_share: float  # the kept edges' share of the kept nodes' edge influence
+
+
+def influence(g: Graph, tr: Trace) -> tuple[torch.Tensor, torch.Tensor]:
+    """(columns' influence on the target (T + N + L*T,), the normalised matrix (R, columns)): each row's
+    absolute weights as shares of their sum, and every path's product of shares, summed."""
+    A = g.matrix(tr).abs()
+    A = A / A.sum(1, keepdim=True).clamp_min(1e-12)
+    T = len(tr.ids)
+    col_of_row = torch.cat([torch.tensor([-1]), T + g.rows])  # row r's node as a column (-1: the target)
+    total = torch.zeros(A.size(1), dtype=A.dtype)
+    weight = torch.zeros(A.size(0), dtype=A.dtype)
+    weight[0] = 1.0  # how much each row's node matters: the target fully, then by the paths into it
+    for _ in range(model_depth(tr) + 2):
+        reach = weight @ A  # (columns,)
+        total += reach
+        weight = reach[col_of_row.clamp_min(0)] * (col_of_row >= 0)
+        if float(weight.abs().sum()) < 1e-9:
+            break
+    return total, A
+
+
+def model_depth(tr: Trace) -> int:
+    return int(tr.scale1.size(0))
+
+
+def prune(g: Graph, tr: Trace, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Pruned:
+    """Keep the features carrying `node_threshold` of the features' influence, and the edges between
+    kept nodes (and into the target) carrying `edge_threshold` of those edges' influence."""
+    T, N = len(tr.ids), len(tr.act)
+    total, A = influence(g, tr)
+    feats = total[T : T + N]
+    share = feats / feats.sum().clamp_min(1e-12)
+    order = torch.argsort(-share, stable=True)
+    cum = torch.cumsum(share[order], 0)
+    n_keep = int((cum < node_threshold).sum()) + 1 if N else 0
+    kept = order[:n_keep].sort().values
+    keep_col = torch.zeros(A.size(1), dtype=torch.bool)
+    keep_col[:T] = True
+    keep_col[T + kept] = True
+    keep_col[T + N :] = True
+    row_node = torch.cat([torch.tensor([True]), torch.isin(g.rows, kept)])
+    weight = torch.cat([torch.ones(1), total[T + g.rows]])  # each row node's own influence
+    score = A * weight[:, None] * row_node[:, None] * keep_col[None, :]
+    flat = score.flatten()
+    order_e = torch.argsort(-flat, stable=True)
+    cum_e = torch.cumsum(flat[order_e], 0) / flat.sum().clamp_min(1e-12)
+    n_e = int((cum_e < edge_threshold).sum()) + 1 if float(flat.sum()) > 0 else 0
+    M = g.matrix(tr)
+    edges = [(int(i % A.size(1)), int(i // A.size(1)), float(M.flatten()[i])) for i in order_e[:n_e]]
+    return Pruned(
+        features=kept,
+        influence=share,
+        token_influence=total[:T] / total.sum().clamp_min(1e-12),
+        error_influence=total[T + N :] / total.sum().clamp_min(1e-12),
+        kept_share=float(share[kept].sum()) if N else 1.0,
+        edges=edges,
+        edge_share=float(flat[order_e[:n_e]].sum() / flat.sum().clamp_min(1e-12)) if n_e else 1.0,
+    )
+
+
+# ---- interventions on the real model ---------------------------------------------------------------
+
+
+@torch.no_grad()
+def steered_logits(
+    model: GPT, codes: Sequence[Transcoder], ids: Sequence[int], changes: Sequence[tuple[int, int, int, float]]
+) -> torch.Tensor:
+    """The real model's last-position logits (V,) with each (layer, position, feature, scale) of
+    `changes` steered through its transcoder: at that block the MLP's output at that position gets
+    (scale - 1) x the feature's activation (on the MLP's input of this very run) x its decoder row
+    added, so scale 0 takes the feature out and 2 doubles it; everything after runs as usual."""
+    seen: dict[int, torch.Tensor] = {}
+    by_layer: dict[int, list[tuple[int, int, float]]] = {}
+    for layer, pos, feat, scale in changes:
+        by_layer.setdefault(layer, []).append((pos, feat, scale))
+
+    def add(li: int) -> Callable[[torch.Tensor, str], torch.Tensor]:
+        def fn(out: torch.Tensor, _name: str) -> torch.Tensor:
+            out = out.clone()
+            f = codes[li].encode(seen[li][0])  # (T, F) this run's activations
+            for pos, feat, scale in by_layer[li]:
+                out[0, pos] += (scale - 1.0) * f[pos, feat] * codes[li].W_dec[feat]
+            return out
+
+        return fn
+
+    def keep(li: int) -> Callable[[torch.Tensor, str], None]:
+        return lambda t, _n: seen.__setitem__(li, t)
+
+    hooks: list[tuple[str, Callable[[torch.Tensor, str], torch.Tensor | None]]] = []
+    for li in by_layer:
+        hooks += [(hook_name("ln2.hook_normalized", li), keep(li)), (hook_name("hook_mlp_out", li), add(li))]
+    with ExitStack() as stack:
+        stack.enter_context(model.hooks(hooks))
+        logits, _ = model(torch.tensor([list(ids)]), last_only=True)
+    return logits[0, -1]

@@ -1,0 +1,497 @@
+"""Transcoders: a sparse, readable stand-in for every MLP of a model, trained on its own text.
+
+A transcoder reads what an MLP reads (its normalised input, blocks.{l}.ln2's output) and writes what
+it writes (blocks.{l}.hook_mlp_out), through many more units than the MLP has, few of them firing at
+any token:
+
+    pre  = x @ W_enc + b_enc        x (d,): the MLP's input;  W_enc (d, F), b_enc (F,)
+    f    = TopK(pre)  or ReLU(pre)  (F,) feature activations, mostly 0
+    y    = f @ W_dec + b_dec        the MLP's output, approximated;  W_dec (F, d) unit rows, b_dec (d,)
+
+It is an SAE (model/sae.py) whose decoder writes another tensor than its encoder reads, so it is
+trained by the same step (Adam, decoder rows renormalised, AuxK or resampling for dead features),
+here one per block, all on the same batches: each batch of the model's own text is run once, and
+every block's (input, output) pairs train that block's transcoder. Replacing every MLP by its
+transcoder makes the model linear between sparse features once attention patterns and norms are
+frozen, which is what an attribution graph needs (model/attribution.py).
+
+The figures every transcoder set is shown with, on held-out text: per block, the share of the MLP
+output's variance it explains, its L0 and its dead features; for the set, the next-token loss with
+every MLP replaced at once, against the clean loss and against every MLP zeroed ("loss recovered":
+1 - (replaced - clean) / (zeroed - clean)).
+
+On disk a set is a folder, circuit-tracer's per-layer layout with JSON for its YAML: config.json
+(the hooks each transcoder reads and writes, one weights file per layer), layer_{l}.safetensors
+(W_enc, b_enc, W_dec, b_dec), stats_{l}.safetensors (each feature's held-out statistics, as an SAE's)
+and gptscope_transcoders.json (how it was trained, the figures, every file's sha256). Nothing is
+unpickled.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import cast
+
+import torch
+from safetensors.torch import save as st_save
+
+from . import checkpoint as ckpt
+from . import sae as sae_mod
+from .gpt import GPT, Block, hook_name
+from .sae import SAE, SAEConfig, SAEError
+
+CONFIG_FILE = "config.json"
+META_FILE = "gptscope_transcoders.json"
+FORMAT = "gptscope-transcoders"
+INPUT_HOOK = "blocks.{layer}.ln2.hook_normalized"  # what each reads (the MLP's input) ...
+OUTPUT_HOOK = "blocks.{layer}.hook_mlp_out"  # ... and writes (the MLP's output)
+MEMORY_LIMIT = 2 * 2**30
+
+
+class Transcoder(SAE):
+    """An SAE whose decoder writes the MLP's output: b_dec is the output's offset, and the input is
+    centred by its own, b_in (the inputs' mean, fixed while training: without it every input shares
+    one large mean direction, a few features fire on every token and the rest never). Once trained
+    b_in is folded into b_enc (`fold_input_offset`), so a saved transcoder is W_enc, b_enc, W_dec,
+    b_dec alone, as circuit-tracer's are."""
+
+    def __init__(self, cfg: SAEConfig) -> None:
+        super().__init__(cfg)
+        self.b_in = torch.zeros(cfg.d_in)  # not a parameter, not saved
+
+    def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.b_in) @ self.W_enc + self.b_enc
+
+    @torch.no_grad()
+    def fold_input_offset(self) -> None:
+        """(x - b_in) @ W_enc + b_enc == x @ W_enc + (b_enc - b_in @ W_enc)."""
+        self.b_enc.sub_(self.b_in @ self.W_enc)
+        self.b_in = torch.zeros_like(self.b_in)
+
+
+# ---- the MLPs' inputs and outputs --------------------------------------------------------------
+
+
+def check_model(model: GPT) -> None:
+    """Raise SAEError unless every MLP reads a normalised stream and adds its output to it (norm='pre')."""
+    if model.cfg.norm != "pre":
+        raise SAEError(
+            "transcoders replace MLPs whose output is added to the stream as it is (norm='pre'); this model "
+            f"normalises {'after each residual add' if model.cfg.norm == 'post' else 'each sublayer output'}",
+            field="checkpoint",
+        )
+
+
+@torch.no_grad()
+def mlp_pairs(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """idx (B, T) -> per block, (the MLP's input, its output), each (B * T, d), in the model's mode
+    (a forward hook on the norm module itself gives its output in fast mode too)."""
+    got: dict[tuple[int, str], torch.Tensor] = {}
+    with ExitStack() as stack:
+        for i, block in enumerate(model.blocks):
+            ln2 = cast(Block, block).ln2
+            for key, module in (("in", ln2), ("out", model.hook_dict[hook_name("hook_mlp_out", i)])):
+                h = module.register_forward_hook(lambda _m, _i, out, k=(i, key): got.__setitem__(k, out.detach()))
+                stack.callback(h.remove)
+        model.hidden(idx)
+    d = model.cfg.d_model
+    return [(got[(i, "in")].reshape(-1, d), got[(i, "out")].reshape(-1, d)) for i in range(model.cfg.n_layer)]
+
+
+class PairStream:
+    """Batches of every block's (input, output) pairs from random windows of the training tokens: a
+    buffer of `fill` sequences is run through the model once, shuffled (the same order for every
+    block) and served twice over, as model/sae.py's ActivationStream does for one stream."""
+
+    def __init__(self, model: GPT, ids: torch.Tensor, seed: int, fill: int = sae_mod.STREAM_FILL) -> None:
+        self.model, self.ids, self.fill = model, ids, fill
+        self.T = min(model.cfg.n_ctx, len(ids) - 1)
+        if self.T < 2:
+            raise SAEError("the training text is too short: it needs at least 3 tokens", field="corpus")
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def buffer(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        starts = torch.randint(0, len(self.ids) - self.T + 1, (self.fill,), generator=self.gen)
+        idx = torch.stack([self.ids[s : s + self.T] for s in starts.tolist()])
+        parts = [mlp_pairs(self.model, chunk) for chunk in idx.split(16)]
+        return [
+            (torch.cat([p[i][0] for p in parts]), torch.cat([p[i][1] for p in parts])) for i in range(len(parts[0]))
+        ]
+
+    def batches(self, batch_tokens: int) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+        while True:
+            buf = self.buffer()
+            n = len(buf[0][0])
+            for _ in range(2):
+                for rows in torch.randperm(n, generator=self.gen).split(batch_tokens):
+                    if len(rows) == batch_tokens:
+                        yield [(x[rows], y[rows]) for x, y in buf]
+
+
+# ---- training --------------------------------------------------------------------------------
+
+
+@dataclass
+class TranscoderTrainConfig:
+    expansion: int = 8  # features = expansion x d_model, per block
+    activation: sae_mod.Activation = "topk"
+    k: int = 16  # TopK's features per token
+    l1_coefficient: float = 0.5
+    lr: float = 1e-3
+    batch_tokens: int = 2048
+    max_tokens: int = 2_000_000
+    time_budget: float = 0.0  # seconds of training for the whole set (0: no limit)
+    seed: int = 0
+    dead_after_tokens: int = 100_000
+    aux_coefficient: float = 1 / 32
+    eval_sequences: int = 64
+    ce_sequences: int = 32
+
+    def sae_config(self) -> sae_mod.SAETrainConfig:
+        """The same settings as one SAE's (what model/sae.py's training step reads)."""
+        return sae_mod.SAETrainConfig(
+            layer=0, expansion=self.expansion, activation=self.activation, k=self.k,
+            l1_coefficient=self.l1_coefficient, lr=self.lr, batch_tokens=self.batch_tokens,
+            max_tokens=self.max_tokens, time_budget=self.time_budget, seed=self.seed,
+            dead_after_tokens=self.dead_after_tokens, aux_coefficient=self.aux_coefficient,
+            eval_sequences=self.eval_sequences, ce_sequences=min(self.ce_sequences, self.eval_sequences),
+        )  # fmt: skip
+
+    def validate(self, model: GPT | None = None) -> None:
+        checks: list[tuple[str, bool, str]] = [
+            ("expansion", 2 <= self.expansion <= 32, "must be 2..32"),
+            ("k", 1 <= self.k <= 512, "must be 1..512"),
+            ("lr", 0 < self.lr <= 0.1, "must be in (0, 0.1]"),
+            ("batch_tokens", 64 <= self.batch_tokens <= 65536, "must be 64..65536"),
+            ("max_tokens", 1 <= self.max_tokens <= 1_000_000_000, "must be 1..1e9"),
+            ("time_budget", 0 <= self.time_budget <= 7200, "must be 0..7200 seconds"),
+            ("eval_sequences", 1 <= self.eval_sequences <= 1024, "must be 1..1024"),
+            ("ce_sequences", 1 <= self.ce_sequences <= self.eval_sequences, "must be 1..eval_sequences"),
+        ]
+        if model is not None:
+            d, L = model.cfg.d_model, model.cfg.n_layer
+            checks.append(("k", self.k <= self.expansion * d, f"must be at most the width {self.expansion * d}"))
+            F = self.expansion * d
+            need = L * (sae_mod.PARAM_COPIES * 2 * d * F * 4 + sae_mod.STEP_COPIES * self.batch_tokens * F * 4)
+            checks.append(
+                (
+                    "batch_tokens",
+                    need <= MEMORY_LIMIT,
+                    f"with {L} transcoders of {F:,} features must fit 2 GiB: smaller",
+                )
+            )
+        for name, ok, msg in checks:
+            if not ok:
+                raise SAEError(f"{name} {msg} (got {getattr(self, name)})", field=name)
+        if model is not None:
+            check_model(model)
+
+
+@dataclass
+class SetState:
+    step: int = 0
+    tokens: int = 0
+    elapsed: float = 0.0
+    history: list[dict] = field(default_factory=list)
+
+
+def train_transcoders(
+    model: GPT,
+    train_ids: torch.Tensor,
+    tc: TranscoderTrainConfig,
+    on_progress: Callable[[dict], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    log_every: int = 20,
+) -> tuple[list[Transcoder], list[Transcoder], SetState]:
+    """One transcoder per block, trained together on the same batches. Returns the trained set, the
+    set as it started (the figures' baseline) and the run's record. The model is only read."""
+    tc.validate(model)
+    torch.manual_seed(tc.seed)
+    d, L = model.cfg.d_model, model.cfg.n_layer
+    one = tc.sae_config()
+    codes = [Transcoder(SAEConfig(d, tc.expansion * d, i, tc.activation, tc.k)) for i in range(L)]
+    batches = PairStream(model.eval(), train_ids.long(), tc.seed).batches(tc.batch_tokens)
+    first = next(batches)
+    with torch.no_grad():
+        for t, (x, y) in zip(codes, first):
+            t.b_in, _ = x.mean(0), t.b_dec.copy_(y.mean(0))  # features explain how inputs and outputs move
+            # activations start about the size of the output's deviations (unit decoder rows, k of them)
+            scale = (y - y.mean(0)).norm(dim=-1).mean() / ((x - t.b_in).norm(dim=-1).mean() * tc.k**0.5)
+            t.W_enc.mul_(scale * t.cfg.d_in**0.5)
+    start = copy.deepcopy(codes)
+    opts = [torch.optim.Adam(t.parameters(), lr=tc.lr) for t in codes]
+    since = [torch.zeros(t.cfg.d_sae, dtype=torch.long) for t in codes]
+    st, t0, pairs = SetState(), time.perf_counter(), first
+    while True:
+        frac = min(1.0, max(st.tokens / tc.max_tokens, st.elapsed / tc.time_budget if tc.time_budget else 0.0))
+        if frac >= 1.0:
+            break
+        if should_stop is not None and should_stop():
+            raise sae_mod.Cancelled()
+        for o in opts:
+            for g in o.param_groups:
+                g["lr"] = tc.lr * min(1.0, (1.0 - frac) / 0.2)
+        recs = [sae_mod._step(t, o, x, one, s, y) for t, o, s, (x, y) in zip(codes, opts, since, pairs)]
+        st.step, st.tokens, st.elapsed = st.step + 1, st.tokens + len(pairs[0][0]), time.perf_counter() - t0
+        if st.step % log_every == 0 or st.step == 1:
+            entry = {
+                "step": st.step, "tokens": st.tokens, "elapsed": round(st.elapsed, 2),
+                "fvu": [round(r["fvu"], 5) for r in recs], "l0": [round(r["l0"], 2) for r in recs],
+                "dead": [r["dead"] for r in recs],
+            }  # fmt: skip
+            st.history.append(entry)
+            if on_progress is not None:
+                on_progress({**entry, "progress": round(frac, 4)})
+        pairs = next(batches)
+    for t in [*codes, *start]:
+        t.fold_input_offset()
+    return codes, start, st
+
+
+# ---- the figures, on held-out text -------------------------------------------------------------
+
+
+@torch.no_grad()
+def replaced_losses(model: GPT, codes: list[Transcoder], seqs: torch.Tensor) -> dict:
+    """Mean next-token loss (nats) on held-out sequences: clean, with every MLP's output replaced by its
+    transcoder's (reading that MLP's own input in the replaced run), and with every MLP's output zeroed."""
+    inputs, targets = seqs[:, :-1], seqs[:, 1:]
+
+    def mean_loss() -> float:
+        total = 0.0
+        for i, t in zip(inputs.split(8), targets.split(8)):
+            _, loss = model(i, t)
+            assert loss is not None
+            total += float(loss) * len(i)
+        return total / len(inputs)
+
+    def spliced(fn: Callable[[int], Callable[[torch.Tensor], torch.Tensor]]) -> float:
+        with ExitStack() as stack:
+            for i in range(model.cfg.n_layer):
+                hp = model.hook_dict[hook_name("hook_mlp_out", i)]
+                f = fn(i)
+                h = hp.register_forward_hook(lambda _m, _i, out, f=f: f(out))
+                stack.callback(h.remove)
+            return mean_loss()
+
+    seen: dict[int, torch.Tensor] = {}
+    with ExitStack() as stack:  # the MLP's input of the replaced run, for its transcoder
+        for i, block in enumerate(model.blocks):
+            h = cast(Block, block).ln2.register_forward_hook(lambda _m, _i, out, i=i: seen.__setitem__(i, out))
+            stack.callback(h.remove)
+        replaced = spliced(lambda i: lambda out: codes[i](seen[i])[0].to(out.dtype))
+    return {"clean": mean_loss(), "replaced": replaced, "zero_ablation": spliced(lambda i: torch.zeros_like)}
+
+
+def quality(
+    model: GPT, codes: list[Transcoder], start: list[Transcoder], val_ids: torch.Tensor, tc: TranscoderTrainConfig
+) -> tuple[dict, list[dict]]:
+    """The set's figures (each beside its baseline) and each block's features' statistics."""
+    seqs = sae_mod.eval_sequences(val_ids, model.cfg.n_ctx, tc.eval_sequences)
+    pairs = [mlp_pairs(model.eval(), s) for s in seqs.split(16)]
+    layers, stats = [], []
+    for i, (t, t0) in enumerate(zip(codes, start)):
+        x = torch.cat([p[i][0] for p in pairs])
+        y = torch.cat([p[i][1] for p in pairs])
+        tok, feat, val, fig = sae_mod.sparse_codes(t, x, y)
+        s = sae_mod.feature_stats(tok, feat, val, len(x), t.cfg.d_sae)
+        _, s_feat, _, s_fig = sae_mod.sparse_codes(t0, x, y)
+        layers.append(
+            {
+                "layer": i,
+                "fve": fig["fve"],
+                "fve_at_init": s_fig["fve"],
+                "l0": fig["l0"],
+                "dead": int((s["density"] == 0).sum()),
+                "dead_at_init": int((torch.bincount(s_feat, minlength=t.cfg.d_sae) == 0).sum()),
+                "d_sae": t.cfg.d_sae,
+            }
+        )
+        stats.append({**s, "eval_ids": seqs.int()})
+    ce = replaced_losses(model.eval(), codes, seqs[: tc.ce_sequences])
+    added, zeroed = ce["replaced"] - ce["clean"], ce["zero_ablation"] - ce["clean"]
+    figures = {
+        "tokens": int(seqs.numel()),
+        "sequences": len(seqs),
+        "ce_sequences": min(tc.ce_sequences, len(seqs)),
+        "layers": layers,
+        "loss_clean": ce["clean"],
+        "loss_replaced": ce["replaced"],
+        "loss_zero_ablation": ce["zero_ablation"],
+        "loss_recovered": 1.0 - added / zeroed if zeroed > 0 else None,
+    }
+    return figures, stats
+
+
+# ---- files -----------------------------------------------------------------------------------
+
+
+def _config_json(codes: list[Transcoder], model_name: str) -> dict:
+    c = codes[0].cfg
+    return {
+        "model_name": model_name,
+        "model_kind": "transcoder_set",
+        "feature_input_hook": INPUT_HOOK,
+        "feature_output_hook": OUTPUT_HOOK,
+        "activation": c.activation,
+        "k": c.k if c.activation == "topk" else None,
+        "d_model": c.d_in,
+        "d_transcoder": c.d_sae,
+        "transcoders": [f"layer_{t.cfg.layer}.safetensors" for t in codes],
+    }
+
+
+def save_set(folder: str | Path, codes: list[Transcoder], stats: list[dict], meta: dict, model_name: str) -> Path:
+    """Write the set's folder atomically (a hidden sibling, then one rename); refuses an existing one."""
+    final = Path(folder)
+    if final.exists():
+        raise SAEError(f"{final} already exists; choose another name", field="name")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    blobs = {CONFIG_FILE: json.dumps(_config_json(codes, model_name), indent=1).encode("utf-8")}
+    for t, s in zip(codes, stats):
+        blobs[f"layer_{t.cfg.layer}.safetensors"] = st_save(
+            {k: v.detach().float().contiguous() for k, v in t.state_dict().items()}
+        )
+        blobs[f"stats_{t.cfg.layer}.safetensors"] = st_save(
+            {k: v.contiguous() for k, v in s.items()}, metadata={"format": FORMAT}
+        )
+    for name, blob in blobs.items():
+        with open(tmp / name, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+    files = {name: hashlib.sha256(blob).hexdigest() for name, blob in blobs.items()}
+    full = {**meta, "format": FORMAT, "version": 1, "config": asdict(codes[0].cfg), "files": files}
+    (tmp / META_FILE).write_text(json.dumps(full, indent=1), encoding="utf-8")
+    try:
+        os.replace(tmp, final)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SAEError(f"could not write {final}: {e}", field="name") from None
+    return final
+
+
+@dataclass
+class LoadedSet:
+    codes: list[Transcoder]
+    stats: list[dict[str, torch.Tensor]]
+    meta: dict
+    path: Path
+    views: dict = field(default_factory=dict)  # what a server keeps of it (each block's transcoder as an SAE's view)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def read_meta(folder: str | Path) -> dict:
+    p = Path(folder) / META_FILE
+    if not p.is_file():
+        raise SAEError(f"{folder} has no {META_FILE}; it is not a gptscope transcoder set")
+    try:
+        meta = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SAEError(f"{p} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
+        raise SAEError(f"{p} is not a {FORMAT} file")
+    return meta
+
+
+def _tensors(folder: Path, name: str, sha: object) -> dict[str, torch.Tensor]:
+    try:
+        return ckpt.read_tensors(folder, name, sha, "transcoder set", META_FILE)
+    except ckpt.CheckpointError as e:
+        raise SAEError(str(e)) from None
+
+
+def load_set(folder: str | Path) -> LoadedSet:
+    """Read a set's folder: JSON and safetensors only, every file checked against its sha256."""
+    folder = Path(folder)
+    meta = read_meta(folder)
+    files = meta["files"]
+    try:
+        c = SAEConfig(**{**meta["config"], "layer": 0})
+        cfg = json.loads(ckpt.read_hashed(folder, CONFIG_FILE, files.get(CONFIG_FILE), "transcoder set", META_FILE))
+        names = list(cfg["transcoders"])
+    except (ckpt.CheckpointError, KeyError, TypeError, ValueError) as e:
+        raise SAEError(f"{folder}: {CONFIG_FILE} or the config lacks or misstates a field: {e}") from None
+    if cfg.get("feature_input_hook") != INPUT_HOOK or cfg.get("feature_output_hook") != OUTPUT_HOOK:
+        raise SAEError(f"{CONFIG_FILE}: only transcoders from {INPUT_HOOK} to {OUTPUT_HOOK} are read")
+    codes, stats = [], []
+    for i, name in enumerate(names):
+        if name != f"layer_{i}.safetensors":
+            raise SAEError(f"{CONFIG_FILE}: transcoder {i} must be layer_{i}.safetensors (got {name!r})")
+        t = Transcoder(SAEConfig(c.d_in, c.d_sae, i, c.activation, c.k))
+        weights = _tensors(folder, name, files.get(name))
+        if {k: v.shape for k, v in weights.items()} != {k: v.shape for k, v in t.state_dict().items()}:
+            raise SAEError(f"{name} does not hold W_enc, b_enc, W_dec, b_dec of the shapes the config gives")
+        t.load_state_dict({k: v.float() for k, v in weights.items()})
+        codes.append(t.eval().requires_grad_(False))
+        s = _tensors(folder, f"stats_{i}.safetensors", files.get(f"stats_{i}.safetensors"))
+        sae_mod._check_stats(s, c.d_sae)
+        stats.append(s)
+    if not codes:
+        raise SAEError(f"{CONFIG_FILE} lists no transcoders")
+    return LoadedSet(codes, stats, meta, folder)
+
+
+def train_and_save(
+    ck: ckpt.Checkpoint,
+    corpus_spec: str,
+    tc: TranscoderTrainConfig,
+    folder: str | Path,
+    command: str,
+    on_progress: Callable[[dict], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict:
+    """Train a transcoder per block of checkpoint `ck` on the training split of `corpus_spec`, measure
+    the set on the held-out split, save it in `folder`; returns what its JSON records."""
+    from . import corpus as corpus_mod
+
+    folder = Path(folder)
+    if folder.exists():
+        raise SAEError(f"{folder} already exists; choose another name", field="name")
+    model = ck.model.eval().set_mode("fast")
+    tc.validate(model)
+    text = corpus_mod.load(corpus_spec)
+    train_text, val_text = text.split()
+    enc = ck.encoding()
+    train_ids = torch.from_numpy(corpus_mod.encode(enc, train_text).astype("int64"))
+    val_ids = torch.from_numpy(corpus_mod.encode(enc, val_text).astype("int64"))
+    t0 = time.perf_counter()
+    codes, start, st = train_transcoders(model, train_ids, tc, on_progress, should_stop)
+    t1 = time.perf_counter()
+    if on_progress is not None:
+        on_progress({"phase": "evaluating", "step": st.step, "tokens": st.tokens, "progress": 1.0})
+    figures, stats = quality(model, codes, start, val_ids, tc)
+    meta = {
+        "name": folder.name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "checkpoint": {"name": ck.meta.name, "weights_sha256": ck.meta.weights_sha256},
+        "corpus": text.describe(),
+        "train": asdict(tc),
+        "command": command,
+        "steps": st.step,
+        "tokens": st.tokens,
+        "train_seconds": round(t1 - t0, 2),
+        "budgeted_seconds": round(st.elapsed, 2),
+        "eval_seconds": round(time.perf_counter() - t1, 2),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "quality": figures,
+        "history": st.history,
+    }
+    save_set(folder, codes, stats, meta, str(ck.meta.name or "model"))
+    return meta

@@ -1,0 +1,319 @@
+"""Attribution graphs as the API shows them (POST /api/v1/attribution, its job form, the interventions,
+the transcoder sets and their features). Every number comes from model/attribution.py and
+model/transcoders.py, or from the statistics saved with the set.
+
+`plan` checks a request against the served model and its transcoder set (the architecture, the
+prompt, the target tokens, the memory of the graph) before anything runs; `compute` traces the
+prompt, computes the incoming edges of the target and of the features that matter most (the units
+its progress counts), prunes the graph by influence and builds the answer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gptscope.model import attribution as at
+from gptscope.model import sae as sae_mod
+from gptscope.model import transcoders as tc_mod
+
+from .. import transcoders as store
+from ..errors import InputError
+from ..schemas.attribution import (
+    AttributionRequest,
+    AttributionResponse,
+    Compared,
+    GraphEdge,
+    GraphNode,
+    SteerRequest,
+    SteerResponse,
+    TranscoderFeature,
+    TranscoderLayer,
+    TranscoderList,
+    TranscoderQuality,
+    TranscoderSet,
+)
+from ..schemas.patch import TokenRef
+from ..service import ModelService
+from . import sae as explain_sae
+from .common import given_ids, next_tokens, prompt_ids, token_text
+from .digits import FINE, SECONDS, VALUE
+from .tokens import token_pieces
+
+MATRIX_BYTES = 512 * 2**20  # the graph's weights (rows computed x every node) may take up to this
+MAX_SYNC_ROWS = 1024  # the plain POST computes up to this many features' inputs (a few seconds)
+MAX_JOB_ROWS = 8192
+
+
+def set_info(loaded: tc_mod.LoadedSet) -> TranscoderSet:
+    m, c = loaded.meta, loaded.codes[0].cfg
+    q = m["quality"]
+    return TranscoderSet(
+        name=loaded.name,
+        d_model=c.d_in,
+        d_transcoder=c.d_sae,
+        activation=c.activation,
+        k=c.k if c.activation == "topk" else 0,
+        input_hook=tc_mod.INPUT_HOOK,
+        output_hook=tc_mod.OUTPUT_HOOK,
+        corpus=str((m.get("corpus") or {}).get("name", "?")),
+        steps=int(m.get("steps", 0)),
+        tokens=int(m.get("tokens", 0)),
+        train_seconds=float(m.get("train_seconds", 0)),
+        command=str(m.get("command", "")),
+        created=str(m.get("created", "")),
+        quality=TranscoderQuality(**{**q, "layers": [TranscoderLayer(**x) for x in q["layers"]]}),
+    )
+
+
+def listing(service: ModelService) -> TranscoderList:
+    found = []
+    for _name, path in store.listing(service):
+        try:
+            loaded = store.load(path)
+            if store.misfit(service, loaded) is None:
+                found.append(set_info(loaded))
+        except (sae_mod.SAEError, KeyError, TypeError, ValueError):
+            continue  # a set that cannot be read, or cannot read the served model, is not offered
+    return TranscoderList(sets=found, write_folder=str(service.transcoder_folders[0]))
+
+
+def view(loaded: tc_mod.LoadedSet, layer: int) -> sae_mod.LoadedSAE:
+    """Block `layer`'s transcoder as an SAE's view (its summaries, passages and logit effects are read
+    the same way), kept with the set."""
+    if layer not in loaded.views:
+        loaded.views[layer] = sae_mod.LoadedSAE(
+            loaded.codes[layer], loaded.meta, loaded.stats[layer], Path(loaded.path) / f"layer_{layer}"
+        )
+    return loaded.views[layer]
+
+
+def mlp_inputs(model, ids: torch.Tensor, layer: int) -> torch.Tensor:
+    """(S, T) ids -> what block `layer`'s MLP reads, (S, T, d)."""
+    S, T = ids.shape
+    return tc_mod.mlp_pairs(model, ids)[layer][0].view(S, T, -1)
+
+
+def feature(service: ModelService, name: str, layer: int, index: int) -> TranscoderFeature:
+    loaded = store.get_by_path(service, name)
+    if not 0 <= layer < len(loaded.codes):
+        raise InputError("layer", f"{layer} is out of range; valid values are 0..{len(loaded.codes) - 1}", where="path")
+    d = explain_sae.detail(service, view(loaded, layer), index, name, mlp_inputs)
+    return TranscoderFeature(**{**d.model_dump(), "hook_name": tc_mod.INPUT_HOOK.format(layer=layer)}, layer=layer)
+
+
+# ---- the graph ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    req: AttributionRequest
+    ids: list[int]
+    loaded: tc_mod.LoadedSet
+    total: int  # features whose inputs may be computed (the progress' units)
+
+
+def _ids(service: ModelService, text: str | None, ids: list[int] | None) -> list[int]:
+    if (text is None) == (ids is None):
+        raise InputError("text", "give either text or ids, not both or neither")
+    if text is not None:
+        return prompt_ids(service, text, truncate=False, field="text")[0]
+    assert ids is not None
+    return given_ids(service, ids, "ids")
+
+
+def _check_tokens(service: ModelService, token: int | None, wrong: int | None) -> None:
+    V = service.model.cfg.vocab_size
+    for name, tid in (("token", token), ("wrong", wrong)):
+        if tid is not None and tid >= V:
+            raise InputError(name, f"token id {tid} is outside the vocabulary 0..{V - 1}")
+    if wrong is not None and wrong == token:
+        raise InputError("wrong", "wrong must differ from token: their logit difference would be 0")
+
+
+def plan(service: ModelService, req: AttributionRequest, limit: float | None = None) -> Plan:
+    """Check the request; `limit`: the most features whose inputs it may compute (MAX_SYNC_ROWS unless given)."""
+    limit = MAX_SYNC_ROWS if limit is None else limit
+    try:
+        at.check_model(service.model)
+    except ValueError as e:
+        raise InputError("text" if req.text is not None else "ids", f"the served model: {e}") from None
+    loaded = store.get(service, req.transcoders)
+    ids = _ids(service, req.text, req.ids)
+    _check_tokens(service, req.token, req.wrong)
+    cfg, c = service.model.cfg, loaded.codes[0].cfg
+    T = len(ids)
+    most_active = cfg.n_layer * T * (c.k if c.activation == "topk" else c.d_sae)
+    need = (min(req.max_rows, most_active) + 1) * (T + most_active + cfg.n_layer * T) * 4 * 3
+    if need > MATRIX_BYTES:
+        per = need / T
+        raise InputError(
+            "text" if req.text is not None else "ids",
+            f"the prompt has {T} tokens; its graph's weights could take {need / 2**20:,.0f} MiB on this model and set "
+            f"(at most {MATRIX_BYTES // 2**20} MiB): at most about {int(MATRIX_BYTES / per)} tokens, or a smaller max_rows",
+        )
+    if req.max_rows > limit:
+        raise InputError(
+            "max_rows",
+            f"this endpoint computes the inputs of up to {int(limit):,} features; for more start it as a job, "
+            f"POST /api/v1/attribution/jobs (up to {MAX_JOB_ROWS:,})",
+        )
+    return Plan(req, ids, loaded, min(req.max_rows, most_active))
+
+
+def compute(
+    service: ModelService,
+    p: Plan,
+    on_chunk: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> AttributionResponse:
+    t0 = time.perf_counter()
+    req, codes = p.req, p.loaded.codes
+    with service.run() as m:
+        tr = at.trace(m, codes, p.ids)
+        token = int(tr.logits.argmax()) if req.token is None else req.token
+        target = at.Target(None, len(p.ids) - 1, up=token, down=req.wrong)
+        graph = at.build(m, codes, tr, target, req.max_rows, on_chunk, cancel)
+    pruned = at.prune(graph, tr, req.node_threshold, req.edge_threshold)
+    return _answer(service, p, tr, graph, pruned, token, time.perf_counter() - t0)
+
+
+def attribution(service: ModelService, req: AttributionRequest) -> AttributionResponse:
+    return compute(service, plan(service, req))
+
+
+def _feature_label(service: ModelService, p: Plan, layer: int, f: int) -> str:
+    labels = explain_sae.derived(service, view(p.loaded, layer))["labels"][f]
+    return f"L{layer} #{f}" + (f" {' · '.join(repr(t) for t in labels[:3])}" if labels else "")
+
+
+def _nodes(service: ModelService, p: Plan, tr: at.Trace, graph: at.Graph, pr: at.Pruned, token: int):
+    """The answer's nodes (logit, kept features, then the errors and tokens that keep an edge) and a map
+    from the graph's columns (tokens, features, errors) and rows to their index."""
+    T, N, L = len(tr.ids), len(tr.act), tr.scale1.size(0)
+    row_of = {int(f): r + 1 for r, f in enumerate(graph.rows)}
+    e = graph.edges
+    wrong = p.req.wrong
+    label = f"logit({token_text(service, token)!r})" + (
+        f" - logit({token_text(service, wrong)!r})" if wrong is not None else ""
+    )
+    nodes = [
+        GraphNode(
+            kind="logit", layer=None, position=T - 1, feature=None, label=label, activation=None, influence=1.0,
+            value=round(float(e.value[0]), VALUE), constant=round(float(e.constant[0]), VALUE),
+        )
+    ]  # fmt: skip
+    col: dict[int, int] = {}
+    for f in pr.features.tolist():
+        r = row_of.get(f)
+        col[T + f] = len(nodes)
+        layer, pos, idx = int(tr.layer[f]), int(tr.position[f]), int(tr.feature[f])
+        nodes.append(
+            GraphNode(
+                kind="feature", layer=layer, position=pos, feature=idx, label=_feature_label(service, p, layer, idx),
+                activation=round(float(tr.act[f]), VALUE), influence=round(float(pr.influence[f]), FINE),
+                value=None if r is None else round(float(e.value[r]), VALUE),
+                constant=None if r is None else round(float(e.constant[r]), VALUE),
+            )
+        )  # fmt: skip
+    used = {c for c, _, _ in pr.edges}
+    for c in sorted(used):
+        if c < T or c >= T + N:
+            col[c] = len(nodes)
+            if c < T:
+                nodes.append(
+                    GraphNode(
+                        kind="token", layer=None, position=c, feature=None, label=token_text(service, tr.ids[c]),
+                        activation=None, influence=round(float(pr.token_influence[c]), FINE), value=None, constant=None,
+                    )
+                )  # fmt: skip
+            else:
+                li, pos = divmod(c - T - N, T)
+                nodes.append(
+                    GraphNode(
+                        kind="error", layer=li, position=pos, feature=None, label=f"error L{li}", activation=None,
+                        influence=round(float(pr.error_influence[c - T - N]), FINE), value=None, constant=None,
+                    )
+                )  # fmt: skip
+    rows = {0: 0, **{r: col[T + int(f)] for f, r in row_of.items() if T + int(f) in col}}
+    assert L >= 1
+    return nodes, col, rows
+
+
+def _answer(
+    service, p: Plan, tr: at.Trace, graph: at.Graph, pr: at.Pruned, token: int, seconds: float
+) -> AttributionResponse:
+    nodes, col, rows = _nodes(service, p, tr, graph, pr, token)
+    edges = [
+        GraphEdge(source=col[c], target=rows[r], weight=round(w, VALUE))
+        for c, r, w in pr.edges
+        if c in col and r in rows
+    ]
+    kept = edges[: p.req.max_edges]
+    value = float(graph.edges.value[0])
+    real = float(tr.logits[token] - (tr.logits[p.req.wrong] if p.req.wrong is not None else 0.0))
+    T = len(tr.ids)
+    return AttributionResponse(
+        tokens=token_pieces(service.encoding, p.ids),
+        transcoders=p.loaded.name,
+        target=TokenRef(id=token, text=token_text(service, token)),
+        wrong=None if p.req.wrong is None else TokenRef(id=p.req.wrong, text=token_text(service, p.req.wrong)),
+        target_value=round(value, VALUE),
+        model_value=round(real, VALUE),
+        nodes=nodes,
+        edges=kept,
+        active_features=len(tr.act),
+        rows=len(graph.rows),
+        kept_features=len(pr.features),
+        kept_share=round(pr.kept_share, FINE),
+        edge_share=round(pr.edge_share, FINE),
+        edges_cut=len(edges) - len(kept),
+        error_influence=round(float(pr.error_influence.sum()), FINE),
+        token_influence=round(float(pr.token_influence[:T].sum()), FINE),
+        seconds=round(seconds, SECONDS),
+    )
+
+
+# ---- interventions ---------------------------------------------------------------------------------
+
+
+def steer(service: ModelService, req: SteerRequest) -> SteerResponse:
+    loaded = store.get(service, req.transcoders)
+    ids = _ids(service, req.text, req.ids)
+    _check_tokens(service, req.token, None)
+    L, F, T = len(loaded.codes), loaded.codes[0].cfg.d_sae, len(ids)
+    for n, iv in enumerate(req.interventions):
+        for name, value, top in (("layer", iv.layer, L), ("position", iv.position, T), ("feature", iv.feature, F)):
+            if value >= top:
+                raise InputError(f"interventions.{n}.{name}", f"{value} is out of range; valid values are 0..{top - 1}")
+    changes = [(iv.layer, iv.position, iv.feature, iv.scale) for iv in req.interventions]
+    with service.run() as m:
+        before, _ = m(torch.tensor([ids]), last_only=True)
+        after = at.steered_logits(m, loaded.codes, ids, changes)
+    b, a = before[0, -1], after
+    pb, pa = torch.softmax(b.float(), -1), torch.softmax(a.float(), -1)
+    union = list(
+        dict.fromkeys([*torch.topk(pb, req.top_k).indices.tolist(), *torch.topk(pa, req.top_k).indices.tolist()])
+    )
+    union.sort(key=lambda i: -float(pb[i]))
+    kl = float((pb * (pb.clamp_min(1e-30).log() - pa.clamp_min(1e-30).log())).sum())
+    tok = req.token
+    return SteerResponse(
+        before=next_tokens(service, b, req.top_k),
+        after=next_tokens(service, a, req.top_k),
+        compared=[
+            Compared(
+                id=i, text=token_text(service, i), before=round(float(pb[i]), FINE), after=round(float(pa[i]), FINE)
+            )
+            for i in union
+        ],
+        token=None if tok is None else TokenRef(id=tok, text=token_text(service, tok)),
+        logit_before=None if tok is None else round(float(b[tok]), VALUE),
+        logit_after=None if tok is None else round(float(a[tok]), VALUE),
+        kl_divergence=round(max(0.0, kl), FINE) if math.isfinite(kl) else 0.0,
+    )

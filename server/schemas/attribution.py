@@ -1,0 +1,185 @@
+"""Attribution graphs through transcoders (GET /api/v1/transcoders, POST /api/v1/attribution and its job
+form, POST /api/v1/attribution/intervene, a transcoder feature's page)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .patch import TokenRef
+from .sae import FeatureDetail
+from .stages import NextToken
+
+MAX_INTERVENTIONS = 16
+
+
+class TranscoderLayer(BaseModel):
+    layer: int
+    fve: float = Field(description="share of the MLP output's variance (around its mean) the transcoder explains")
+    fve_at_init: float = Field(description="the same for the transcoder as it started (the baseline)")
+    l0: float = Field(description="features firing per token, on average")
+    dead: int = Field(description="features that never fire on the held-out tokens")
+    dead_at_init: int
+    d_sae: int = Field(description="the transcoder's features")
+
+
+class TranscoderQuality(BaseModel):
+    tokens: int = Field(description="held-out tokens the figures were measured on")
+    sequences: int
+    ce_sequences: int = Field(description="of those sequences, how many the losses were measured on")
+    layers: list[TranscoderLayer]
+    loss_clean: float = Field(description="next-token loss of the model itself, nats")
+    loss_replaced: float = Field(description="the loss with every MLP replaced by its transcoder at once")
+    loss_zero_ablation: float = Field(description="the loss with every MLP's output zeroed (the baseline)")
+    loss_recovered: float | None = Field(
+        description="1 - (replaced - clean) / (zeroed - clean): the share of what the MLPs are worth that the "
+        "transcoders keep"
+    )
+
+
+class TranscoderSet(BaseModel):
+    name: str
+    d_model: int
+    d_transcoder: int = Field(description="features per transcoder")
+    activation: Literal["topk", "relu"]
+    k: int = Field(description="TopK's features per token (0 for ReLU)")
+    input_hook: str = Field(description="what each transcoder reads, {layer} for the block")
+    output_hook: str = Field(description="what it writes in place of the MLP")
+    corpus: str
+    steps: int
+    tokens: int = Field(description="MLP input/output pairs each transcoder trained on")
+    train_seconds: float
+    command: str = Field(description="how it was trained")
+    created: str
+    quality: TranscoderQuality
+
+
+class TranscoderList(BaseModel):
+    sets: list[TranscoderSet]
+    write_folder: str = Field(description="where new sets of the served model are written")
+
+
+class AttributionRequest(StrictRequest):
+    text: str | None = Field(
+        None, min_length=1, max_length=MAX_PROMPT_CHARS, description="the prompt; give it or ids; within n_ctx tokens"
+    )
+    ids: list[TokenId] | None = Field(
+        None, min_length=1, max_length=4096, description="token ids instead of text; each below vocab_size"
+    )
+    transcoders: str | None = Field(None, description="the transcoder set's name (default: the served model's first)")
+    token: TokenId | None = Field(
+        None, description="the target: this token's logit at the last position (default: the most likely next token)"
+    )
+    wrong: TokenId | None = Field(
+        None, description="with it the target is logit[token] - logit[wrong], a logit difference (below vocab_size)"
+    )
+    node_threshold: float = Field(
+        0.8, gt=0.0, le=1.0, description="keep the features that carry this share of all features' influence"
+    )
+    edge_threshold: float = Field(
+        0.98, gt=0.0, le=1.0, description="keep the edges that carry this share of the kept nodes' edge influence"
+    )
+    max_rows: int = Field(
+        1024,
+        ge=1,
+        le=8192,
+        description="at most this many active features get their own incoming edges computed (those of largest "
+        "influence); the rest are sources only",
+    )
+    max_edges: int = Field(2000, ge=1, le=50000, description="at most this many of the kept edges in the answer")
+
+
+class GraphNode(BaseModel):
+    kind: Literal["token", "feature", "error", "logit"]
+    layer: int | None = Field(description="the block (feature, error); null for a token and the logit")
+    position: int
+    feature: int | None = Field(description="the feature's index in its block's transcoder; null otherwise")
+    label: str = Field(description="a token's text, a feature's top tokens, 'error', the target in words")
+    activation: float | None = Field(description="a feature's activation on the prompt; null otherwise")
+    influence: float = Field(description="its share of all influence on the target, through every path (the logit: 1)")
+    value: float | None = Field(
+        description="a node whose inputs were computed: its value (a feature's pre-activation, the target's logit or "
+        "difference) in the frozen replacement model; null otherwise"
+    )
+    constant: float | None = Field(
+        description="what the biases and the norms' shifts add to it: its incoming edges, every one of them, plus "
+        "this make its value"
+    )
+
+
+class GraphEdge(BaseModel):
+    source: int = Field(description="index into nodes")
+    target: int = Field(description="index into nodes")
+    weight: float = Field(description="the source's direct effect on the target's value")
+
+
+class AttributionResponse(BaseModel):
+    tokens: list[TokenPiece]
+    transcoders: str
+    target: TokenRef
+    wrong: TokenRef | None
+    target_value: float = Field(description="the target's value in the frozen replacement model")
+    model_value: float = Field(description="the same target read from the real model's logits (equal, errors kept)")
+    nodes: list[GraphNode] = Field(
+        description="the logit first, then the kept features (by block, then position), the error nodes and the "
+        "tokens that have a kept edge"
+    )
+    edges: list[GraphEdge] = Field(description="the kept edges, largest influence first")
+    active_features: int = Field(description="features active on the prompt, all blocks and positions")
+    rows: int = Field(description="active features whose incoming edges were computed")
+    kept_features: int
+    kept_share: float = Field(description="the kept features' share of all features' influence")
+    edge_share: float = Field(description="the kept edges' share of the kept nodes' edge influence")
+    edges_cut: int = Field(description="kept edges beyond max_edges, not in the answer")
+    error_influence: float = Field(description="the error nodes' share of all influence: what the transcoders miss")
+    token_influence: float = Field(description="the tokens' direct share")
+    seconds: float
+
+
+class AttributionJob(BaseModel):
+    id: str
+    status: Literal["running", "done", "failed", "cancelled"]
+    done: int = Field(description="features whose incoming edges are computed so far")
+    total: int = Field(description="features whose incoming edges the graph needs (at most)")
+    elapsed: float
+    result: AttributionResponse | None
+    error: str | None
+
+
+class Intervention(StrictRequest):
+    layer: int = Field(ge=0, description="the feature's block")
+    position: int = Field(ge=0, description="the position it acts at")
+    feature: int = Field(ge=0, description="its index in the block's transcoder")
+    scale: float = Field(0.0, ge=-10.0, le=10.0, description="0 takes it out, 1 leaves it, 2 doubles it, -1 flips it")
+
+
+class SteerRequest(StrictRequest):
+    text: str | None = Field(None, min_length=1, max_length=MAX_PROMPT_CHARS, description="the prompt; give it or ids")
+    ids: list[TokenId] | None = Field(None, min_length=1, max_length=4096, description="token ids instead of text")
+    transcoders: str | None = Field(None, description="the transcoder set's name (default: the served model's first)")
+    interventions: list[Intervention] = Field(min_length=1, max_length=MAX_INTERVENTIONS)
+    token: TokenId | None = Field(None, description="a token whose logit before and after is reported")
+    top_k: int = Field(10, ge=1, le=50)
+
+
+class Compared(BaseModel):
+    id: int
+    text: str
+    before: float = Field(description="probability in the model as it is")
+    after: float = Field(description="probability with the interventions")
+
+
+class SteerResponse(BaseModel):
+    before: list[NextToken]
+    after: list[NextToken]
+    compared: list[Compared] = Field(description="the union of both top lists, by probability before")
+    token: TokenRef | None
+    logit_before: float | None
+    logit_after: float | None
+    kl_divergence: float = Field(description="KL(before || after) of the next-token distributions, nats")
+
+
+class TranscoderFeature(FeatureDetail):
+    layer: int
