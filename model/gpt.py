@@ -194,7 +194,9 @@ class GPTConfig:
         problems = []
         if self.rope_sign not in (1, -1):
             problems.append("rope_sign must be 1 or -1")
-        if not (self.qk_norm_scale >= 0 and math.isfinite(self.qk_norm_scale)) or (self.qk_norm_scale and not self.qk_norm):
+        if not (self.qk_norm_scale >= 0 and math.isfinite(self.qk_norm_scale)) or (
+            self.qk_norm_scale and not self.qk_norm
+        ):
             problems.append("qk_norm_scale must be a finite number >= 0, and needs qk_norm")
         if not (self.softcap >= 0 and math.isfinite(self.softcap)):
             problems.append("softcap must be a finite number >= 0")
