@@ -832,6 +832,9 @@ class Smear(nn.Module):
 
 
 class Block(nn.Module):
+    resid_lambda: nn.Parameter  # x0_mix only
+    x0_lambda: nn.Parameter
+
     def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.norm = cfg.norm
@@ -912,6 +915,7 @@ class GPT(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
         if cfg.x0_mix:  # nanochat's start: a stronger residual and more of x0 in the early blocks
             for i, b in enumerate(self.blocks):
+                assert isinstance(b, Block)
                 b.resid_lambda.data.fill_(1.15 - 0.10 * i / max(cfg.n_layer - 1, 1))
                 b.x0_lambda.data.fill_(0.20 - 0.15 * i / max(cfg.n_layer - 1, 1))
 
@@ -965,6 +969,7 @@ class GPT(nn.Module):
         x = self.drop(x)
         backout_at, mid = self.cfg.n_layer // 2, None
         for i, block in enumerate(self.blocks):
+            assert isinstance(block, Block)
             if self.cfg.x0_mix:
                 x = block.mix(x, x0)
             x = block(x, kv_cache.layer(i) if kv_cache is not None else None, idx)

@@ -297,9 +297,8 @@ def _load_state(path: Path) -> dict[str, torch.Tensor]:
 
 def convert_nanochat(path: Path, tokenizer: Path | None = None) -> Converted:
     """A nanochat checkpoint folder (or one of its model_<step>.pt files) -> a gptscope GPT."""
-    folder, step = (
-        (path, find_step(path)) if path.is_dir() else (path.parent, int(STEP_RE.fullmatch(path.name).group(1)))
-    )  # type: ignore[union-attr]
+    named = STEP_RE.fullmatch(path.name)
+    folder, step = (path, find_step(path)) if path.is_dir() or named is None else (path.parent, int(named.group(1)))
     model_file = folder / f"model_{step:06d}.pt"
     meta_file = next((p for p in (folder / f"meta_{step:06d}.json", folder / f"meta_{step}.json") if p.is_file()), None)
     if not model_file.is_file() or meta_file is None:
