@@ -228,3 +228,42 @@ def test_live_against_nanochats_own_code(tmp_path):
             ck = imported(out, tmp_path, f"live-{commit}-{seed}")
             diffs = check_parity(ck.model, ref)
             assert max(diffs.values()) < TOL, (commit, seed, diffs)
+
+
+def test_every_view_of_the_imported_model_adds_up(tmp_path):
+    """The logit lens ends on the model's own prediction (after the backout, capped), the decomposition
+    splits the logit before the cap exactly and shows the cap, and nanochat's stages carry its numbers."""
+    from fastapi.testclient import TestClient
+
+    from gptscope.server.app import create_app
+    from gptscope.server.config import Settings
+
+    ck = imported(DATA / "92d63d4", tmp_path)
+    app = create_app(Settings(checkpoint=ck.path, allow_hosts=["testserver"], data_dir=tmp_path / "data"))
+    parts = ["logit_lens", "next_token", "decomposition", "stream_extras", "residual"]
+    with TestClient(app) as client:
+        info = client.get("/api/v1/health").json()["info"]
+        assert info["source"] == "nanochat" and info["extras"] == [
+            "smear",
+            "x0_mix",
+            "value_embed",
+            "backout",
+            "softcap",
+        ]
+        body = client.post("/api/v1/forward", json={"text": "To be, or not to be, that", "include": parts}).json()
+        for r in [
+            client.post(p, json={"text": "To be, or not", "corrupted": "To be, or yes"})
+            for p in ("/api/v1/patch", "/api/v1/circuits")
+        ]:
+            assert r.status_code == 422 and "nanochat's block" in r.text
+    d, top, lens = body["decomposition"], body["next_token"][0], body["logit_lens"]
+    assert abs(d["residual_error"]) < 1e-4 and d["exact"] and d["softcap"] == 15.0
+    assert d["target_id"] == top["id"] and abs(d["capped_logit"] - top["logit"]) < 1e-3
+    assert abs(15 * torch.tanh(torch.tensor(d["logit"] / 15)).item() - d["capped_logit"]) < 1e-4
+    assert [c["name"] for c in d["contributions"][:2]] == ["embed", "smear"]
+    assert lens["stages"][-1] == "backout" and body["residual"]["stages"] == lens["stages"]
+    last = lens["top"][-1][body["position"]][0]
+    assert last["id"] == top["id"] and abs(last["prob"] - top["prob"]) < 1e-4
+    x = body["stream_extras"]
+    assert x["smear"]["gate"][0] == 0 and len(x["mixing"]) == 4 and [v["layer"] for v in x["value_embeds"]] == [1, 3]
+    assert x["backout"]["layer"] == 2 and x["softcap"]["cap"] == 15.0

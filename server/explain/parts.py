@@ -175,6 +175,7 @@ PARTS: tuple[Part, ...] = (
         build=stages.stream_extras,
         applies=lambda s: bool(s.model.cfg.extras),
         stale_on=("position",),
+        every_position=True,  # the softcap: the largest logit over the prompt
     ),
     Part(
         "sae_features",
