@@ -626,7 +626,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
-        self.window = layer_window(cfg, layer)  # 0: every earlier key
+        self.layer = layer  # its window: layer_window(cfg, layer)
         d, q_d, kv_d = cfg.d_model, cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
         # W_Q, W_K, W_V side by side; with grouped-query attention K and V have n_kv_head heads
         self.c_attn = Linear(d, q_d + 2 * kv_d, bias=cfg.bias or cfg.qkv_bias)
@@ -656,6 +656,11 @@ class CausalSelfAttention(nn.Module):
         self.hook_z = HookPoint()  # (B, T, nh, hs) each head's weighted sum of values
         self.hook_result = HookPoint()  # (B, T, nh, d) each head's output in the residual space
         self.explain = False  # the step-by-step path (set by GPT.set_mode)
+
+    @property
+    def window(self) -> int:
+        """The keys each query sees (0: every earlier one): cfg.window, or as window_pattern says for this layer."""
+        return layer_window(self.cfg, self.layer)
 
     def forward(self, x: torch.Tensor, kv: LayerKV | None = None, idx: torch.Tensor | None = None) -> torch.Tensor:
         q, k, v = self.qkv(x, kv, idx)  # (B, nh, T, hs), (B, nh, Tk, hs), (B, nh, Tk, hs)
