@@ -143,4 +143,13 @@ EXPERIMENTS += [
         "SwiGLU, grouped-query attention, no biases; within 0.1% of the same parameter count.",
         [("gpt2-style", {"preset": "gpt2-style"}), ("llama-style", {"preset": "llama-style"})],
     ),
+    _pair(
+        "nanochat",
+        "GPT-2's block vs nanochat's",
+        "nanochat's block (Karpathy's successor to nanoGPT) against GPT-2's, on the same budget:",
+        "nanochat-tiny: GPT-2's width and depth with RoPE, RMSNorm without gains, a ReLU² MLP, QK-norm, an untied head, "
+        "the smear, x0 mixed back in before every block, value embeddings, sliding windows, the backout and a softcap "
+        "of 15. The untied head and the value embeddings make it larger; compare the loss at equal wall clock.",
+        [("gpt2-style", {"preset": "gpt2-style"}), ("nanochat-tiny", {"preset": "nanochat-tiny"})],
+    ),
 ]
