@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gptscope.model import genealogy as gen
-from gptscope.model.gpt import GPTConfig, count_params
+from gptscope.model.gpt import GPTConfig, count_params, preset_config
 
 SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
 if not SEEDS.is_dir():
@@ -100,6 +100,24 @@ def test_lambada_by_size_is_the_notes_table(res):
         else:
             assert round(p["params_counted"] / 1e6) == number(quoted) / 1e6, p
     assert res["lambada_source"]["seed"] == gen.NOTES
+
+
+# /params' presets of the genealogy's models: the same shape, activation and norm placement
+PRESET_OF = {"gpt1": "gpt1", "gpt-2-small": "gpt2", "gpt-2-medium": "gpt2-medium", "gpt-2-large": "gpt2-large"}
+PRESET_OF["gpt-2-xl"] = "gpt2-xl"
+
+
+def test_params_presets_agree_with_the_genealogy(client):
+    by_key = {g.key: g for g in gen.generations()}
+    for key, preset in PRESET_OF.items():
+        ours, theirs = by_key[key].config, preset_config(preset)
+        for f in ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "norm", "gelu", "tie_weights", "pos"):
+            assert getattr(ours, f) == getattr(theirs, f), (key, f)
+        served = client.get("/api/v1/params", params={"preset": preset}).json()["config"]
+        assert served["gelu"] == ours.gelu and served["norm"] == ours.norm, key
+    # GPT-1: the released code's tanh form, which the GPT-1 text names
+    assert by_key["gpt1"].config.gelu == "tanh" and "uses the tanh approximation" in text(gen.GPT1_TEXT)
+    assert client.get("/api/v1/params", params={"preset": "gpt1", "mlp": "swiglu"}).json()["config"]["gelu"] is None
 
 
 def test_gpt1_and_gpt2_small_are_the_notes_training_table(res):
