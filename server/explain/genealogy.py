@@ -16,7 +16,7 @@ from .digits import COARSE, VALUE
 
 
 def _src(s: g.Source) -> schemas.SourceRef:
-    return schemas.SourceRef(seed=s.seed, paper=s.paper)
+    return schemas.SourceRef(seed=s.seed, paper=s.paper, quote=s.quote)
 
 
 def _params(gen: g.Generation) -> schemas.ParamCount:
@@ -46,7 +46,14 @@ def _model(gen: g.Generation) -> schemas.GenealogyModel:
         params=_params(gen),
         changes=[schemas.ChangeEntry(what=c.what, kind=c.kind, source=_src(c.source)) for c in gen.changes],
         facts=[
-            schemas.FactEntry(name=f.name, value=f.value, unit=f.unit, caption=f.caption, source=_src(f.source))
+            schemas.FactEntry(
+                name=f.name,
+                value=f.value,
+                unit=f.unit,
+                caption=f.caption,
+                source=_src(f.source),
+                also=[_src(x) for x in f.also],
+            )
             for f in gen.facts
         ],
     )
@@ -113,7 +120,8 @@ def genealogy() -> schemas.GenealogyResponse:
             )
             for name, _, _, _, quoted in g.GPT2_SIZES
         ],
-        lambada_source=_src(g.Source(g.NOTES, g.RADFORD_2019)),
+        lambada_summary=schemas.LambadaSummary(**g.lambada_summary()),
+        lambada_source=_src(g.Source(g.NOTES, g.RADFORD_2019, "Model\tParams\tLAMBADA (zero-shot)")),
         tables=_tables(),
         worked=worked(),
     )

@@ -10,7 +10,12 @@ from pydantic import BaseModel, Field
 
 class SourceRef(BaseModel):
     seed: str = Field(description="the seed text the fact is read from (a file of ../shared/seeds/)")
-    paper: str | None = Field(description="the paper that text cites for the fact, or null where it cites none")
+    paper: str | None = Field(description="the paper that text cites for this very fact, or null where it cites none")
+    quote: str | None = Field(
+        None,
+        description="a short passage of the seed, verbatim, that gives the fact (null: the source is a whole "
+        "table or section)",
+    )
 
 
 class ConfigEntry(BaseModel):
@@ -32,12 +37,13 @@ class FactEntry(BaseModel):
     unit: str = Field(description="what the number counts, or empty")
     caption: str = Field(description="what the fact is, in the app's words")
     source: SourceRef
+    also: list[SourceRef] = Field(description="other seed texts that give the same number")
 
 
 class ParamCount(BaseModel):
     total: int | None = Field(
-        description="count_params' exact count of every trainable number (a tied matrix once); null for the "
-        "encoder-decoder, which count_params does not build"
+        description="the exact count of every trainable number (a tied matrix once): count_params', or for the "
+        "encoder-decoder model.lessons.encoder_decoder_counts' (the count /params?preset=transformer-base gives)"
     )
     weights_only: int = Field(
         description="weight matrices and embedding tables only, the GPT-1 text's convention (GPT-1: 116,414,976)"
@@ -68,6 +74,20 @@ class LambadaPoint(BaseModel):
     params_quoted: float = Field(description="the parameters the LAMBADA table quotes (124M ... 1.5B)")
     params_counted: int = Field(description="count_params' total for the size's config")
     accuracy: float = Field(description="zero-shot LAMBADA accuracy in percent")
+
+
+class LambadaSummary(BaseModel):
+    """What the LAMBADA table shows, computed from it (the caption says only this)."""
+
+    smallest: str = Field(description="the smallest size in the table (GPT-2 Small)")
+    largest: str = Field(description="the largest (GPT-2 XL)")
+    size_ratio: float = Field(description="the largest size's quoted parameters over the smallest's (1.5B / 124M)")
+    tenfold_steps: float = Field(description="log10 of size_ratio: how many tenfold steps the table spans")
+    step_ratios: list[float] = Field(description="each size's quoted parameters over the one before")
+    accuracy_gain: float = Field(description="accuracy points from the smallest size to the largest")
+    points_per_tenfold: float = Field(description="accuracy_gain / tenfold_steps")
+    step_gains: list[float] = Field(description="accuracy points each size gained over the one before")
+    every_step_gained: bool = Field(description="true when each larger size scored higher than the one before")
 
 
 class ResultRow(BaseModel):
@@ -138,6 +158,7 @@ class GenealogyResponse(BaseModel):
         description="in the texts' order: Transformer, GPT-1, BERT, GPT-2, GPT-3, InstructGPT"
     )
     lambada: list[LambadaPoint] = Field(description="GPT-2's four sizes")
+    lambada_summary: LambadaSummary
     lambada_source: SourceRef
     tables: list[ResultTable] = Field(description="BERT's NSP ablation (Table 5 of its paper) and RoBERTa's")
     worked: WorkedExamples

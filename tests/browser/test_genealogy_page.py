@@ -49,8 +49,15 @@ def test_cards_show_the_apis_models_sizes_and_sources(loaded):
         weights = f"{m['params']['weights_only']:,}"
         assert weights in text, (m["key"], weights)
     assert page.locator("#gen-gpt-2-small .gen-src[title^='Xiong']").count() >= 1
-    assert page.locator("#gen-transformer .gen-src[title^='Müller']").count() == 1
-    assert page.locator("#gen-gpt-2-small .gen-src[title^='Press and Wolf']").count() == 1
+    # label smoothing's 0.1 is the Transformer's; Müller et al. only for their later finding
+    smoothing = page.locator("#gen-transformer li[data-fact='label_smoothing'] .gen-src")
+    assert smoothing.get_attribute("title").startswith("Vaswani")
+    assert page.locator("#gen-transformer li[data-fact='label_smoothing_later'] .gen-src[title^='Müller']").count() == 1
+    assert page.locator("#gen-transformer li[data-fact='tying_result'] .gen-src[title^='Press and Wolf']").count() == 1
+    # the quoted total beside the count, and what the LAMBADA table shows, from the API's numbers
+    assert "65,000,000" in page.inner_text("#gen-transformer .gen-params")
+    s = res["lambada_summary"]
+    assert f"{s['size_ratio']:.1f}×" in page.inner_text("#lambada-summary")
     assert page.console_errors == []
 
 
