@@ -161,15 +161,124 @@ ROBERTA_TASKS = ("SQuAD 1.1", "SQuAD 2.0", "MNLI", "RACE")
 ROBERTA_NSP = {"SEGMENT-PAIR + NSP": (90.4, 78.7, 84.0, 64.2), "FULL-SENTENCES, no NSP": (90.4, 79.1, 84.7, 64.8)}
 
 
+def _notes_vaswani(quote: str) -> Source:
+    return _src(NOTES, VASWANI, quote)
+
+
+def _learn_vaswani(quote: str, paper: str | None = VASWANI) -> Source:
+    return _src(LEARN_TEXT, paper, quote)
+
+
+def _gpt1_text(quote: str, paper: str | None = RADFORD_2018) -> Source:
+    return _src(GPT1_TEXT, paper, quote)
+
+
+def _notes_radford(quote: str) -> Source:
+    return _src(NOTES, RADFORD_2018, quote)
+
+
+_TRANSFORMER_FACTS = [
+    Fact(
+        "d_ff", 2048, "width of the feed-forward layer inside each block", _notes_vaswani("FFN inner dimension\t2048")
+    ),
+    Fact("d_head", 64, "each of the 8 heads' width (8 x 64 = 512)", _notes_vaswani("With 8 heads of dimension 64")),
+    Fact("adam_beta1", 0.9, "Adam's first-moment decay", _notes_vaswani("Adam (β1=0.9, β2=0.98)")),
+    Fact("adam_beta2", 0.98, "Adam's second-moment decay", _notes_vaswani("Adam (β1=0.9, β2=0.98)")),
+    Fact(
+        "warmup_steps",
+        4000,
+        "steps of linear warmup before the inverse-square-root decay",
+        _notes_vaswani("warmup 4000 steps"),
+    ),
+    Fact(
+        "norm",
+        "post",
+        "LayerNorm after the residual add: large gradients near the output at the start, which the "
+        "warmup tames (pre-norm later made warmup matter far less)",
+        _learn_vaswani("post-norm Transformers can have unusually large gradients near the output layers", XIONG),
+    ),
+    Fact("dropout", 0.1, "dropout on sublayer outputs and embeddings", _notes_vaswani("Dropout\t0.1")),
+    Fact(
+        "label_smoothing",
+        0.1,
+        "the share of the target's mass spread over the other tokens (the method is Szegedy et al.'s; "
+        "this value is the Transformer's)",
+        _notes_vaswani("Label smoothing\t0.1"),
+    ),
+    Fact(
+        "label_smoothing_origin",
+        "Szegedy et al.",
+        "who introduced label smoothing: to stop a model chasing a certainty the data do not have",
+        _learn_vaswani("introduced label smoothing to discourage that extreme", SZEGEDY),
+    ),
+    Fact(
+        "label_smoothing_effect",
+        "perplexity worse, BLEU better",
+        "what smoothing did in the Transformer: a worse likelihood but better translations",
+        _learn_vaswani("Label smoothing worsened perplexity while improving accuracy and BLEU."),
+    ),
+    Fact(
+        "label_smoothing_later",
+        "a worse teacher",
+        "the later finding: a smoothed model passes less to a student in distillation",
+        _learn_vaswani("it can make a trained network a worse teacher for knowledge distillation", MULLER),
+    ),
+    Fact(
+        "tying_result",
+        "better perplexity, fewer parameters",
+        "what tying the input and output matrices did in language models (Inan et al. found the same independently)",
+        _learn_vaswani("tying the input and output matrices could improve perplexity", PRESS_WOLF),
+        also=(_learn_vaswani("arrived independently at closely related weight-sharing results", INAN),),
+    ),
+    Fact(
+        "tying",
+        "three-way",
+        "one matrix serves the source embedding, the target embedding and the output layer",
+        _learn_vaswani("shares a single matrix across both embedding layers and the pre-softmax transformation"),
+    ),
+    Fact(
+        "params_untied",
+        84e6,
+        "the size the text gives with a separate output matrix (65M + about 19M)",
+        _learn_vaswani("would take the model to roughly $84$ million"),
+        "parameters",
+    ),
+    Fact(
+        "pairs_en_de",
+        4.5e6,
+        "English-German sentence pairs of the training data",
+        _learn_vaswani("used about $4.5$ million sentence pairs"),
+        "pairs",
+    ),
+    Fact("pairs_en_fr", 36e6, "English-French sentence pairs", _learn_vaswani("dataset about $36$ million"), "pairs"),
+    Fact(
+        "batch_tokens",
+        25_000,
+        "source tokens per batch (and as many target tokens)",
+        _learn_vaswani("roughly $25{,}000$ source tokens"),
+        "tokens",
+    ),
+    Fact(
+        "train_steps",
+        100_000,
+        "steps the base model trained for",
+        _learn_vaswani("The base model trained for $100{,}000$ steps"),
+        "steps",
+    ),
+    Fact("train_hours", 12, "hours the base model took to train", _learn_vaswani("Twelve hours later"), "hours"),
+    Fact(
+        "uniform_loss",
+        10.5,
+        "the loss of a uniform guess over 37,000 tokens: where training starts",
+        _learn_vaswani("tokens incurs $10.5$"),
+        "nats",
+    ),
+]
+
+
 def _transformer() -> Generation:
     s = _src(NOTES, VASWANI)
     learn = _src(LEARN_TEXT, VASWANI)
-
-    def notes(quote: str) -> Source:
-        return _src(NOTES, VASWANI, quote)
-
-    def text(quote: str, paper: str | None = VASWANI) -> Source:
-        return _src(LEARN_TEXT, paper, quote)
 
     return Generation(
         key="transformer",
@@ -183,7 +292,7 @@ def _transformer() -> Generation:
             "n_ctx": (False, _src(NOTES, VASWANI + ": sinusoidal positions have no fixed length; 512 is ours")),
         },
         quoted_params=65e6,
-        quoted_params_source=text("The base model has $65$ million in total"),
+        quoted_params_source=_learn_vaswani("The base model has $65$ million in total"),
         params_note="The 65M is the paper's figure, which how-models-learn repeats without a breakdown. Counted "
         "here from the shape the texts give: 6 encoder and 6 decoder blocks (each decoder block has a "
         "cross-attention of four more d x d matrices), one 37,000-row table shared by both embeddings and the "
@@ -193,116 +302,105 @@ def _transformer() -> Generation:
             Change(
                 "recurrence thrown away: attention alone moves information between positions",
                 "architecture",
-                notes("throw away recurrence entirely"),
+                _notes_vaswani("throw away recurrence entirely"),
             ),
         ],
-        facts=[
-            Fact("d_ff", 2048, "width of the feed-forward layer inside each block", notes("FFN inner dimension\t2048")),
-            Fact("d_head", 64, "each of the 8 heads' width (8 x 64 = 512)", notes("With 8 heads of dimension 64")),
-            Fact("adam_beta1", 0.9, "Adam's first-moment decay", notes("Adam (β1=0.9, β2=0.98)")),
-            Fact("adam_beta2", 0.98, "Adam's second-moment decay", notes("Adam (β1=0.9, β2=0.98)")),
-            Fact(
-                "warmup_steps",
-                4000,
-                "steps of linear warmup before the inverse-square-root decay",
-                notes("warmup 4000 steps"),
-            ),
-            Fact(
-                "norm",
-                "post",
-                "LayerNorm after the residual add: large gradients near the output at the start, which the "
-                "warmup tames (pre-norm later made warmup matter far less)",
-                text("post-norm Transformers can have unusually large gradients near the output layers", XIONG),
-            ),
-            Fact("dropout", 0.1, "dropout on sublayer outputs and embeddings", notes("Dropout\t0.1")),
-            Fact(
-                "label_smoothing",
-                0.1,
-                "the share of the target's mass spread over the other tokens (the method is Szegedy et al.'s; "
-                "this value is the Transformer's)",
-                notes("Label smoothing\t0.1"),
-            ),
-            Fact(
-                "label_smoothing_origin",
-                "Szegedy et al.",
-                "who introduced label smoothing: to stop a model chasing a certainty the data do not have",
-                text("introduced label smoothing to discourage that extreme", SZEGEDY),
-            ),
-            Fact(
-                "label_smoothing_effect",
-                "perplexity worse, BLEU better",
-                "what smoothing did in the Transformer: a worse likelihood but better translations",
-                text("Label smoothing worsened perplexity while improving accuracy and BLEU."),
-            ),
-            Fact(
-                "label_smoothing_later",
-                "a worse teacher",
-                "the later finding: a smoothed model passes less to a student in distillation",
-                text("it can make a trained network a worse teacher for knowledge distillation", MULLER),
-            ),
-            Fact(
-                "tying_result",
-                "better perplexity, fewer parameters",
-                "what tying the input and output matrices did in language models (Inan et al. found the same "
-                "independently)",
-                text("tying the input and output matrices could improve perplexity", PRESS_WOLF),
-                also=(text("arrived independently at closely related weight-sharing results", INAN),),
-            ),
-            Fact(
-                "tying",
-                "three-way",
-                "one matrix serves the source embedding, the target embedding and the output layer",
-                text("shares a single matrix across both embedding layers and the pre-softmax transformation"),
-            ),
-            Fact(
-                "params_untied",
-                84e6,
-                "the size the text gives with a separate output matrix (65M + about 19M)",
-                text("would take the model to roughly $84$ million"),
-                "parameters",
-            ),
-            Fact(
-                "pairs_en_de",
-                4.5e6,
-                "English-German sentence pairs of the training data",
-                text("used about $4.5$ million sentence pairs"),
-                "pairs",
-            ),
-            Fact("pairs_en_fr", 36e6, "English-French sentence pairs", text("dataset about $36$ million"), "pairs"),
-            Fact(
-                "batch_tokens",
-                25_000,
-                "source tokens per batch (and as many target tokens)",
-                text("roughly $25{,}000$ source tokens"),
-                "tokens",
-            ),
-            Fact(
-                "train_steps",
-                100_000,
-                "steps the base model trained for",
-                text("The base model trained for $100{,}000$ steps"),
-                "steps",
-            ),
-            Fact("train_hours", 12, "hours the base model took to train", text("Twelve hours later"), "hours"),
-            Fact(
-                "uniform_loss",
-                10.5,
-                "the loss of a uniform guess over 37,000 tokens: where training starts",
-                text("tokens incurs $10.5$"),
-                "nats",
-            ),
-        ],
+        facts=list(_TRANSFORMER_FACTS),
     )
+
+
+_GPT1_FACTS = [
+    Fact(
+        "norm",
+        "post",
+        "LayerNorm after the residual add (the notes say pre-norm; the GPT-1 text and "
+        "the exercises say post-norm, as the paper does: the app follows them)",
+        _src(EXERCISES, None, "Post-LN (GPT-1)"),
+        also=(_gpt1_text("GPT-1 remains post-norm."),),
+    ),
+    Fact("data", "BookCorpus (~1B words)", "the pretraining text", _notes_radford("BookCorpus (~1B words)")),
+    Fact("corpus_tokens", 1e9, "BPE tokens in the corpus, as an order of magnitude", _gpt1_text("$10^9$ tokens")),
+    Fact("batch", 64, "sequences per update", _notes_radford("Batch\t64\t512"), "sequences"),
+    Fact("tokens_per_update", 32_768, "64 sequences of 512 tokens", _gpt1_text("= 32{,}768$ prediction"), "tokens"),
+    Fact("epochs", 100, "passes over the corpus", _gpt1_text("pre-training runs for a hundred epochs")),
+    Fact(
+        "predictions",
+        1e11,
+        "next-token predictions over pretraining, as an order of magnitude (100 passes over 10^9 tokens)",
+        _gpt1_text("something like $10^{11}$ individual predictions"),
+    ),
+    Fact(
+        "bpe_merges",
+        40_000,
+        "merges of its byte-pair encoding (40,478 entries with base symbols and special tokens)",
+        _gpt1_text("with $40{,}000$ merges"),
+    ),
+    Fact(
+        "max_lr",
+        2.5e-4,
+        "peak learning rate, annealed to zero on a cosine",
+        _gpt1_text("maximum learning rate of $2.5 \\times 10^{-4}$"),
+    ),
+    Fact("warmup_updates", 2000, "linear warmup from zero", _gpt1_text("over the first $2000$ updates"), "updates"),
+    Fact(
+        "weight_decay",
+        0.01,
+        "decoupled decay on every weight but biases and gains",
+        _gpt1_text("with $w=0.01$ on every weight", LOSHCHILOV),
+    ),
+    Fact("init_std", 0.02, "the standard deviation of every initial weight", _gpt1_text("\\mathcal{N}(0, 0.02)")),
+    Fact(
+        "activation",
+        "GELU",
+        "a soft gate x * Phi(x) in place of ReLU",
+        _gpt1_text("Radford et al. substitute it with the Gaussian error linear unit (GELU)", HENDRYCKS),
+    ),
+    Fact(
+        "gelu_form",
+        "tanh",
+        "the released code computes GELU with the tanh approximation",
+        _gpt1_text("The released implementation uses the tanh approximation"),
+    ),
+    Fact(
+        "tying",
+        "tied",
+        "the output projection is the token embedding's transpose",
+        _gpt1_text("the output projection in the final line is $W_e^\\top$"),
+    ),
+    Fact("perplexity", 18.4, "token-level perplexity after pretraining", _gpt1_text("perplexity of $18.4$")),
+    Fact(
+        "tasks_improved",
+        9,
+        "benchmarks where it beat the state of the art",
+        _gpt1_text("nine of the twelve benchmarks"),
+        also=(_notes_radford("SOTA on 9 of 12 NLP tasks"),),
+    ),
+    Fact(
+        "tasks_evaluated",
+        12,
+        "benchmarks evaluated",
+        _gpt1_text("nine of the twelve benchmarks"),
+        also=(_notes_radford("SOTA on 9 of 12 NLP tasks"),),
+    ),
+    Fact(
+        "params_rounded",
+        117e6,
+        "the size the notes' table gives (the count rounded)",
+        _notes_radford("Params\t117M\t124M"),
+        "parameters",
+    ),
+    Fact(
+        "snli_examples",
+        550_000,
+        "the largest labelled set of the evaluation",
+        _gpt1_text("roughly $550{,}000$ examples"),
+        "examples",
+    ),
+]
 
 
 def _gpt1() -> Generation:
     s = _src(GPT1_TEXT, RADFORD_2018)
-
-    def text(quote: str, paper: str | None = RADFORD_2018) -> Source:
-        return _src(GPT1_TEXT, paper, quote)
-
-    def notes(quote: str) -> Source:
-        return _src(NOTES, RADFORD_2018, quote)
 
     return Generation(
         key="gpt1",
@@ -312,7 +410,7 @@ def _gpt1() -> Generation:
         config=_cfg(40_478, 512, 12, 12, 768, norm="post", gelu="tanh"),
         config_sources=_config_sources(s, s, {"n_layer", "d_model", "n_head", "n_ctx", "vocab_size"}),
         quoted_params=116_414_976,
-        quoted_params_source=text("Summing these gives $116{,}414{,}976$"),
+        quoted_params_source=_gpt1_text("Summing these gives $116{,}414{,}976$"),
         params_note="The GPT-1 text counts weight matrices and tables only (its 116,414,976 is count_params' "
         "seed convention exactly); the notes round to 117M. The full count adds the biases and LayerNorm gains "
         "and shifts.",
@@ -320,103 +418,16 @@ def _gpt1() -> Generation:
             Change(
                 "the encoder and cross-attention dropped: a decoder-only stack",
                 "architecture",
-                text("GPT-1 retains only the masked decoder"),
+                _gpt1_text("GPT-1 retains only the masked decoder"),
             ),
-            Change("learned position rows instead of sinusoids", "architecture", text("The sinusoids are gone.")),
+            Change("learned position rows instead of sinusoids", "architecture", _gpt1_text("The sinusoids are gone.")),
             Change(
                 "generative pretraining, then supervised fine-tuning per task",
                 "training/alignment",
                 _src(EXERCISES, None, "GPT-1 introduced generative pretraining then supervised fine-tuning"),
             ),
         ],
-        facts=[
-            Fact(
-                "norm",
-                "post",
-                "LayerNorm after the residual add (the notes say pre-norm; the GPT-1 text and "
-                "the exercises say post-norm, as the paper does: the app follows them)",
-                _src(EXERCISES, None, "Post-LN (GPT-1)"),
-                also=(text("GPT-1 remains post-norm."),),
-            ),
-            Fact("data", "BookCorpus (~1B words)", "the pretraining text", notes("BookCorpus (~1B words)")),
-            Fact("corpus_tokens", 1e9, "BPE tokens in the corpus, as an order of magnitude", text("$10^9$ tokens")),
-            Fact("batch", 64, "sequences per update", notes("Batch\t64\t512"), "sequences"),
-            Fact("tokens_per_update", 32_768, "64 sequences of 512 tokens", text("= 32{,}768$ prediction"), "tokens"),
-            Fact("epochs", 100, "passes over the corpus", text("pre-training runs for a hundred epochs")),
-            Fact(
-                "predictions",
-                1e11,
-                "next-token predictions over pretraining, as an order of magnitude (100 passes over 10^9 tokens)",
-                text("something like $10^{11}$ individual predictions"),
-            ),
-            Fact(
-                "bpe_merges",
-                40_000,
-                "merges of its byte-pair encoding (40,478 entries with base symbols and special tokens)",
-                text("with $40{,}000$ merges"),
-            ),
-            Fact(
-                "max_lr",
-                2.5e-4,
-                "peak learning rate, annealed to zero on a cosine",
-                text("maximum learning rate of $2.5 \\times 10^{-4}$"),
-            ),
-            Fact("warmup_updates", 2000, "linear warmup from zero", text("over the first $2000$ updates"), "updates"),
-            Fact(
-                "weight_decay",
-                0.01,
-                "decoupled decay on every weight but biases and gains",
-                text("with $w=0.01$ on every weight", LOSHCHILOV),
-            ),
-            Fact("init_std", 0.02, "the standard deviation of every initial weight", text("\\mathcal{N}(0, 0.02)")),
-            Fact(
-                "activation",
-                "GELU",
-                "a soft gate x * Phi(x) in place of ReLU",
-                text("Radford et al. substitute it with the Gaussian error linear unit (GELU)", HENDRYCKS),
-            ),
-            Fact(
-                "gelu_form",
-                "tanh",
-                "the released code computes GELU with the tanh approximation",
-                text("The released implementation uses the tanh approximation"),
-            ),
-            Fact(
-                "tying",
-                "tied",
-                "the output projection is the token embedding's transpose",
-                text("the output projection in the final line is $W_e^\\top$"),
-            ),
-            Fact("perplexity", 18.4, "token-level perplexity after pretraining", text("perplexity of $18.4$")),
-            Fact(
-                "tasks_improved",
-                9,
-                "benchmarks where it beat the state of the art",
-                text("nine of the twelve benchmarks"),
-                also=(notes("SOTA on 9 of 12 NLP tasks"),),
-            ),
-            Fact(
-                "tasks_evaluated",
-                12,
-                "benchmarks evaluated",
-                text("nine of the twelve benchmarks"),
-                also=(notes("SOTA on 9 of 12 NLP tasks"),),
-            ),
-            Fact(
-                "params_rounded",
-                117e6,
-                "the size the notes' table gives (the count rounded)",
-                notes("Params\t117M\t124M"),
-                "parameters",
-            ),
-            Fact(
-                "snli_examples",
-                550_000,
-                "the largest labelled set of the evaluation",
-                text("roughly $550{,}000$ examples"),
-                "examples",
-            ),
-        ],
+        facts=list(_GPT1_FACTS),
     )
 
 
