@@ -189,6 +189,7 @@ _TRANSFORMER_FACTS = [
         4000,
         "steps of linear warmup before the inverse-square-root decay",
         _notes_vaswani("warmup 4000 steps"),
+        also=(_learn_vaswani("where $w=4000$ is the number of warmup steps"),),
     ),
     Fact(
         "norm",
@@ -720,13 +721,28 @@ def underflow(n: int = 100, p: float = 0.1) -> dict[str, float]:
     subnormal) against the sum of logarithms, which stays finite."""
     prod = torch.full((n,), p, dtype=torch.float32).prod().item()
     log_sum = torch.full((n,), p, dtype=torch.float64).log().sum().item()
-    return {"n": n, "p": p, "product_float32": prod, "log_sum": log_sum, "log10_product": log_sum / math.log(10)}
+    return {
+        "n": n,
+        "p": p,
+        "product_float32": prod,
+        "product_float64": math.exp(log_sum),  # 1e-100 is far above float64's smallest (about 5e-324)
+        "log_sum": log_sum,
+        "log10_product": log_sum / math.log(10),
+    }
 
 
 def layernorm_example(x: float = 0.099, mean: float = -0.005, var: float = 0.137, eps: float = 1e-5) -> dict:
     """The GPT-2 text's first LayerNorm entry: (x - mean) / sqrt(var + eps) (0.104 / 0.370 = 0.281)."""
     std = math.sqrt(var + eps)
-    return {"x": x, "mean": mean, "var": var, "eps": eps, "std": std, "normalised": (x - mean) / std}
+    return {
+        "x": x,
+        "mean": mean,
+        "var": var,
+        "eps": eps,
+        "centred": x - mean,
+        "std": std,
+        "normalised": (x - mean) / std,
+    }
 
 
 LOSS_POINTS = ((0.9, LEARN_TEXT), (0.25, EXERCISES), (0.01, LEARN_TEXT))  # p, the text that quotes its loss

@@ -9,21 +9,14 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from pathlib import Path
 
 import pytest
+from seedtext import SEEDS, cites_for, text
 
 from gptscope.model import genealogy as gen
 from gptscope.model.gpt import GPTConfig, count_params, preset_config
 
-SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
-if not SEEDS.is_dir():
-    SEEDS = Path("/work/shared/seeds")
 pytestmark = pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed texts (../shared/seeds/) are not here")
-
-
-def text(name: str) -> str:
-    return (SEEDS / name).read_text(encoding="utf-8")
 
 
 def table_rows(name: str, first: str) -> dict[str, list[str]]:
@@ -312,28 +305,6 @@ def test_every_source_names_a_seed_file_and_a_paper_it_cites(res):
         if src["paper"] and from_text:
             surname = src["paper"].split()[0].rstrip(",")
             assert surname in text(src["seed"]), f"{src['seed']} does not cite {src['paper']}"
-
-
-# The paper a whole text (or, in the notes, a whole post) is about: a fact of that text may name it
-# without the paragraph citing it again.
-SUBJECT = {gen.LEARN_TEXT: ("Vaswani", "2017"), gen.GPT1_TEXT: ("Radford", "2018"), gen.GPT2_TEXT: ("Radford", "2019")}
-
-
-def cites_for(seed: str, quote: str, paper: str) -> bool:
-    """Whether the text cites `paper` for the fact `quote` gives: its first author and year are in the
-    quote's paragraph, or (the notes) in the references of the post the quote is in, or the paper is
-    the one the whole text is about."""
-    surname = paper.split()[0].rstrip(",")
-    year = re.search(r"\((?:[^()]*, )?(\d{4})\)", paper).group(1)
-    lines = text(seed).splitlines()
-    i = next(k for k, line in enumerate(lines) if quote in line)
-    near = [lines[i]]
-    if seed == gen.NOTES:  # each post ends with its references
-        j = next(k for k in range(i, len(lines)) if lines[k] == "References")
-        near += lines[j + 1 : j + 5]
-    if any(surname in line and year in line for line in near):
-        return True
-    return SUBJECT.get(seed) == (surname, year)
 
 
 def test_every_fact_cites_the_paper_its_text_gives_for_it(res):

@@ -8,6 +8,7 @@ import torch
 
 from gptscope.model import genealogy as g
 from gptscope.model import history
+from gptscope.model import texts as texts_data
 from gptscope.model.formulas import nll
 
 from ..schemas import genealogy as schemas
@@ -204,4 +205,69 @@ def moe(top_k: int) -> schemas.MoEResponse:
         claim="Mixture-of-Experts raises the parameter count 100x-1000x over GPT-2 XL while raising each "
         "token's computation by a much smaller factor",
         source=_src(HISTORY),
+    )
+
+
+# --- The texts' other numbers -----------------------------------------------------------------
+
+
+def _fact(f: texts_data.TextFact) -> schemas.TextFactEntry:
+    return schemas.TextFactEntry(
+        name=f.name,
+        value=f.value,
+        unit=f.unit,
+        caption=f.caption,
+        topic=f.topic,
+        computed=f.computed,
+        how=f.how,
+        source=schemas.SourceRef(seed=f.seed, paper=f.paper, quote=f.quote),
+    )
+
+
+@lru_cache(maxsize=1)
+def texts() -> schemas.TextsResponse:
+    """The texts' numbers beyond the model cards, their worked examples (a tokenizer run once) and
+    the papers they cite; it depends on nothing, so it is built once."""
+    tok, learn, gpt2 = texts_data.tokenizer_example(), g.LEARN_TEXT, g.GPT2_TEXT
+
+    def src(seed: str, quote: str) -> schemas.SourceRef:
+        return schemas.SourceRef(seed=seed, paper=None, quote=quote)
+
+    return schemas.TextsResponse(
+        seeds=list(g.SEED_FILES),
+        facts=[_fact(f) for f in texts_data.FACTS],
+        papers=[
+            schemas.PaperEntry(
+                who=p.who,
+                title=p.title,
+                year=p.year,
+                cited_for=p.cited_for,
+                source=schemas.SourceRef(seed=p.seed, paper=p.reference, quote=p.quote),
+            )
+            for p in texts_data.PAPERS
+        ],
+        sentence_tokens=schemas.SentenceTokens(
+            **{k: tok[k] for k in ("sentence", "encoding", "tokens", "token_count", "characters")},
+            attention_work_ratio=tok["attention_work_ratio"],
+            source=src(learn, "the GPT-5.x Tokenizer splits it into 15 tokens"),
+        ),
+        gpt2_tokens=schemas.Gpt2Tokens(
+            text=tok["gpt2_text"],
+            ids=tok["gpt2_ids"],
+            target_ids=tok["gpt2_target_ids"],
+            byte_tokens=tok["gpt2_byte_tokens"],
+            merges=tok["gpt2_merges"],
+            special_tokens=tok["gpt2_special_tokens"],
+            vocab=tok["gpt2_vocab"],
+            end_of_text_id=tok["gpt2_end_of_text_id"],
+            rare_word=tok["rare_word"],
+            rare_word_pieces=tok["rare_word_pieces"],
+            source=src(gpt2, "token ids : [6109, 3626, 6100, 345]"),
+        ),
+        padding=schemas.PaddingExample(
+            **texts_data.padding_example(), source=src(learn, "a batch containing lengths 10, 12, 15 and 500")
+        ),
+        adam_scale=schemas.AdamScaleExample(
+            **texts_data.adam_scale_example(), source=src(learn, "gradients four orders of magnitude apart")
+        ),
     )

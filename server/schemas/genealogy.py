@@ -116,6 +116,9 @@ class Underflow(BaseModel):
     n: int = Field(description="tokens in the target (100)")
     p: float = Field(description="the probability of each (0.1)")
     product_float32: float = Field(description="the product of the n probabilities in float32: 0, it underflows")
+    product_float64: float = Field(
+        description="the same product in float64 (exp of log_sum): 1e-100, which float64 still holds"
+    )
     log_sum: float = Field(description="the sum of their natural logarithms: -230.26, no underflow")
     log10_product: float = Field(description="log_sum / ln 10: the product is 10^-100")
     source: SourceRef
@@ -126,6 +129,7 @@ class LayerNormExample(BaseModel):
     mean: float
     var: float
     eps: float
+    centred: float = Field(description="x - mean (0.104)")
     std: float = Field(description="sqrt(var + eps) (0.370)")
     normalised: float = Field(description="(x - mean) / std (0.281)")
     source: SourceRef
@@ -255,3 +259,102 @@ class MoEResponse(BaseModel):
     rows: list[MoERow]
     claim: str = Field(description="what the text says of it")
     source: SourceRef
+
+
+# --- GET /api/v1/genealogy/texts: the texts' other numbers, examples and papers ---------------
+
+
+class TextFactEntry(BaseModel):
+    name: str = Field(description="a short identifier of the number (per_block, peak_lr, ...)")
+    value: int | float | str = Field(description="the number as the text gives it")
+    unit: str = Field(description="what it counts, or empty")
+    caption: str = Field(description="what it is, in the app's words")
+    topic: str = Field(description="what it is about: size, loss, schedule, tokens, optimiser, ...")
+    computed: float | None = Field(description="the app's own value for it, where the app computes one")
+    how: str = Field(description="how `computed` is computed (empty where there is none)")
+    source: SourceRef
+
+
+class PaperEntry(BaseModel):
+    who: str = Field(description="the authors, as the app shortens them")
+    title: str
+    year: int = Field(description="the year the text gives for it")
+    cited_for: str = Field(description="what the text cites it for, in the app's words")
+    source: SourceRef
+
+
+class SentenceTokens(BaseModel):
+    """how-models-learn's example sentence, through a real encoding."""
+
+    sentence: str
+    encoding: str = Field(description="o200k_base: tiktoken's encoding for GPT-5 (the text used the GPT-5.x tokenizer)")
+    tokens: list[str] = Field(description="the sentence's tokens, each decoded on its own")
+    token_count: int = Field(description="how many tokens (the text: 15)")
+    characters: int = Field(description="the sentence's length in characters (the text: 83)")
+    attention_work_ratio: float = Field(
+        description="(characters / token_count)^2: the attention work of one token per character, relative "
+        "(attention is quadratic in length; the text: roughly thirty times)"
+    )
+    source: SourceRef
+
+
+class Gpt2Tokens(BaseModel):
+    """The GPT-2 text's walkthrough through GPT-2's own byte-level BPE."""
+
+    text: str = Field(description="the walkthrough's input: Every effort moves you")
+    ids: list[int] = Field(description="its token ids (the text: 6109, 3626, 6100, 345)")
+    target_ids: list[int] = Field(description="the next-token targets: the ids shifted by one, then ' forward'")
+    byte_tokens: int = Field(description="vocabulary entries that are single bytes (256)")
+    merges: int = Field(description="entries made by merges (50,000)")
+    special_tokens: int = Field(description="special tokens (<|endoftext|>: 1)")
+    vocab: int = Field(description="byte_tokens + merges + special_tokens (50,257)")
+    end_of_text_id: int = Field(description="the id of <|endoftext|>, the last entry")
+    rare_word: str
+    rare_word_pieces: list[str] = Field(description="how the rare word splits (' un', 'character', 'istically')")
+    source: SourceRef
+
+
+class PaddingExample(BaseModel):
+    """how-models-learn's case for batching sequences of similar length."""
+
+    lengths: list[int] = Field(description="the sequences' lengths in one batch (10, 12, 15, 500)")
+    padded_to: int = Field(description="every sequence is padded to the longest")
+    real_tokens: int = Field(description="tokens that are text")
+    padded_tokens: int = Field(description="tokens the batch computes: padded_to x sequences")
+    padding_share: float = Field(description="1 - real_tokens / padded_tokens: the work spent on padding")
+    sequences: int = Field(description="sequences in each of the two batches compared (100)")
+    short_length: int = Field(description="tokens per sequence in the first (10)")
+    long_length: int = Field(description="tokens per sequence in the second (1,000)")
+    short_batch_tokens: int
+    long_batch_tokens: int = Field(description="the same number of sequences, a hundred times the tokens")
+    source: SourceRef
+
+
+class AdamScaleExample(BaseModel):
+    """how-models-learn's two parameters with gradients four orders of magnitude apart, through Adam."""
+
+    small_gradients: list[float] = Field(description="the first parameter's gradients (0.0001, 0.0002, 0.0002)")
+    large_gradients: list[float] = Field(description="the second's (8, -1, 4)")
+    small_ratio: float = Field(description="Adam's last step over the learning rate for the first (beta 0.9, 0.98)")
+    large_ratio: float = Field(
+        description="the same for the second: under 1 because its gradients partly cancel (the -1)"
+    )
+    small_steady: float = Field(description="a steady gradient of the first's size (2e-4)")
+    large_steady: float = Field(description="a steady gradient of the second's size (4)")
+    small_steady_ratio: float = Field(description="Adam's step over the learning rate at that steady gradient: ~1")
+    large_steady_ratio: float = Field(description="the same for the second: ~1, the same step")
+    orders_of_magnitude: float = Field(description="log10(large_steady / small_steady)")
+    eps: float = Field(description="Adam's epsilon here (the Transformer's 1e-9)")
+    source: SourceRef
+
+
+class TextsResponse(BaseModel):
+    seeds: list[str] = Field(description="the seed texts every source names")
+    facts: list[TextFactEntry] = Field(
+        description="the texts' numbers that no model of GET /api/v1/genealogy carries, each with its quote"
+    )
+    papers: list[PaperEntry] = Field(description="the papers the texts cite, with the year each gives")
+    sentence_tokens: SentenceTokens
+    gpt2_tokens: Gpt2Tokens
+    padding: PaddingExample
+    adam_scale: AdamScaleExample

@@ -117,6 +117,23 @@ def test_worked_examples_are_redone_by_the_server(loaded, live_url):
     assert all("status of 422" in e and "/genealogy/worked" in e for e in page.console_errors), page.console_errors
 
 
+def test_every_other_number_of_the_texts_is_listed_with_its_source(loaded, live_url):
+    """The texts panel writes GET /api/v1/genealogy/texts as it is: a row per number under its seed, the
+    server's own value beside the text's, the redone examples and the papers."""
+    page, _ = loaded
+    page.wait_for_selector('#texts-panel[data-ready="1"]', state="attached")
+    t = api_json(page, live_url, "GET", "/genealogy/texts")
+    rows = page.eval_on_selector_all("#texts-facts tr[data-fact]", "rs => rs.map((r) => r.dataset.fact)")
+    by_seed = [f["name"] for seed in t["seeds"] for f in t["facts"] if f["source"]["seed"] == seed]
+    assert rows == by_seed
+    per_block = page.inner_text("#texts-facts details[data-seed='gpt1-genealogy.txt'] tr[data-fact='per_block']")
+    assert per_block.count("7,077,888") == 2  # the text's count and the server's, side by side
+    assert ", ".join(map(str, t["gpt2_tokens"]["ids"])) in page.inner_text("#ex-gpt2")
+    assert f"{t['sentence_tokens']['token_count']} tokens" in page.inner_text("#ex-sentence")
+    assert page.locator("#texts-papers tr").count() == len(t["papers"]) + 1
+    assert page.console_errors == []
+
+
 @pytest.fixture
 def history(page, live_url):
     page.goto(f"{live_url}/genealogy")

@@ -6,6 +6,7 @@ import { addDownloads } from "../lib/downloads.js";
 import { panelShown } from "../lib/embed.js";
 import { bindGenealogyPanel, initHistory } from "./history.js";
 import { drawLambada, drawNsp, drawParams, drawLossCurve } from "./plots.js";
+import { renderTexts } from "./texts.js";
 import { renderLambadaSummary, renderTables, renderTree, renderWorked } from "./tree.js";
 
 export async function init() {
@@ -26,6 +27,8 @@ export async function init() {
   const plots = { lambada: () => drawLambada(res.lambada, res.lambada_source), params: () => drawParams(res.models), nsp: () => drawNsp(res.tables) };
   await Promise.all(Object.entries(plots).filter(([panel]) => panelShown(panel)).map(([, draw]) => draw()));
   document.body.dataset.ready = "1";
+  // the texts' other numbers: one answer, asked for only where its panel is shown
+  if (panelShown("texts")) apiGet("/genealogy/texts").then(renderTexts, showError);
   // the worked examples: recomputed by the server at the form's numbers
   bindGenealogyPanel("worked", [["xent-plot", "cross-entropy"]], (w) => {
     renderWorked(w);
