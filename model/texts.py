@@ -499,3 +499,86 @@ def adam_scale_example(small: float = 2e-4, large: float = 4.0) -> dict:
         "orders_of_magnitude": math.log10(large / small),
         "eps": eps,
     }
+
+
+def adamw_against_l2(
+    sizes: tuple[float, float] = (2e-4, 4.0), steps: int = 200, lr: float = 0.01, weight_decay: float = 0.01
+) -> dict:
+    """The GPT-1 text's case for decoupled decay, as a run: two weights start at 1 and see gradients
+    with no direction (+g, -g, +g, ...), one small, one large. Adam with an L2 penalty (the decay
+    added to the gradient, torch.optim.Adam's weight_decay) pulls the small-gradient weight almost to 0
+    and barely moves the other, because the penalty is divided by the same sqrt(v) as the gradient;
+    AdamW (the decay applied apart) pulls both by the same 1 - (1 - lr wd)^steps. Through
+    model.formulas.adam_step, the rule torch's optimisers use."""
+
+    def run(size: float, decay: float, decoupled: bool) -> float:
+        theta, state = [1.0], formulas.OptState()
+        for t in range(steps):
+            g = size if t % 2 == 0 else -size
+            theta, state = formulas.adam_step(theta, [g], state, lr, 0.9, 0.999, 1e-8, decay, decoupled)
+        return theta[0]
+
+    rows = []
+    for size in sizes:
+        plain, l2, w = run(size, 0.0, False), run(size, weight_decay, False), run(size, weight_decay, True)
+        rows.append(
+            {
+                "gradient": size,
+                "adam": plain,
+                "adam_l2": l2,
+                "adamw": w,
+                "pulled_l2": 1 - l2 / plain,
+                "pulled_adamw": 1 - w / plain,
+            }
+        )
+    return {"steps": steps, "lr": lr, "weight_decay": weight_decay, "rows": rows}
+
+
+def smoothing_tradeoff(epsilon: float = 0.1, vocab: int = 37_000) -> dict:
+    """Why label smoothing makes perplexity worse yet need not cost accuracy: the best a smoothed
+    model can do is give the right token 1 - eps + eps / V, so even when right it pays -ln of that
+    (perplexity above 1, where a one-hot model that is right pays 0), while its top token, the one a
+    translation takes, is the same. floor: the loss against the smoothed target that no model beats."""
+    p_true = 1 - epsilon + epsilon / vocab
+    return {
+        "epsilon": epsilon,
+        "vocab": vocab,
+        "p_true": p_true,
+        "p_other": epsilon / vocab,
+        "nll_true": -math.log(p_true),
+        "perplexity_true": 1 / p_true,
+        "top_token_unchanged": p_true > epsilon / vocab,
+        "floor": formulas.label_smoothing_floor(epsilon, vocab),
+    }
+
+
+def residual_gradients(depth: int = 96, width: int = 64, gain: float = 0.5, seed: int = 0) -> dict:
+    """The exercises' residual argument, run: a stack of `depth` random layers F(x) = W2 tanh(W1 x)
+    whose Jacobians are small (weights N(0, gain^2 / width)), with and without the identity path
+    (y = x + F(x) or y = F(x)). The norm of d(u . y_l) / dx for a random unit u, at every depth l: the
+    plain stack's shrinks like a product of small factors; the residual one's stays near 1, the
+    identity in I + dF/dx keeping it there."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    weights = [
+        (
+            torch.randn(width, width, generator=g) * gain / width**0.5,
+            torch.randn(width, width, generator=g) * gain / width**0.5,
+        )
+        for _ in range(depth)
+    ]
+    x0 = torch.randn(width, generator=g, dtype=torch.float64)
+    u = torch.randn(width, generator=g, dtype=torch.float64)
+    u = u / u.norm()
+    out = {}
+    for kind, residual in (("plain", False), ("residual", True)):
+        x = x0.clone().requires_grad_(True)
+        y, norms = x, []
+        for w1, w2 in weights:
+            f = w2.double() @ torch.tanh(w1.double() @ y)
+            y = y + f if residual else f
+            (grad,) = torch.autograd.grad(u @ y, x, retain_graph=True)
+            norms.append(float(grad.norm()))
+        out[kind] = norms
+    return {"depth": depth, "width": width, "gain": gain, "layers": list(range(1, depth + 1)), **out}

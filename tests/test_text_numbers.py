@@ -208,8 +208,8 @@ def numeric_leaves(x) -> list[float]:
         if "source" in x and isinstance(x["source"], dict):
             return []  # an object with a source of its own is collected for that source
         return [v for k, y in x.items() if not k.endswith("source") for v in numeric_leaves(y)]
-    if isinstance(x, list):
-        return [v for y in x for v in numeric_leaves(y)]
+    if isinstance(x, list):  # a long list is a computed curve (a run's per-layer norms), not numbers a text gives
+        return [v for y in x for v in numeric_leaves(y)] if len(x) <= 16 else []
     return []
 
 
@@ -388,3 +388,31 @@ def test_the_padding_and_adam_examples_are_the_texts(answers):
     # both move by about the learning rate, though the gradients are four orders of magnitude apart
     assert adam["small_steady_ratio"] == pytest.approx(1, abs=1e-3) and adam["large_steady_ratio"] == pytest.approx(1)
     assert round(adam["orders_of_magnitude"]) == 4 and adam["large_ratio"] < adam["small_ratio"] <= 1
+
+
+def test_the_runs_of_what_the_texts_argue_without_a_number(answers):
+    """AdamW against an L2 penalty (against torch's own Adam and AdamW), what smoothing does to
+    perplexity, and a deep stack with and without its residual path."""
+    torch = pytest.importorskip("torch")
+    _, texts = answers
+    run = texts["adamw_l2"]
+    small, large = run["rows"]
+    assert small["gradient"] < large["gradient"]
+    assert small["pulled_l2"] > 0.9 and large["pulled_l2"] < 0.01  # L2 decays the small-gradient weight hardest
+    uniform = 1 - (1 - run["lr"] * run["weight_decay"]) ** run["steps"]
+    assert small["pulled_adamw"] == pytest.approx(uniform, rel=0.02) == large["pulled_adamw"]
+    for row in run["rows"]:
+        for key, opt in (("adam_l2", torch.optim.Adam), ("adamw", torch.optim.AdamW)):
+            w = torch.ones(1, dtype=torch.float64, requires_grad=True)
+            o = opt([w], lr=run["lr"], weight_decay=run["weight_decay"])
+            for t in range(run["steps"]):
+                w.grad = torch.full_like(w, row["gradient"] if t % 2 == 0 else -row["gradient"])
+                o.step()
+            assert w.item() == pytest.approx(row[key], rel=1e-9), key
+    sm = texts["smoothing"]
+    assert sm["nll_true"] == pytest.approx(-math.log(sm["p_true"])) and sm["perplexity_true"] > 1
+    assert sm["top_token_unchanged"] and round(sm["floor"], 2) == 1.38
+    res = texts["residual"]
+    assert res["depth"] == 96 == len(res["plain"]) == len(res["residual"])  # the exercises' 96 layers
+    assert res["plain"][-1] < 1e-20 < min(res["residual"]) and min(res["residual"]) > 0.5
+    assert res["plain"][0] > res["plain"][11] > res["plain"][47] > res["plain"][95]  # a product of small factors

@@ -270,4 +270,33 @@ def texts() -> schemas.TextsResponse:
         adam_scale=schemas.AdamScaleExample(
             **texts_data.adam_scale_example(), source=src(learn, "gradients four orders of magnitude apart")
         ),
+        **_runs(),
     )
+
+
+def _runs() -> dict:
+    """The examples the texts argue without a number, run: AdamW against an L2 penalty, what label
+    smoothing does to perplexity, a deep stack with and without the residual path."""
+    run = texts_data.adamw_against_l2()
+    return {
+        "adamw_l2": schemas.AdamwL2Example(
+            **{**run, "rows": [schemas.AdamwL2Row(**r) for r in run["rows"]]},
+            source=schemas.SourceRef(
+                seed=g.GPT1_TEXT,
+                paper=g.LOSHCHILOV,
+                quote="parameters with small historical gradients get decayed harder than parameters with large ones",
+            ),
+        ),
+        "smoothing": schemas.SmoothingTradeoff(
+            **texts_data.smoothing_tradeoff(),
+            source=schemas.SourceRef(
+                seed=g.LEARN_TEXT, paper=g.VASWANI, quote="Label smoothing worsened perplexity while improving accuracy"
+            ),
+        ),
+        "residual": schemas.ResidualExample(
+            **texts_data.residual_gradients(),  # tiny norms kept as they are: the point is how small they get
+            source=schemas.SourceRef(
+                seed=g.EXERCISES, paper=None, quote="multiplying 96 small numbers gives a vanishingly small product"
+            ),
+        ),
+    }

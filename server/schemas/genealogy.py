@@ -348,6 +348,51 @@ class AdamScaleExample(BaseModel):
     source: SourceRef
 
 
+class AdamwL2Row(BaseModel):
+    gradient: float = Field(description="the size of the gradients this weight sees, alternating in sign")
+    adam: float = Field(description="the weight after the run with no decay (it starts at 1)")
+    adam_l2: float = Field(description="with the decay added to the gradient (an L2 penalty; torch's Adam)")
+    adamw: float = Field(description="with the decay applied apart from Adam's step (AdamW)")
+    pulled_l2: float = Field(description="1 - adam_l2 / adam: how far the L2 penalty pulled it towards 0")
+    pulled_adamw: float = Field(description="1 - adamw / adam: the same for AdamW")
+
+
+class AdamwL2Example(BaseModel):
+    """The GPT-1 text's case for decoupled weight decay, run on two weights (model.formulas.adam_step)."""
+
+    steps: int
+    lr: float
+    weight_decay: float
+    rows: list[AdamwL2Row] = Field(description="a weight seeing small gradients, then one seeing large ones")
+    source: SourceRef
+
+
+class SmoothingTradeoff(BaseModel):
+    """Why smoothing worsens perplexity without costing accuracy: the best smoothed model's numbers."""
+
+    epsilon: float = Field(description="the smoothing (the Transformer's 0.1)")
+    vocab: int = Field(description="the vocabulary (37,000)")
+    p_true: float = Field(description="the most a smoothed model should give the right token: 1 - eps + eps / V")
+    p_other: float = Field(description="what it gives every other token: eps / V")
+    nll_true: float = Field(description="-ln p_true: what it pays even when right (a one-hot model pays 0)")
+    perplexity_true: float = Field(description="1 / p_true: its perplexity on tokens it gets right (one-hot: 1)")
+    top_token_unchanged: bool = Field(description="true: its most likely token is still the right one")
+    floor: float = Field(description="the loss against the smoothed target no model beats: its entropy")
+    source: SourceRef
+
+
+class ResidualExample(BaseModel):
+    """The exercises' residual argument, run on a stack of random layers with small Jacobians."""
+
+    depth: int
+    width: int
+    gain: float = Field(description="the weights' scale: N(0, gain^2 / width), so each layer shrinks its input")
+    layers: list[int] = Field(description="1 .. depth")
+    plain: list[float] = Field(description="|d(u . y_l) / dx| for y = F(x) stacked: a product of small factors")
+    residual: list[float] = Field(description="the same for y = x + F(x): the identity keeps it from vanishing")
+    source: SourceRef
+
+
 class TextsResponse(BaseModel):
     seeds: list[str] = Field(description="the seed texts every source names")
     facts: list[TextFactEntry] = Field(
@@ -358,3 +403,6 @@ class TextsResponse(BaseModel):
     gpt2_tokens: Gpt2Tokens
     padding: PaddingExample
     adam_scale: AdamScaleExample
+    adamw_l2: AdamwL2Example
+    smoothing: SmoothingTradeoff
+    residual: ResidualExample

@@ -54,6 +54,28 @@ function examples(res) {
   ];
 }
 
+// What the texts argue without a number, run by the server.
+function runs(res) {
+  const w = res.adamw_l2;
+  const sm = res.smoothing;
+  const r = res.residual;
+  const box = (id, title, source, ...lines) => el("div", { class: "gen-card", id },
+    el("h3", { text: title }), lines.map((t) => el("p", { class: "mono", text: t })), sourceTag(source));
+  const at = [1, 12, 48, r.depth].filter((l, i, all) => l <= r.depth && all.indexOf(l) === i);
+  return [
+    box("run-adamw", "Weight decay: L2 penalty or AdamW", w.source,
+      `${w.steps} steps, lr ${w.lr}, decay ${w.weight_decay}; gradients ±g with no direction`,
+      ...w.rows.map((x) => `g = ${x.gradient}: L2 pulls ${pct(x.pulled_l2)} towards 0, AdamW ${pct(x.pulled_adamw)}`)),
+    box("run-smoothing", "Smoothing: a worse perplexity, the same answer", sm.source,
+      `eps ${sm.epsilon}, V = ${int(sm.vocab)}: the right token gets at most ${decimal(sm.p_true, 4)}`,
+      `right, it still pays ${decimal(sm.nll_true, 3)} nats: perplexity ${decimal(sm.perplexity_true, 3)} (one-hot: 1)`,
+      `its top token ${sm.top_token_unchanged ? "is still the right one" : "changes"}; no model beats ${decimal(sm.floor, 2)} nats`),
+    box("run-residual", "Gradients through a deep stack", r.source,
+      `${r.depth} random layers of width ${r.width}, weights N(0, ${r.gain}²/${r.width})`,
+      ...at.map((l) => `after ${l}: plain ${r.plain[l - 1].toExponential(1)}, residual ${decimal(r.residual[l - 1], 2)}`)),
+  ];
+}
+
 function papers(list) {
   return el("details", { class: "gen-seed" }, el("summary", { text: `${list.length} citations, each with the year its text gives` }),
     el("table", { class: "gen-numbers", id: "texts-papers" },
@@ -63,7 +85,7 @@ function papers(list) {
 }
 
 export function renderTexts(res) {
-  $("texts-examples").replaceChildren(...examples(res));
+  $("texts-examples").replaceChildren(...examples(res), ...runs(res));
   $("texts-facts").replaceChildren(...seedTables(res.facts, res.seeds));
   $("texts-papers-box").replaceChildren(papers(res.papers));
   $("texts-panel").dataset.ready = "1";
