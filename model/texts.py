@@ -267,8 +267,8 @@ GPT2_FACTS = [
     _g2("mlp_share_of_block", 2 / 3, "", "the FFN's share of a block's parameters", "size",
         "about two-thirds of each decoder block’s parameters",
         (_G2["mlp_weights_per_block"] + 3072 + 768) / _G2["per_block"], "count_params: MLP weights and biases / block"),
-    _g2("target_probability", 4.6051e-5, "", "the probability GPT-2 gives ' forward' in the example "
-        "(GPT-2's own weights are not in this app, so it is not recomputed)", "loss",
+    _g2("target_probability", 4.6051e-5, "", "the probability the walkthrough's model puts on ' forward' "
+        "(the text does not say which weights gave it, so it is not recomputed)", "loss",
         "selects the value $4.6051 \\times 10^{-5}$"),
     _g2("adam_beta1", 0.9, "", "Adam's usual first-moment decay", "optimiser", "$\\beta_1$ is usually $0.9$",
         paper=None),
