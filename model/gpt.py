@@ -304,7 +304,7 @@ PRESETS: dict[str, dict] = {
         d_model=768,
         d_mlp=3072,
         norm="post",
-        gelu="exact",
+        gelu="tanh",  # the released GPT-1 code's tanh form (gpt1-genealogy.txt), as model/genealogy.py says
         dropout=0.1,
     ),
     "gpt2": dict(

@@ -281,7 +281,8 @@ def residual(t: Trace) -> ResidualBlock:
 
 
 def logit_lens(t: Trace) -> LogitLensBlock:
-    """The final norm and the unembedding applied to the stream after every stage."""
+    """The final norm and the unembedding applied to the stream after every stage (a post-norm model's
+    ln_final is an identity: its blocks' outputs are already normalised)."""
     m, ids, T = t.model, t.ids, len(t.ids)
     nxt = torch.tensor([*ids[1:], 0])
     top_all, actual = [], []

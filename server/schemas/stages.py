@@ -135,7 +135,8 @@ class LogitLensBlock(BaseModel):
     stages: list[str]
     positions: list[int]
     top: list[list[list[LensCandidate]]] = Field(
-        description="[stage][position][k] tokens the final LayerNorm + unembedding would predict from the stream at that stage"
+        description="[stage][position][k] tokens the final norm (none in a post-norm model) + unembedding would predict "
+        "from the stream at that stage"
     )
     actual_next_prob: list[list[float | None]] = Field(
         description="[stage][position] probability of the token that really follows (null at the last position)"
