@@ -72,10 +72,14 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ST202", "POST /api/v1/circuits/jobs"): DEPENDS + ": equal token counts, the model's edge names, rank_by computed",
     # attribution graphs (issue #43): a transcoder set of the served model, the prompt within n_ctx and the
     # graph's memory, tokens below vocab_size, interventions within the model, the prompt and the set
-    ("ST202", "POST /api/v1/attribution"): DEPENDS + ": a set of the model, the prompt within n_ctx and the graph's memory",
-    ("ST202", "POST /api/v1/attribution/jobs"): DEPENDS + ": a set of the model, the prompt within n_ctx and the graph's memory",
-    ("ST202", "POST /api/v1/attribution/intervene"): DEPENDS + ": layer, position and feature within the model, prompt and set",
-    ("ST202", "GET /api/v1/transcoders/{name}/features/{layer}/{feature}"): DEPENDS + ": layer and feature within the set",
+    ("ST202", "POST /api/v1/attribution"): DEPENDS
+    + ": a set of the model, the prompt within n_ctx and the graph's memory",
+    ("ST202", "POST /api/v1/attribution/jobs"): DEPENDS
+    + ": a set of the model, the prompt within n_ctx and the graph's memory",
+    ("ST202", "POST /api/v1/attribution/intervene"): DEPENDS
+    + ": layer, position and feature within the model, prompt and set",
+    ("ST202", "GET /api/v1/transcoders/{name}/features/{layer}/{feature}"): DEPENDS
+    + ": layer and feature within the set",
     # cross-field limits of the /learn curves
     ("ST202", "GET /api/v1/curves/cross-entropy"): DEPENDS + ": target below the number of logits",
     ("ST202", "GET /api/v1/curves/gelu"): DEPENDS + ": x_max above x_min",
