@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from gptscope import __version__
 from gptscope.model import corpus as corpus_mod
 
-from . import contract, errors, saes
+from . import contract, errors, saes, transcoders
 from .attribution_jobs import GRAPHS
 from .circuit_jobs import SEARCHES
 from .config import STATIC_DIR, Settings
@@ -49,6 +49,7 @@ def create_app(
             app.state.patch_jobs,
             app.state.circuit_jobs,
             app.state.attribution_jobs,
+            app.state.transcoder_jobs,
         ):
             runner.shutdown()  # cancel every job still going; a run's snapshots stay loadable
 
@@ -82,6 +83,7 @@ def create_app(
     app.state.patch_jobs = SWEEPS.runner()
     app.state.circuit_jobs = SEARCHES.runner()
     app.state.attribution_jobs = GRAPHS.runner()
+    app.state.transcoder_jobs = transcoders.runner()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
     for router in api_routers():
