@@ -71,7 +71,17 @@ ARCHS = {
     ),
     # OLMo 2: norms after attention and the MLP, q/k norm over every head at once
     "olmo2": ("Olmo2", dict(num_key_value_heads=2)),
+    # Llama 3's kind of folder (issue #45's BOS and chat template): tokenizer.json's post-processor adds
+    # <|begin_of_text|>, tokenizer_config.json names it and holds the chat template
+    "llama3": ("Llama", dict(num_key_value_heads=2)),
 }
+BOS = "<|begin_of_text|>"
+# Llama 3's chat template, in its few lines: the BOS, then each message between its header and <|eot_id|>
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+    "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
 TOKEN_IDS = dict(bos_token_id=1, eos_token_id=0, pad_token_id=0)
 
 
@@ -116,7 +126,7 @@ def build(arch: str, folder: Path, seed: int = 0, **over):
     import transformers
 
     family, fields = ARCHS[arch]
-    tok = byte_level_tokenizer()
+    tok = byte_level_tokenizer(bos=BOS if arch == "llama3" else None)
     torch.manual_seed(seed)
     cfg = getattr(transformers, f"{family}Config")(**{**SMALL, **TOKEN_IDS, **fields, **over})
     cfg._attn_implementation = "eager"
@@ -128,6 +138,9 @@ def build(arch: str, folder: Path, seed: int = 0, **over):
                 p.add_(torch.randn_like(p) * 0.2)
     m.save_pretrained(folder)
     tok.save(str(folder / "tokenizer.json"))
+    if arch == "llama3":
+        config = {"bos_token": BOS, "eos_token": "<|eot_id|>", "chat_template": LLAMA3_TEMPLATE}
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
     return m, tok
 
 
