@@ -57,7 +57,7 @@ function drawHistograms() {
   const plotH = height - 120;                 // inside the top and bottom margins
   const vgap = rows === 1 ? 0 : 70 / plotH;   // room for the next row's title lines and this row's axis
   const h = (1 - vgap * (rows - 1)) / rows;
-  const below = -(rows === 1 ? 0.25 : 75 / plotH);
+  const below = -75 / plotH;   // under the bottom row's axis title (a one-row grid of 2-4 layers too)
   const data = [];
   const layout = { height, showlegend: true, legend: { orientation: "h", y: below }, margin: { l: 50, r: 50, t: 60, b: 60 }, annotations: [] };
   // the GELU curve's lowest point, picked from the curve the API sent
