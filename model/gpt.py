@@ -779,8 +779,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, kv: LayerKV | None = None, idx: torch.Tensor | None = None) -> torch.Tensor:
         q, k, v = self.qkv(x, kv, idx)  # (B, nh, T, hs), (B, nh, Tk, hs), (B, nh, Tk, hs)
-        # (no fused kernel caps the scores: a softcapped model runs the step-by-step path in both modes)
-        y = self.explained(q, k, v) if self.explain or self.cfg.attn_softcap else self.fused(q, k, v)  # (B, T, d)
+        y = self.explained(q, k, v) if self.explain else self.fused(q, k, v)  # (B, T, d)
         return self.resid_dropout(y)
 
     def qkv(
@@ -826,8 +825,11 @@ class CausalSelfAttention(nn.Module):
         return self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
 
     def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Fast mode: PyTorch's fused scaled_dot_product_attention, then one W_O matmul for all heads."""
+        """Fast mode: PyTorch's fused scaled_dot_product_attention, then one W_O matmul for all heads
+        (no fused kernel caps the scores: Gemma 2's softcapped attention is written out, with no hooks)."""
         B, nh, T, hs = q.shape
+        if self.cfg.attn_softcap:
+            return self.capped(q, k, v)
         mask, is_causal = self.sdpa_mask(T, k.size(2), q.device)
         p_drop = self.cfg.dropout if self.training else 0.0
         # y (B, nh, T, hs): scores, mask, softmax and the weighted sum of values in one kernel
@@ -835,6 +837,17 @@ class CausalSelfAttention(nn.Module):
             q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal, scale=self.cfg.attn_scale or None
         )
         z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs)
+        return self.c_proj(z.reshape(B, T, nh * hs))
+
+    def capped(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Fast mode with attn_softcap: softmax(mask(cap tanh(q k^T * scale / cap))) V, then W_O."""
+        B, nh, T, hs = q.shape
+        cap = self.cfg.attn_softcap
+        scores = cap * torch.tanh((q @ k.transpose(-2, -1)) * (self.scale / cap))  # (B, nh, T, Tk)
+        if self.cfg.causal:
+            scores = scores.masked_fill(~causal_allowed(T, k.size(2), q.device, self.window), float("-inf"))
+        y = self.attn_dropout(F.softmax(scores, dim=-1)) @ v  # (B, nh, T, hs)
+        z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs), as the fused kernel's
         return self.c_proj(z.reshape(B, T, nh * hs))
 
     def sdpa_mask(self, T: int, Tk: int, device: torch.device) -> tuple[torch.Tensor | None, bool]:
