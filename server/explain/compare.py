@@ -29,6 +29,8 @@ LN2 = math.log(2)
 
 def _token_at_char(pieces, char: int) -> int:
     for p in pieces:
+        if p.special and p.end == p.start:  # a beginning-of-text token covers no character
+            continue
         if p.start <= char < max(p.end, p.start + 1):
             return p.index
     return pieces[-1].index
