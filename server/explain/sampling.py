@@ -44,8 +44,8 @@ def _entropy(p: torch.Tensor) -> float:
 def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenResponse:
     _check_top_k(service, req)
     ids, _, _ = request_prompt(service, req.text, req.messages, req.add_generation_prompt, req.bos, req.truncate)
-    with service.run() as m:
-        logits, _ = m(torch.tensor([ids], device=service.device))
+    with service.run() as m:  # (the last position's logits only: the unembedding is the widest matmul)
+        logits, _ = m(torch.tensor([ids], device=service.device), last_only=True)
     last = logits[0, -1].float()
     f = filter_logits(last, req.temperature, req.top_k, req.top_p)
     order = torch.argsort(f.probs_raw, descending=True, stable=True)[: req.show]
