@@ -17,7 +17,7 @@ CAESAR_ID, EDWARD_ID = 1188, 1580
 
 
 def test_the_lenses_and_the_token_attribution_draw_from_the_api(page, live_url):
-    params = {"text": CAESAR, "lens": "tuned-s0", "ig_target": CAESAR_ID, "ig_contrast": EDWARD_ID}
+    params = {"text": CAESAR, "lens": "tuned-s0", "ig_target": CAESAR_ID}
     page.goto(f"{live_url}/?{urlencode(params)}")
     page.wait_for_selector('body[data-ready="1"]', state="attached")
     body = {"text": CAESAR, "include": ["logit_lens", "tuned_lens"], "lens": "tuned-s0"}
@@ -40,8 +40,14 @@ def test_the_lenses_and_the_token_attribution_draw_from_the_api(page, live_url):
     assert plot_data(page, "lens-plot")[0]["z"] == trace["logit_lens"]["actual_next_prob"]
     assert "lens" not in query_of(page.url)
 
-    # stage 11: the logit difference " Caesar" - " Edward" at the last position, token by token
+    # stage 11: the logit difference " Caesar" - " Edward" (typed) at the last position, token by token
     page.locator("#attribution-panel").scroll_into_view_if_needed()
+    page.wait_for_selector('#attribution-panel[data-state="ready"]', state="attached", timeout=60_000)
+    page.fill("#ta-word", "Edward")
+    page.click("#ta-word-contrast")
+    page.wait_for_function(
+        f"JSON.parse(document.getElementById('attribution-panel').dataset.request || '{{}}').contrast === {EDWARD_ID}"
+    )
     page.wait_for_selector('#attribution-panel[data-state="ready"]', state="attached", timeout=60_000)
     ta = api(page, live_url, "/token-attribution", {"text": CAESAR, "target": CAESAR_ID, "contrast": EDWARD_ID,
                                                      "position": len(trace["tokens"]) - 1, "steps": 32, "baseline": "zero"})  # fmt: skip
@@ -50,6 +56,7 @@ def test_the_lenses_and_the_token_attribution_draw_from_the_api(page, live_url):
     assert shown == row["integrated_gradients"]
     assert float(page.get_attribute("#ta-error", "data-value")) == row["completeness"]["error"]
     assert "Caesar" in page.get_attribute("#ta-tokens .ta-tok[data-index='7']", "title")
+    assert "Edward" in page.inner_text("#ta-contrast") and page.input_value("#ta-contrast") == str(EDWARD_ID)
 
     # every position: a job, then the matrix
     page.check("#ta-every")

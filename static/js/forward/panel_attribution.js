@@ -25,6 +25,8 @@ let tokens = [];
 let position = 0;
 let result = null;       // the last answer
 let asked = "";          // the request it answers, as JSON (a new one is needed when it differs)
+let candidates = [];     // the next-token candidates at the selected position (the trace's next_token)
+const known = new Map(); // token id -> text, of targets and contrasts typed or answered
 const slot = latest();
 
 // The settings in the page's URL (ig_*), only those that differ from the defaults.
@@ -68,17 +70,44 @@ function initAttribution(p) {
     else e.target.value = String(cfg.steps);
   });
   $("ta-method").addEventListener("change", (e) => { cfg.method = e.target.value; page.writeUrl(); drawAll(); });
+  const typed = (key) => async () => {
+    const t = await oneToken($("ta-word").value);
+    if (t) { known.set(t.id, t.text); changed(key, t.id); fillChoices(candidates); }
+  };
+  $("ta-word-target").addEventListener("click", typed("target"));
+  $("ta-word-contrast").addEventListener("click", typed("contrast"));
   addDownloads($("ta-tokens"), "token-attribution", () => result, { svgEl: () => snapshotSvg($("ta-tokens")) });
   addDownloads($("ta-matrix-plot"), "token-attribution-matrix", () => result);
 }
 
+// A typed word as one token of the model (POST /api/v1/tokenize; most words are stored with their
+// leading space, so " word" is tried too), or null with a note saying why not.
+async function oneToken(word) {
+  if (!word) return null;
+  try {
+    let res = await apiPost("/tokenize", { text: word, encoding: "model" });
+    if (res.tokens.length !== 1 && !word.startsWith(" ")) {
+      const spaced = await apiPost("/tokenize", { text: ` ${word}`, encoding: "model" });
+      if (spaced.tokens.length === 1) res = spaced;
+    }
+    if (res.tokens.length === 1) { setNote($("ta-note"), ""); return res.tokens[0]; }
+    setNote($("ta-note"), `“${word}” is ${res.tokens.length} tokens of this model; a target or a contrast is one token.`);
+  } catch (err) {
+    setNote($("ta-note"), err.message, "error");
+  }
+  return null;
+}
+
 // The target and contrast choices: the top prediction (or nothing) and the next-token candidates at
-// the selected position, plus a chosen id that is not among them.
-function fillChoices(candidates) {
+// the selected position, plus a chosen id that is not among them (named when it was typed or answered).
+function fillChoices(list) {
+  candidates = list || [];
   const fill = (sel, first, value) => {
     const opts = [new Option(first, "")];
-    for (const c of candidates || []) opts.push(new Option(`“${visible(c.text)}” (id ${c.id})`, String(c.id)));
-    if (value !== null && !(candidates || []).some((c) => c.id === value)) opts.push(new Option(`id ${value}`, String(value)));
+    for (const c of candidates) opts.push(new Option(`“${visible(c.text)}” (id ${c.id})`, String(c.id)));
+    if (value !== null && !candidates.some((c) => c.id === value)) {
+      opts.push(new Option(known.has(value) ? `“${visible(known.get(value))}” (id ${value})` : `id ${value}`, String(value)));
+    }
     sel.replaceChildren(...opts);
     sel.value = value === null ? "" : String(value);
   };
@@ -112,6 +141,8 @@ async function fetchAnswer(b, signal) {
       ? await runJob("/token-attribution/jobs", b, signal, (job) => showProgress(job, "positions"), "token attribution job")
       : await apiPost("/token-attribution", b, signal);
     asked = JSON.stringify(b);
+    for (const r of result.rows) for (const t of [r.target, r.contrast]) if (t) known.set(t.id, t.text);
+    fillChoices(candidates);
     setNote($("ta-note"), "");
     drawAll();
     panel.dataset.state = "ready";
