@@ -42,8 +42,8 @@ BASELINES = {
     "embedding is kept",
 }
 RULE = (
-    "the midpoint rule: the gradient at the middle of each of `steps` equal parts of the straight path from the "
-    "baseline to the input, averaged, times (input - baseline), summed over each token's d numbers"
+    "the midpoint rule: the gradient at the middle of each of the steps' equal parts of the straight path from "
+    "the baseline to the input, averaged, times (input - baseline), summed over each token's d numbers"
 )
 METHODS = [
     MethodNote(
