@@ -25,6 +25,9 @@ import pytest
 
 from gptscope.server.config import BUILTIN_CHECKPOINT, KEEP_ALIVE_S, Settings
 
+pytest.register_assert_rewrite("exporting")  # its asserts (live_exports, check_offline) say what failed
+from exporting import captured_bands  # noqa: E402
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -182,10 +185,13 @@ def another_page(page, shared_context):
 
 
 def save_screenshot(pg, name: str, full_page: bool = True) -> Path:
-    """Save a PNG of the page to test-artifacts/<name>.png (repo root) and return its path."""
+    """Save a PNG of the page to test-artifacts/<name>.png (repo root) and return its path. A
+    full-page shot must show no blank band between two cards (exporting.BANDS, as drawn)."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     pg.screenshot(path=str(path), full_page=full_page)
+    if full_page:
+        assert captured_bands(pg) == [], path
     return path
 
 
