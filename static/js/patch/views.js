@@ -123,6 +123,8 @@ export function renderCell(res) {
   const bar = (key, name, color) => ({ type: "bar", name, x, y: d.compared.map((t) => t[key]), marker: { color },
     hovertemplate: `${name} · “%{x}” %{y:.2%}<extra></extra>` });
   chart($("cell-plot"), [bar("clean", "clean", OKABE.vermillion), bar("corrupted", "corrupted", OKABE.blue), bar("patched", "patched", OKABE.black)],
-    { barmode: "group", yaxis: { title: { text: "probability" }, tickformat: PROB_TICKS }, xaxis: { tickfont: { family: MONO } } });
+    // the tokens slanted at an angle of our own: the legend below makes room for that angle (at one
+    // Plotly picked itself, the slanted names ran down into the legend)
+    { barmode: "group", yaxis: { title: { text: "probability" }, tickformat: PROB_TICKS }, xaxis: { tickfont: { family: MONO }, tickangle: -45 } });
   $("cell-plot").dataset.cell = JSON.stringify(d.cell);
 }
