@@ -70,16 +70,6 @@ PROBE = """(id) => {
 WIDE_SHARE = 0.6
 BAND_PX = 64  # the cards stand 1rem apart; the hole a sticky bar leaves in a full-page shot is 100-140 px
 
-# What stands in `root`, but in `skip`: its elements that hold no other element, and its images,
-# canvases, SVGs, tables and form fields whole.
-LEAVES = """function* leaves(root, skip = []) {
-  for (const e of root.children) {
-    if (skip.includes(e)) continue;
-    if (!e.children.length || /^(svg|canvas|img|table|input|select|textarea|button)$/i.test(e.tagName)) yield e;
-    else yield* leaves(e, skip);
-  }
-}"""
-
 # The box (viewport coordinates) around what a figure draws: Plotly's plot areas, texts, legend, colour
 # bars and images; another figure's canvases, SVGs and images (a grid of maps, a head view), or its
 # own box when it has none (token chips, text: it flows to its box's width); null while it is empty
@@ -127,7 +117,6 @@ LAYOUT_FAULTS = f"""(ids) => {{
   const faults = [];
   const box = (e) => e.getBoundingClientRect();
   const meets = (a, b) => a.width > 0 && b.width > 0 && a.left < b.right - 3 && b.left < a.right - 3 && a.top < b.bottom - 3 && b.top < a.bottom - 3;
-  {LEAVES}
   const ink = {INK};
   for (const id of ids) {{
     const gd = document.getElementById(id);
@@ -184,10 +173,14 @@ LAYOUT_FAULTS = f"""(ids) => {{
     const cs = getComputedStyle(card);
     const inner = card.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
     if (drawn.right - drawn.left >= {WIDE_SHARE} * inner) return;
+    // anything of the card beside it (another figure, its grid cell, text), but what holds it, what
+    // it holds and its own bar
     const bar = document.querySelector(`.dl-bar[data-for="${{id}}"]`);
-    for (const e of leaves(card, [f, bar])) {{
+    for (const e of card.querySelectorAll("*")) {{
+      if (e.contains(f) || f.contains(e) || (bar && bar.contains(e))) continue;
       const b = box(e);
-      if (!b.width || !b.height || Math.min(b.bottom, drawn.bottom) - Math.max(b.top, drawn.top) < 8) continue;
+      const shared = Math.min(b.bottom, drawn.bottom) - Math.max(b.top, drawn.top);   // of the row's height
+      if (!b.width || !b.height || shared < Math.min(40, b.height / 2, (drawn.bottom - drawn.top) / 2)) continue;
       if (b.right > drawn.right + 8 || b.left < drawn.left - 8) return;   // something beside it
     }}
     faults.push(`${{id}}: draws on ${{Math.round((100 * (drawn.right - drawn.left)) / inner)}}% of its card's width, the rest of its row empty`);
@@ -208,10 +201,10 @@ LAYOUT_FAULTS = f"""(ids) => {{
       if (at.has(k) && at.get(k) !== who) faults.push(`${{id}}: the point (${{x}}, ${{y}}) is labelled twice (“${{text}}”)`);
       at.set(k, who);
     }};
+    const nth = (v, i) => (Array.isArray(v) ? v[i] : v);
     (f.data || []).forEach((t, c) => {{
-      if (t.visible === false || !/text/.test(t.mode || "") || t.text === undefined) return;
-      const xs = t.x || [];
-      xs.forEach((x, i) => put(t.xaxis || "x", t.yaxis || "y", x, t.y[i], Array.isArray(t.text) ? t.text[i] : t.text, `trace ${{c}}`));
+      if (t.visible === false || !/text/.test(t.mode || "")) return;
+      (t.x || []).forEach((x, i) => put(t.xaxis || "x", t.yaxis || "y", x, t.y[i], nth(t.texttemplate, i) ?? nth(t.text, i), `trace ${{c}}`));
     }});
     for (const [i, a] of ((f.layout || {{}}).annotations || []).entries())
       if (a.xref !== "paper" && a.yref !== "paper") put(a.xref || "x", a.yref || "y", a.x, a.y, a.text, `annotation ${{i}}`);
