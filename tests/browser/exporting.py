@@ -317,6 +317,7 @@ def check_offline(browser, exports) -> None:
             got = offline.wait_for_function(PROBE, arg=fig, timeout=60_000).json_value()
             assert got == live, (path, fig, got, live)
             assert offline.locator(".dl-bar button[data-format='html']").count() == 0  # a file does not export itself
+            assert offline.locator(".export-note").is_visible()  # and says what it is
             shown.append(fig)
         assert layout_faults(offline, shown) == [], opened
     finally:
