@@ -64,7 +64,8 @@ PROBE = """(id) => {
 # margin too small for them are cut off; and a legend placed by hand can sit on an axis's title or
 # tick labels. Then what reads badly on a page (issue #49): two text labels of a figure drawn on top
 # of each other, or one point labelled twice (one label just above the other); a download bar that
-# is not directly above its own figure (nor just beside it, on its right); a figure that draws on less
+# is not directly above its own figure (nor just beside it, on its right), or shown for a hidden
+# figure; a figure that draws on less
 # than WIDE_SHARE of its card's width while nothing else stands in the rest of its row; and (BANDS)
 # a blank band taller than BAND_PX between two cards of the page.
 WIDE_SHARE = 0.6
@@ -147,6 +148,9 @@ LAYOUT_FAULTS = f"""(ids) => {{
     }}
     labelsApart(gd, id, faults);
   }}
+  for (const bar of document.querySelectorAll(".dl-bar"))   // a bar for nothing: its figure hidden
+    if (bar.checkVisibility() && !document.getElementById(bar.dataset.for)?.checkVisibility())
+      faults.push(`${{bar.dataset.for}}: its download bar is shown, the figure is not`);
   return [...faults, ...({BANDS})(false)];
 
   // the figure's download bar: its buttons end just above the figure's box and within its width,
