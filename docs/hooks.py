@@ -5,7 +5,7 @@
 
 The table cannot drift from the code: it builds a small model of each block kind that has hook
 points of its own (GPT-2's block, the llama-style block, a mixture of experts, Gemma 2's sandwich
-norm), runs one forward pass with every hook recorded (`GPT.capture`) after a short KV-cached
+norm, nanochat's block), runs one forward pass with every hook recorded (`GPT.capture`) after a short KV-cached
 prefix, and reads each hook's name and shape from what was captured. Sizes are chosen so that every
 dimension has its own length, and each length is written back as its symbol (B, T, d, ...).
 Whether a hook also fires in "fast" mode (training) is measured with plain forward hooks.
@@ -36,6 +36,8 @@ MODELS = [
     ("llama", "llama-style", {"n_kv_head": 2}),  # RoPE, RMSNorm, SwiGLU, grouped-query attention
     ("MoE", "gpt2-style", {"n_expert": 5, "top_k_experts": 2}),
     ("sandwich", "gpt2-style", {"norm": "both"}),
+    # nanochat's block: the smear, x0 mixed back in, value embeddings, the backout, the softcap
+    ("nanochat", "nanochat-tiny", {"n_kv_head": 2, "n_layer": 3}),  # value embeddings on layers 0 and 2
 ]
 
 # What each hook holds, by the last part of its name (the ln_final, ln1/ln2 and *_post norms share theirs).
@@ -66,6 +68,13 @@ MEANING = {
     "hook_mlp_out": "what the MLP (or the mixture of experts) adds to the stream",
     "hook_resid_post": "the residual stream leaving the block",
     "hook_logits": "the logits",
+    "hook_x0": "nanochat: the embedding stream x0 (normalised, smeared), which x0_mix mixes into every block's input",
+    "smear.hook_gate": "nanochat's smear: lambda sigmoid(x_t[:24] W), the share of x_{t-1} added to x_t (0 at the first position)",
+    "hook_ve": "nanochat: the rows of the layer's value embedding for the tokens (alternating layers, the last included)",
+    "hook_ve_gate": "nanochat: 3 sigmoid(x[:12] W_g), how much of them each key/value head's values take in",
+    "hook_backout": "nanochat: what the backout takes out, lambda_b times the stream after block n_layer // 2",
+    "hook_resid_final": "nanochat: the stream after the backout, which the final norm reads",
+    "hook_logits_uncapped": "nanochat: the logits z before the softcap, c tanh(z / c)",
 }
 
 
@@ -162,6 +171,7 @@ def table() -> str:
     ]
     for name in merged_order(per_model):
         leaf = name.rsplit(".", 1)[-1]
+        leaf = ".".join(name.split(".")[-2:]) if ".".join(name.split(".")[-2:]) in MEANING else leaf
         if leaf not in MEANING:
             raise KeyError(f"{name}: describe {leaf!r} in MEANING in docs/hooks.py")
         have = {label: hooks[name] for label, hooks in per_model.items() if name in hooks}

@@ -111,6 +111,12 @@ class Graph:
 
 def check_config(cfg: GPTConfig) -> None:
     """Raise ValueError unless the writers of this config add up into a residual stream."""
+    if cfg.extras:
+        raise ValueError(
+            f"edges need a residual stream that is a plain sum; nanochat's block ({', '.join(cfg.extras)}) scales "
+            "and mixes the stream between blocks, reads the tokens again and caps the logits, and gptscope "
+            "does not yet define its edges"
+        )
     if cfg.norm != "pre":
         raise ValueError(
             f"edges need a residual stream that is a plain sum (norm='pre'); this model normalises it "
@@ -199,7 +205,8 @@ def _norm(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         y = x / (x.pow(2).mean(-1, keepdim=True) + m.eps).sqrt() * m.weight
         return y + m.bias if m.bias is not None else y
     assert isinstance(m, RMSNorm)
-    return x / (x.pow(2).mean(-1, keepdim=True) + m.eps).sqrt() * m.weight
+    y = x / (x.pow(2).mean(-1, keepdim=True) + m.eps).sqrt()
+    return y if m.weight is None else y * m.weight
 
 
 class _Readers:

@@ -12,6 +12,7 @@ texts'.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ import torch
 
 from .formulas import linspace, nll
 from .gpt import GPTConfig, count_params
+from .lessons import encoder_decoder_counts
 
 NOTES = "gpt-bert-transformer-notes.txt"
 EXERCISES = "gpt-family-exercises.txt"
@@ -35,7 +37,9 @@ LIU = "Liu et al., RoBERTa (2019), arXiv:1907.11692"
 LAN = "Lan et al., ALBERT (2020), arXiv:1909.11942"
 XIONG = "Xiong et al., On Layer Normalization in the Transformer Architecture (2020)"
 PRESS_WOLF = "Press and Wolf, Using the Output Embedding to Improve Language Models (2016)"
+SZEGEDY = "Szegedy et al., Rethinking the Inception Architecture for Computer Vision (2015)"
 MULLER = "Müller, Kornblith and Hinton, When Does Label Smoothing Help? (2019)"
+INAN = "Inan, Khosravi and Socher, Tying Word Vectors and Word Classifiers (2016)"
 LOSHCHILOV = "Loshchilov and Hutter, Fixing Weight Decay Regularization in Adam (2017)"
 HENDRYCKS = "Hendrycks and Gimpel, Gaussian Error Linear Units (2016)"
 BROWN = "Brown et al., Language Models are Few-Shot Learners (2020), the GPT-3 paper"
@@ -44,7 +48,8 @@ BROWN = "Brown et al., Language Models are Few-Shot Learners (2020), the GPT-3 p
 @dataclass(frozen=True)
 class Source:
     seed: str  # the seed file the fact is read from
-    paper: str | None = None  # the paper that text cites for it, if it cites one
+    paper: str | None = None  # the paper that text cites for this very fact, if it cites one
+    quote: str | None = None  # a short passage of the seed, verbatim, that gives the fact
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class Fact:
     caption: str
     source: Source
     unit: str = ""
+    also: tuple[Source, ...] = ()  # other texts that give the same number
 
 
 @dataclass(frozen=True)
@@ -94,12 +100,15 @@ def _cfg(vocab: int, ctx: int, layers: int, heads: int, width: int, **kw) -> GPT
 def transformer_count(cfg: GPTConfig) -> dict[str, int]:
     """The 2017 encoder-decoder counted with count_params' pieces: n_layer encoder blocks (attention +
     FFN), as many decoder blocks (the same plus a cross-attention of four d x d matrices), one shared
-    embedding table (the output reuses it), sinusoidal positions (no parameters). Weights only, the
-    way the GPT-1 text counts."""
+    embedding table (the output reuses it), sinusoidal positions (no parameters): weights only, the
+    way the GPT-1 text counts. ``total`` adds the biases and LayerNorms (lessons.encoder_decoder_counts,
+    the count /api/v1/params?preset=transformer-base gives)."""
     c = count_params(cfg)
     encoder = cfg.n_layer * c["per_block_seed_convention"]
     decoder = cfg.n_layer * (c["per_block_seed_convention"] + c["attention_weights_per_block"])
+    full = encoder_decoder_counts(cfg.vocab_size, cfg.d_model, cfg.n_layer, cfg.d_mlp, tie=cfg.tie_weights)
     return {
+        "total": full["total"],
         "seed_convention": c["token_embedding"] + encoder + decoder,
         "token_embedding": c["token_embedding"],
         "encoder": encoder,
@@ -123,8 +132,8 @@ def bert_additions(cfg: GPTConfig) -> dict[str, int]:
     return {**parts, "total": sum(parts.values())}
 
 
-def _src(seed: str, paper: str | None = None) -> Source:
-    return Source(seed, paper)
+def _src(seed: str, paper: str | None = None, quote: str | None = None) -> Source:
+    return Source(seed, paper, quote)
 
 
 def _config_sources(text: Source, paper: Source, given: set[str]) -> dict[str, tuple[bool, Source]]:
@@ -139,6 +148,12 @@ GPT2_SIZES = (  # name, layers, width, heads, the params the LAMBADA table quote
     ("GPT-2 XL", 48, 1600, 25, 1.5e9),
 )
 LAMBADA = {"GPT-2 Small": 45.0, "GPT-2 Medium": 55.0, "GPT-2 Large": 58.0, "GPT-2 XL": 63.0}  # zero-shot %
+LAMBADA_ROWS = (  # the notes' table, row by row, as the quotes of the facts above
+    "GPT-2 Small\t124M\t45.0%",
+    "GPT-2 Medium\t355M\t55.0%",
+    "GPT-2 Large\t774M\t58.0%",
+    "GPT-2 XL\t1.5B\t63.0%",
+)
 
 NSP_TASKS = ("MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD")
 NSP_ABLATION = {"BERT_BASE": (84.4, 88.4, 86.7, 92.7, 88.5), "No NSP": (83.9, 84.9, 86.5, 92.6, 87.9)}
@@ -146,9 +161,126 @@ ROBERTA_TASKS = ("SQuAD 1.1", "SQuAD 2.0", "MNLI", "RACE")
 ROBERTA_NSP = {"SEGMENT-PAIR + NSP": (90.4, 78.7, 84.0, 64.2), "FULL-SENTENCES, no NSP": (90.4, 79.1, 84.7, 64.8)}
 
 
+def _notes_vaswani(quote: str) -> Source:
+    return _src(NOTES, VASWANI, quote)
+
+
+def _learn_vaswani(quote: str, paper: str | None = VASWANI) -> Source:
+    return _src(LEARN_TEXT, paper, quote)
+
+
+def _gpt1_text(quote: str, paper: str | None = RADFORD_2018) -> Source:
+    return _src(GPT1_TEXT, paper, quote)
+
+
+def _notes_radford(quote: str) -> Source:
+    return _src(NOTES, RADFORD_2018, quote)
+
+
+_TRANSFORMER_FACTS = [
+    Fact(
+        "d_ff", 2048, "width of the feed-forward layer inside each block", _notes_vaswani("FFN inner dimension\t2048")
+    ),
+    Fact("d_head", 64, "each of the 8 heads' width (8 x 64 = 512)", _notes_vaswani("With 8 heads of dimension 64")),
+    Fact("adam_beta1", 0.9, "Adam's first-moment decay", _notes_vaswani("Adam (β1=0.9, β2=0.98)")),
+    Fact("adam_beta2", 0.98, "Adam's second-moment decay", _notes_vaswani("Adam (β1=0.9, β2=0.98)")),
+    Fact(
+        "warmup_steps",
+        4000,
+        "steps of linear warmup before the inverse-square-root decay",
+        _notes_vaswani("warmup 4000 steps"),
+        also=(_learn_vaswani("where $w=4000$ is the number of warmup steps"),),
+    ),
+    Fact(
+        "norm",
+        "post",
+        "LayerNorm after the residual add: large gradients near the output at the start, which the "
+        "warmup tames (pre-norm later made warmup matter far less)",
+        _learn_vaswani("post-norm Transformers can have unusually large gradients near the output layers", XIONG),
+    ),
+    Fact("dropout", 0.1, "dropout on sublayer outputs and embeddings", _notes_vaswani("Dropout\t0.1")),
+    Fact(
+        "label_smoothing",
+        0.1,
+        "the share of the target's mass spread over the other tokens (the method is Szegedy et al.'s; "
+        "this value is the Transformer's)",
+        _notes_vaswani("Label smoothing\t0.1"),
+    ),
+    Fact(
+        "label_smoothing_origin",
+        "Szegedy et al.",
+        "who introduced label smoothing: to stop a model chasing a certainty the data do not have",
+        _learn_vaswani("introduced label smoothing to discourage that extreme", SZEGEDY),
+    ),
+    Fact(
+        "label_smoothing_effect",
+        "perplexity worse, BLEU better",
+        "what smoothing did in the Transformer: a worse likelihood but better translations",
+        _learn_vaswani("Label smoothing worsened perplexity while improving accuracy and BLEU."),
+    ),
+    Fact(
+        "label_smoothing_later",
+        "a worse teacher",
+        "the later finding: a smoothed model passes less to a student in distillation",
+        _learn_vaswani("it can make a trained network a worse teacher for knowledge distillation", MULLER),
+    ),
+    Fact(
+        "tying_result",
+        "better perplexity, fewer parameters",
+        "what tying the input and output matrices did in language models (Inan et al. found the same independently)",
+        _learn_vaswani("tying the input and output matrices could improve perplexity", PRESS_WOLF),
+        also=(_learn_vaswani("arrived independently at closely related weight-sharing results", INAN),),
+    ),
+    Fact(
+        "tying",
+        "three-way",
+        "one matrix serves the source embedding, the target embedding and the output layer",
+        _learn_vaswani("shares a single matrix across both embedding layers and the pre-softmax transformation"),
+    ),
+    Fact(
+        "params_untied",
+        84e6,
+        "the size the text gives with a separate output matrix (65M + about 19M)",
+        _learn_vaswani("would take the model to roughly $84$ million"),
+        "parameters",
+    ),
+    Fact(
+        "pairs_en_de",
+        4.5e6,
+        "English-German sentence pairs of the training data",
+        _learn_vaswani("used about $4.5$ million sentence pairs"),
+        "pairs",
+    ),
+    Fact("pairs_en_fr", 36e6, "English-French sentence pairs", _learn_vaswani("dataset about $36$ million"), "pairs"),
+    Fact(
+        "batch_tokens",
+        25_000,
+        "source tokens per batch (and as many target tokens)",
+        _learn_vaswani("roughly $25{,}000$ source tokens"),
+        "tokens",
+    ),
+    Fact(
+        "train_steps",
+        100_000,
+        "steps the base model trained for",
+        _learn_vaswani("The base model trained for $100{,}000$ steps"),
+        "steps",
+    ),
+    Fact("train_hours", 12, "hours the base model took to train", _learn_vaswani("Twelve hours later"), "hours"),
+    Fact(
+        "uniform_loss",
+        10.5,
+        "the loss of a uniform guess over 37,000 tokens: where training starts",
+        _learn_vaswani("tokens incurs $10.5$"),
+        "nats",
+    ),
+]
+
+
 def _transformer() -> Generation:
     s = _src(NOTES, VASWANI)
     learn = _src(LEARN_TEXT, VASWANI)
+
     return Generation(
         key="transformer",
         name="Transformer (base)",
@@ -160,44 +292,117 @@ def _transformer() -> Generation:
             "vocab_size": (True, learn),
             "n_ctx": (False, _src(NOTES, VASWANI + ": sinusoidal positions have no fixed length; 512 is ours")),
         },
-        quoted_params=None,
-        quoted_params_source=None,
-        params_note="The texts quote no total for the 2017 model. Counted here: 6 encoder and 6 decoder blocks "
-        "(each decoder block has a cross-attention of four more d x d matrices) and one 37,000-row table shared "
-        "by both embeddings and the output; sinusoidal positions cost nothing.",
+        quoted_params=65e6,
+        quoted_params_source=_learn_vaswani("The base model has $65$ million in total"),
+        params_note="The 65M is the paper's figure, which how-models-learn repeats without a breakdown. Counted "
+        "here from the shape the texts give: 6 encoder and 6 decoder blocks (each decoder block has a "
+        "cross-attention of four more d x d matrices), one 37,000-row table shared by both embeddings and the "
+        "output, sinusoidal positions that cost nothing, and the biases and LayerNorms. That comes to a little "
+        "less than 65M; the texts give nothing that places the gap (a vocabulary or a detail they do not state).",
         changes=[
-            Change("recurrence thrown away: attention alone moves information between positions", "architecture", s),
-        ],
-        facts=[
-            Fact("d_ff", 2048, "width of the feed-forward layer inside each block", s),
-            Fact("adam_beta2", 0.98, "Adam's second-moment decay (beta1 0.9)", s),
-            Fact("warmup_steps", 4000, "steps of linear warmup before the inverse-square-root decay", s),
-            Fact(
-                "norm",
-                "post",
-                "LayerNorm after the residual add: large gradients near the output at the start, which the "
-                "warmup tames (pre-norm later made warmup matter far less)",
-                _src(LEARN_TEXT, XIONG),
+            Change(
+                "recurrence thrown away: attention alone moves information between positions",
+                "architecture",
+                _notes_vaswani("throw away recurrence entirely"),
             ),
-            Fact("dropout", 0.1, "dropout on sublayer outputs and embeddings", s),
-            Fact(
-                "label_smoothing",
-                0.1,
-                "the share of target mass spread over the other tokens",
-                _src(LEARN_TEXT, MULLER),
-            ),
-            Fact("pairs_en_de", 4.5e6, "English-German sentence pairs of the training data", learn, "pairs"),
-            Fact("pairs_en_fr", 36e6, "English-French sentence pairs", learn, "pairs"),
-            Fact("batch_tokens", 25_000, "source tokens per batch (and as many target tokens)", learn, "tokens"),
-            Fact("train_steps", 100_000, "steps the base model trained for", learn, "steps"),
-            Fact("uniform_loss", 10.5, "the loss of a uniform guess over 37,000 tokens: where training starts", learn),
         ],
+        facts=list(_TRANSFORMER_FACTS),
     )
+
+
+_GPT1_FACTS = [
+    Fact(
+        "norm",
+        "post",
+        "LayerNorm after the residual add (the notes say pre-norm; the GPT-1 text and "
+        "the exercises say post-norm, as the paper does: the app follows them)",
+        _src(EXERCISES, None, "Post-LN (GPT-1)"),
+        also=(_gpt1_text("GPT-1 remains post-norm."),),
+    ),
+    Fact("data", "BookCorpus (~1B words)", "the pretraining text", _notes_radford("BookCorpus (~1B words)")),
+    Fact("corpus_tokens", 1e9, "BPE tokens in the corpus, as an order of magnitude", _gpt1_text("$10^9$ tokens")),
+    Fact("batch", 64, "sequences per update", _notes_radford("Batch\t64\t512"), "sequences"),
+    Fact("tokens_per_update", 32_768, "64 sequences of 512 tokens", _gpt1_text("= 32{,}768$ prediction"), "tokens"),
+    Fact("epochs", 100, "passes over the corpus", _gpt1_text("pre-training runs for a hundred epochs")),
+    Fact(
+        "predictions",
+        1e11,
+        "next-token predictions over pretraining, as an order of magnitude (100 passes over 10^9 tokens)",
+        _gpt1_text("something like $10^{11}$ individual predictions"),
+    ),
+    Fact(
+        "bpe_merges",
+        40_000,
+        "merges of its byte-pair encoding (40,478 entries with base symbols and special tokens)",
+        _gpt1_text("with $40{,}000$ merges"),
+    ),
+    Fact(
+        "max_lr",
+        2.5e-4,
+        "peak learning rate, annealed to zero on a cosine",
+        _gpt1_text("maximum learning rate of $2.5 \\times 10^{-4}$"),
+    ),
+    Fact("warmup_updates", 2000, "linear warmup from zero", _gpt1_text("over the first $2000$ updates"), "updates"),
+    Fact(
+        "weight_decay",
+        0.01,
+        "decoupled decay on every weight but biases and gains",
+        _gpt1_text("with $w=0.01$ on every weight", LOSHCHILOV),
+    ),
+    Fact("init_std", 0.02, "the standard deviation of every initial weight", _gpt1_text("\\mathcal{N}(0, 0.02)")),
+    Fact(
+        "activation",
+        "GELU",
+        "a soft gate x * Phi(x) in place of ReLU",
+        _gpt1_text("Radford et al. substitute it with the Gaussian error linear unit (GELU)", HENDRYCKS),
+    ),
+    Fact(
+        "gelu_form",
+        "tanh",
+        "the released code computes GELU with the tanh approximation",
+        _gpt1_text("The released implementation uses the tanh approximation"),
+    ),
+    Fact(
+        "tying",
+        "tied",
+        "the output projection is the token embedding's transpose",
+        _gpt1_text("the output projection in the final line is $W_e^\\top$"),
+    ),
+    Fact("perplexity", 18.4, "token-level perplexity after pretraining", _gpt1_text("perplexity of $18.4$")),
+    Fact(
+        "tasks_improved",
+        9,
+        "benchmarks where it beat the state of the art",
+        _gpt1_text("nine of the twelve benchmarks"),
+        also=(_notes_radford("SOTA on 9 of 12 NLP tasks"),),
+    ),
+    Fact(
+        "tasks_evaluated",
+        12,
+        "benchmarks evaluated",
+        _gpt1_text("nine of the twelve benchmarks"),
+        also=(_notes_radford("SOTA on 9 of 12 NLP tasks"),),
+    ),
+    Fact(
+        "params_rounded",
+        117e6,
+        "the size the notes' table gives (the count rounded)",
+        _notes_radford("Params\t117M\t124M"),
+        "parameters",
+    ),
+    Fact(
+        "snli_examples",
+        550_000,
+        "the largest labelled set of the evaluation",
+        _gpt1_text("roughly $550{,}000$ examples"),
+        "examples",
+    ),
+]
 
 
 def _gpt1() -> Generation:
     s = _src(GPT1_TEXT, RADFORD_2018)
-    notes = _src(NOTES, RADFORD_2018)
+
     return Generation(
         key="gpt1",
         name="GPT-1",
@@ -206,51 +411,34 @@ def _gpt1() -> Generation:
         config=_cfg(40_478, 512, 12, 12, 768, norm="post", gelu="tanh"),
         config_sources=_config_sources(s, s, {"n_layer", "d_model", "n_head", "n_ctx", "vocab_size"}),
         quoted_params=116_414_976,
-        quoted_params_source=s,
+        quoted_params_source=_gpt1_text("Summing these gives $116{,}414{,}976$"),
         params_note="The GPT-1 text counts weight matrices and tables only (its 116,414,976 is count_params' "
         "seed convention exactly); the notes round to 117M. The full count adds the biases and LayerNorm gains "
         "and shifts.",
         changes=[
-            Change("the encoder and cross-attention dropped: a decoder-only stack", "architecture", s),
-            Change("learned position rows instead of sinusoids", "architecture", s),
             Change(
-                "generative pretraining, then supervised fine-tuning per task", "training/alignment", _src(EXERCISES)
+                "the encoder and cross-attention dropped: a decoder-only stack",
+                "architecture",
+                _gpt1_text("GPT-1 retains only the masked decoder"),
+            ),
+            Change("learned position rows instead of sinusoids", "architecture", _gpt1_text("The sinusoids are gone.")),
+            Change(
+                "generative pretraining, then supervised fine-tuning per task",
+                "training/alignment",
+                _src(EXERCISES, None, "GPT-1 introduced generative pretraining then supervised fine-tuning"),
             ),
         ],
-        facts=[
-            Fact(
-                "norm",
-                "post",
-                "LayerNorm after the residual add (the notes say pre-norm; the GPT-1 text and "
-                "the exercises say post-norm, as the paper does: the app follows them)",
-                _src(EXERCISES),
-            ),
-            Fact("data", "BookCorpus (~1B words)", "the pretraining text", notes),
-            Fact("batch", 64, "sequences per update", notes, "sequences"),
-            Fact("tokens_per_update", 32_768, "64 sequences of 512 tokens", s, "tokens"),
-            Fact("epochs", 100, "passes over the corpus", s),
-            Fact("bpe_merges", 40_000, "merges of its byte-pair encoding (40,478 entries with base symbols)", s),
-            Fact("max_lr", 2.5e-4, "peak learning rate, annealed to zero on a cosine", s),
-            Fact("warmup_updates", 2000, "linear warmup from zero", s, "updates"),
-            Fact(
-                "weight_decay",
-                0.01,
-                "decoupled decay on every weight but biases and gains",
-                _src(GPT1_TEXT, LOSHCHILOV),
-            ),
-            Fact("init_std", 0.02, "the standard deviation of every initial weight", s),
-            Fact("activation", "GELU", "a soft gate x * Phi(x) in place of ReLU", _src(GPT1_TEXT, HENDRYCKS)),
-            Fact("perplexity", 18.4, "token-level perplexity after pretraining", s),
-            Fact("tasks_improved", 9, "benchmarks where it beat the state of the art", s),
-            Fact("tasks_evaluated", 12, "benchmarks evaluated", s),
-            Fact("params_rounded", 117e6, "the size the notes' table gives (the count rounded)", notes, "parameters"),
-            Fact("snli_examples", 550_000, "the largest labelled set of the evaluation", s, "examples"),
-        ],
+        facts=list(_GPT1_FACTS),
     )
 
 
 def _bert(name: str, key: str, layers: int, width: int, heads: int, quoted: float) -> Generation:
     s = _src(NOTES, DEVLIN)
+    batch, steps = "Batch: 256 sequences × 512 tokens = 128,000 tokens/batch", "1M steps ≈ 40 epochs over 3.3B words"
+
+    def n(quote: str) -> Source:
+        return _src(NOTES, DEVLIN, quote)
+
     return Generation(
         key=key,
         name=name,
@@ -262,25 +450,52 @@ def _bert(name: str, key: str, layers: int, width: int, heads: int, quoted: floa
         quoted_params_source=_src(NOTES, DEVLIN + ": the notes name BERT but not its size; the paper's"),
         params_note="count_params counts the GPT-style stack (embeddings, learned positions, blocks); BERT adds "
         "segment embeddings, an embedding LayerNorm, the pooler and NSP classifier and the MLM head "
-        "(bert_additions): with them the count is close to the paper's rounded figure.",
+        "(bert_additions): with them the count is close to the paper's rounded figure. Fine-tuning on SQuAD adds "
+        "squad_heads more: a start and an end vector with a bias each (2 d + 2).",
         changes=[
-            Change("the full attention mask: every token sees both sides (no new parameters)", "architecture", s),
-            Change("masked-LM and next-sentence prediction as the pretraining objectives", "training/alignment", s),
+            Change(
+                "the full attention mask: every token sees both sides (no new parameters)",
+                "architecture",
+                n("the only change is the attention mask"),
+            ),
+            Change(
+                "masked-LM and next-sentence prediction as the pretraining objectives",
+                "training/alignment",
+                n("Masked Language Modeling"),
+            ),
         ],
         facts=[
-            Fact("mask_rate", 0.15, "share of WordPiece tokens picked for masked-LM", s),
-            Fact("mask_token_share", 0.8, "picked positions replaced by [MASK]", s),
-            Fact("random_token_share", 0.1, "picked positions replaced by a random token", s),
-            Fact("unchanged_share", 0.1, "picked positions left as they are", s),
-            Fact("nsp_real_pairs", 0.5, "NSP pairs that really are adjacent sentences", s),
-            Fact("batch", 256, "sequences per batch", s, "sequences"),
-            Fact("tokens_per_batch", 128_000, "tokens per batch as the notes write it (256 x 512 is 131,072)", s),
-            Fact("steps", 1_000_000, "pretraining steps (about 40 epochs)", s),
-            Fact("words", 3.3e9, "words in the pretraining data", s, "words"),
-            Fact("short_steps_share", 0.9, "steps run at 128 tokens (the rest at 512)", s),
-            Fact("max_positions", 512, "learned positions: nothing longer", s),
             Fact(
-                "nsp_successor", "SOP", "ALBERT's replacement for NSP: is the sentence order right?", _src(NOTES, LAN)
+                "mask_rate", 0.15, "share of WordPiece tokens picked for masked-LM", n("we mask 15% of all WordPiece")
+            ),
+            Fact("mask_token_share", 0.8, "picked positions replaced by [MASK]", n("80% → [MASK] token")),
+            Fact("random_token_share", 0.1, "picked positions replaced by a random token", n("10% → random token")),
+            Fact("unchanged_share", 0.1, "picked positions left as they are", n("10% → unchanged")),
+            Fact("nsp_real_pairs", 0.5, "NSP pairs that really are adjacent sentences", n("50% of pairs are real")),
+            Fact("nsp_random_pairs", 0.5, "NSP pairs drawn at random", n("50% random")),
+            Fact("batch", 256, "sequences per batch", n(batch), "sequences"),
+            Fact(
+                "tokens_per_batch", 128_000, "tokens per batch as the notes write it (256 x 512 is 131,072)", n(batch)
+            ),
+            Fact("steps", 1_000_000, "pretraining steps", n(steps), "steps"),
+            Fact("epochs", 40, "passes over the pretraining words those steps make", n(steps)),
+            Fact("words", 3.3e9, "words in the pretraining data", n(steps), "words"),
+            Fact("short_steps_share", 0.9, "steps run on short sequences", n("90% of steps use seq_len 128")),
+            Fact("short_seq_len", 128, "the short sequences' length", n("90% of steps use seq_len 128"), "tokens"),
+            Fact("long_steps_share", 0.1, "steps run on full-length sequences", n("10% use 512")),
+            Fact("max_positions", 512, "learned positions: nothing longer", n("512 max sequence length")),
+            Fact("activation", "GELU", "the MLP's activation, taken over from GPT-1", n("BERT uses GELU")),
+            Fact(
+                "squad_heads",
+                "start and end",
+                "SQuAD adds two linear layers of its own on the output (start and end scores): parameters, not none",
+                n("start_logits = W_s·h_i + b_s"),
+            ),
+            Fact(
+                "nsp_successor",
+                "SOP",
+                "ALBERT's replacement for NSP: is the sentence order right?",
+                _src(NOTES, LAN, "ALBERT replaced NSP with SOP"),
             ),
         ],
     )
@@ -289,6 +504,14 @@ def _bert(name: str, key: str, layers: int, width: int, heads: int, quoted: floa
 def _gpt2(name: str, layers: int, width: int, heads: int, quoted: float) -> Generation:
     text = _src(GPT2_TEXT, RADFORD_2019)
     notes = _src(NOTES, RADFORD_2019)
+
+    def t(quote: str) -> Source:
+        return _src(GPT2_TEXT, RADFORD_2019, quote)
+
+    def n(quote: str) -> Source:
+        return _src(NOTES, RADFORD_2019, quote)
+
+    row = next(line for line in LAMBADA_ROWS if line.startswith(name + "\t"))
     small = name == "GPT-2 Small"
     given = {"n_layer", "d_model", "n_head", "vocab_size", "n_ctx"} if small else {"vocab_size", "n_ctx"}
     gen = Generation(
@@ -304,28 +527,47 @@ def _gpt2(name: str, layers: int, width: int, heads: int, quoted: float) -> Gene
             "n_ctx": (True, notes),
         },
         quoted_params=quoted,
-        quoted_params_source=notes,
+        quoted_params_source=n(row),
         params_note="count_params' full count with the unembedding tied to the token embedding (a tied matrix "
         "counted once); the notes round it (1,557,611,200 for XL, which they write as 1.5B).",
         changes=[
-            Change("LayerNorm moved before each sublayer (pre-LN)", "architecture", _src(GPT2_TEXT, XIONG)),
             Change(
-                "zero-shot transfer: tasks done from language modelling alone", "training/alignment", _src(EXERCISES)
+                "LayerNorm moved before each sublayer (pre-LN)",
+                "architecture",
+                _src(GPT2_TEXT, XIONG, "an arrangement called Pre-Norm"),
+            ),
+            Change(
+                "zero-shot transfer: tasks done from language modelling alone",
+                "training/alignment",
+                _src(EXERCISES, None, "GPT-2 showed zero-shot transfer"),
             ),
         ],
-        facts=[Fact("lambada_zero_shot", LAMBADA[name], "LAMBADA accuracy, zero-shot", notes, "%")],
+        facts=[Fact("lambada_zero_shot", LAMBADA[name], "LAMBADA accuracy, zero-shot", n(row), "%")],
     )
     if small:
         gen.facts += [
-            Fact("data", "WebText (~40GB)", "the pretraining text", notes),
-            Fact("batch", 512, "sequences per update", notes, "sequences"),
-            Fact("d_head", 64, "each head's subspace of the 768 features", text),
-            Fact("tying", "tied", "the output matrix is the token embedding's transpose", _src(LEARN_TEXT, PRESS_WOLF)),
+            Fact("data", "WebText (~40GB)", "the pretraining text", n("WebText (~40GB)")),
+            Fact("data_gb", 40, "the pretraining text's size, roughly", n("WebText (~40GB)"), "GB"),
+            Fact("batch", 512, "sequences per update", n("Batch\t64\t512"), "sequences"),
+            Fact("d_head", 64, "each head's subspace of the 768 features", t("works in a 64-dimensional subspace")),
+            Fact(
+                "d_mlp",
+                3072,
+                "the MLP's width: four times the stream's",
+                t("row to 3,072 dimensions (a 4× up-projection)"),
+            ),
+            Fact(
+                "position_rows",
+                1024,
+                "rows of the learned position table: no row for a 1,025th token",
+                t("contains only 1,024 rows"),
+                "rows",
+            ),
         ]
     if name == "GPT-2 XL":
         gen.facts += [
-            Fact("bleu_wmt14_en_fr", 11.5, "WMT-14 English to French, zero-shot", notes, "BLEU"),
-            Fact("coqa_f1", 55, "CoQA reading comprehension, zero-shot", notes, "F1"),
+            Fact("bleu_wmt14_en_fr", 11.5, "WMT-14 English to French, zero-shot", n("zero-shot BLEU 11.5"), "BLEU"),
+            Fact("coqa_f1", 55, "CoQA reading comprehension, zero-shot", n("(CoQA): 55 F1 zero-shot"), "F1"),
         ]
     return gen
 
@@ -341,7 +583,7 @@ def _gpt3(key: str, name: str, year: int, changes: list[Change], extra: list[Fac
         config=_cfg(50_257, 2048, 96, 96, 12_288, norm="pre", gelu="tanh"),
         config_sources=_config_sources(ex, paper, {"n_layer", "d_model"}),
         quoted_params=175e9,
-        quoted_params_source=ex,
+        quoted_params_source=_src(EXERCISES, None, "why 175B is reached so quickly"),
         params_note="12 d^2 per layer over 96 layers is 173.9B; the token and position tables and the biases "
         "bring count_params' count to 174.6B, which the texts round to 175B.",
         changes=changes,
@@ -351,7 +593,6 @@ def _gpt3(key: str, name: str, year: int, changes: list[Change], extra: list[Fac
 
 def generations() -> list[Generation]:
     """The models of the texts, in order, each with its parameter counts filled in."""
-    ex = _src(EXERCISES)
     gens = [
         _transformer(),
         _gpt1(),
@@ -362,17 +603,43 @@ def generations() -> list[Generation]:
             "gpt3",
             "GPT-3",
             2020,
-            [Change("few-shot in-context learning from scale (no weight update)", "training/alignment", ex)],
             [
-                Fact("attention_per_layer", 4 * 12_288**2, "the four attention matrices of one layer (4 d^2)", ex),
-                Fact("params_per_layer", 12 * 12_288**2, "attention and MLP weights of one layer (12 d^2)", ex),
-                Fact("alpha_n", 0.076, "the exponent of the parameter scaling law", ex),
-                Fact("ratio_to_gpt2", round(175 / 1.5, 1), "175B over GPT-2's 1.5B", ex),
+                Change(
+                    "few-shot in-context learning from scale (no weight update)",
+                    "training/alignment",
+                    _src(EXERCISES, None, "GPT-3's headline was few-shot in-context learning"),
+                )
+            ],
+            [
+                Fact(
+                    "attention_per_layer",
+                    4 * 12_288**2,
+                    "the four attention matrices of one layer (4 d^2)",
+                    _src(EXERCISES, None, r"4\times 150,994,944=603,979,776"),
+                ),
+                Fact(
+                    "params_per_layer",
+                    12 * 12_288**2,
+                    "attention and MLP weights of one layer (12 d^2)",
+                    _src(EXERCISES, None, r"12\times 150,994,944=1,811,939,328"),
+                ),
+                Fact(
+                    "alpha_n",
+                    0.076,
+                    "the exponent of the parameter scaling law",
+                    _src(EXERCISES, None, r"{\alpha }_N\approx 0.076$"),
+                ),
+                Fact(
+                    "ratio_to_gpt2",
+                    round(175 / 1.5, 1),
+                    "175B over GPT-2's 1.5B",
+                    _src(EXERCISES, None, r"175/1.5\approx 116.7"),
+                ),
                 Fact(
                     "delta_log_loss",
                     round(-0.076 * math.log(175 / 1.5), 3),
                     "the loss change that scale-up buys",
-                    ex,
+                    _src(EXERCISES, None, r"\approx -0.362\text{nats}"),
                     "nats",
                 ),
             ],
@@ -385,7 +652,7 @@ def generations() -> list[Generation]:
                 Change(
                     "RLHF: the same backbone fine-tuned on human feedback",
                     "training/alignment",
-                    _src(EXERCISES),
+                    _src(EXERCISES, None, "GPT-3.5 / InstructGPT added RLHF"),
                 )
             ],
             [],
@@ -395,9 +662,31 @@ def generations() -> list[Generation]:
         g.counted = transformer_count(g.config) if g.key == "transformer" else dict(count_params(g.config))
         if g.key.startswith("bert"):
             add = bert_additions(g.config)
+            g.counted["squad_heads"] = 2 * g.config.d_model + 2  # start and end: a d-vector and a bias each
             g.counted["bert_additions"] = add["total"]
             g.counted["total_with_bert_heads"] = g.counted["total"] + add["total"]
     return gens
+
+
+def lambada_summary(rows: tuple = GPT2_SIZES, accuracy: dict[str, float] = LAMBADA) -> dict:
+    """What the LAMBADA table shows, computed from it: how far the sizes span (as a ratio and in
+    tenfold steps, log10 of the ratio), how many points accuracy rose across them, and whether each
+    larger size scored higher (with the smallest and largest rise between neighbours)."""
+    sizes = [q for *_, q in rows]
+    acc = [accuracy[name] for name, *_ in rows]
+    gains = [b - a for a, b in itertools.pairwise(acc)]
+    ratio = sizes[-1] / sizes[0]
+    return {
+        "smallest": rows[0][0],
+        "largest": rows[-1][0],
+        "size_ratio": ratio,
+        "tenfold_steps": math.log10(ratio),
+        "step_ratios": [b / a for a, b in itertools.pairwise(sizes)],
+        "accuracy_gain": acc[-1] - acc[0],
+        "points_per_tenfold": (acc[-1] - acc[0]) / math.log10(ratio),
+        "step_gains": gains,
+        "every_step_gained": all(x > 0 for x in gains),
+    }
 
 
 def embedding_share(g: Generation) -> float:
@@ -432,13 +721,28 @@ def underflow(n: int = 100, p: float = 0.1) -> dict[str, float]:
     subnormal) against the sum of logarithms, which stays finite."""
     prod = torch.full((n,), p, dtype=torch.float32).prod().item()
     log_sum = torch.full((n,), p, dtype=torch.float64).log().sum().item()
-    return {"n": n, "p": p, "product_float32": prod, "log_sum": log_sum, "log10_product": log_sum / math.log(10)}
+    return {
+        "n": n,
+        "p": p,
+        "product_float32": prod,
+        "product_float64": math.exp(log_sum),  # 1e-100 is far above float64's smallest (about 5e-324)
+        "log_sum": log_sum,
+        "log10_product": log_sum / math.log(10),
+    }
 
 
 def layernorm_example(x: float = 0.099, mean: float = -0.005, var: float = 0.137, eps: float = 1e-5) -> dict:
     """The GPT-2 text's first LayerNorm entry: (x - mean) / sqrt(var + eps) (0.104 / 0.370 = 0.281)."""
     std = math.sqrt(var + eps)
-    return {"x": x, "mean": mean, "var": var, "eps": eps, "std": std, "normalised": (x - mean) / std}
+    return {
+        "x": x,
+        "mean": mean,
+        "var": var,
+        "eps": eps,
+        "centred": x - mean,
+        "std": std,
+        "normalised": (x - mean) / std,
+    }
 
 
 LOSS_POINTS = ((0.9, LEARN_TEXT), (0.25, EXERCISES), (0.01, LEARN_TEXT))  # p, the text that quotes its loss

@@ -31,6 +31,18 @@ W_O and the MLP (attn_out_bias, mlp_bias), an RMSNorm over each head's q and k b
 (qk_norm, Qwen3), and RoPE's frequencies stretched for long contexts (rope_scaling "linear" or
 "llama3").
 
+And nanochat's block (Karpathy's successor to nanoGPT; model/importers/nanochat.py reads its
+checkpoints, the "nanochat-tiny" preset trains one), each piece a switch of its own:
+
+    tokens -> W_E -> RMSNorm (embed_norm) -> smear: x_t += lambda_s sigmoid(W_s x_t[:24]) x_{t-1}   = x0
+           -> n_layer x:  x = lambda_r[i] x + lambda_0[i] x0                   (x0_mix)
+                          Block: RoPE (base 100,000, turned by -angle: rope_sign=-1), QK-norm with a fixed
+                          scale (qk_norm_scale), values + 3 sigmoid(W_g x[:12]) VE[token] on alternating
+                          layers (value_embed), ReLU^2 MLP (mlp="relu2"), norms with no gain
+                          (norm_gain=False), sliding windows by layer (window_pattern "SSSL")
+           -> x - lambda_b (the stream after block n_layer // 2)               (backout)
+           -> RMSNorm -> W_U (untied) -> 15 tanh(logits / 15)                  (softcap)
+
 Every intermediate worth showing passes through a `HookPoint`, an identity module whose dotted
 name is stable (for example ``blocks.0.attn.hook_pattern``).  Nothing is recorded unless someone
 asks: `GPT.capture()` and `GPT.hooks()` are context managers that add forward hooks and always
@@ -116,11 +128,26 @@ class GPTConfig:
     rope_low_freq_factor: float = 1.0
     rope_high_freq_factor: float = 4.0
     rope_original_ctx: int = 8192  # llama3: the context length the model was pre-trained with
+    # --- nanochat's block (all off by default; the module docstring draws it) -------------------
+    norm_gain: bool = True  # False: the norms have no gain at all (nanochat's RMSNorm has no parameters)
+    qk_norm_scale: float = 0.0  # qk_norm with no gain, times this fixed number (nanochat: 1.2); 0 = learned gains
+    rope_sign: int = 1  # -1: q and k turn by -angle (nanochat: the transpose of the textbook rotation)
+    embed_norm: bool = False  # a norm right after the token embedding
+    smear: int = 0  # x_t += lambda_s sigmoid(W_s x_t[:smear]) x_{t-1}, on the embedding; 0 = off (nanochat: 24)
+    x0_mix: bool = False  # block i reads resid_lambda_i * x + x0_lambda_i * x0 (x0: the embedding after the smear)
+    backout: bool = False  # the final norm reads x - backout_lambda * (the stream after block n_layer // 2)
+    # value embeddings on alternating layers, the last one included: v += 3 sigmoid(W_g x[:value_embed]) VE[token]
+    # per key/value head; 0 = off (nanochat: 12 channels feed the gate)
+    value_embed: int = 0
+    # per-layer windows, the pattern tiled over the layers: "S" layers see their last `window` keys, "L"
+    # layers every key; the last layer is always "L" (nanochat: "SSSL"); "" = `window` for every layer
+    window_pattern: str = ""
+    softcap: float = 0.0  # logits = softcap * tanh(z / softcap); 0 = none (nanochat: 15)
 
     def __post_init__(self) -> None:
         if self.d_mlp == 0:
             # SwiGLU has three matrices instead of two: 8d/3 wide keeps the parameter count of 4d
-            self.d_mlp = 4 * self.d_model if self.mlp == "gelu" else max(1, round(8 * self.d_model / 3))
+            self.d_mlp = 4 * self.d_model if self.mlp != "swiglu" else max(1, round(8 * self.d_model / 3))
         if self.n_kv_head == 0:
             self.n_kv_head = self.n_head
         problems = []
@@ -149,12 +176,13 @@ class GPTConfig:
             problems.append(f"top_k_experts ({self.top_k_experts}) needs experts: set n_expert too")
         if not 0.0 <= self.dropout < 1.0:
             problems.append("dropout must be in [0, 1)")
+        problems += self._nanochat_problems()
         for name, allowed in (
             ("norm", ("pre", "post", "both")),
             ("gelu", ("exact", "tanh")),
             ("pos", ("learned", "rope", "none")),
             ("norm_type", ("layernorm", "rmsnorm")),
-            ("mlp", ("gelu", "swiglu")),
+            ("mlp", ("gelu", "swiglu", "relu2")),
             ("rope_scaling", ("none", "linear", "llama3")),
         ):
             if getattr(self, name) not in allowed:
@@ -162,9 +190,42 @@ class GPTConfig:
         if problems:
             raise ValueError("; ".join(problems))
 
+    def _nanochat_problems(self) -> list[str]:
+        problems = []
+        if self.rope_sign not in (1, -1):
+            problems.append("rope_sign must be 1 or -1")
+        if not (self.qk_norm_scale >= 0 and math.isfinite(self.qk_norm_scale)) or (
+            self.qk_norm_scale and not self.qk_norm
+        ):
+            problems.append("qk_norm_scale must be a finite number >= 0, and needs qk_norm")
+        if not (self.softcap >= 0 and math.isfinite(self.softcap)):
+            problems.append("softcap must be a finite number >= 0")
+        for name in ("smear", "value_embed"):
+            if not 0 <= getattr(self, name) <= self.d_model:
+                problems.append(f"{name} (the channels its gate reads) must be in [0, d_model]")
+        if set(self.window_pattern.upper()) - set("SL"):
+            problems.append("window_pattern may hold only 'S' and 'L'")
+        elif "S" in self.window_pattern.upper() and not self.window:
+            problems.append("window_pattern has 'S' layers: set window (their window) too")
+        if (self.embed_norm or self.smear or self.x0_mix or self.backout) and self.norm != "pre":
+            problems.append("embed_norm, smear, x0_mix and backout need a pre-norm block (norm='pre')")
+        return problems
+
     @property
     def d_head(self) -> int:
         return self.head_dim or self.d_model // self.n_head
+
+    @property
+    def has_x0(self) -> bool:
+        """The embedding stream is more than W_E's rows (a norm, a smear) or is mixed back in: hook_x0."""
+        return self.embed_norm or bool(self.smear) or self.x0_mix
+
+    @property
+    def extras(self) -> list[str]:
+        """nanochat's stream pieces this config turns on, by name (the forward page's extras stage)."""
+        on = dict(smear=bool(self.smear), x0_mix=self.x0_mix, value_embed=bool(self.value_embed))
+        on.update(backout=self.backout, softcap=bool(self.softcap))
+        return [k for k, v in on.items() if v]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -177,6 +238,8 @@ class GPTConfig:
             raise ValueError(f"unknown config fields: {sorted(unknown)}")
         return cls(**d)
 
+
+NANOCHAT_EPS = float(torch.finfo(torch.float32).eps)  # F.rms_norm's eps when none is given, in float32
 
 # Architectures the app knows by name. `cpu` is the shape both training recipes start from
 # (model/train.py's RECIPES) and the one benchmarks/ times. The built-in model
@@ -204,6 +267,35 @@ PRESETS: dict[str, dict] = {
         n_kv_head=2,
         bias=False,
     ),
+    # the cpu shape as nanochat builds its block (model/importers/nanochat.py reads nanochat's own checkpoints):
+    # every switch of nanochat's, with its constants; the short windows cover half the context here
+    "nanochat-tiny": dict(
+        n_ctx=128,
+        n_layer=4,
+        n_head=4,
+        d_model=128,
+        dropout=0.0,
+        bias=False,
+        tie_weights=False,
+        ln_eps=NANOCHAT_EPS,
+        pos="rope",
+        rope_base=100000.0,
+        rope_sign=-1,
+        norm_type="rmsnorm",
+        norm_gain=False,
+        mlp="relu2",
+        n_kv_head=2,
+        qk_norm=True,
+        qk_norm_scale=1.2,
+        embed_norm=True,
+        smear=24,
+        x0_mix=True,
+        backout=True,
+        value_embed=12,
+        window=64,
+        window_pattern="SSSL",
+        softcap=15.0,
+    ),
     "gpt1": dict(
         vocab_size=40478,
         n_ctx=512,
@@ -212,7 +304,7 @@ PRESETS: dict[str, dict] = {
         d_model=768,
         d_mlp=3072,
         norm="post",
-        gelu="exact",
+        gelu="tanh",  # the released GPT-1 code's tanh form (gpt1-genealogy.txt), as model/genealogy.py says
         dropout=0.1,
     ),
     "gpt2": dict(
@@ -241,10 +333,11 @@ def count_params(cfg: GPTConfig) -> dict[str, int]:
     b = 1 if cfg.bias else 0
     b_qkv, b_o, b_mlp = max(b, cfg.qkv_bias), max(b, cfg.attn_out_bias), max(b, cfg.mlp_bias)
     ln = d * (1 + b) if cfg.norm_type == "layernorm" else d  # gain (+ shift); RMSNorm has no shift
+    ln = ln if cfg.norm_gain else 0  # nanochat's norms have no parameters
     q = cfg.n_head * cfg.d_head  # width of Q (d, unless head_dim sets the head size apart)
     kv = cfg.n_kv_head * cfg.d_head  # width of K and of V (smaller with grouped-query attention)
     attn_w, attn_b = 2 * d * q + 2 * d * kv, b_qkv * (q + 2 * kv) + b_o * d  # W_Q, W_K, W_V, W_O
-    qk_norm = 2 * cfg.d_head if cfg.qk_norm else 0  # the gains of q's and k's per-head RMSNorm
+    qk_norm = 2 * cfg.d_head if cfg.qk_norm and not cfg.qk_norm_scale else 0  # the gains of q's and k's RMSNorm
     n_mat = 3 if cfg.mlp == "swiglu" else 2  # SwiGLU adds the gate
     experts = max(1, cfg.n_expert)
     mlp_w = experts * n_mat * d * dm + (d * cfg.n_expert if cfg.n_expert else 0)  # (+ the router)
@@ -253,8 +346,13 @@ def count_params(cfg: GPTConfig) -> dict[str, int]:
     final_ln = ln if cfg.norm in ("pre", "both") else 0
     embed, pos = V * d, cfg.n_ctx * d if cfg.pos == "learned" else 0
     unembed = 0 if cfg.tie_weights else V * d
-    total = embed + pos + L * per_block + final_ln + unembed
-    seed = embed + pos + L * (attn_w + mlp_w) + unembed
+    # nanochat's pieces: each value embedding's table and gate, the lambdas, the smear's gate and lambda
+    n_ve = sum(has_value_embed(cfg, i) for i in range(L))
+    ve_tables = n_ve * V * kv
+    extras = ve_tables + n_ve * cfg.value_embed * cfg.n_kv_head + 2 * L * cfg.x0_mix
+    extras += (cfg.smear + 1 if cfg.smear else 0) + cfg.backout + (ln if cfg.embed_norm else 0)
+    total = embed + pos + L * per_block + final_ln + unembed + extras
+    seed = embed + pos + L * (attn_w + mlp_w) + unembed + ve_tables
     return {
         "total": total,
         "seed_convention": seed,
@@ -265,6 +363,8 @@ def count_params(cfg: GPTConfig) -> dict[str, int]:
         "attention_weights_per_block": attn_w,
         "mlp_weights_per_block": mlp_w,
         "unembedding": unembed,
+        "value_embeddings": ve_tables,
+        "nanochat_extras": extras,
         "biases_and_norms": total - seed,
     }
 
@@ -361,11 +461,12 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm: x / sqrt(mean(x^2) + eps) * gain. No mean subtracted, no shift (LLaMA, Gemma)."""
+    """RMSNorm: x / sqrt(mean(x^2) + eps) * gain. No mean subtracted, no shift (LLaMA, Gemma); with
+    gain=False no parameters at all (nanochat)."""
 
-    def __init__(self, d: int, eps: float) -> None:
+    def __init__(self, d: int, eps: float, gain: bool = True) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))  # gain
+        self.weight = nn.Parameter(torch.ones(d)) if gain else None  # gain
         self.bias = None
         self.eps = eps
         self.explain = False
@@ -376,12 +477,12 @@ class RMSNorm(nn.Module):
         if not self.explain:
             return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale * self.weight)
+        return self.hook_normalized(x / scale if self.weight is None else x / scale * self.weight)
 
 
 def make_norm(cfg: GPTConfig) -> LayerNorm | RMSNorm:
     if cfg.norm_type == "rmsnorm":
-        return RMSNorm(cfg.d_model, cfg.ln_eps)
+        return RMSNorm(cfg.d_model, cfg.ln_eps, cfg.norm_gain)
     return LayerNorm(cfg.d_model, cfg.bias, cfg.ln_eps)
 
 
@@ -424,6 +525,8 @@ class KVCache:
         self.v = torch.empty(shape, device=device, dtype=dtype)
         self.length = 0
         self.n_ctx = cfg.n_ctx
+        # the smear reads the previous position's embedding (normalised, before its own smear): kept per position
+        self.emb = torch.empty((batch_size, cfg.n_ctx, cfg.d_model), device=device, dtype=dtype) if cfg.smear else None
 
     def copy(self, length: int | None = None) -> KVCache:
         """A new cache holding this one's first `length` positions (all filled ones by default)."""
@@ -433,6 +536,10 @@ class KVCache:
         new.k[:, :, :, :n] = self.k[:, :, :, :n]
         new.v[:, :, :, :n] = self.v[:, :, :, :n]
         new.length, new.n_ctx = n, self.n_ctx
+        new.emb = None
+        if self.emb is not None:
+            new.emb = torch.empty_like(self.emb)
+            new.emb[:, :n] = self.emb[:, :n]
         return new
 
     def layer(self, i: int) -> LayerKV:
@@ -441,7 +548,7 @@ class KVCache:
     def numel_used(self) -> int:
         """Numbers held for the filled positions: layers x 2 (K and V) x B x T x n_kv x hs."""
         L, B, nh, _, hs = self.k.shape
-        return L * 2 * B * self.length * nh * hs
+        return L * 2 * B * self.length * nh * hs + (0 if self.emb is None else B * self.length * self.emb.size(-1))
 
 
 def causal_allowed(T: int, Tk: int, device=None, window: int = 0) -> torch.Tensor:
@@ -454,6 +561,24 @@ def causal_allowed(T: int, Tk: int, device=None, window: int = 0) -> torch.Tenso
     if window:
         allowed = allowed & (k > q - window)
     return allowed
+
+
+def layer_window(cfg: GPTConfig, layer: int) -> int:
+    """The window of block `layer`: cfg.window, or per window_pattern ("L" layers and the last one: 0, all keys)."""
+    pattern = cfg.window_pattern.upper()
+    if not pattern:
+        return cfg.window
+    if layer == cfg.n_layer - 1 or pattern[layer % len(pattern)] == "L":
+        return 0
+    return cfg.window
+
+
+def has_value_embed(cfg: GPTConfig, layer: int) -> bool:
+    """Value embeddings sit on alternating layers, the last one included (nanochat's has_ve)."""
+    return bool(cfg.value_embed) and layer % 2 == (cfg.n_layer - 1) % 2
+
+
+VE_GATE_RANGE = 3.0  # the value embedding's gate is VE_GATE_RANGE * sigmoid(...): from 0 to 3, 1.5 at 0
 
 
 def rope_frequencies(cfg: GPTConfig, device=None) -> torch.Tensor:
@@ -498,15 +623,24 @@ class CausalSelfAttention(nn.Module):
     """Multi-head self-attention, in three pieces: `qkv` (the projections, RoPE, the KV cache,
     shared key/value heads), then `fused` (fast mode) or `explained` (explain mode, every hook)."""
 
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
+        self.layer = layer  # its window: layer_window(cfg, layer)
         d, q_d, kv_d = cfg.d_model, cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
         # W_Q, W_K, W_V side by side; with grouped-query attention K and V have n_kv_head heads
         self.c_attn = Linear(d, q_d + 2 * kv_d, bias=cfg.bias or cfg.qkv_bias)
         self.c_proj = Linear(q_d, d, bias=cfg.bias or cfg.attn_out_bias)  # W_O
         if cfg.qk_norm:  # Qwen3: each head's q and k normalised (RMSNorm over hs) before RoPE
-            self.q_norm, self.k_norm = RMSNorm(cfg.d_head, cfg.ln_eps), RMSNorm(cfg.d_head, cfg.ln_eps)
+            # (nanochat: no gain, times a fixed qk_norm_scale; it normalises after RoPE, the same numbers,
+            # since a turn keeps a vector's length)
+            gain = not cfg.qk_norm_scale
+            self.q_norm, self.k_norm = RMSNorm(cfg.d_head, cfg.ln_eps, gain), RMSNorm(cfg.d_head, cfg.ln_eps, gain)
+        if has_value_embed(cfg, layer):  # nanochat: a second embedding of the token, mixed into the values
+            self.value_embed = nn.Embedding(cfg.vocab_size, kv_d)  # VE (V, n_kv * hs)
+            self.ve_gate = Linear(cfg.value_embed, cfg.n_kv_head, bias=False)  # reads x's first channels
+            self.hook_ve = HookPoint()  # (B, T, n_kv, hs) the rows of VE for the tokens
+            self.hook_ve_gate = HookPoint()  # (B, T, n_kv) 3 sigmoid(x[:c] W_g): how much of them each head takes
         self.attn_dropout = nn.Dropout(cfg.dropout)
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.hook_q = HookPoint()  # (B, T, nh, hs) (qk_norm: after the per-head RMSNorm, as for k)
@@ -523,23 +657,37 @@ class CausalSelfAttention(nn.Module):
         self.hook_result = HookPoint()  # (B, T, nh, d) each head's output in the residual space
         self.explain = False  # the step-by-step path (set by GPT.set_mode)
 
-    def forward(self, x: torch.Tensor, kv: LayerKV | None = None) -> torch.Tensor:
-        q, k, v = self.qkv(x, kv)  # (B, nh, T, hs), (B, nh, Tk, hs), (B, nh, Tk, hs)
+    @property
+    def window(self) -> int:
+        """The keys each query sees (0: every earlier one): cfg.window, or as window_pattern says for this layer."""
+        return layer_window(self.cfg, self.layer)
+
+    def forward(self, x: torch.Tensor, kv: LayerKV | None = None, idx: torch.Tensor | None = None) -> torch.Tensor:
+        q, k, v = self.qkv(x, kv, idx)  # (B, nh, T, hs), (B, nh, Tk, hs), (B, nh, Tk, hs)
         y = self.explained(q, k, v) if self.explain else self.fused(q, k, v)  # (B, T, d)
         return self.resid_dropout(y)
 
-    def qkv(self, x: torch.Tensor, kv: LayerKV | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def qkv(
+        self, x: torch.Tensor, kv: LayerKV | None, idx: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, T, d) -> q (B, nh, T, hs) for the new positions; k, v (B, nh, Tk, hs) for all of
-        them so far: the cached ones (Tk - T) and the new T."""
+        them so far: the cached ones (Tk - T) and the new T. idx (B, T): the tokens, for value embeddings."""
         B, T, _d = x.shape
         nh, n_kv, hs = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.d_head
         q, k, v = self.c_attn(x).split([nh * hs, n_kv * hs, n_kv * hs], dim=2)
-        q, k = q.view(B, T, nh, hs), k.view(B, T, n_kv, hs)
+        q, k, v = q.view(B, T, nh, hs), k.view(B, T, n_kv, hs), v.view(B, T, n_kv, hs)
         if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+            if self.cfg.qk_norm_scale:  # nanochat: a fixed scale instead of learned gains
+                q, k = q * self.cfg.qk_norm_scale, k * self.cfg.qk_norm_scale
+        if hasattr(self, "value_embed"):  # nanochat: v + 3 sigmoid(x[:c] W_g) VE[token], per key/value head
+            assert idx is not None, "a block with value embeddings reads the tokens too"
+            ve = self.hook_ve(self.value_embed(idx).view(B, T, n_kv, hs))
+            gate = self.hook_ve_gate(VE_GATE_RANGE * torch.sigmoid(self.ve_gate(x[..., : self.cfg.value_embed])))
+            v = v + gate.unsqueeze(-1) * ve
         q = self.hook_q(q)
         k = self.hook_k(k)
-        v = self.hook_v(v.view(B, T, n_kv, hs))
+        v = self.hook_v(v)
         if self.cfg.pos == "rope":  # positions continue after the cached ones
             q, k = self.rope(q, k, start=kv.cache.length if kv is not None else 0)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), (B, n_kv, T, hs)
@@ -555,7 +703,7 @@ class CausalSelfAttention(nn.Module):
         positions = torch.arange(start, start + T, device=q.device)
         freq = rope_frequencies(self.cfg, q.device)  # (hs/2,) each pair's turn per position
         cos, sin = rope_angles(self.cfg.d_head, positions, self.cfg.rope_base, freq)
-        cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, hs/2): the same turn for every head
+        cos, sin = cos[:, None, :], sin[:, None, :] * self.cfg.rope_sign  # (T, 1, hs/2): the same turn for every head
         return self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
 
     def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -572,11 +720,11 @@ class CausalSelfAttention(nn.Module):
         """The (attn_mask, is_causal) for T queries over Tk keys: none without a causal mask (BERT-
         style) or for a single newest query (it may see every cached key); SDPA's own causal mask
         for a square with no window; else the (T, Tk) allowed cells (a cache before T, a window)."""
-        if not self.cfg.causal or (T == 1 and not self.cfg.window):
+        if not self.cfg.causal or (T == 1 and not self.window):
             return None, False
-        if Tk == T and not self.cfg.window:
+        if Tk == T and not self.window:
             return None, True
-        return causal_allowed(T, Tk, device, self.cfg.window), False
+        return causal_allowed(T, Tk, device, self.window), False
 
     def explained(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Explain mode, step by step: softmax(QK^T / sqrt(hs)) with the mask, the pattern's
@@ -586,7 +734,7 @@ class CausalSelfAttention(nn.Module):
         B, nh, T, hs = q.shape
         scores = self.hook_attn_scores((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs)))  # (B, nh, T, Tk)
         if self.cfg.causal:
-            scores = scores.masked_fill(~causal_allowed(T, k.size(2), q.device, self.cfg.window), float("-inf"))
+            scores = scores.masked_fill(~causal_allowed(T, k.size(2), q.device, self.window), float("-inf"))
         pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, Tk)
         z = self.hook_z((self.attn_dropout(pattern) @ v).transpose(1, 2))  # (B, T, nh, hs)
         out = self.c_proj(z.reshape(B, T, nh * hs))  # (B, T, d): the same digits whoever listens
@@ -600,11 +748,12 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """GPT-2's MLP: W_down GELU(W_up x); or SwiGLU (LLaMA): W_down (silu(W_gate x) * W_up x)."""
+    """GPT-2's MLP: W_down GELU(W_up x); or SwiGLU (LLaMA): W_down (silu(W_gate x) * W_up x); or
+    ReLU^2 (nanochat): W_down relu(W_up x)^2."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.swiglu = cfg.mlp == "swiglu"
+        self.swiglu, self.relu2 = cfg.mlp == "swiglu", cfg.mlp == "relu2"
         bias = cfg.bias or cfg.mlp_bias
         self.c_fc = Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # up-projection (SwiGLU: the value)
         if self.swiglu:
@@ -621,6 +770,8 @@ class MLP(nn.Module):
         if self.swiglu:
             gate = self.hook_gate(F.silu(self.hook_pre(self.c_gate(x))))
             h = self.hook_post(gate * self.hook_value(self.c_fc(x)))
+        elif self.relu2:  # nanochat: relu(x W_up)^2
+            h = self.hook_post(F.relu(self.hook_pre(self.c_fc(x))).square())
         else:
             h = self.hook_pre(self.c_fc(x))
             h = self.hook_post(F.gelu(h, approximate=self.approximate))
@@ -664,12 +815,39 @@ class MoE(nn.Module):
         return out.view(B, T, d)
 
 
-class Block(nn.Module):
+class Smear(nn.Module):
+    """nanochat's smear: position t takes in lambda * sigmoid(x_t[:c] W) of position t-1's embedding
+    (a cheap look at the previous token); the first position has none before it."""
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
+        self.channels = cfg.smear
+        self.gate = Linear(cfg.smear, 1, bias=False)  # W (1, c): reads x_t's first c channels
+        self.lam = nn.Parameter(torch.zeros(1))  # lambda: 0 at the start, the smear off
+        self.hook_gate = HookPoint()  # (B, T, 1) lambda sigmoid(x_t[:c] W): the share of x_{t-1} added (0 at t=0)
+
+    def forward(self, x: torch.Tensor, prev: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, d); prev (B, 1, d): the embedding before x's first position (a KV cache's), or None."""
+        gate = self.lam * torch.sigmoid(self.gate(x[..., : self.channels]))  # (B, T, 1)
+        before = x[:, :-1] if prev is None else torch.cat([prev, x[:, :-1]], dim=1)  # x_{t-1}
+        if prev is None:  # the first position has nothing before it
+            gate = torch.cat([torch.zeros_like(gate[:, :1]), gate[:, 1:]], dim=1)
+            before = torch.cat([torch.zeros_like(x[:, :1]), before], dim=1)
+        return x + self.hook_gate(gate) * before
+
+
+class Block(nn.Module):
+    resid_lambda: nn.Parameter  # x0_mix only
+    x0_lambda: nn.Parameter
+
+    def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
+        super().__init__()
         self.norm = cfg.norm
+        if cfg.x0_mix:  # nanochat: the block reads resid_lambda * x + x0_lambda * x0 (GPT.hidden mixes)
+            self.resid_lambda = nn.Parameter(torch.ones(1))
+            self.x0_lambda = nn.Parameter(torch.zeros(1))
         self.ln1 = make_norm(cfg)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, layer)
         self.ln2 = make_norm(cfg)
         if cfg.norm == "both":  # the sandwich: also normalise each sublayer's output before the add
             self.ln1_post, self.ln2_post = make_norm(cfg), make_norm(cfg)
@@ -680,10 +858,14 @@ class Block(nn.Module):
         self.hook_mlp_out = HookPoint()  # (B, T, d) what the MLP adds
         self.hook_resid_post = HookPoint()  # (B, T, d) stream leaving the block
 
-    def forward(self, x: torch.Tensor, kv: LayerKV | None = None) -> torch.Tensor:
+    def mix(self, x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        """nanochat (x0_mix): the stream this block reads, resid_lambda * x + x0_lambda * x0 (its hook_resid_pre)."""
+        return self.resid_lambda * x + self.x0_lambda * x0
+
+    def forward(self, x: torch.Tensor, kv: LayerKV | None = None, idx: torch.Tensor | None = None) -> torch.Tensor:
         x = self.hook_resid_pre(x)
         if self.norm == "pre":  # GPT-2: x + f(LN(x))
-            x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), kv)))
+            x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), kv, idx)))
             x = self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
         elif self.norm == "both":  # Gemma 2: x + LN(f(LN(x)))
             x = self.hook_resid_mid(x + self.hook_attn_out(self.ln1_post(self.attn(self.ln1(x), kv))))
@@ -709,12 +891,24 @@ class GPT(nn.Module):
         self.hook_embed = HookPoint()  # (B, T, d) rows of W_E for the tokens
         if cfg.pos == "learned":
             self.hook_pos_embed = HookPoint()  # (1, T, d) rows of W_P for the positions
+        if cfg.embed_norm:  # nanochat: the token's embedding normalised before anything reads it
+            self.ln_embed = make_norm(cfg)
+        if cfg.smear:  # nanochat: each position takes in a gated share of the previous one's embedding
+            self.smear = Smear(cfg)
+        if cfg.has_x0:
+            self.hook_x0 = HookPoint()  # (B, T, d) the embedding stream: normalised, smeared (x0_mix reads it)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layer)])
+        if cfg.backout:  # nanochat: the final norm reads x - backout_lambda * (the stream after block n_layer // 2)
+            self.backout_lambda = nn.Parameter(torch.full((1,), 0.2))
+            self.hook_backout = HookPoint()  # (B, T, d) what is taken out: backout_lambda * that stream
+            self.hook_resid_final = HookPoint()  # (B, T, d) the stream the final norm reads
         self.ln_final = make_norm(cfg) if cfg.norm in ("pre", "both") else NoNorm()
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)  # W_U (V, d)
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight  # logits = h @ W_E^T
+        if cfg.softcap:
+            self.hook_logits_uncapped = HookPoint()  # (B, T, V) z = h W_U^T, before softcap * tanh(z / softcap)
         self.hook_logits = HookPoint()  # (B, T, V)
         self.mode: Mode = "fast"  # see the module docstring and set_mode
 
@@ -724,6 +918,11 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        if cfg.x0_mix:  # nanochat's start: a stronger residual and more of x0 in the early blocks
+            for i, b in enumerate(self.blocks):
+                assert isinstance(b, Block)
+                b.resid_lambda.data.fill_(1.15 - 0.10 * i / max(cfg.n_layer - 1, 1))
+                b.x0_lambda.data.fill_(0.20 - 0.15 * i / max(cfg.n_layer - 1, 1))
 
         self.hook_dict: dict[str, HookPoint] = {}
         for name, module in self.named_modules():
@@ -754,7 +953,7 @@ class GPT(nn.Module):
         only (generation needs no more, and the unembedding is the widest matmul).
         """
         x = self.hidden(idx, kv_cache, last_only)  # (B, T, d)
-        logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
+        logits = self.hook_logits(self.unembed(x))  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
@@ -771,13 +970,45 @@ class GPT(nn.Module):
         if self.wpe is not None:
             pos = torch.arange(start, start + T, device=idx.device)
             x = x + self.hook_pos_embed(self.wpe(pos)[None])  # (1, T, d)
+        x = x0 = self.embed_stream(x, kv_cache)  # (B, T, d) nanochat: normalised and smeared
         x = self.drop(x)
+        backout_at, mid = self.cfg.n_layer // 2, None
         for i, block in enumerate(self.blocks):
-            x = block(x, kv_cache.layer(i) if kv_cache is not None else None)
+            assert isinstance(block, Block)
+            if self.cfg.x0_mix:
+                x = block.mix(x, x0)
+            x = block(x, kv_cache.layer(i) if kv_cache is not None else None, idx)
+            if i == backout_at:
+                mid = x
+        if self.cfg.backout:  # nanochat: take out part of the middle block's stream, low-level features
+            assert mid is not None
+            x = self.hook_resid_final(x - self.hook_backout(self.backout_lambda * mid))
         x = self.ln_final(x[:, -1:] if last_only else x)
         if kv_cache is not None:
             kv_cache.length += T
         return x
+
+    def embed_stream(self, x: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
+        """nanochat's embedding stream x0 (B, T, d): the embedding normalised (embed_norm), then smeared
+        with the previous position's (the cached one's for the first new position); others: x itself."""
+        if self.cfg.embed_norm:
+            x = self.ln_embed(x)
+        if self.cfg.smear:
+            prev = None
+            if kv_cache is not None:
+                assert kv_cache.emb is not None
+                n, T = kv_cache.length, x.size(1)
+                prev = kv_cache.emb[:, n - 1 : n] if n else None
+                kv_cache.emb[:, n : n + T] = x
+            x = self.smear(x, prev)
+        return self.hook_x0(x) if self.cfg.has_x0 else x
+
+    def unembed(self, h: torch.Tensor) -> torch.Tensor:
+        """The final hidden states (..., d) -> the logits (..., V): W_U, then the softcap if there is one."""
+        z = self.lm_head(h)
+        if not self.cfg.softcap:
+            return z
+        return self.cfg.softcap * torch.tanh(self.hook_logits_uncapped(z) / self.cfg.softcap)
 
     # ---- hooks -----------------------------------------------------------------------------
 

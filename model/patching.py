@@ -35,7 +35,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from .gpt import GPT, HookFn, KVCache, LayerKV, hook_name
+from .gpt import GPT, GPTConfig, HookFn, KVCache, LayerKV, hook_name
 
 SiteKind = Literal["resid_pre", "attn_out", "mlp_out", "z"]
 HOOKS: dict[str, str] = {
@@ -92,6 +92,15 @@ def hook_names(n_layer: int) -> list[str]:
     """Every hook point a site can name, in the model's order."""
     kinds = ("hook_resid_pre", "attn.hook_k", "attn.hook_v", "attn.hook_z", "hook_attn_out", "hook_mlp_out")
     return [*(hook_name(k, i) for i in range(n_layer) for k in kinds), hook_name("hook_resid_post", n_layer - 1)]
+
+
+def check_config(cfg: GPTConfig) -> None:
+    """Raise ValueError for a block whose patched runs this module cannot restart from a block's stream."""
+    if cfg.extras:
+        raise ValueError(
+            f"patching restarts a run from a block's stream, and nanochat's block ({', '.join(cfg.extras)}) also "
+            "reads x0, the tokens and the middle block's stream there; gptscope does not patch it yet"
+        )
 
 
 def record(model: GPT, ids: Sequence[int]) -> Recorded:

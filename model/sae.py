@@ -189,7 +189,7 @@ def unembed_directions(model: GPT, directions: torch.Tensor) -> torch.Tensor:
     d = directions
     if isinstance(norm, LayerNorm):
         d = (d - d.mean(-1, keepdim=True)) * norm.weight
-    elif isinstance(norm, RMSNorm):
+    elif isinstance(norm, RMSNorm) and norm.weight is not None:  # (nanochat's has no gain)
         d = d * norm.weight
     return d @ model.lm_head.weight.T
 

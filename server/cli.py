@@ -91,7 +91,9 @@ def cmd_import(a: argparse.Namespace) -> int:
     data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
     command = "gptscope import " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["import"] else [a.path, "--name", a.name])
     try:
-        _dest, summary = importers.import_model(a.path, a.name, data_dir, meta_pkl=a.meta, command=command)
+        _dest, summary = importers.import_model(
+            a.path, a.name, data_dir, meta_pkl=a.meta, command=command, tokenizer=a.tokenizer
+        )
     except importers.ImportFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -395,16 +397,17 @@ def _data_args(sub) -> None:
 
 
 def _import_args(sub) -> None:
-    """`gptscope import`: a GPT-2 or nanoGPT model brought in."""
+    """`gptscope import`: a GPT-2, LLaMA-family, nanoGPT or nanochat model brought in."""
     i = sub.add_parser(
         "import",
-        help="bring in a GPT-2 (Hugging Face folder) or nanoGPT (ckpt.pt) model",
+        help="bring in a Hugging Face GPT-2 or LLaMA-family folder, a nanoGPT ckpt.pt or a nanochat checkpoint folder",
         description="Convert, check and store a model under the data folder (GPTSCOPE_DATA_DIR, "
         "default ~/.gptscope) as models/NAME. Nothing is downloaded.",
     )
     i.add_argument(
         "path",
-        help="a Hugging Face GPT-2 folder (config.json + model.safetensors), or a nanoGPT ckpt.pt (or its out/ folder)",
+        help="a Hugging Face folder (config.json + model.safetensors), a nanoGPT ckpt.pt (or its out/ folder), "
+        "or a nanochat checkpoint folder (model_<step>.pt + meta_<step>.json; the last step) or one model_<step>.pt",
     )
     i.add_argument("--name", required=True, help="name to store it under (letters, digits, '_', '.', '-')")
     i.add_argument(
@@ -412,6 +415,12 @@ def _import_args(sub) -> None:
         default=None,
         help="nanoGPT's meta.pkl for a character vocabulary (default: the one "
         "beside ckpt.pt, if any; without one, GPT-2's tokenizer)",
+    )
+    i.add_argument(
+        "--tokenizer",
+        default=None,
+        help="nanochat's tokenizer.pkl (default: beside the checkpoint, in its tokenizer/ folder, or in "
+        "nanochat's <base dir>/tokenizer/ two levels up)",
     )
     i.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
 

@@ -47,6 +47,19 @@ EXPERIMENTS: list[Experiment] = [
         ],
     ),
     Experiment(
+        name="dropout",
+        title="Dropout on and off",
+        question="Does dropping a tenth of the activations while training (the Transformer's 0.1) help?",
+        what_to_look_for="Compare the training and validation losses. Dropout makes training harder on purpose, so "
+        "its training loss is higher; what it can buy is a smaller gap to validation once a model starts to "
+        "memorise its data. A run this short on a model this small may not get that far, so the help the "
+        "Transformer's ablation found may not show here.",
+        variants=[
+            ExperimentVariant(label="no dropout", request=_req(max_steps=600, overrides={"dropout": 0.0})),
+            ExperimentVariant(label="dropout 0.1", request=_req(max_steps=600, overrides={"dropout": 0.1})),
+        ],
+    ),
+    Experiment(
         name="weight-tying",
         title="Weight tying",
         question="What do we gain by using the embedding matrix again as the output layer?",
@@ -84,13 +97,27 @@ def _pair(name: str, title: str, question: str, look: str, variants: list[tuple[
 EXPERIMENTS += [
     _pair(
         "positions",
-        "Learned positions vs RoPE",
-        "Does rotating queries and keys by position (RoPE) beat GPT-2's learned position rows, and what happens "
-        "past the context the model trained on?",
-        "Both train on 64-token windows of a 128-position model. Compare validation losses; then open the two "
-        "checkpoints side by side on /compare with a prompt longer than 64 tokens: learned rows 64..127 were never "
-        "trained, while RoPE's scores depend only on distance.",
-        [("learned positions (GPT-2)", {"seq_len": 64}), ("RoPE", {"seq_len": 64, "overrides": {"pos": "rope"}})],
+        "Learned positions vs RoPE vs none",
+        "Does rotating queries and keys by position (RoPE) beat GPT-2's learned position rows, can a model with no "
+        "position encoding at all (NoPE) keep up, and what happens past the context the model trained on?",
+        "All three train on 64-token windows of a 128-position model. Compare validation losses: the model with no "
+        "positions still has the causal mask, from which order can be worked out (how many tokens a position can "
+        "see). Then open the checkpoints side by side on /compare with a prompt longer than 64 tokens: learned rows "
+        "64..127 were never trained, while RoPE's scores depend only on distance.",
+        [
+            ("learned positions (GPT-2)", {"seq_len": 64}),
+            ("RoPE", {"seq_len": 64, "overrides": {"pos": "rope"}}),
+            ("no positions (NoPE)", {"seq_len": 64, "overrides": {"pos": "none"}}),
+        ],
+    ),
+    _pair(
+        "window",
+        "Full causal attention vs a sliding window",
+        "What does a query lose when it may look back only a fixed number of tokens?",
+        "The window model's queries see their last 16 keys; the other's see every earlier one. Compare validation "
+        "losses. In this app the window is a mask: it changes what each query can see, not the time a step takes "
+        "(a kernel built for windows would skip the masked work, and a KV cache would keep only 16 positions).",
+        [("full causal attention", {}), ("sliding window of 16", {"overrides": {"window": 16}})],
     ),
     _pair(
         "rmsnorm",
@@ -142,5 +169,14 @@ EXPERIMENTS += [
         "gpt2-style: learned positions, LayerNorm, GELU MLP, multi-head attention, biases. llama-style: RoPE, RMSNorm, "
         "SwiGLU, grouped-query attention, no biases; within 0.1% of the same parameter count.",
         [("gpt2-style", {"preset": "gpt2-style"}), ("llama-style", {"preset": "llama-style"})],
+    ),
+    _pair(
+        "nanochat",
+        "GPT-2's block vs nanochat's",
+        "nanochat's block (Karpathy's successor to nanoGPT) against GPT-2's, on the same budget:",
+        "nanochat-tiny: GPT-2's width and depth with RoPE, RMSNorm without gains, a ReLU² MLP, QK-norm, an untied head, "
+        "the smear, x0 mixed back in before every block, value embeddings, sliding windows, the backout and a softcap "
+        "of 15. The untied head and the value embeddings make it larger; compare the loss at equal wall clock.",
+        [("gpt2-style", {"preset": "gpt2-style"}), ("nanochat-tiny", {"preset": "nanochat-tiny"})],
     ),
 ]

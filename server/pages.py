@@ -40,6 +40,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("block", "block", "one block, step by step"),
     Stage("attention", "attention", "attention overview"),
     Stage("mlp", "MLP", "MLP"),
+    # nanochat's models only: the smear, the lambdas, the value embeddings, the backout, the softcap
+    Stage("stream-extras", "nanochat", "nanochat's stream", numbered=False),
     Stage("residual", "residual", "residual stream and logit lens"),
     Stage("next", "sampling", "logits → probabilities"),
     Stage("generate", "generate", "generation, step by step"),

@@ -113,3 +113,23 @@ def test_the_bert_caption_names_segments_and_both_heads(client):
     shown = text_of(client.get("/learn").text, "bert-caption")
     assert "segment embedding" in shown and "masked language modelling" in shown and "next-sentence prediction" in shown
     assert "the same stack of blocks with a different attention mask" not in shown
+
+
+@pytest.mark.parametrize(
+    ("norm", "norm_type", "says", "not_says"),
+    [
+        ("pre", "layernorm", "apply the final LayerNorm and the output layer", "no final norm"),
+        ("pre", "rmsnorm", "apply the final RMSNorm and the output layer", "LayerNorm"),
+        ("post", "layernorm", "has no final norm", "final LayerNorm"),
+        ("both", "layernorm", "apply the final LayerNorm and the output layer", "no final norm"),
+    ],
+)
+def test_the_logit_lens_caption_applies_the_norm_the_served_model_has(tmp_path, norm, norm_type, says, not_says):
+    """A post-norm model (GPT-1's shape) has no final norm: its lens is the output layer alone
+    (its ln_final is an identity), and the caption must not say otherwise."""
+    with serve(tmp_path, f"lens-{norm}-{norm_type}", norm=norm, norm_type=norm_type) as client:
+        page = client.get("/").text
+        compare = client.get("/compare").text
+    shown = text_of(page, "lens-caption")
+    assert says in shown and not_says not in shown
+    assert "post-norm model" in text_of(compare, "lens-caption")  # two models: it says what each one does

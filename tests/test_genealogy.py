@@ -6,23 +6,17 @@ one that file cites."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from pathlib import Path
 
 import pytest
+from seedtext import SEEDS, cites_for, text
 
 from gptscope.model import genealogy as gen
-from gptscope.model.gpt import GPTConfig, count_params
+from gptscope.model.gpt import GPTConfig, count_params, preset_config
 
-SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
-if not SEEDS.is_dir():
-    SEEDS = Path("/work/shared/seeds")
 pytestmark = pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed texts (../shared/seeds/) are not here")
-
-
-def text(name: str) -> str:
-    return (SEEDS / name).read_text(encoding="utf-8")
 
 
 def table_rows(name: str, first: str) -> dict[str, list[str]]:
@@ -102,6 +96,44 @@ def test_lambada_by_size_is_the_notes_table(res):
     assert res["lambada_source"]["seed"] == gen.NOTES
 
 
+def test_the_lambada_summary_is_computed_from_the_table(res, client):
+    """The caption says only what the table shows: the four sizes span about 12x, one tenfold step
+    (not several), and each larger size scored higher."""
+    rows = table_rows(gen.NOTES, "Model")
+    sizes = [number(v[0]) for v in rows.values()]
+    acc = [number(v[1]) for v in rows.values()]
+    s = res["lambada_summary"]
+    assert (s["smallest"], s["largest"]) == (next(iter(rows)), list(rows)[-1])
+    assert s["size_ratio"] == pytest.approx(sizes[-1] / sizes[0])
+    assert s["tenfold_steps"] == pytest.approx(math.log10(sizes[-1] / sizes[0])) and 1 < s["tenfold_steps"] < 1.1
+    assert s["step_ratios"] == pytest.approx([b / a for a, b in itertools.pairwise(sizes)])
+    assert s["accuracy_gain"] == pytest.approx(acc[-1] - acc[0])
+    assert s["step_gains"] == pytest.approx([b - a for a, b in itertools.pairwise(acc)])
+    assert s["every_step_gained"] is all(b > a for a, b in itertools.pairwise(acc))
+    assert s["points_per_tenfold"] == pytest.approx(s["accuracy_gain"] / s["tenfold_steps"])
+    page = client.get("/genealogy").text
+    caption = re.search(r'id="lambada-panel".*?</section>', page, re.S).group(0)
+    assert "tenfold" not in caption  # the step count comes from lambada_summary, filled in by the page
+
+
+# /params' presets of the genealogy's models: the same shape, activation and norm placement
+PRESET_OF = {"gpt1": "gpt1", "gpt-2-small": "gpt2", "gpt-2-medium": "gpt2-medium", "gpt-2-large": "gpt2-large"}
+PRESET_OF["gpt-2-xl"] = "gpt2-xl"
+
+
+def test_params_presets_agree_with_the_genealogy(client):
+    by_key = {g.key: g for g in gen.generations()}
+    for key, preset in PRESET_OF.items():
+        ours, theirs = by_key[key].config, preset_config(preset)
+        for f in ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "norm", "gelu", "tie_weights", "pos"):
+            assert getattr(ours, f) == getattr(theirs, f), (key, f)
+        served = client.get("/api/v1/params", params={"preset": preset}).json()["config"]
+        assert served["gelu"] == ours.gelu and served["norm"] == ours.norm, key
+    # GPT-1: the released code's tanh form, which the GPT-1 text names
+    assert by_key["gpt1"].config.gelu == "tanh" and "uses the tanh approximation" in text(gen.GPT1_TEXT)
+    assert client.get("/api/v1/params", params={"preset": "gpt1", "mlp": "swiglu"}).json()["config"]["gelu"] is None
+
+
 def test_gpt1_and_gpt2_small_are_the_notes_training_table(res):
     rows = table_rows(gen.NOTES, "")
     for key, col in (("gpt1", 0), ("gpt-2-small", 1)):
@@ -173,10 +205,22 @@ def test_the_transformer_is_the_notes_table(res):
     assert f"β2={f['adam_beta2']}" in rows["Optimizer"]
     assert cfg["vocab_size"] == grab(gen.LEARN_TEXT, r"uniform guess over \$([\d{},]+)\$ tokens")
     p = m["params"]
-    assert (
-        p["total"] is None
-        and p["weights_only"] == p["pieces"]["encoder"] + p["pieces"]["decoder"] + p["token_embedding"]
-    )
+    assert p["weights_only"] == p["pieces"]["encoder"] + p["pieces"]["decoder"] + p["token_embedding"]
+
+
+def test_the_transformer_total_the_text_quotes_sits_beside_the_count(res, client):
+    """how-models-learn gives the base model's total (65 million; 84 million untied): the genealogy
+    serves it as the quoted size, beside the full count, which is /params' count of the same shape."""
+    p = model(res, "transformer")["params"]
+    quoted = grab(gen.LEARN_TEXT, r"The base model has \$(\d+)\$ million in total") * 1e6
+    assert p["quoted"] == quoted and p["quoted_source"]["seed"] == gen.LEARN_TEXT
+    assert p["quoted_source"]["quote"] in text(gen.LEARN_TEXT)
+    enc_dec = client.get("/api/v1/params", params={"preset": "transformer-base"}).json()["encoder_decoder"]
+    assert p["total"] == enc_dec["tied_total"] and enc_dec["stated_tied"] == quoted
+    assert p["total"] < quoted and "65M" in p["note"] and "no total" not in p["note"]
+    f = facts(model(res, "transformer"))
+    assert f["params_untied"] == grab(gen.LEARN_TEXT, r"take the model to roughly \$(\d+)\$ million") * 1e6
+    assert f["params_untied"] == enc_dec["stated_untied"]
 
 
 def test_bert_facts_are_the_notes(res):
@@ -240,6 +284,8 @@ def sources(res):
             yield c["source"], c["from_text"]
         for x in m["changes"] + m["facts"]:
             yield x["source"], True
+            for also in x.get("also", []):
+                yield also, True
         if m["params"]["quoted_source"]:
             yield m["params"]["quoted_source"], False
     for t in res["tables"]:
@@ -259,6 +305,27 @@ def test_every_source_names_a_seed_file_and_a_paper_it_cites(res):
         if src["paper"] and from_text:
             surname = src["paper"].split()[0].rstrip(",")
             assert surname in text(src["seed"]), f"{src['seed']} does not cite {src['paper']}"
+
+
+def test_every_fact_cites_the_paper_its_text_gives_for_it(res):
+    """A fact's paper is the one its own text cites for it (label smoothing's 0.1 is the Transformer's,
+    not Müller et al.'s later finding), checked at the quote."""
+    checked = 0
+    for src, from_text in sources(res):
+        if src["paper"] and from_text and src.get("quote"):
+            assert src["quote"] in text(src["seed"]), src
+            assert cites_for(src["seed"], src["quote"], src["paper"]), src
+            checked += 1
+    assert checked >= 40
+    ls = next(f for f in model(res, "transformer")["facts"] if f["name"] == "label_smoothing")
+    assert ls["source"]["paper"].startswith("Vaswani") and "Szegedy" in ls["caption"]
+
+
+def test_every_fact_and_change_has_a_quote_from_its_text(res):
+    for m in res["models"]:
+        for x in m["facts"] + m["changes"]:
+            for src in [x["source"], *x.get("also", [])]:
+                assert src["quote"] and src["quote"] in text(src["seed"]), (m["key"], x)
 
 
 def test_citations_the_issue_names(res):

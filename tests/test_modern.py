@@ -41,6 +41,8 @@ COMBOS = {
     "everything": dict(
         pos="rope", norm_type="rmsnorm", norm="both", mlp="swiglu", n_kv_head=1, window=6, n_expert=3, bias=False
     ),
+    # nanochat's block: every one of its switches (preset nanochat-tiny at this size)
+    "nanochat": {**preset_config("nanochat-tiny").to_dict(), **BASE, "d_mlp": 128, "window": 6, "window_pattern": "SL"},
 }
 
 
@@ -208,8 +210,8 @@ def test_llama_style_has_gpt2_styles_parameter_count():
 @pytest.mark.parametrize(  # "everything" (every new part at once) stays in the fast subset
     "name",
     [
-        n if n == "everything" else pytest.param(n, marks=pytest.mark.slow)
-        for n in ("llama-like", "everything", "moe", "sandwich", "window")
+        n if n in ("everything", "nanochat") else pytest.param(n, marks=pytest.mark.slow)
+        for n in ("llama-like", "everything", "moe", "sandwich", "window", "nanochat")
     ],
 )
 def test_checkpoints_of_each_load_and_serve_every_part(name, tmp_path):

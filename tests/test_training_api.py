@@ -185,6 +185,11 @@ def test_experiments_are_listed_with_valid_requests(tclient):
     assert {"causal-mask", "norm-warmup", "weight-tying"} <= names
     causal = next(e for e in exps if e["name"] == "causal-mask")
     assert [v["request"]["overrides"]["causal"] for v in causal["variants"]] == [None, False]
+    # the texts' claims without a number, as runs: dropout's ablation, NoPE beside RoPE, a sliding window
+    by_name = {e["name"]: e for e in exps}
+    assert [v["request"]["overrides"]["dropout"] for v in by_name["dropout"]["variants"]] == [0.0, 0.1]
+    assert [v["request"]["overrides"]["pos"] for v in by_name["positions"]["variants"]] == [None, "rope", "none"]
+    assert [v["request"]["overrides"]["window"] for v in by_name["window"]["variants"]] == [None, 16]
 
 
 def test_the_served_model_is_untouched_while_a_run_trains(tclient, service):

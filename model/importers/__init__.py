@@ -1,7 +1,7 @@
-"""Bring your own GPT: convert a Hugging Face GPT-2 or LLaMA-family folder or a nanoGPT `ckpt.pt`
-into a gptscope checkpoint, so every page explains it like the built-in model.
+"""Bring your own GPT: convert a Hugging Face GPT-2 or LLaMA-family folder, a nanoGPT `ckpt.pt` or a
+nanochat checkpoint folder into a gptscope checkpoint, so every page explains it like the built-in model.
 
-One module per family (gpt2.py, llama.py, nanogpt.py), each with what it reads (a Hugging Face
+One module per family (gpt2.py, llama.py, nanogpt.py, nanochat.py), each with what it reads (a Hugging Face
 family's MODEL_TYPES, the config.json model_type values) and `convert(path)`; HF_FAMILIES and
 `detect` here find the family of what is on disk; common.py holds what they share.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import checkpoint as ckpt
 from ..gpt import count_params
-from . import gpt2, llama, nanogpt
+from . import gpt2, llama, nanochat, nanogpt
 from .common import NAME_RE, Converted, ImportFailed, models_dir, read_json, sample_check
 from .gpt2 import hf_config
 
@@ -45,7 +45,9 @@ HF_FAMILIES: dict[str, Callable[[Path], Converted]] = {
 
 
 def detect(path: Path) -> str:
-    """The family of what is on disk: a Hugging Face model_type (HF_FAMILIES' keys) or 'nanogpt'."""
+    """The family of what is on disk: a Hugging Face model_type (HF_FAMILIES' keys), 'nanogpt' or 'nanochat'."""
+    if path.exists() and nanochat.is_nanochat(path):
+        return "nanochat"
     if path.is_dir():
         if (path / "config.json").is_file():
             if not any((path / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
@@ -64,7 +66,8 @@ def detect(path: Path) -> str:
         if (path / "ckpt.pt").is_file():
             return "nanogpt"
         raise ImportFailed(
-            f"{path} holds neither a Hugging Face model (config.json + model.safetensors) nor a nanoGPT ckpt.pt"
+            f"{path} holds neither a Hugging Face model (config.json + model.safetensors), a nanoGPT ckpt.pt "
+            f"nor a nanochat checkpoint (model_<step>.pt + meta_<step>.json)"
         )
     if path.is_file():
         if path.suffix in (".pt", ".pth", ".ckpt"):
@@ -76,9 +79,15 @@ def detect(path: Path) -> str:
     raise ImportFailed(f"{path} does not exist")
 
 
-def convert(path: str | Path, meta_pkl: str | Path | None = None) -> Converted:
+def convert(path: str | Path, meta_pkl: str | Path | None = None, tokenizer: str | Path | None = None) -> Converted:
     p = Path(path).expanduser()
     kind = detect(p)
+    if tokenizer and kind != "nanochat":
+        raise ImportFailed("tokenizer: a tokenizer.pkl goes with nanochat checkpoints only")
+    if kind == "nanochat":
+        if meta_pkl:
+            raise ImportFailed("meta: a meta.pkl goes with nanoGPT checkpoints only")
+        return nanochat.convert_nanochat(p, Path(tokenizer).expanduser() if tokenizer else None)
     if kind != "nanogpt":
         if meta_pkl:
             raise ImportFailed("meta: a meta.pkl goes with nanoGPT checkpoints only")
@@ -90,7 +99,12 @@ def convert(path: str | Path, meta_pkl: str | Path | None = None) -> Converted:
 
 
 def import_model(
-    path: str | Path, name: str, data_dir: str | Path, meta_pkl: str | Path | None = None, command: str = ""
+    path: str | Path,
+    name: str,
+    data_dir: str | Path,
+    meta_pkl: str | Path | None = None,
+    command: str = "",
+    tokenizer: str | Path | None = None,
 ) -> tuple[Path, dict]:
     """Convert, check and store; returns (checkpoint folder, summary). Atomic: the folder appears
     complete or not at all."""
@@ -102,7 +116,7 @@ def import_model(
     if dest.exists():
         raise ImportFailed(f"name: a model named {name!r} already exists at {dest}; choose another --name or delete it")
     t0 = time.time()
-    conv = convert(path, meta_pkl)
+    conv = convert(path, meta_pkl, tokenizer)
     check = sample_check(conv)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{name}.importing-{os.getpid()}"

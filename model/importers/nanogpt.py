@@ -63,7 +63,7 @@ def char_vocab(meta: dict, vocab_size: int, source: str = "meta.pkl") -> list[st
 NANOGPT_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 
 
-def _unpickler_reason(e: Exception) -> str:
+def unpickler_reason(e: Exception) -> str:
     """The one line that matters in torch's long weights-only error."""
     m = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|$)", str(e), re.S)
     return " ".join((m.group(1) if m else str(e)).split())[:300]
@@ -73,7 +73,7 @@ def _torch_load_safely(path: Path) -> dict:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        reason = _unpickler_reason(e)
+        reason = unpickler_reason(e)
         if "Unsupported global" not in reason:
             raise ImportFailed(f"{path.name} is not a readable PyTorch checkpoint: {reason}") from None
         raise ImportFailed(

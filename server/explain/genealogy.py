@@ -8,6 +8,7 @@ import torch
 
 from gptscope.model import genealogy as g
 from gptscope.model import history
+from gptscope.model import texts as texts_data
 from gptscope.model.formulas import nll
 
 from ..schemas import genealogy as schemas
@@ -16,7 +17,7 @@ from .digits import COARSE, VALUE
 
 
 def _src(s: g.Source) -> schemas.SourceRef:
-    return schemas.SourceRef(seed=s.seed, paper=s.paper)
+    return schemas.SourceRef(seed=s.seed, paper=s.paper, quote=s.quote)
 
 
 def _params(gen: g.Generation) -> schemas.ParamCount:
@@ -46,7 +47,14 @@ def _model(gen: g.Generation) -> schemas.GenealogyModel:
         params=_params(gen),
         changes=[schemas.ChangeEntry(what=c.what, kind=c.kind, source=_src(c.source)) for c in gen.changes],
         facts=[
-            schemas.FactEntry(name=f.name, value=f.value, unit=f.unit, caption=f.caption, source=_src(f.source))
+            schemas.FactEntry(
+                name=f.name,
+                value=f.value,
+                unit=f.unit,
+                caption=f.caption,
+                source=_src(f.source),
+                also=[_src(x) for x in f.also],
+            )
             for f in gen.facts
         ],
     )
@@ -113,7 +121,8 @@ def genealogy() -> schemas.GenealogyResponse:
             )
             for name, _, _, _, quoted in g.GPT2_SIZES
         ],
-        lambada_source=_src(g.Source(g.NOTES, g.RADFORD_2019)),
+        lambada_summary=schemas.LambadaSummary(**g.lambada_summary()),
+        lambada_source=_src(g.Source(g.NOTES, g.RADFORD_2019, "Model\tParams\tLAMBADA (zero-shot)")),
         tables=_tables(),
         worked=worked(),
     )
@@ -197,3 +206,97 @@ def moe(top_k: int) -> schemas.MoEResponse:
         "token's computation by a much smaller factor",
         source=_src(HISTORY),
     )
+
+
+# --- The texts' other numbers -----------------------------------------------------------------
+
+
+def _fact(f: texts_data.TextFact) -> schemas.TextFactEntry:
+    return schemas.TextFactEntry(
+        name=f.name,
+        value=f.value,
+        unit=f.unit,
+        caption=f.caption,
+        topic=f.topic,
+        computed=f.computed,
+        how=f.how,
+        source=schemas.SourceRef(seed=f.seed, paper=f.paper, quote=f.quote),
+    )
+
+
+@lru_cache(maxsize=1)
+def texts() -> schemas.TextsResponse:
+    """The texts' numbers beyond the model cards, their worked examples (a tokenizer run once) and
+    the papers they cite; it depends on nothing, so it is built once."""
+    tok, learn, gpt2 = texts_data.tokenizer_example(), g.LEARN_TEXT, g.GPT2_TEXT
+
+    def src(seed: str, quote: str) -> schemas.SourceRef:
+        return schemas.SourceRef(seed=seed, paper=None, quote=quote)
+
+    return schemas.TextsResponse(
+        seeds=list(g.SEED_FILES),
+        facts=[_fact(f) for f in texts_data.FACTS],
+        papers=[
+            schemas.PaperEntry(
+                who=p.who,
+                title=p.title,
+                year=p.year,
+                cited_for=p.cited_for,
+                source=schemas.SourceRef(seed=p.seed, paper=p.reference, quote=p.quote),
+            )
+            for p in texts_data.PAPERS
+        ],
+        sentence_tokens=schemas.SentenceTokens(
+            **{k: tok[k] for k in ("sentence", "encoding", "tokens", "token_count", "characters")},
+            attention_work_ratio=tok["attention_work_ratio"],
+            source=src(learn, "the GPT-5.x Tokenizer splits it into 15 tokens"),
+        ),
+        gpt2_tokens=schemas.Gpt2Tokens(
+            text=tok["gpt2_text"],
+            ids=tok["gpt2_ids"],
+            target_ids=tok["gpt2_target_ids"],
+            byte_tokens=tok["gpt2_byte_tokens"],
+            merges=tok["gpt2_merges"],
+            special_tokens=tok["gpt2_special_tokens"],
+            vocab=tok["gpt2_vocab"],
+            end_of_text_id=tok["gpt2_end_of_text_id"],
+            rare_word=tok["rare_word"],
+            rare_word_pieces=tok["rare_word_pieces"],
+            source=src(gpt2, "token ids : [6109, 3626, 6100, 345]"),
+        ),
+        padding=schemas.PaddingExample(
+            **texts_data.padding_example(), source=src(learn, "a batch containing lengths 10, 12, 15 and 500")
+        ),
+        adam_scale=schemas.AdamScaleExample(
+            **texts_data.adam_scale_example(), source=src(learn, "gradients four orders of magnitude apart")
+        ),
+        **_runs(),
+    )
+
+
+def _runs() -> dict:
+    """The examples the texts argue without a number, run: AdamW against an L2 penalty, what label
+    smoothing does to perplexity, a deep stack with and without the residual path."""
+    run = texts_data.adamw_against_l2()
+    return {
+        "adamw_l2": schemas.AdamwL2Example(
+            **{**run, "rows": [schemas.AdamwL2Row(**r) for r in run["rows"]]},
+            source=schemas.SourceRef(
+                seed=g.GPT1_TEXT,
+                paper=g.LOSHCHILOV,
+                quote="parameters with small historical gradients get decayed harder than parameters with large ones",
+            ),
+        ),
+        "smoothing": schemas.SmoothingTradeoff(
+            **texts_data.smoothing_tradeoff(),
+            source=schemas.SourceRef(
+                seed=g.LEARN_TEXT, paper=g.VASWANI, quote="Label smoothing worsened perplexity while improving accuracy"
+            ),
+        ),
+        "residual": schemas.ResidualExample(
+            **texts_data.residual_gradients(),  # tiny norms kept as they are: the point is how small they get
+            source=schemas.SourceRef(
+                seed=g.EXERCISES, paper=None, quote="multiplying 96 small numbers gives a vanishingly small product"
+            ),
+        ),
+    }

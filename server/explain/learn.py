@@ -351,6 +351,7 @@ PRESET_LABELS = {
     "gpt3": "GPT-3 175B",
 }
 CONFIG_FIELDS = tuple(schemas.ParamsConfig.model_fields)  # the GPTConfig fields /params answers with
+OVERRIDABLE = tuple(k for k in CONFIG_FIELDS if k != "gelu")  # gelu is answered, not asked for: it changes no count
 
 
 def preset_names() -> list[str]:
@@ -366,7 +367,7 @@ STATED_TIED, STATED_UNTIED = 65_000_000, 84_000_000
 
 def encoder_decoder_params(overrides: dict) -> schemas.ParamsResponse:
     """preset=transformer-base: model.lessons.encoder_decoder_counts, tied and untied, as a ParamsResponse."""
-    other = next((k for k in CONFIG_FIELDS if k not in ENC_DEC_FIELDS and overrides.get(k) is not None), None)
+    other = next((k for k in OVERRIDABLE if k not in ENC_DEC_FIELDS and overrides.get(k) is not None), None)
     if other:
         raise query_error(other, f"the encoder-decoder preset transformer-base takes only {', '.join(ENC_DEC_FIELDS)}")
     p = {**TRANSFORMER_BASE, **{k: v for k, v in overrides.items() if v is not None}}
@@ -460,13 +461,15 @@ def _config(base: dict, overrides: dict) -> GPTConfig:
         field = (
             ("n_kv_head" if "n_kv_head" in msg else "n_head")
             if "divisible" in msg
-            else next((f for f in CONFIG_FIELDS if msg.startswith(f)), "d_model")
+            else next((f for f in OVERRIDABLE if msg.startswith(f)), "d_model")
         )
         raise query_error(field, msg) from None
 
 
 def _config_model(cfg: GPTConfig) -> schemas.ParamsConfig:
-    return schemas.ParamsConfig(**{k: getattr(cfg, k) for k in CONFIG_FIELDS})
+    fields = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
+    fields["gelu"] = cfg.gelu if cfg.mlp == "gelu" else None  # SwiGLU's gate is SiLU: no GELU to name
+    return schemas.ParamsConfig(**fields)
 
 
 def _shares(c: dict) -> tuple[float, float, int]:

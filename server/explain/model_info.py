@@ -44,6 +44,9 @@ def model_info(service: ModelService) -> ModelInfo:
         mlp=cfg.mlp,
         n_kv_head=cfg.n_kv_head,
         window=cfg.window,
+        window_pattern=cfg.window_pattern,
+        softcap=cfg.softcap,
+        extras=cfg.extras,
         n_expert=cfg.n_expert,
         top_k_experts=cfg.top_k_experts,
         classifier=ClassifierInfo(

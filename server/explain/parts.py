@@ -51,16 +51,35 @@ def at_layer(layer: int, *names: str) -> list[str]:
 
 
 def _streams(cfg: GPTConfig, sel: Selection) -> list[str]:
-    return [hook_name("hook_resid_pre", 0), *each_layer(cfg, "hook_resid_post")]
+    return [hook_name("hook_resid_pre", 0), *each_layer(cfg, "hook_resid_post"), "hook_x0", "hook_resid_final"]
 
 
 def _components(cfg: GPTConfig, sel: Selection) -> list[str]:
-    """What the residual stream is the sum of, and the final norm's scale: for splitting a logit."""
+    """What the residual stream is the sum of, and the final norm's scale: for splitting a logit
+    (nanochat: x0 and the normalised embedding, to split off the smear, and the logits before the cap)."""
     return [
         "hook_embed",
         "hook_pos_embed",
+        "hook_x0",
+        "ln_embed.hook_normalized",
+        "hook_logits_uncapped",
         "ln_final.hook_scale",
         *each_layer(cfg, "attn.hook_result", "hook_attn_out", "hook_mlp_out"),
+    ]
+
+
+def _extras(cfg: GPTConfig, sel: Selection) -> list[str]:
+    """nanochat's stream: the embedding before and after the smear, each block's stream in and out,
+    the value embeddings and their gates, the backout, the logits before the cap."""
+    return [
+        "hook_embed",
+        "ln_embed.hook_normalized",
+        "smear.hook_gate",
+        "hook_x0",
+        *each_layer(cfg, "hook_resid_pre", "hook_resid_post", "attn.hook_ve", "attn.hook_ve_gate", "attn.hook_v"),
+        "hook_backout",
+        "hook_resid_final",
+        "hook_logits_uncapped",
     ]
 
 
@@ -151,6 +170,14 @@ PARTS: tuple[Part, ...] = (
         applies=lambda s: bool(s.model.cfg.n_expert),
     ),
     Part(
+        "stream_extras",
+        hooks=_extras,
+        build=stages.stream_extras,
+        applies=lambda s: bool(s.model.cfg.extras),
+        stale_on=("position",),
+        every_position=True,  # the softcap: the largest logit over the prompt
+    ),
+    Part(
         "sae_features",
         hooks=lambda cfg, sel: each_layer(cfg, "hook_resid_post"),
         build=stages.sae_features,
@@ -180,7 +207,7 @@ def wanted(service: ModelService, names: Iterable[str]) -> list[Part]:
 
 def hooks_for(parts: Iterable[Part], cfg: GPTConfig, sel: Selection) -> set[str]:
     """Every hook the parts' builders read, and the final stream (the selected position's logits)."""
-    names = {hook_name("hook_resid_post", cfg.n_layer - 1)}
+    names = {hook_name("hook_resid_post", cfg.n_layer - 1), stages.final_stream(cfg)}
     for p in parts:
         names.update(p.hooks(cfg, sel))
     return names

@@ -261,6 +261,10 @@ def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -
     may come from the clean run). So unless both runs are cached already, every requested sweep
     counts; with both cached, the sweeps cached too are free."""
     limit = MAX_SYNC_MACS if limit is None else limit
+    try:
+        pt.check_config(service.model.cfg)
+    except ValueError as e:
+        raise InputError("clean" if req.clean is not None else "clean_ids", f"the served model: {e}") from None
     clean_ids, corrupted_ids = pair_ids(service, req)
     cfg, T = service.model.cfg, len(clean_ids)
     _check_request(service, req, T)

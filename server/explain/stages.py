@@ -4,6 +4,7 @@ returns its block of the answer. Which hooks each needs, and when it applies, is
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -19,7 +20,9 @@ from gptscope.model.gpt import (
     RMSNorm,
     apply_rope,
     causal_allowed,
+    has_value_embed,
     hook_name,
+    layer_window,
     rope_angles,
 )
 
@@ -28,6 +31,8 @@ from ..schemas.arrays import Arr
 from ..schemas.sae import SaeFeaturesBlock
 from ..schemas.stages import (
     AttentionBlock,
+    BackoutDetail,
+    CappedLogit,
     ClassifierBlock,
     Contribution,
     ContributionKind,
@@ -39,6 +44,7 @@ from ..schemas.stages import (
     LayerNormDetail,
     LensCandidate,
     LogitLensBlock,
+    MixLayer,
     MLPBlock,
     MLPLayer,
     MoEBlock,
@@ -49,6 +55,10 @@ from ..schemas.stages import (
     ResidualBlock,
     RopeBlock,
     RopeDistanceCheck,
+    SmearDetail,
+    SoftcapDetail,
+    StreamExtrasBlock,
+    ValueEmbedLayer,
 )
 from ..service import ModelService
 from .common import arr, attention_rows, next_tokens, rounded, token_text
@@ -98,16 +108,24 @@ class Trace:
 
     @cached_property
     def streams(self) -> list[torch.Tensor]:
-        """The residual stream after the embedding and after each block: n_layer + 1 of (T, d)."""
-        return [self.act("hook_resid_pre", 0)] + [self.act("hook_resid_post", li) for li in range(self.cfg.n_layer)]
+        """The residual stream after the embedding and after each block: n_layer + 1 of (T, d) (nanochat:
+        the embedding stream x0 first, and the stream after the backout last, n_layer + 2)."""
+        first = self.act("hook_x0") if self.cfg.has_x0 else self.act("hook_resid_pre", 0)
+        after = [self.act("hook_resid_post", li) for li in range(self.cfg.n_layer)]
+        return [first, *after, *([self.act("hook_resid_final")] if self.cfg.backout else [])]
 
     @cached_property
     def at_position(self) -> torch.Tensor:
         """The selected position's logits (V,), computed the same way whatever else was asked for (a
         one-row matmul rounds differently from the full one: every panel must show the same digits)."""
         m, pos = self.model, self.sel.position
-        final = self.act("hook_resid_post", self.cfg.n_layer - 1)[pos : pos + 1]
-        return m.lm_head(m.ln_final(final[None]))[0, 0]
+        final = self.act(final_stream(self.cfg))[pos : pos + 1]
+        return m.unembed(m.ln_final(final[None]))[0, 0]
+
+
+def final_stream(cfg: GPTConfig) -> str:
+    """The hook of the stream the final norm reads: the last block's, or (backout) the one after the backout."""
+    return "hook_resid_final" if cfg.backout else hook_name("hook_resid_post", cfg.n_layer - 1)
 
 
 def block(m: GPT, layer: int) -> Block:
@@ -124,7 +142,7 @@ def final_norm(m: GPT) -> LayerNorm | RMSNorm:
 
 
 def stage_names(cfg: GPTConfig) -> list[str]:
-    return ["embed"] + [f"block {li}" for li in range(cfg.n_layer)]
+    return ["embed"] + [f"block {li}" for li in range(cfg.n_layer)] + (["backout"] if cfg.backout else [])
 
 
 def attention(t: Trace) -> AttentionBlock:
@@ -172,7 +190,7 @@ def layernorm(t: Trace) -> LayerNormDetail:
         eps=ln.eps,
         std=round(float(std), FINE),
         normalized=arr((x - mean) / std),
-        gain=arr(ln.weight),
+        gain=arr(ln.weight if ln.weight is not None else torch.ones_like(x)),  # no gain (nanochat): 1
         shift=arr(ln.bias) if ln.bias is not None else None,
         output=arr(t.act("ln1.hook_normalized", layer)[pos]),
     )
@@ -188,7 +206,8 @@ def head_detail(t: Trace) -> HeadDetail:
     rope, kvh = cfg.pos == "rope", kv_head(cfg, head)
     scores = t.act("attn.hook_attn_scores", layer)[head]  # (T, T)
     T = scores.size(0)
-    allowed = causal_allowed(T, T, window=cfg.window) if cfg.causal else torch.ones(T, T, dtype=torch.bool)
+    window = layer_window(cfg, layer)
+    allowed = causal_allowed(T, T, window=window) if cfg.causal else torch.ones(T, T, dtype=torch.bool)
     masked = [[round(float(scores[i, j]), VALUE) if allowed[i, j] else None for j in range(T)] for i in range(T)]
     return HeadDetail(
         layer=layer,
@@ -262,12 +281,13 @@ def residual(t: Trace) -> ResidualBlock:
 
 
 def logit_lens(t: Trace) -> LogitLensBlock:
-    """The final norm and the unembedding applied to the stream after every stage."""
+    """The final norm and the unembedding applied to the stream after every stage (a post-norm model's
+    ln_final is an identity: its blocks' outputs are already normalised)."""
     m, ids, T = t.model, t.ids, len(t.ids)
     nxt = torch.tensor([*ids[1:], 0])
     top_all, actual = [], []
     for s in t.streams:
-        probs = torch.softmax(m.lm_head(m.ln_final(s)).float(), -1)  # (T, V)
+        probs = torch.softmax(m.unembed(m.ln_final(s)).float(), -1)  # (T, V)
         top = torch.topk(probs, LENS_K, dim=-1)
         vals, idx = top.values.tolist(), top.indices.tolist()
         top_all.append(
@@ -316,8 +336,18 @@ def decomposition(t: Trace) -> Decomposition:
     """Split the logit of the target (default: the top prediction) at the selected position."""
     pos, m = t.sel.position, t.model
     tid = int(torch.argmax(t.logits[pos])) if t.sel.target is None else t.sel.target
-    logit = float(t.logits[pos, tid])
-    return decompose(m, t.cache, pos, m.lm_head.weight[tid], logit, tid, token_text(t.service, tid))
+    if not m.cfg.softcap:
+        logit = float(t.logits[pos, tid])
+        return decompose(m, t.cache, pos, m.lm_head.weight[tid], logit, tid, token_text(t.service, tid))
+    # softcap: the parts add up to the logit before the cap, z; the model's own logit is cap * tanh(z / cap)
+    z = float(t.act("hook_logits_uncapped")[pos, tid])
+    d = decompose(m, t.cache, pos, m.lm_head.weight[tid], z, tid, token_text(t.service, tid))
+    d.softcap, d.capped_logit = m.cfg.softcap, round(float(t.logits[pos, tid]), VALUE)
+    d.note += (
+        f"; the parts add up to the logit before the softcap, z, and the model's own logit is "
+        f"{m.cfg.softcap:g} tanh(z / {m.cfg.softcap:g}) = {d.capped_logit}, which no sum of parts gives"
+    )
+    return d
 
 
 def decompose(
@@ -369,15 +399,18 @@ def split_logit(
     (its scale held at its real value) and the output row w_out: the rows sum to the logit w_out . h
     (+ bias_out, listed as "output bias" when non-zero). Pre-norm and sandwich models only."""
     cfg, ln = m.cfg, final_norm(m)
-    direction = ln.weight * w_out / c["ln_final.hook_scale"][pos, 0]
+    direction = w_out / c["ln_final.hook_scale"][pos, 0]
+    if ln.weight is not None:
+        direction = direction * ln.weight
     centre = cfg.norm_type == "layernorm"  # RMSNorm does not subtract the mean
+    x0_weight, weights = stream_weights(m)  # nanochat: how much of each writer reaches the final norm
 
     def part(name: str, kind: ContributionKind, vec: torch.Tensor, **where: int) -> Contribution:
-        value = float(((vec - vec.mean() if centre else vec) * direction).sum())
+        w = x0_weight if kind in ("embed", "smear") else weights[where["layer"]] if "layer" in where else 1.0
+        value = float(((vec - vec.mean() if centre else vec) * direction).sum()) * w
         return Contribution(name=name, kind=kind, value=value, **where)
 
-    embed = c["hook_embed"][pos] + (c["hook_pos_embed"][pos] if "hook_pos_embed" in c else 0.0)
-    rows = [part("embed", "embed", embed)]
+    rows = embed_parts(m, c, pos, part)
     for li in range(cfg.n_layer):
         if cfg.norm == "both":  # the sandwich normalises the summed heads: only the whole output adds up
             rows.append(part(f"L{li} attention", "attn", c[hook_name("hook_attn_out", li)][pos], layer=li))
@@ -394,12 +427,49 @@ def split_logit(
     return rows
 
 
+def embed_parts(m: GPT, c: dict[str, torch.Tensor], pos: int, part: Callable[..., Contribution]) -> list[Contribution]:
+    """The embedding's rows of a decomposition: W_E (+ W_P); nanochat: the normalised embedding and,
+    apart, what the smear took in from the previous position (their sum is x0)."""
+    if not m.cfg.has_x0:
+        return [
+            part("embed", "embed", c["hook_embed"][pos] + (c["hook_pos_embed"][pos] if "hook_pos_embed" in c else 0.0))
+        ]
+    x0 = c["hook_x0"][pos]
+    if not m.cfg.smear:
+        return [part("embed", "embed", x0)]
+    own = c["ln_embed.hook_normalized"][pos] if m.cfg.embed_norm else c["hook_embed"][pos]
+    return [part("embed", "embed", own), part("smear", "smear", x0 - own)]
+
+
+def stream_weights(m: GPT) -> tuple[float, list[float]]:
+    """nanochat (x0_mix, backout): the factor by which x0 and what each block wrote reach the final
+    norm. Block i reads r_i x + a_i x0, so a write of block j is scaled by every later r, x0 gathers
+    r_i c + a_i block by block, and the backout takes lambda_b times the stream after block n_layer // 2
+    away: final = w_x0 x0 + sum_j w_j (attention_j + MLP_j). Plain models: all 1."""
+    cfg = m.cfg
+    L, mid = cfg.n_layer, cfg.n_layer // 2
+    r = [float(block(m, i).resid_lambda) if cfg.x0_mix else 1.0 for i in range(L)]
+    a = [float(block(m, i).x0_lambda) if cfg.x0_mix else 0.0 for i in range(L)]
+    lam = float(m.backout_lambda) if cfg.backout else 0.0
+    x0_at = []  # x0's factor in the stream after block i
+    c = 1.0
+    for i in range(L):
+        c = r[i] * c + a[i]
+        x0_at.append(c)
+    weights = []
+    for j in range(L):  # block j's write, scaled by r_{j+1} ... r_i up to block i
+        after = math.prod(r[j + 1 :])
+        weights.append(after - (lam * math.prod(r[j + 1 : mid + 1]) if j <= mid else 0.0))
+    return x0_at[-1] - lam * x0_at[mid], weights
+
+
 def rope(t: Trace) -> RopeBlock:
     cfg, layer, head, pos = t.cfg, t.sel.layer, t.sel.head, t.sel.position
     hs, kvh = cfg.d_head, kv_head(cfg, head)
     q_all, k_all = t.act("attn.hook_q", layer), t.act("attn.hook_k", layer)  # (T, nh, hs), (T, n_kv, hs)
     T = q_all.size(0)
     cos, sin = rope_angles(hs, torch.arange(T), cfg.rope_base)
+    sin = sin * cfg.rope_sign  # nanochat turns by -angle
     q, k = q_all[pos, head], k_all[pos, kvh]  # the selected position's q and k, unrotated
     offset = max(T, 50)
     dist = list(range(T))
@@ -407,6 +477,7 @@ def rope(t: Trace) -> RopeBlock:
     def curve(start: int) -> list[float]:
         """q . k / sqrt(hs) with k rotated to `start` and q to start + distance."""
         cq, sq = rope_angles(hs, torch.arange(start, start + T), cfg.rope_base)
+        sq = sq * cfg.rope_sign
         kk = apply_rope(k, cq[0], sq[0])  # the key at `start`
         return [round(float(apply_rope(q, cq[d], sq[d]) @ kk) / math.sqrt(hs), VALUE) for d in dist]
 
@@ -445,7 +516,7 @@ def classifier(t: Trace) -> ClassifierBlock:
     clf, info = t.service.classifier, t.service.meta.classifier or {}
     assert clf is not None  # parts.py: the part applies to classifiers only
     pos = len(ids) - 1
-    h = m.ln_final(t.act("hook_resid_post", m.cfg.n_layer - 1)[pos : pos + 1][None])[0, 0]  # (d,)
+    h = m.ln_final(t.act(final_stream(m.cfg))[pos : pos + 1][None])[0, 0]  # (d,)
     logits = clf.head(h)  # (labels,)
     win = int(torch.argmax(logits))
     fed = [t.act("attn.hook_pattern", li)[:, pos, : pos + 1] for li in range(m.cfg.n_layer)]  # (nh, pos + 1)
@@ -477,3 +548,93 @@ def sae_features(t: Trace) -> SaeFeaturesBlock:
     loaded = saes.get(t.service, t.sel.sae)
     x = t.act("hook_resid_post", loaded.sae.cfg.layer)  # (T, d)
     return active_features(t.service, loaded, x, t.ids, t.sel.position)
+
+
+def stream_extras(t: Trace) -> StreamExtrasBlock:
+    """nanochat's pieces of the stream, each with its numbers (the parts applies when any is on)."""
+    cfg, pos = t.cfg, t.sel.position
+    out = StreamExtrasBlock(position=pos)
+    if cfg.smear:
+        out.smear = _smear(t)
+    if cfg.x0_mix:
+        x0_weight, weights = stream_weights(t.model)
+        out.mixing, out.x0_reaches_final = _mixing(t, weights), round(x0_weight, VALUE)
+    if cfg.value_embed:
+        out.value_embeds = [_value_embed(t, li) for li in range(cfg.n_layer) if has_value_embed(cfg, li)]
+    if cfg.backout:
+        mid, lam = cfg.n_layer // 2, float(t.model.backout_lambda)
+        before = t.act("hook_resid_post", cfg.n_layer - 1)
+        out.backout = BackoutDetail(
+            layer=mid,
+            lam=round(lam, FINE),
+            before=arr(before.norm(dim=-1), COARSE),
+            taken=arr(t.act("hook_backout").norm(dim=-1), COARSE),
+            after=arr(t.act("hook_resid_final").norm(dim=-1), COARSE),
+        )
+    if cfg.softcap:
+        out.softcap = _softcap(t)
+    return out
+
+
+def _smear(t: Trace) -> SmearDetail:
+    sm = t.model.smear
+    own = t.act("ln_embed.hook_normalized") if t.cfg.embed_norm else t.act("hook_embed")
+    return SmearDetail(
+        channels=t.cfg.smear,
+        lam=round(float(sm.lam), FINE),
+        gate=arr(t.act("smear.hook_gate")[:, 0], VALUE),
+        own_norm=arr(own.norm(dim=-1), COARSE),
+        added_norm=arr((t.act("hook_x0") - own).norm(dim=-1), COARSE),
+    )
+
+
+def _mixing(t: Trace, weights: list[float]) -> list[MixLayer]:
+    pos, rows = t.sel.position, []
+    x0 = t.act("hook_x0")[pos]
+    for li in range(t.cfg.n_layer):
+        b = block(t.model, li)
+        x = x0 if li == 0 else t.act("hook_resid_post", li - 1)[pos]
+        rows.append(
+            MixLayer(
+                layer=li,
+                resid_lambda=round(float(b.resid_lambda), FINE),
+                x0_lambda=round(float(b.x0_lambda), FINE),
+                stream_norm=round(float(x.norm()), COARSE),
+                x0_norm=round(float(x0.norm()), COARSE),
+                mixed_norm=round(float(t.act("hook_resid_pre", li)[pos].norm()), COARSE),
+                reaches_final=round(weights[li], VALUE),
+            )
+        )
+    return rows
+
+
+def _value_embed(t: Trace, li: int) -> ValueEmbedLayer:
+    return ValueEmbedLayer(
+        layer=li,
+        gate=arr(t.act("attn.hook_ve_gate", li), VALUE),
+        ve_norm=arr(t.act("attn.hook_ve", li).norm(dim=-1), COARSE),
+        v_norm=arr(t.act("attn.hook_v", li).norm(dim=-1), COARSE),
+    )
+
+
+def _softcap(t: Trace) -> SoftcapDetail:
+    cap, pos = t.cfg.softcap, t.sel.position
+    z_all = t.act("hook_logits_uncapped")  # (T, V)
+    z = z_all[pos]
+    top = torch.topk(z, min(10, z.numel()))
+    x = torch.linspace(-3 * cap, 3 * cap, 121)
+    return SoftcapDetail(
+        cap=cap,
+        top=[
+            CappedLogit(
+                id=int(i),
+                text=token_text(t.service, int(i)),
+                uncapped=round(float(v), VALUE),
+                capped=round(float(cap * torch.tanh(v / cap)), VALUE),
+            )
+            for v, i in zip(top.values, top.indices)
+        ],
+        largest_uncapped=round(float(z_all.abs().max()), VALUE),
+        curve_x=arr(x, COARSE),
+        curve_y=arr(cap * torch.tanh(x / cap), VALUE),
+    )

@@ -52,7 +52,8 @@ def forward_get(
     "/logit-lens",
     response_model=LogitLensBlock,
     responses={**ERROR_RESPONSES, **responses(LogitLensBlock)},
-    summary="What each layer would predict: the final LayerNorm and unembedding applied after every block",
+    summary="What each layer would predict: the final norm (a post-norm model has none) and unembedding applied "
+    "after every block",
 )
 def logit_lens(req: ForwardRequest, service: Service, binary: Binary) -> LogitLensBlock:
     return answer(fwd.forward(service, req.model_copy(update={"include": ["logit_lens"]})).logit_lens, binary)

@@ -55,6 +55,17 @@ def worked(
     return genealogy_data.worked(vocab, perplexity, n, p, x, mean, var, loss_p)
 
 
+@router.get(
+    "/genealogy/texts",
+    response_model=schemas.TextsResponse,
+    responses=ERROR_RESPONSES,
+    summary="The texts' numbers no model card carries (each with its quote and, where the app can, its own "
+    "computation), their worked examples redone (tokenizers, padding, Adam) and the papers they cite",
+)
+def texts() -> schemas.TextsResponse:
+    return genealogy_data.texts()
+
+
 Dataset = Annotated[
     Literal["separable", "xor", "circles"],
     Query(description="separable: a line splits the classes; xor and circles: no line does"),

@@ -29,6 +29,7 @@ from .stages import (
     PromptLoss,
     ResidualBlock,
     RopeBlock,
+    StreamExtrasBlock,
 )
 
 
@@ -102,6 +103,12 @@ PART_ANSWERS: tuple[PartAnswer, ...] = (
         "moe",
         MoEBlock,
         "mixture-of-experts models only: each layer's router probabilities, chosen experts and load",
+    ),
+    PartAnswer(
+        "stream_extras",
+        StreamExtrasBlock,
+        "nanochat's models only: the smear, the lambdas that mix x0 back in, the value embeddings, the "
+        "backout and the softcap, with their numbers (the selected position's where one is picked)",
     ),
     PartAnswer(
         "sae_features",

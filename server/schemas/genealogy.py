@@ -10,7 +10,12 @@ from pydantic import BaseModel, Field
 
 class SourceRef(BaseModel):
     seed: str = Field(description="the seed text the fact is read from (a file of ../shared/seeds/)")
-    paper: str | None = Field(description="the paper that text cites for the fact, or null where it cites none")
+    paper: str | None = Field(description="the paper that text cites for this very fact, or null where it cites none")
+    quote: str | None = Field(
+        None,
+        description="a short passage of the seed, verbatim, that gives the fact (null: the source is a whole "
+        "table or section)",
+    )
 
 
 class ConfigEntry(BaseModel):
@@ -32,12 +37,13 @@ class FactEntry(BaseModel):
     unit: str = Field(description="what the number counts, or empty")
     caption: str = Field(description="what the fact is, in the app's words")
     source: SourceRef
+    also: list[SourceRef] = Field(description="other seed texts that give the same number")
 
 
 class ParamCount(BaseModel):
     total: int | None = Field(
-        description="count_params' exact count of every trainable number (a tied matrix once); null for the "
-        "encoder-decoder, which count_params does not build"
+        description="the exact count of every trainable number (a tied matrix once): count_params', or for the "
+        "encoder-decoder model.lessons.encoder_decoder_counts' (the count /params?preset=transformer-base gives)"
     )
     weights_only: int = Field(
         description="weight matrices and embedding tables only, the GPT-1 text's convention (GPT-1: 116,414,976)"
@@ -70,6 +76,20 @@ class LambadaPoint(BaseModel):
     accuracy: float = Field(description="zero-shot LAMBADA accuracy in percent")
 
 
+class LambadaSummary(BaseModel):
+    """What the LAMBADA table shows, computed from it (the caption says only this)."""
+
+    smallest: str = Field(description="the smallest size in the table (GPT-2 Small)")
+    largest: str = Field(description="the largest (GPT-2 XL)")
+    size_ratio: float = Field(description="the largest size's quoted parameters over the smallest's (1.5B / 124M)")
+    tenfold_steps: float = Field(description="log10 of size_ratio: how many tenfold steps the table spans")
+    step_ratios: list[float] = Field(description="each size's quoted parameters over the one before")
+    accuracy_gain: float = Field(description="accuracy points from the smallest size to the largest")
+    points_per_tenfold: float = Field(description="accuracy_gain / tenfold_steps")
+    step_gains: list[float] = Field(description="accuracy points each size gained over the one before")
+    every_step_gained: bool = Field(description="true when each larger size scored higher than the one before")
+
+
 class ResultRow(BaseModel):
     label: str
     values: list[float] = Field(description="one per column, in the table's order")
@@ -96,6 +116,9 @@ class Underflow(BaseModel):
     n: int = Field(description="tokens in the target (100)")
     p: float = Field(description="the probability of each (0.1)")
     product_float32: float = Field(description="the product of the n probabilities in float32: 0, it underflows")
+    product_float64: float = Field(
+        description="the same product in float64 (exp of log_sum): 1e-100, which float64 still holds"
+    )
     log_sum: float = Field(description="the sum of their natural logarithms: -230.26, no underflow")
     log10_product: float = Field(description="log_sum / ln 10: the product is 10^-100")
     source: SourceRef
@@ -106,6 +129,7 @@ class LayerNormExample(BaseModel):
     mean: float
     var: float
     eps: float
+    centred: float = Field(description="x - mean (0.104)")
     std: float = Field(description="sqrt(var + eps) (0.370)")
     normalised: float = Field(description="(x - mean) / std (0.281)")
     source: SourceRef
@@ -138,6 +162,7 @@ class GenealogyResponse(BaseModel):
         description="in the texts' order: Transformer, GPT-1, BERT, GPT-2, GPT-3, InstructGPT"
     )
     lambada: list[LambadaPoint] = Field(description="GPT-2's four sizes")
+    lambada_summary: LambadaSummary
     lambada_source: SourceRef
     tables: list[ResultTable] = Field(description="BERT's NSP ablation (Table 5 of its paper) and RoBERTa's")
     worked: WorkedExamples
@@ -234,3 +259,150 @@ class MoEResponse(BaseModel):
     rows: list[MoERow]
     claim: str = Field(description="what the text says of it")
     source: SourceRef
+
+
+# --- GET /api/v1/genealogy/texts: the texts' other numbers, examples and papers ---------------
+
+
+class TextFactEntry(BaseModel):
+    name: str = Field(description="a short identifier of the number (per_block, peak_lr, ...)")
+    value: int | float | str = Field(description="the number as the text gives it")
+    unit: str = Field(description="what it counts, or empty")
+    caption: str = Field(description="what it is, in the app's words")
+    topic: str = Field(description="what it is about: size, loss, schedule, tokens, optimiser, ...")
+    computed: float | None = Field(description="the app's own value for it, where the app computes one")
+    how: str = Field(description="how `computed` is computed (empty where there is none)")
+    source: SourceRef
+
+
+class PaperEntry(BaseModel):
+    who: str = Field(description="the authors, as the app shortens them")
+    title: str
+    year: int = Field(description="the year the text gives for it")
+    cited_for: str = Field(description="what the text cites it for, in the app's words")
+    source: SourceRef
+
+
+class SentenceTokens(BaseModel):
+    """how-models-learn's example sentence, through a real encoding."""
+
+    sentence: str
+    encoding: str = Field(description="o200k_base: tiktoken's encoding for GPT-5 (the text used the GPT-5.x tokenizer)")
+    tokens: list[str] = Field(description="the sentence's tokens, each decoded on its own")
+    token_count: int = Field(description="how many tokens (the text: 15)")
+    characters: int = Field(description="the sentence's length in characters (the text: 83)")
+    attention_work_ratio: float = Field(
+        description="(characters / token_count)^2: the attention work of one token per character, relative "
+        "(attention is quadratic in length; the text: roughly thirty times)"
+    )
+    source: SourceRef
+
+
+class Gpt2Tokens(BaseModel):
+    """The GPT-2 text's walkthrough through GPT-2's own byte-level BPE."""
+
+    text: str = Field(description="the walkthrough's input: Every effort moves you")
+    ids: list[int] = Field(description="its token ids (the text: 6109, 3626, 6100, 345)")
+    target_ids: list[int] = Field(description="the next-token targets: the ids shifted by one, then ' forward'")
+    byte_tokens: int = Field(description="vocabulary entries that are single bytes (256)")
+    merges: int = Field(description="entries made by merges (50,000)")
+    special_tokens: int = Field(description="special tokens (<|endoftext|>: 1)")
+    vocab: int = Field(description="byte_tokens + merges + special_tokens (50,257)")
+    end_of_text_id: int = Field(description="the id of <|endoftext|>, the last entry")
+    rare_word: str
+    rare_word_pieces: list[str] = Field(description="how the rare word splits (' un', 'character', 'istically')")
+    source: SourceRef
+
+
+class PaddingExample(BaseModel):
+    """how-models-learn's case for batching sequences of similar length."""
+
+    lengths: list[int] = Field(description="the sequences' lengths in one batch (10, 12, 15, 500)")
+    padded_to: int = Field(description="every sequence is padded to the longest")
+    real_tokens: int = Field(description="tokens that are text")
+    padded_tokens: int = Field(description="tokens the batch computes: padded_to x sequences")
+    padding_share: float = Field(description="1 - real_tokens / padded_tokens: the work spent on padding")
+    sequences: int = Field(description="sequences in each of the two batches compared (100)")
+    short_length: int = Field(description="tokens per sequence in the first (10)")
+    long_length: int = Field(description="tokens per sequence in the second (1,000)")
+    short_batch_tokens: int
+    long_batch_tokens: int = Field(description="the same number of sequences, a hundred times the tokens")
+    source: SourceRef
+
+
+class AdamScaleExample(BaseModel):
+    """how-models-learn's two parameters with gradients four orders of magnitude apart, through Adam."""
+
+    small_gradients: list[float] = Field(description="the first parameter's gradients (0.0001, 0.0002, 0.0002)")
+    large_gradients: list[float] = Field(description="the second's (8, -1, 4)")
+    small_ratio: float = Field(description="Adam's last step over the learning rate for the first (beta 0.9, 0.98)")
+    large_ratio: float = Field(
+        description="the same for the second: under 1 because its gradients partly cancel (the -1)"
+    )
+    small_steady: float = Field(description="a steady gradient of the first's size (2e-4)")
+    large_steady: float = Field(description="a steady gradient of the second's size (4)")
+    small_steady_ratio: float = Field(description="Adam's step over the learning rate at that steady gradient: ~1")
+    large_steady_ratio: float = Field(description="the same for the second: ~1, the same step")
+    orders_of_magnitude: float = Field(description="log10(large_steady / small_steady)")
+    eps: float = Field(description="Adam's epsilon here (the Transformer's 1e-9)")
+    source: SourceRef
+
+
+class AdamwL2Row(BaseModel):
+    gradient: float = Field(description="the size of the gradients this weight sees, alternating in sign")
+    adam: float = Field(description="the weight after the run with no decay (it starts at 1)")
+    adam_l2: float = Field(description="with the decay added to the gradient (an L2 penalty; torch's Adam)")
+    adamw: float = Field(description="with the decay applied apart from Adam's step (AdamW)")
+    pulled_l2: float = Field(description="1 - adam_l2 / adam: how far the L2 penalty pulled it towards 0")
+    pulled_adamw: float = Field(description="1 - adamw / adam: the same for AdamW")
+
+
+class AdamwL2Example(BaseModel):
+    """The GPT-1 text's case for decoupled weight decay, run on two weights (model.formulas.adam_step)."""
+
+    steps: int
+    lr: float
+    weight_decay: float
+    rows: list[AdamwL2Row] = Field(description="a weight seeing small gradients, then one seeing large ones")
+    source: SourceRef
+
+
+class SmoothingTradeoff(BaseModel):
+    """Why smoothing worsens perplexity without costing accuracy: the best smoothed model's numbers."""
+
+    epsilon: float = Field(description="the smoothing (the Transformer's 0.1)")
+    vocab: int = Field(description="the vocabulary (37,000)")
+    p_true: float = Field(description="the most a smoothed model should give the right token: 1 - eps + eps / V")
+    p_other: float = Field(description="what it gives every other token: eps / V")
+    nll_true: float = Field(description="-ln p_true: what it pays even when right (a one-hot model pays 0)")
+    perplexity_true: float = Field(description="1 / p_true: its perplexity on tokens it gets right (one-hot: 1)")
+    top_token_unchanged: bool = Field(description="true: its most likely token is still the right one")
+    floor: float = Field(description="the loss against the smoothed target no model beats: its entropy")
+    source: SourceRef
+
+
+class ResidualExample(BaseModel):
+    """The exercises' residual argument, run on a stack of random layers with small Jacobians."""
+
+    depth: int
+    width: int
+    gain: float = Field(description="the weights' scale: N(0, gain^2 / width), so each layer shrinks its input")
+    layers: list[int] = Field(description="1 .. depth")
+    plain: list[float] = Field(description="|d(u . y_l) / dx| for y = F(x) stacked: a product of small factors")
+    residual: list[float] = Field(description="the same for y = x + F(x): the identity keeps it from vanishing")
+    source: SourceRef
+
+
+class TextsResponse(BaseModel):
+    seeds: list[str] = Field(description="the seed texts every source names")
+    facts: list[TextFactEntry] = Field(
+        description="the texts' numbers that no model of GET /api/v1/genealogy carries, each with its quote"
+    )
+    papers: list[PaperEntry] = Field(description="the papers the texts cite, with the year each gives")
+    sentence_tokens: SentenceTokens
+    gpt2_tokens: Gpt2Tokens
+    padding: PaddingExample
+    adam_scale: AdamScaleExample
+    adamw_l2: AdamwL2Example
+    smoothing: SmoothingTradeoff
+    residual: ResidualExample

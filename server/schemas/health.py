@@ -26,14 +26,18 @@ _SHAPE = config_fields(
     ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "norm", "gelu"), required=True, loose=True
 )
 _MODERN = config_fields(
-    ("pos", "norm_type", "mlp", "n_kv_head", "window", "n_expert", "top_k_experts"),
+    ("pos", "norm_type", "mlp", "n_kv_head", "window", "window_pattern", "n_expert", "top_k_experts", "softcap"),
     loose=True,
     describe={
         "pos": dict(description="positions: 'learned' rows (GPT-2), 'rope' (rotary) or 'none'"),
         "norm_type": dict(description="'layernorm' or 'rmsnorm'"),
-        "mlp": dict(description="'gelu' (GPT-2's MLP) or 'swiglu'"),
+        "mlp": dict(description="'gelu' (GPT-2's MLP), 'swiglu' or 'relu2' (nanochat: relu(x W_up)^2)"),
         "n_kv_head": dict(description="key/value heads; fewer than n_head means grouped-query attention"),
         "window": dict(description="sliding-window attention: keys each query sees (0: all earlier ones)"),
+        "window_pattern": dict(
+            description="per-layer windows, tiled: 'S' layers use window, 'L' see all ('': every layer window)"
+        ),
+        "softcap": dict(description="logits = softcap tanh(z / softcap) (nanochat: 15); 0: none"),
         "n_expert": dict(description="mixture of experts: FFNs per block (0: one dense MLP)"),
         "top_k_experts": dict(description="experts each token is sent to"),
     },
@@ -65,11 +69,19 @@ _ModelInfo = schema_model(
     uniform_loss=(float, Field(description="ln(vocab size): the loss of a uniform guess")),
     command=(str, Field(description="the command that produced this checkpoint")),
     **_MODERN,
+    extras=(
+        list[str],
+        Field(
+            default_factory=list,
+            description="nanochat's stream pieces the model has: smear, x0_mix, value_embed, backout, softcap "
+            "(the forward page's stream_extras part shows them)",
+        ),
+    ),
     source=(
         str,
         Field(
-            description="'trained' (here, with gptscope train), 'huggingface-gpt2', 'huggingface-llama' or "
-            "'nanogpt' (imported with gptscope import)"
+            description="'trained' (here, with gptscope train), 'huggingface-gpt2', 'huggingface-llama', "
+            "'nanogpt' or 'nanochat' (imported with gptscope import)"
         ),
     ),
     schedule=(

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from .arrays import Matrix, Tensor4, Vector
 
-ContributionKind = Literal["embed", "head", "attn_bias", "attn", "mlp", "bias"]  # what wrote a contribution
+ContributionKind = Literal["embed", "smear", "head", "attn_bias", "attn", "mlp", "bias"]  # what wrote a contribution
 
 
 class NextToken(BaseModel):
@@ -135,7 +135,8 @@ class LogitLensBlock(BaseModel):
     stages: list[str]
     positions: list[int]
     top: list[list[list[LensCandidate]]] = Field(
-        description="[stage][position][k] tokens the final LayerNorm + unembedding would predict from the stream at that stage"
+        description="[stage][position][k] tokens the final norm (none in a post-norm model) + unembedding would predict "
+        "from the stream at that stage"
     )
     actual_next_prob: list[list[float | None]] = Field(
         description="[stage][position] probability of the token that really follows (null at the last position)"
@@ -159,8 +160,9 @@ class PromptLoss(BaseModel):
 
 class Contribution(BaseModel):
     name: str = Field(
-        description="embed, L{l}H{h} (a head), L{l} attn bias, L{l} attention (a sandwich-norm model's "
-        "whole normalised attention output), MLP{l}, or final bias"
+        description="embed, smear (nanochat: what the previous token's embedding added), L{l}H{h} (a head), "
+        "L{l} attn bias, L{l} attention (a sandwich-norm model's whole normalised attention output), MLP{l}, "
+        "or final bias; nanochat: each scaled by how much of it reaches the final norm (lambdas, backout)"
     )
     kind: ContributionKind
     layer: int | None = None
@@ -178,6 +180,12 @@ class Decomposition(BaseModel):
     residual_error: float = Field(description="logit - total")
     exact: bool = Field(description="true for pre-norm models (final LayerNorm scale held at its real value)")
     note: str
+    softcap: float | None = Field(
+        default=None,
+        description="a softcapped model's cap c (nanochat: 15): `logit` is then the logit z before the cap, which "
+        "the parts add up to, and the model's own logit is c tanh(z / c), `capped_logit`",
+    )
+    capped_logit: float | None = Field(default=None, description="softcap: the model's own logit, c tanh(z / c)")
 
 
 class RopeDistanceCheck(BaseModel):
@@ -243,3 +251,64 @@ class ClassifierBlock(BaseModel):
         description="the winning label's logit split into what each component "
         "wrote into the residual stream (target_id is the label index)"
     )
+
+
+# ---- nanochat's stream: the smear, the lambdas, the value embeddings, the backout, the softcap ----------
+
+
+class SmearDetail(BaseModel):
+    channels: int = Field(description="how many of the embedding's first channels the gate reads")
+    lam: float = Field(description="lambda, the gate's learned scale")
+    gate: Vector = Field(description="[position] lambda sigmoid(W x_t[:channels]): the share of x_{t-1} added (0 at 0)")
+    own_norm: Vector = Field(description="[position] L2 norm of the token's own normalised embedding")
+    added_norm: Vector = Field(description="[position] L2 norm of what the smear added, gate * x_{t-1}")
+
+
+class MixLayer(BaseModel):
+    layer: int
+    resid_lambda: float = Field(description="r: the stream's factor as the block reads it")
+    x0_lambda: float = Field(description="a: the embedding stream x0's factor")
+    stream_norm: float = Field(description="|x| at the selected position: the stream before the mix")
+    x0_norm: float = Field(description="|x0| at the selected position")
+    mixed_norm: float = Field(description="|r x + a x0| at the selected position: what the block reads")
+    reaches_final: float = Field(description="how much of what this block writes reaches the final norm")
+
+
+class ValueEmbedLayer(BaseModel):
+    layer: int
+    gate: Matrix = Field(description="[position][key/value head] 3 sigmoid(x[:c] W_g), from 0 to 3")
+    ve_norm: Matrix = Field(description="[position][key/value head] L2 norm of the token's value-embedding row")
+    v_norm: Matrix = Field(description="[position][key/value head] L2 norm of the value after the mix")
+
+
+class BackoutDetail(BaseModel):
+    layer: int = Field(description="the block whose output stream is taken out (n_layer // 2)")
+    lam: float = Field(description="lambda_b: how much of it")
+    before: Vector = Field(description="[position] |x| after the last block")
+    taken: Vector = Field(description="[position] |lambda_b x_mid|")
+    after: Vector = Field(description="[position] |x - lambda_b x_mid|: the stream the final norm reads")
+
+
+class CappedLogit(BaseModel):
+    id: int
+    text: str
+    uncapped: float = Field(description="z, the logit before the cap")
+    capped: float = Field(description="c tanh(z / c), the model's logit")
+
+
+class SoftcapDetail(BaseModel):
+    cap: float = Field(description="c: logits stay inside (-c, c)")
+    top: list[CappedLogit] = Field(description="the selected position's 10 largest logits, before and after")
+    largest_uncapped: float = Field(description="the largest |z| over every position of the prompt")
+    curve_x: Vector
+    curve_y: Vector = Field(description="c tanh(x / c) at curve_x")
+
+
+class StreamExtrasBlock(BaseModel):
+    position: int
+    smear: SmearDetail | None = None
+    mixing: list[MixLayer] | None = None
+    x0_reaches_final: float | None = Field(default=None, description="how much of x0 reaches the final norm")
+    value_embeds: list[ValueEmbedLayer] | None = None
+    backout: BackoutDetail | None = None
+    softcap: SoftcapDetail | None = None

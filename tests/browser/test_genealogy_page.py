@@ -49,8 +49,15 @@ def test_cards_show_the_apis_models_sizes_and_sources(loaded):
         weights = f"{m['params']['weights_only']:,}"
         assert weights in text, (m["key"], weights)
     assert page.locator("#gen-gpt-2-small .gen-src[title^='Xiong']").count() >= 1
-    assert page.locator("#gen-transformer .gen-src[title^='Müller']").count() == 1
-    assert page.locator("#gen-gpt-2-small .gen-src[title^='Press and Wolf']").count() == 1
+    # label smoothing's 0.1 is the Transformer's; Müller et al. only for their later finding
+    smoothing = page.locator("#gen-transformer li[data-fact='label_smoothing'] .gen-src")
+    assert smoothing.get_attribute("title").startswith("Vaswani")
+    assert page.locator("#gen-transformer li[data-fact='label_smoothing_later'] .gen-src[title^='Müller']").count() == 1
+    assert page.locator("#gen-transformer li[data-fact='tying_result'] .gen-src[title^='Press and Wolf']").count() == 1
+    # the quoted total beside the count, and what the LAMBADA table shows, from the API's numbers
+    assert "65,000,000" in page.inner_text("#gen-transformer .gen-params")
+    s = res["lambada_summary"]
+    assert f"{s['size_ratio']:.1f}×" in page.inner_text("#lambada-summary")
     assert page.console_errors == []
 
 
@@ -108,6 +115,23 @@ def test_worked_examples_are_redone_by_the_server(loaded, live_url):
     page.wait_for_selector("#worked-panel:not([data-error])[data-ready='1']", state="attached")
     # the refused request is the only thing logged (Chromium reports the 422 it answered)
     assert all("status of 422" in e and "/genealogy/worked" in e for e in page.console_errors), page.console_errors
+
+
+def test_every_other_number_of_the_texts_is_listed_with_its_source(loaded, live_url):
+    """The texts panel writes GET /api/v1/genealogy/texts as it is: a row per number under its seed, the
+    server's own value beside the text's, the redone examples and the papers."""
+    page, _ = loaded
+    page.wait_for_selector('#texts-panel[data-ready="1"]', state="attached")
+    t = api_json(page, live_url, "GET", "/genealogy/texts")
+    rows = page.eval_on_selector_all("#texts-facts tr[data-fact]", "rs => rs.map((r) => r.dataset.fact)")
+    by_seed = [f["name"] for seed in t["seeds"] for f in t["facts"] if f["source"]["seed"] == seed]
+    assert rows == by_seed
+    per_block = page.inner_text("#texts-facts details[data-seed='gpt1-genealogy.txt'] tr[data-fact='per_block']")
+    assert per_block.count("7,077,888") == 2  # the text's count and the server's, side by side
+    assert ", ".join(map(str, t["gpt2_tokens"]["ids"])) in page.inner_text("#ex-gpt2")
+    assert f"{t['sentence_tokens']['token_count']} tokens" in page.inner_text("#ex-sentence")
+    assert page.locator("#texts-papers tr").count() == len(t["papers"]) + 1
+    assert page.console_errors == []
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import { panel as attention, setAttentionSelection } from "./panel_attention_ove
 import { panel as heads } from "./panel_heads.js";
 import { panel as mlp } from "./panel_mlp.js";
 import { panel as moe } from "./panel_moe.js";
+import { panel as streamExtras } from "./panel_stream_extras.js";
 import { panel as residual } from "./panel_residual.js";
 import { panel as sampling } from "./panel_sampling.js";
 import { panel as generate } from "./panel_generate.js";
@@ -35,8 +36,8 @@ import { panel as sae } from "./panel_sae.js";
 //   render:    after every answer; view = { parts (the ones the answer carries), promptChanged,
 //              text, sel, labels, state }
 //   position:  (optional) the selected position moved (sel): drawn at once from what is already here
-const PANELS = [classifier, tokens, embeddingSpace, block, rope, attention, heads, mlp, moe, residual, sampling,
-  generate, intervene, decomposition, sae];
+const PANELS = [classifier, tokens, embeddingSpace, block, rope, attention, heads, mlp, moe, streamExtras, residual,
+  sampling, generate, intervene, decomposition, sae];
 
 // The loaded model's key/value heads, as /health's info says (the page shell writes it into #prompt-panel).
 const N_KV_HEAD = +document.getElementById("prompt-panel").dataset.nKvHead || 0;

@@ -11,8 +11,8 @@ import { clearPlot, draw } from "../lib/plot.js";
 let part = null;
 let onTarget = null;
 
-const KIND_COLOR = { embed: OKABE.black, head: OKABE.blue, attn_bias: OKABE.grey, mlp: OKABE.orange, bias: OKABE.grey };
-const KIND_NAME = { embed: "embeddings", head: "attention head", attn_bias: "attention bias", mlp: "MLP", bias: "bias" };
+const KIND_COLOR = { embed: OKABE.black, smear: OKABE.purple, head: OKABE.blue, attn_bias: OKABE.grey, mlp: OKABE.orange, bias: OKABE.grey };
+const KIND_NAME = { embed: "embeddings", smear: "the smear (previous token)", head: "attention head", attn_bias: "attention bias", mlp: "MLP", bias: "bias" };
 
 export function initDecomposition({ onTargetChange } = {}) {
   onTarget = onTargetChange || null;
@@ -56,11 +56,17 @@ export function renderDecomposition(trace, candidates, target, labels) {
 
 // The sum of the parts, the model's own logit and their difference, as pills #<prefix>-total,
 // #<prefix>-logit and #<prefix>-error (data-value: the API's number). Also the classifier panel's.
+// A softcapped model (nanochat): the parts add up to the logit before the cap, and a fourth pill,
+// #<prefix>-capped, shows the model's own logit after it.
 export function decompositionPills(d, prefix) {
+  const capped = d.softcap ? [el("span", { class: "pill", id: `${prefix}-capped`, "data-value": d.capped_logit },
+    `after the softcap ${d.softcap}·tanh(z / ${d.softcap}) `, el("b", { text: decimal(d.capped_logit, 4) }))] : [];
   return [
     el("span", { class: "pill", id: `${prefix}-total`, "data-value": d.total }, `sum of the parts `, el("b", { text: decimal(d.total, 4) })),
-    el("span", { class: "pill", id: `${prefix}-logit`, "data-value": d.logit }, `model's logit `, el("b", { text: decimal(d.logit, 4) })),
+    el("span", { class: "pill", id: `${prefix}-logit`, "data-value": d.logit }, d.softcap ? "logit before the cap, z " : "model's logit ",
+      el("b", { text: decimal(d.logit, 4) })),
     el("span", { class: "pill", id: `${prefix}-error`, "data-value": d.residual_error }, `difference `, el("b", { text: decimal(d.residual_error, 6) })),
+    ...capped,
   ];
 }
 

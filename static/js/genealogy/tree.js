@@ -3,9 +3,10 @@
 import { $, el } from "../lib/dom.js";
 import { fixed, int, pct } from "../lib/format.js";
 
-// A source as a small label: the seed file, the cited paper in its tooltip.
+// A source as a small label: the seed file; the cited paper and the passage quoted in its tooltip.
 export function sourceTag(source) {
-  return el("span", { class: "gen-src", title: source.paper || "no paper cited here", dataset: { seed: source.seed } },
+  const title = `${source.paper || "no paper cited here"}${source.quote ? ` · the text: “${source.quote}”` : ""}`;
+  return el("span", { class: "gen-src", title, dataset: { seed: source.seed } },
     ` [${source.seed}${source.paper ? " · paper" : ""}]`);
 }
 
@@ -43,11 +44,23 @@ function card(m) {
     configTable(m.config),
     paramsBlock(m.params),
     el("ul", { class: "gen-facts" }, m.facts.map((f) => el("li", { dataset: { fact: f.name } },
-      `${f.caption}: `, el("b", { text: `${value(f.value)}${f.unit ? ` ${f.unit}` : ""}` }), sourceTag(f.source)))));
+      `${f.caption}: `, el("b", { text: `${value(f.value)}${f.unit ? ` ${f.unit}` : ""}` }), sourceTag(f.source),
+      (f.also || []).map(sourceTag)))));
 }
 
 export function renderTree(models) {
   $("tree").replaceChildren(...models.map(card));
+}
+
+// What the LAMBADA table shows, in the numbers the API computed from it (lambada_summary).
+export function renderLambadaSummary(s) {
+  const steps = s.step_gains.map((g) => `+${fixed(g, 1)}`).join(", ");
+  $("lambada-summary").textContent =
+    `From ${s.smallest} to ${s.largest} the quoted size grows ${fixed(s.size_ratio, 1)}×, ` +
+    `${fixed(s.tenfold_steps, 2)} tenfold steps, and accuracy rises ${fixed(s.accuracy_gain, 1)} points ` +
+    `(${fixed(s.points_per_tenfold, 1)} per tenfold step). ` +
+    (s.every_step_gained ? `Each larger size scored higher than the one before it (${steps} points).`
+      : `Not every larger size scored higher (${steps} points).`);
 }
 
 export function renderTables(tables) {

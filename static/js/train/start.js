@@ -18,15 +18,18 @@ const PRESET_WORDS = {
     "query head, biases everywhere.",
   "llama-style": "Today's block (LLaMA and its kin) at the same size: rotary positions (RoPE), RMSNorm, a gated SwiGLU " +
     "MLP, grouped-query attention (query heads share key/value heads) and no biases.",
+  "nanochat-tiny": "nanochat's block at the same width and depth: RoPE, RMSNorm without gains, a ReLU² MLP, QK-norm, " +
+    "an untied head, the smear, x0 mixed back in before every block, value embeddings, sliding windows, the backout and a softcap.",
 };
 const PRESET_OPTION = { tiny: "tiny: trains in seconds", cpu: "cpu: the built-in model's size (slower)",
-  "gpt2-style": "gpt2-style: GPT-2's block, cpu size", "llama-style": "llama-style: RoPE, RMSNorm, SwiGLU, GQA" };
+  "gpt2-style": "gpt2-style: GPT-2's block, cpu size", "llama-style": "llama-style: RoPE, RMSNorm, SwiGLU, GQA",
+  "nanochat-tiny": "nanochat-tiny: nanochat's block, cpu size" };
 // The words for each architecture choice (the choices themselves come from ModelOverrides' schema).
 const ARCH_WORDS = {
   pos: { learned: "learned rows (GPT-2)", rope: "rotary, RoPE (LLaMA)", none: "none" },
   norm: { pre: "before each sublayer (GPT-2)", post: "after the residual add (GPT-1; one source says before: sources disagree)", both: "before and after (Gemma 2)" },
   norm_type: { layernorm: "LayerNorm", rmsnorm: "RMSNorm" },
-  mlp: { gelu: "GELU", swiglu: "SwiGLU (gated)" },
+  mlp: { gelu: "GELU", swiglu: "SwiGLU (gated)", relu2: "ReLU² (nanochat)" },
   bias: { true: "with biases", false: "no biases" },
 };
 const archInputs = () => [...document.querySelectorAll("#arch-box [data-override]")];
