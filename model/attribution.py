@@ -143,7 +143,7 @@ def frozen_norm(m: torch.nn.Module, x: torch.Tensor, scale: torch.Tensor) -> tor
         y = (x - x.mean(-1, keepdim=True)) / scale * m.weight
         return y + m.bias if m.bias is not None else y
     assert isinstance(m, RMSNorm)
-    return x / scale * m.weight
+    return x / scale if m.weight is None else x / scale * m.weight  # nanochat's RMSNorm has no gain
 
 
 def frozen_attention(block: Block, h: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
