@@ -83,6 +83,12 @@ class Trace:
 
 
 def check_model(model: GPT) -> None:
+    if model.cfg.extras:
+        raise ValueError(
+            f"an attribution graph needs a stream that is a plain sum; nanochat's block ({', '.join(model.cfg.extras)}) "
+            "scales and mixes the stream between blocks, reads the tokens again and caps the logits, and its frozen "
+            "replacement is not built yet"
+        )
     if model.cfg.norm != "pre":
         raise ValueError(
             "an attribution graph needs a stream that is a plain sum of what each part writes (norm='pre'); "
@@ -143,7 +149,7 @@ def frozen_norm(m: torch.nn.Module, x: torch.Tensor, scale: torch.Tensor) -> tor
         y = (x - x.mean(-1, keepdim=True)) / scale * m.weight
         return y + m.bias if m.bias is not None else y
     assert isinstance(m, RMSNorm)
-    return x / scale if m.weight is None else x / scale * m.weight  # nanochat's RMSNorm has no gain
+    return x / scale if m.weight is None else x / scale * m.weight
 
 
 def frozen_attention(block: Block, h: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:

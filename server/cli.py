@@ -512,7 +512,7 @@ def _transcoder_args(sub) -> None:
     s.add_argument("--k", type=int, default=16, help="TopK: features kept per token (default 16)")
     s.add_argument("--lr", type=float, default=2e-3, help="Adam's learning rate (default 0.002)")
     s.add_argument("--batch-tokens", type=int, default=1024, help="MLP input/output pairs per update (default 1024)")
-    s.add_argument("--max-tokens", type=int, default=2_000_000, help="pairs to train on at most")
+    s.add_argument("--max-tokens", type=int, default=1_500_000, help="pairs to train on at most (default 1,500,000)")
     s.add_argument("--time-budget", type=float, default=600, help="seconds of training at most (0: none; default 600)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")

@@ -30,6 +30,7 @@ from fastapi import params
 
 from gptscope.background_server import BackgroundServer
 from gptscope.server.app import create_app
+from gptscope.server.attribution_jobs import GRAPHS
 from gptscope.server.circuit_jobs import SEARCHES
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 from gptscope.server.finetune_jobs import FinetuneManager
@@ -69,6 +70,16 @@ ALLOWED: dict[tuple[str, str], str] = {
     # edge circuits (issue #42): the same pair, edge names of the loaded model's graph, rank_by among methods
     ("ST202", "POST /api/v1/circuits"): DEPENDS + ": equal token counts, the model's edge names, rank_by computed",
     ("ST202", "POST /api/v1/circuits/jobs"): DEPENDS + ": equal token counts, the model's edge names, rank_by computed",
+    # attribution graphs (issue #43): a transcoder set of the served model, the prompt within n_ctx and the
+    # graph's memory, tokens below vocab_size, interventions within the model, the prompt and the set
+    ("ST202", "POST /api/v1/attribution"): DEPENDS
+    + ": a set of the model, the prompt within n_ctx and the graph's memory",
+    ("ST202", "POST /api/v1/attribution/jobs"): DEPENDS
+    + ": a set of the model, the prompt within n_ctx and the graph's memory",
+    ("ST202", "POST /api/v1/attribution/intervene"): DEPENDS
+    + ": layer, position and feature within the model, prompt and set",
+    ("ST202", "GET /api/v1/transcoders/{name}/features/{layer}/{feature}"): DEPENDS
+    + ": layer and feature within the set",
     # cross-field limits of the /learn curves
     ("ST202", "GET /api/v1/curves/cross-entropy"): DEPENDS + ": target below the number of logits",
     ("ST202", "GET /api/v1/curves/gelu"): DEPENDS + ": x_max above x_min",
@@ -116,6 +127,7 @@ def served():
     app.state.finetune = idle(FinetuneManager(Path(data)))
     app.state.sae_jobs = idle(sae_runner())
     app.state.circuit_jobs = idle(SEARCHES.runner())
+    app.state.attribution_jobs = idle(GRAPHS.runner())
     server = BackgroundServer(app).start()
     yield server, service
     server.stop()
