@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from apihelp import api_json
 from exporting import check_offline, layout_faults, live_exports
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.browser
 
@@ -74,20 +75,27 @@ def job_result(page, live_url) -> dict:
 
 def pin(page, candidates: list[str], n: int) -> list[str]:
     """Hover the candidates in turn (the hover card must name the one under the mouse, and show a
-    feature's summary), and click the first n that the mouse finds to pin them."""
+    feature's summary), and click the first n that the mouse finds to pin them; each pin's detail
+    appears beside the graph and the graph is drawn again with it outlined."""
     pinned = []
     for fid in candidates:
         page.locator("#graph-plot").scroll_into_view_if_needed()
         x, y = page.evaluate(NODE_XY, fid)
         page.mouse.move(x, y)
-        page.wait_for_function("() => !!document.getElementById('hover-card').dataset.id")
-        if page.get_attribute("#hover-card", "data-id") != fid:
+        try:
+            page.wait_for_function(
+                "(id) => document.getElementById('hover-card').dataset.id === id", arg=fid, timeout=3_000
+            )
+        except PlaywrightTimeout:
             continue  # a larger neighbour's marker covers its centre
         page.wait_for_selector("#hover-card .hover-summary div")
         assert page.locator("#hover-card").inner_text().count("fires most on") == 1
         page.mouse.click(x, y)
-        page.wait_for_selector(f"#pinned li[data-id='{fid}'] .feat-passages .passage")
         pinned.append(fid)
+        page.wait_for_function(
+            "(ids) => document.getElementById('graph-plot').dataset.pins === ids", arg=",".join(pinned)
+        )
+        page.wait_for_selector(f"#pinned li[data-id='{fid}'] .feat-passages .passage")
         if len(pinned) == n:
             return pinned
     raise AssertionError(f"could not point at {n} of {candidates}")

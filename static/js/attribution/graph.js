@@ -76,13 +76,13 @@ function nodeTraces(view, tokens, pinned) {
 const signLegend = () => Object.values(SIGNS).map(([color, name]) => ({ type: "scatter", mode: "lines", x: [null], y: [null],
   name, line: { color, width: 3 }, hoverinfo: "skip" }));
 
+// Both axes autorange (the first position at the top): a double click, and two quick clicks on two
+// nodes are one, puts the view back where it was rather than somewhere new.
 function axes(res, blocks, height) {
   const cols = ["tokens", ...Array.from({ length: blocks }, (_, l) => `block ${l} MLP`), "logit"];
-  const T = res.tokens.length;
   return {
-    xaxis: { tickmode: "array", tickvals: cols.map((_, i) => i), ticktext: cols, range: [-0.6, blocks + 1.6],
-      showgrid: false, zeroline: false, fixedrange: true },
-    yaxis: tokenAxis(tokenLabels(res.tokens), height - 140, { range: [T - 0.4, -0.6], title: { text: "position (its token)" } }),
+    xaxis: { tickmode: "array", tickvals: cols.map((_, i) => i), ticktext: cols, showgrid: false, zeroline: false },
+    yaxis: tokenAxis(tokenLabels(res.tokens), height - 140, { autorange: "reversed", title: { text: "position (its token)" } }),
   };
 }
 

@@ -59,6 +59,7 @@ async function redraw() {
   view = await drawAttributionGraph(res, blocks(), state.groups, new Set(state.pins),
     { onClick: togglePin, onHover: (id) => showHovered(id, res, view) });
   graphStats(res, view, state.groups.length);
+  $("graph-plot").dataset.pins = state.pins.join();   // drawn with these pinned (for whoever waits on it)
   $("bar-stats").textContent = `graph: ${int(res.nodes.length)} nodes · ${int(view.edges.length)} edges drawn · ` +
     `errors' influence ${pct(res.error_influence)} · ${int(state.pins.length)} pinned · ${int(state.groups.length)} supernodes`;
 }
