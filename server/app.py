@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from gptscope import __version__
 from gptscope.model import corpus as corpus_mod
 
-from . import contract, errors, lenses, saes
+from . import contract, errors, lenses, saes, transcoders
 from .attribution_jobs import GRAPHS
 from .circuit_jobs import SEARCHES
 from .config import STATIC_DIR, Settings
@@ -51,6 +51,7 @@ def create_app(
             app.state.patch_jobs,
             app.state.circuit_jobs,
             app.state.attribution_jobs,
+            app.state.transcoder_jobs,
             app.state.token_attribution_jobs,
         ):
             runner.shutdown()  # cancel every job still going; a run's snapshots stay loadable
@@ -86,6 +87,7 @@ def create_app(
     app.state.patch_jobs = SWEEPS.runner()
     app.state.circuit_jobs = SEARCHES.runner()
     app.state.attribution_jobs = GRAPHS.runner()
+    app.state.transcoder_jobs = transcoders.runner()
     app.state.token_attribution_jobs = ATTRIBUTIONS.runner()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method

@@ -95,6 +95,7 @@ PAGES: tuple[Page, ...] = (
     Page("compare", "/compare", "compare.html", "Compare", "/api/v1/compare"),
     Page("patch", "/patch", "patch.html", "Patching", "/api/v1/patch/pairs"),
     Page("circuits", "/circuits", "circuits.html", "Circuits", "/api/v1/patch/pairs"),
+    Page("attribution", "/attribution", "attribution.html", "Attribution", "/api/v1/transcoders"),
     Page("genealogy", "/genealogy", "genealogy.html", "The family tree", "/api/v1/genealogy"),
     Page("features", "/features", "features.html", "Features", "/api/v1/saes"),
 )

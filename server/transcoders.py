@@ -1,22 +1,29 @@
-"""Transcoder sets in the app: where a model's sets live and loading them (model/transcoders.py's format).
+"""Transcoder sets in the app: where a model's sets live, loading them (model/transcoders.py's format),
+and training jobs.
 
 A checkpoint's sets are folders beside it, `<checkpoint>/transcoders/<name>/`. The built-in
 checkpoint is package data, which the app never writes: sets trained on it go to
 `<data>/transcoders/builtin/<name>/`, and its shipped one stays in the package. A set is listed for a
 model only when it was trained on these very weights (the sha256 its JSON records) and fits it.
+Training runs one job at a time in a background thread, on a copy of the served model loaded from its
+folder, as an SAE's does (server/saes.py).
 """
 
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from pathlib import Path
 
+from gptscope.model import checkpoint as ckpt
+from gptscope.model import sae as sae_mod
 from gptscope.model import transcoders as tc_mod
 from gptscope.model.sae import SAEError
 
 from .config import BUILTIN_CHECKPOINT
 from .errors import InputError, NotFound
+from .jobs import Job, JobRunner
 from .schemas.sae import SAE_NAME
 from .service import ModelService
 
@@ -102,3 +109,60 @@ def get_by_path(service: ModelService, name: str) -> tc_mod.LoadedSet:
     if name not in dict(listing(service)):
         raise NotFound(f"no transcoder set {name!r} for the served model")
     return get(service, name, field="name", where="path")
+
+
+# ---- training jobs ------------------------------------------------------------------------------
+
+
+@dataclass
+class SetTraining:
+    """A transcoder set's training job: its own state (its answer is schemas.attribution.TranscoderJob)."""
+
+    name: str
+    config: tc_mod.TranscoderTrainConfig
+    corpus: str
+    phase: str = "training"
+    last: dict = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+    meta: dict | None = None
+
+
+def runner() -> JobRunner[SetTraining]:
+    return JobRunner("transcoder training job", "transcoders/jobs", sae_mod.Cancelled)
+
+
+def default_name(tc: tc_mod.TranscoderTrainConfig) -> str:
+    return f"x{tc.expansion}-{tc.activation}{tc.k if tc.activation == 'topk' else ''}-s{tc.seed}"
+
+
+def start_training(
+    jobs: JobRunner[SetTraining], service: ModelService, tc: tc_mod.TranscoderTrainConfig, name: str | None, corpus: str
+) -> Job[SetTraining]:
+    """Train a set on the served model in the background, once its config and name are checked."""
+    try:
+        tc.validate(service.model)
+    except SAEError as e:
+        raise InputError(e.field, str(e)) from None
+    name = name or default_name(tc)
+    if name == "jobs" or not re.fullmatch(SAE_NAME, name):
+        raise InputError("name", f"{name!r} is reserved or not a valid name")
+    folder = service.transcoder_folders[0] / name
+    if folder.exists() or name in dict(listing(service)):
+        raise InputError("name", f"the served model already has a transcoder set named {name!r}; choose another name")
+    return jobs.start(partial(train, checkpoint=service.path, folder=folder), SetTraining(name, tc, corpus))
+
+
+def train(job: Job[SetTraining], checkpoint: Path, folder: Path) -> None:
+    """The work of a training job: load the checkpoint in the job's thread, train, save in `folder`."""
+    state = job.state
+
+    def report(e: dict) -> None:
+        state.phase, state.last = str(e.get("phase", "training")), e
+        job.progress.done = int(e.get("step", 0))
+        if "fvu" in e:
+            state.history.append(e)
+
+    state.meta = tc_mod.train_and_save(
+        ckpt.load(checkpoint), state.corpus, state.config, folder, f"POST /api/v1/transcoders (job {job.id})",
+        on_progress=report, should_stop=job.cancel.is_set,
+    )  # fmt: skip

@@ -22,6 +22,7 @@ BLOCKS = {
     "moe": dict(n_expert=4, top_k_experts=2),
 }
 IDS = [1, 5, 7, 9, 3, 2, 8, 4, 11, 6]
+SET = "x4-topk16-s0"  # the built-in model's shipped transcoder set
 
 
 def tiny(block: str) -> tuple[GPT, list[tcm.Transcoder]]:
@@ -194,7 +195,7 @@ def caesar(client):
 
 @pytest.fixture(scope="module")
 def graph_answer(client, caesar):
-    r = client.post("/api/v1/attribution", json={"text": caesar["clean"]})
+    r = client.post("/api/v1/attribution", json={"text": caesar["clean"], "transcoders": SET})
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -205,9 +206,8 @@ def field_of(r):
 
 
 def test_the_shipped_set_keeps_most_of_what_the_mlps_are_worth(client):
-    sets = client.get("/api/v1/transcoders").json()["sets"]
-    assert [s["name"] for s in sets] == ["x4-topk16-s0"]
-    s = sets[0]
+    sets = {s["name"]: s for s in client.get("/api/v1/transcoders").json()["sets"]}
+    s = sets[SET]  # (a training job's test may have added another set for the session's model)
     q = s["quality"]
     assert s["d_transcoder"] == 4 * 192 and s["k"] == 16 and len(q["layers"]) == 6
     assert q["loss_clean"] < q["loss_replaced"] < q["loss_zero_ablation"]
@@ -236,7 +236,13 @@ def test_the_graph_of_the_shipped_prompt_is_exact_where_it_says(graph_answer, ca
 def test_a_logit_difference_and_the_binary_form(client, caesar):
     from gptscope.server import wire
 
-    body = {"text": caesar["clean"], "token": caesar["answer"], "wrong": caesar["wrong"], "max_rows": 64}
+    body = {
+        "text": caesar["clean"],
+        "token": caesar["answer"],
+        "wrong": caesar["wrong"],
+        "max_rows": 64,
+        "transcoders": SET,
+    }
     j = client.post("/api/v1/attribution", json=body).json()
     b = wire.decode(client.post("/api/v1/attribution", json=body, headers={"Accept": wire.MSGPACK}).content)
     assert j["wrong"]["text"] == " Edward" and j["target_value"] > 2  # the clean prompt prefers Caesar
@@ -249,12 +255,12 @@ def test_interventions_rerun_the_real_model(client, caesar, graph_answer):
     iv = {"layer": top["layer"], "position": top["position"], "feature": top["feature"]}
     same = client.post(
         "/api/v1/attribution/intervene",
-        json={"text": caesar["clean"], "interventions": [{**iv, "scale": 1}], "token": 1188},
+        json={"text": caesar["clean"], "interventions": [{**iv, "scale": 1}], "token": 1188, "transcoders": SET},
     ).json()
     assert same["kl_divergence"] == 0 and same["logit_before"] == same["logit_after"] == graph_answer["model_value"]
     cut = client.post(
         "/api/v1/attribution/intervene",
-        json={"text": caesar["clean"], "interventions": [{**iv, "scale": 0}], "token": 1188},
+        json={"text": caesar["clean"], "interventions": [{**iv, "scale": 0}], "token": 1188, "transcoders": SET},
     ).json()
     assert cut["kl_divergence"] > 0 and cut["logit_after"] != cut["logit_before"]
     assert [c["id"] for c in cut["compared"]][:1] == [cut["before"][0]["id"]]
@@ -272,9 +278,8 @@ def test_a_feature_of_the_set_has_its_page(client, graph_answer):
 
 
 def test_the_job_form_shows_its_progress(client, caesar):
-    r = client.post(
-        "/api/v1/attribution/jobs", json={"text": caesar["corrupted"], "token": caesar["wrong"], "max_rows": 200}
-    )
+    body = {"text": caesar["corrupted"], "token": caesar["wrong"], "max_rows": 200, "transcoders": SET}
+    r = client.post("/api/v1/attribution/jobs", json=body)
     assert r.status_code == 202 and r.json()["total"] == 200
     job = r.json()
     while job["status"] == "running":
@@ -294,12 +299,14 @@ def test_the_job_form_shows_its_progress(client, caesar):
     ],
 )
 def test_bad_input_is_a_422_naming_the_field(client, caesar, change, field, words):
-    got, msg = field_of(client.post("/api/v1/attribution", json={"text": caesar["clean"], **change}))
+    got, msg = field_of(
+        client.post("/api/v1/attribution", json={"text": caesar["clean"], "transcoders": SET, **change})
+    )
     assert got == field and words in msg, msg
 
 
 def test_an_intervention_out_of_range_names_it(client, caesar):
-    body = {"text": caesar["clean"], "interventions": [{"layer": 0, "position": 40, "feature": 0}]}
+    body = {"text": caesar["clean"], "interventions": [{"layer": 0, "position": 40, "feature": 0}], "transcoders": SET}
     got, msg = field_of(client.post("/api/v1/attribution/intervene", json=body))
     assert got == "interventions.0.position" and "0..31" in msg
 
@@ -310,7 +317,7 @@ def test_the_readme_finding_is_what_the_api_says(client, graph_answer):
     from pathlib import Path
 
     text = " ".join((Path(__file__).parents[1] / "README.md").read_text("utf-8").replace("**", "").split())
-    q = client.get("/api/v1/transcoders").json()["sets"][0]["quality"]
+    q = {s["name"]: s for s in client.get("/api/v1/transcoders").json()["sets"]}[SET]["quality"]
     d = graph_answer
     nodes = d["nodes"]
     into = sorted((e for e in d["edges"] if e["target"] == 0), key=lambda e: -abs(e["weight"]))

@@ -1,6 +1,6 @@
 """The JSON API as a contract (issue #17): schemathesis, every check, every operation.
 
-The app (the built-in model; training runs and fine-tuning jobs are accepted and validated but do
+The app (the built-in model; training runs, fine-tuning, SAE and transcoder training jobs are accepted and validated but do
 not train: the trainers are tested elsewhere) is served by uvicorn on a free loopback port in a thread, and the schemathesis
 command line runs against its /openapi.json as another tool would: all four phases (examples,
 coverage, fuzzing, stateful), `--checks all`, MAX_EXAMPLES per operation, a fixed seed (so a run is
@@ -29,6 +29,7 @@ import pytest
 from fastapi import params
 
 from gptscope.background_server import BackgroundServer
+from gptscope.server import transcoders
 from gptscope.server.app import create_app
 from gptscope.server.attribution_jobs import GRAPHS
 from gptscope.server.circuit_jobs import SEARCHES
@@ -82,6 +83,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     + ": layer, position and feature within the model, prompt and set",
     ("ST202", "GET /api/v1/transcoders/{name}/features/{layer}/{feature}"): DEPENDS
     + ": layer and feature within the set",
+    ("ST202", "POST /api/v1/transcoders"): DEPENDS + ": k at most the width, a new name, a corpus that exists",
     # cross-field limits of the /learn curves
     ("ST202", "GET /api/v1/curves/cross-entropy"): DEPENDS + ": target below the number of logits",
     ("ST202", "GET /api/v1/curves/gelu"): DEPENDS + ": x_max above x_min",
@@ -135,6 +137,7 @@ def served():
     app.state.sae_jobs = idle(sae_runner())
     app.state.circuit_jobs = idle(SEARCHES.runner())
     app.state.attribution_jobs = idle(GRAPHS.runner())
+    app.state.transcoder_jobs = idle(transcoders.runner())
     app.state.lens_jobs = idle(lens_runner())
     app.state.token_attribution_jobs = idle(ATTRIBUTIONS.runner())
     server = BackgroundServer(app).start()

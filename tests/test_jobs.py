@@ -1,5 +1,5 @@
 """One runner for all background work (server/jobs.py): the runner itself, then every kind of job
-(a training run, fine-tuning, SAE training, a patching sweep, a circuit search) run, watched and cancelled through
+(a training run, fine-tuning, SAE and transcoder training, a patching sweep, a circuit search) run, watched and cancelled through
 the API in process, each a tiny job."""
 
 from __future__ import annotations
@@ -291,3 +291,18 @@ def test_a_circuit_search_runs_reports_progress_and_cancels(jclient, monkeypatch
     body = jclient.post(f"/api/v1/circuits/jobs/{newer['id']}/cancel").json()
     assert body["status"] == "cancelled" and body["done"] < body["total"] and body["result"] is None
     assert jclient.get("/api/v1/circuits/jobs/000000000000").status_code == 404
+
+
+def test_a_transcoder_training_job_runs_reports_progress_and_cancels(jclient):
+    tiny = {"expansion": 2, "k": 4, "batch_tokens": 256, "max_tokens": 1024, "eval_sequences": 4, "ce_sequences": 2}
+    r = jclient.post("/api/v1/transcoders", json={**tiny, "name": "jobs-done"})
+    assert r.status_code == 202, r.text
+    done = finish(jclient, f"/api/v1/transcoders/jobs/{r.json()['id']}")
+    assert done["status"] == "done" and done["step"] > 0 and done["progress"] == 1.0, done["error"]
+    assert len(done["quality"]["layers"]) == 6
+    assert "jobs-done" in [s["name"] for s in jclient.get("/api/v1/transcoders").json()["sets"]]
+    long = {**tiny, "max_tokens": 10**8, "time_budget": 60, "name": "jobs-cancelled"}
+    body = start_then_cancel(jclient, "/api/v1/transcoders", long, "/api/v1/transcoders/jobs", lambda j: j["step"] > 0)
+    assert body["status"] == "cancelled" and body["quality"] is None
+    assert "jobs-cancelled" not in [s["name"] for s in jclient.get("/api/v1/transcoders").json()["sets"]]
+    assert jclient.post("/api/v1/transcoders", json={**tiny, "name": "jobs-done"}).status_code == 422  # taken

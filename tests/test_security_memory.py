@@ -25,6 +25,7 @@ from gptscope.model import sae as S
 from gptscope.model.gpt import GPT, GPTConfig
 from gptscope.server.config import BUILTIN_CHECKPOINT
 from gptscope.server.explain import patch as ex
+from gptscope.server.patch_jobs import SWEEPS
 from gptscope.server.service import LRU
 
 SHIPPED = "L3-x8-topk32-s0"
@@ -70,7 +71,7 @@ def test_a_sweep_too_big_is_refused_before_either_prompt_runs(client, cache, no_
     body = {"clean": text + "Caesar", "corrupted": text + "Edward", "answer": 5, "wrong": 6}
     loc, msg = where(client.post("/api/v1/patch", json=body))
     assert loc == ["body", "kinds"] and "up to 2e+11" in msg and "/api/v1/patch/jobs" in msg
-    monkeypatch.setattr(ex, "MAX_JOB_MACS", 1e9)  # the job form checks its own limit the same way
+    monkeypatch.setattr(SWEEPS, "job_limit", 1e9)  # the job form checks its own limit the same way
     loc, msg = where(client.post("/api/v1/patch/jobs", json=body))
     assert loc == ["body", "kinds"] and "up to 1e+09" in msg
 

@@ -24,6 +24,7 @@ from gptscope.model import transcoders as tc_mod
 
 from .. import transcoders as store
 from ..errors import InputError
+from ..jobs import Job, answer_fields
 from ..schemas.attribution import (
     AttributionRequest,
     AttributionResponse,
@@ -33,6 +34,7 @@ from ..schemas.attribution import (
     SteerRequest,
     SteerResponse,
     TranscoderFeature,
+    TranscoderJob,
     TranscoderLayer,
     TranscoderList,
     TranscoderQuality,
@@ -81,6 +83,24 @@ def listing(service: ModelService) -> TranscoderList:
         except (sae_mod.SAEError, KeyError, TypeError, ValueError):
             continue  # a set that cannot be read, or cannot read the served model, is not offered
     return TranscoderList(sets=found, write_folder=str(service.transcoder_folders[0]))
+
+
+def job_status(job: Job[store.SetTraining]) -> TranscoderJob:
+    state, last = job.state, job.state.last
+    q = (state.meta or {}).get("quality")
+    return TranscoderJob(
+        **answer_fields(job),
+        phase="evaluating" if state.phase == "evaluating" else "training",
+        transcoders=state.name,
+        progress=float(last.get("progress", 0.0)),
+        step=job.progress.done,
+        tokens=int(last.get("tokens", 0)),
+        fvu=last.get("fvu"),
+        history=state.history,
+        quality=None
+        if q is None
+        else TranscoderQuality(**{**q, "layers": [TranscoderLayer(**x) for x in q["layers"]]}),
+    )
 
 
 def view(loaded: tc_mod.LoadedSet, layer: int) -> sae_mod.LoadedSAE:

@@ -412,6 +412,7 @@ def encoder_decoder_params(overrides: dict) -> schemas.ParamsResponse:
         pos="sinusoidal",
         mlp="relu",
         n_kv_head=p["n_head"],
+        gelu=None,  # its FFN is a ReLU
     )
     return schemas.ParamsResponse(
         preset="transformer-base",

@@ -7,10 +7,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
 
+from gptscope.model.transcoders import TranscoderTrainConfig
+
+from .. import transcoders as store
 from ..attribution_jobs import GRAPHS
-from ..deps import Service
+from ..deps import Runs, Service
 from ..explain import attribution as explain_attribution
-from ..jobs import Answered, JobRunner, analysis_routes
+from ..jobs import Answered, JobRunner, Route, analysis_routes, job_routes
 from ..schemas.attribution import (
     AttributionJob,
     AttributionRequest,
@@ -18,9 +21,11 @@ from ..schemas.attribution import (
     SteerRequest,
     SteerResponse,
     TranscoderFeature,
+    TranscoderJob,
     TranscoderList,
+    TranscoderTrainRequest,
 )
-from ..schemas.common import ERROR_RESPONSES, NOT_FOUND
+from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
 from ..schemas.sae import SAE_NAME
 from ..wire import Binary, answer, responses
 
@@ -42,6 +47,41 @@ Jobs = Annotated[JobRunner[Answered[AttributionResponse]], Depends(get_jobs)]
 )
 def transcoder_sets(service: Service) -> TranscoderList:
     return explain_attribution.listing(service)
+
+
+def get_training(request: Request) -> JobRunner[store.SetTraining]:
+    return request.app.state.transcoder_jobs
+
+
+Training = Annotated[JobRunner[store.SetTraining], Depends(get_training)]
+CONFLICT = {409: {"model": ErrorResponse, "description": "a transcoder training job is already going"}}
+
+
+@router.post(
+    "/transcoders",
+    status_code=202,
+    response_model=TranscoderJob,
+    responses={**ERROR_RESPONSES, **CONFLICT},
+    summary="Train a transcoder set (one per MLP) on the served model, in the background",
+)
+def train_set(req: TranscoderTrainRequest, jobs: Training, runs: Runs, service: Service) -> TranscoderJob:
+    from ..saes import corpus_for
+
+    tc = TranscoderTrainConfig(**req.model_dump(exclude={"name", "corpus"}))
+    corpus = corpus_for(service, req.corpus, runs.corpus_path)
+    return explain_attribution.job_status(store.start_training(jobs, service, tc, req.name, corpus))
+
+
+job_routes(
+    router,
+    "/transcoders/jobs",
+    get_training,
+    TranscoderJob,
+    explain_attribution.job_status,
+    listing=Route("list_training_jobs", "Transcoder training jobs since the app started"),
+    get=Route("get_training_job", "A transcoder training job: its progress, then the set's figures"),
+    cancel=Route("cancel_training_job", "Stop a transcoder training job (nothing is saved)"),
+)
 
 
 @router.get(

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
 from .patch import TokenRef
-from .sae import FeatureDetail
+from .sae import SAE_NAME, FeatureDetail
 from .stages import NextToken
 
 MAX_INTERVENTIONS = 16
@@ -183,3 +183,39 @@ class SteerResponse(BaseModel):
 
 class TranscoderFeature(FeatureDetail):
     layer: int
+
+
+class TranscoderTrainRequest(StrictRequest):
+    expansion: int = Field(4, ge=2, le=32, description="features per stream dimension, per block")
+    activation: Literal["topk", "relu"] = "topk"
+    k: int = Field(16, ge=1, le=512, description="TopK: features kept per token (at most expansion x d_model)")
+    lr: float = Field(2e-3, gt=0, le=0.1, allow_inf_nan=False)
+    batch_tokens: int = Field(1024, ge=64, le=65536, description="MLP input/output pairs per update")
+    max_tokens: int = Field(1_500_000, ge=1024, le=1_000_000_000, description="pairs to train on at most")
+    time_budget: float = Field(
+        300, ge=1, le=7200, allow_inf_nan=False, description="seconds of training at most (evaluation comes after)"
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    eval_sequences: int = Field(64, ge=1, le=1024, description="held-out sequences of n_ctx tokens to measure on")
+    ce_sequences: int = Field(32, ge=1, le=1024, description="of those, for the losses (<= eval_sequences)")
+    name: str | None = Field(None, pattern=SAE_NAME, description="default x<expansion>-<activation><k>-s<seed>")
+    corpus: str | None = Field(
+        None, description="training text by name from /api/v1/corpora (default: the model's own built-in corpus)"
+    )
+
+
+class TranscoderJob(BaseModel):
+    id: str
+    status: Literal["running", "done", "failed", "cancelled"]
+    phase: Literal["training", "evaluating"]
+    transcoders: str = Field(description="the set it writes (listed in GET /api/v1/transcoders once done)")
+    progress: float = Field(description="0..1: of the token count or the time budget, whichever ends it first")
+    step: int
+    tokens: int
+    fvu: list[float] | None = Field(
+        description="per block, the fraction of the MLP output's variance unexplained on the latest batch"
+    )
+    history: list[dict] = Field(description="training records so far")
+    quality: TranscoderQuality | None = Field(description="the set's figures, once done")
+    error: str | None
+    elapsed: float

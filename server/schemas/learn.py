@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .config import config_field, config_fields, schema_model
+from .config import config_fields, schema_model
 
 # --------------------------------------------------------------------------------------------
 # Learning-rate schedules
@@ -196,12 +196,13 @@ _ParamsConfig = schema_model(
         loose=True,
     ),
     **config_fields(("pos", "norm_type", "mlp", "n_kv_head", "n_expert", "top_k_experts"), loose=True),
-    gelu=config_field(
-        "gelu",
-        optional=True,
-        loose=True,
-        description="the GELU the MLP uses: 'exact' x Phi(x) or the 'tanh' approximation; null where the MLP "
-        "has no GELU (SwiGLU, the 2017 Transformer's ReLU)",
+    # always in the answer, null where the MLP has no GELU (so no GPTConfig default to repeat)
+    gelu=(
+        str | None,
+        Field(
+            description="the GELU the MLP uses: 'exact' x Phi(x) or the 'tanh' approximation; null where the MLP "
+            "has no GELU (SwiGLU, the 2017 Transformer's ReLU)"
+        ),
     ),
 )
 

@@ -109,10 +109,14 @@ function drawLens() {
   const width = gd.clientWidth || 1000;
   const n = labels.length;
   const showText = n <= 40;
+  // each top guess written in its cell, cut to what fits there (10-px mono: 6 px a character);
+  // hover and the table below give it whole
+  const fits = Math.max(1, Math.floor((width - 200) / Math.max(1, n) / 6.2));
+  const cut = (s) => ([...s].length <= fits ? s : `${[...s].slice(0, Math.max(1, fits - 1)).join("")}…`);
   draw(gd, [{
     type: "heatmap", z: L.actual_next_prob, y: L.stages.map((_, i) => i), x: L.positions,
     colorscale: SEQ, zmin: 0, zmax: 1, colorbar: { title: { text: "p(actual next)" }, thickness: 10 },
-    text: L.top.map((row) => row.map((c) => visible(c[0].text))),
+    text: L.top.map((row) => row.map((c) => cut(visible(c[0].text)))),
     texttemplate: showText ? "%{text}" : undefined, textfont: { family: MONO, size: 10 },
     customdata: L.top.map((row, s) => row.map((c, p) => [L.stages[s], labels[p], visible(c[0].text), c[0].prob,
       p + 1 < n ? labels[p + 1] : "(none: last position)"])),
