@@ -36,7 +36,7 @@ embeddings) and smears each embedding into the next one, so the input is not W_E
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -45,7 +45,8 @@ from .gpt import GPT, GPTConfig, hook_name
 from .patching import Cancelled
 
 BASELINES = ("zero", "mean")
-TOKENS_PER_CHUNK = 4096  # rows x positions of one batched pass with gradients
+TOKENS_PER_CHUNK = 4096  # rows x positions of one batched pass, at most (its activations' memory)
+CHUNK_MACS = 2e10  # and at most about this many multiply-adds of the blocks (a second or two on 2 cores)
 
 
 def check_model(cfg: GPTConfig) -> None:
@@ -117,22 +118,51 @@ def run_rows(model: GPT, ids: torch.Tensor, rows_in: torch.Tensor, rows: Sequenc
     return metric(z, rows)
 
 
+def chunk_tokens(model: GPT) -> int:
+    """Token-positions per batched pass: TOKENS_PER_CHUNK, fewer for a large model so that one pass (the
+    time the model's lock is held) stays about CHUNK_MACS (the built-in model: 4,096; GPT-2 small: 235)."""
+    per_token = sum(p.numel() for p in model.blocks.parameters())
+    return max(1, min(TOKENS_PER_CHUNK, int(CHUNK_MACS // max(per_token, 1))))
+
+
 def span(cfg: GPTConfig, position: int, T: int) -> int:
     """How many tokens position `position` reads: a causal model's prefix, else all T."""
     return position + 1 if cfg.causal else T
 
 
-def gradients(model: GPT, ids: torch.Tensor, x: torch.Tensor, base: torch.Tensor, row: Row, alphas: torch.Tensor):
+@dataclass(frozen=True)
+class Pace:
+    """How a long attribution shares the model: lock() is held around each batched pass (a server's lets
+    other requests run between them, and allows gradients), cancel() is asked before each (True stops
+    with Cancelled), and done(n) is told after each, n the runs of the prompt it made."""
+
+    lock: Callable[[], AbstractContextManager] = nullcontext
+    cancel: Callable[[], bool] = lambda: False
+    done: Callable[[int], None] = lambda n: None
+
+    @contextmanager
+    def step(self, n: int) -> Iterator[None]:
+        if self.cancel():
+            raise Cancelled()
+        with self.lock():
+            yield
+        self.done(n)
+
+
+def gradients(
+    model: GPT, ids: torch.Tensor, x: torch.Tensor, base: torch.Tensor, row: Row, alphas: torch.Tensor, pace: Pace
+) -> torch.Tensor:
     """The gradient of f at x' + a (x - x') for each a of alphas, added up: (n, d) (a chunk at a time)."""
     n = span(model.cfg, row.position, len(ids))
     ids_r, x_r, b_r = ids[:n], x[:n], base[:n]
     total = torch.zeros_like(x_r)
-    per = max(1, TOKENS_PER_CHUNK // n)
+    per = max(1, chunk_tokens(model) // n)
     for a in alphas.split(per):
-        rows_in = (b_r + a[:, None, None] * (x_r - b_r)).requires_grad_(True)
-        f = run_rows(model, ids_r.expand(len(a), n), rows_in, [row] * len(a))
-        (g,) = torch.autograd.grad(f.sum(), rows_in)
-        total += g.sum(0)
+        with pace.step(len(a)):
+            rows_in = (b_r + a[:, None, None] * (x_r - b_r)).requires_grad_(True)
+            f = run_rows(model, ids_r.expand(len(a), n), rows_in, [row] * len(a))
+            (g,) = torch.autograd.grad(f.sum(), rows_in)
+            total += g.sum(0)
     return total
 
 
@@ -154,21 +184,23 @@ def rollout(patterns: Sequence[torch.Tensor]) -> torch.Tensor:
     return out.float()
 
 
-@torch.no_grad()
-def occluded(model: GPT, ids: torch.Tensor, x: torch.Tensor, base: torch.Tensor, rows: Sequence[Row]) -> torch.Tensor:
+def occluded(
+    model: GPT, ids: torch.Tensor, x: torch.Tensor, base: torch.Tensor, rows: Sequence[Row], pace: Pace
+) -> torch.Tensor:
     """f with each token's row replaced by the baseline's, alone: (T, len(rows)), [token][row]."""
     T = len(ids)
     out = torch.empty(T, len(rows))
-    per = max(1, TOKENS_PER_CHUNK // T)
+    per = max(1, chunk_tokens(model) // T)
     for start in range(0, T, per):
         which = torch.arange(start, min(T, start + per))
-        rows_in = x.expand(len(which), T, -1).clone()
-        rows_in[torch.arange(len(which)), which] = base[which]
-        with embedded(model, rows_in):
-            h = model.hidden(ids.expand(len(which), T))
-        for j, r in enumerate(rows):
-            z = model.unembed(h[:, r.position])  # (chunk, V)
-            out[which, j] = metric(z, [r] * len(which)).float().cpu()
+        with pace.step(len(which)), torch.no_grad():
+            rows_in = x.expand(len(which), T, -1).clone()
+            rows_in[torch.arange(len(which)), which] = base[which]
+            with embedded(model, rows_in):
+                h = model.hidden(ids.expand(len(which), T))
+            for j, r in enumerate(rows):
+                z = model.unembed(h[:, r.position])  # (chunk, V)
+                out[which, j] = metric(z, [r] * len(which)).float().cpu()
     return out
 
 
@@ -199,28 +231,39 @@ class Prepared:
     rollout: torch.Tensor
 
 
-def prepare(model: GPT, ids: Sequence[int], rows: Sequence[Row], baseline: str = "zero") -> Prepared:
-    """The work every row shares: three batched passes without gradients (input, baseline, occlusion)."""
+def prepare(
+    model: GPT, ids: Sequence[int], rows: Sequence[Row], baseline: str = "zero", pace: Pace = Pace()
+) -> Prepared:
+    """The work every row shares: batched passes without gradients (input, baseline, occlusion), T + 2
+    runs of the prompt."""
     check_model(model.cfg)
-    t = torch.tensor(list(ids), device=model.wte.weight.device)
-    with torch.no_grad():
-        x = model.wte(t).detach()
-    base = baseline_rows(model, x, baseline)
     names = [hook_name("attn.hook_pattern", li) for li in range(model.cfg.n_layer)]
-    f_in, patterns = at_rows(model, t, x, rows, names)
-    f_base, _ = at_rows(model, t, base, rows)
-    occ = f_in[None] - occluded(model, t, x, base, rows)  # (T, rows)
+    with pace.step(1):
+        t = torch.tensor(list(ids), device=model.wte.weight.device)
+        with torch.no_grad():
+            x = model.wte(t).detach()
+        base = baseline_rows(model, x, baseline)
+        f_in, patterns = at_rows(model, t, x, rows, names)
+    with pace.step(1):
+        f_base, _ = at_rows(model, t, base, rows)
+    occ = f_in[None] - occluded(model, t, x, base, rows, pace)  # (T, rows)
     return Prepared(t, list(rows), x, base, f_in, f_base, occ, rollout(patterns))
 
 
-def explain_row(model: GPT, prep: Prepared, i: int, steps: int) -> RowResult:
+def runs(T: int, n_rows: int, steps: int) -> int:
+    """The runs of the prompt prepare and explain_row make: T + 2, then steps + 1 per row."""
+    return T + 2 + n_rows * (steps + 1)
+
+
+def explain_row(model: GPT, prep: Prepared, i: int, steps: int, pace: Pace = Pace()) -> RowResult:
     """Row i's integrated gradients (`steps` midpoints) and gradient x input, with the shared methods'
-    numbers. Call with gradients allowed (the server's requests run in inference mode and leave it)."""
+    numbers. Gradients must be allowed inside pace.lock() (the server's requests run in inference mode
+    and leave it there)."""
     row, t, x, base = prep.rows[i], prep.ids, prep.x, prep.base
     n = span(model.cfg, row.position, len(t))
     diff = x[:n] - base[:n]
-    ig = (diff * gradients(model, t, x, base, row, midpoints(steps).to(x.device))).sum(-1) / steps
-    gx = (diff * gradients(model, t, x, base, row, torch.ones(1, device=x.device))).sum(-1)
+    ig = (diff * gradients(model, t, x, base, row, midpoints(steps).to(x.device), pace)).sum(-1) / steps
+    gx = (diff * gradients(model, t, x, base, row, torch.ones(1, device=x.device), pace)).sum(-1)
     return RowResult(
         row,
         float(prep.f_input[i]),
@@ -233,18 +276,8 @@ def explain_row(model: GPT, prep: Prepared, i: int, steps: int) -> RowResult:
 
 
 def attribute(
-    model: GPT,
-    ids: Sequence[int],
-    rows: Sequence[Row],
-    baseline: str = "zero",
-    steps: int = 32,
-    cancel: Callable[[], bool] | None = None,
+    model: GPT, ids: Sequence[int], rows: Sequence[Row], baseline: str = "zero", steps: int = 32, pace: Pace = Pace()
 ) -> list[RowResult]:
-    """Every method for each row (gradients allowed: see explain_row); cancel() stops it between rows."""
-    prep = prepare(model, ids, rows, baseline)
-    out = []
-    for i in range(len(rows)):
-        if cancel is not None and cancel():
-            raise Cancelled()
-        out.append(explain_row(model, prep, i, steps))
-    return out
+    """Every method for each row (gradients must be allowed: see explain_row)."""
+    prep = prepare(model, ids, rows, baseline, pace)
+    return [explain_row(model, prep, i, steps, pace) for i in range(len(rows))]

@@ -1,7 +1,8 @@
 """Token attribution at every position as a background job (server/jobs.py's Analysis):
-POST /api/v1/token-attribution/jobs checks the request at once, then explains one position after
-another in a thread, its progress the positions done; a newer job cancels the one still going, and
-the last 8 are kept."""
+POST /api/v1/token-attribution/jobs checks the request at once, then computes it in a thread, a batched
+pass at a time with the model's lock held per pass, its progress the runs of the prompt made (each
+occluded token, each point of each row's path); a newer job cancels the one still going, and the last 8
+are kept."""
 
 from __future__ import annotations
 

@@ -2,12 +2,13 @@
 by integrated gradients on the input embeddings (model/token_attribution.py), with gradient x input,
 occlusion and attention rollout beside it. One position's prediction is answered in the request; every
 position's (a matrix) may be more work than a request, so it is an Analysis (server/jobs.py): `plan`
-checks the request and counts the positions, `compute` explains them one at a time, the model's lock
-held per position."""
+checks the request and counts its runs of the prompt, `compute` makes them a batched pass at a time, the
+model's lock held per pass."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -71,7 +72,7 @@ METHODS = [
 
 @dataclass
 class Plan:
-    """A checked request: its token ids, the rows to explain and their work (`total`: positions)."""
+    """A checked request: its token ids, the rows to explain and their work (`total`: runs of the prompt)."""
 
     req: TokenAttributionRequest
     ids: list[int]
@@ -136,7 +137,7 @@ def plan(service: ModelService, req: TokenAttributionRequest, limit: float | Non
         if not req.every_position and req.contrast == targets[0]:
             raise InputError("contrast", f"contrast is the top prediction ({targets[0]}); choose another token")
     rows = [ta.Row(p, t, req.contrast) for p, t in zip(positions, targets)]
-    return Plan(req, ids, dropped, rows, len(rows))
+    return Plan(req, ids, dropped, rows, ta.runs(T, len(rows), req.steps))
 
 
 def _values(v: torch.Tensor, T: int) -> list[float | None]:
@@ -166,24 +167,31 @@ def _row(service: ModelService, r: ta.RowResult, T: int) -> AttributionRow:
     )
 
 
+@contextmanager
+def _with_gradients(service: ModelService) -> Iterator[None]:
+    """The model's lock, with gradients allowed (its requests run in inference mode)."""
+    with service.run(), torch.inference_mode(False), torch.enable_grad():
+        yield
+
+
 def compute(
     service: ModelService,
     p: Plan,
     on_chunk: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
 ) -> TokenAttributionResponse:
-    """Explain the plan's rows, one at a time (the model's lock held per row, gradients allowed)."""
-    req, T = p.req, len(p.ids)
-    with service.run() as m, torch.inference_mode(False), torch.enable_grad():
-        prep = ta.prepare(m, p.ids, p.rows, req.baseline)
-    rows = []
-    for i in range(len(p.rows)):
-        if cancel is not None and cancel():
-            raise ta.Cancelled()
-        with service.run() as m, torch.inference_mode(False), torch.enable_grad():
-            rows.append(_row(service, ta.explain_row(m, prep, i, req.steps), T))
+    """Explain the plan's rows, a batched pass at a time (the model's lock held per pass, so other
+    requests run between them); the progress counts runs of the prompt."""
+    req, T, done = p.req, len(p.ids), [0]
+
+    def advance(n: int) -> None:
+        done[0] += n
         if on_chunk is not None:
-            on_chunk(i + 1, len(p.rows))
+            on_chunk(done[0], p.total)
+
+    pace = ta.Pace(lambda: _with_gradients(service), cancel or (lambda: False), advance)
+    prep = ta.prepare(service.model, p.ids, p.rows, req.baseline, pace)
+    rows = [_row(service, ta.explain_row(service.model, prep, i, req.steps, pace), T) for i in range(len(p.rows))]
     errors = [r.completeness.relative_error for r in rows if r.completeness.relative_error is not None]
     return TokenAttributionResponse(
         model=service.name,

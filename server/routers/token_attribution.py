@@ -49,5 +49,5 @@ def start_job(req: TokenAttributionRequest, service: Service, jobs: Jobs) -> Tok
 
 
 show = analysis_routes(
-    router, "/token-attribution/jobs", get_jobs, TokenAttributionJob, "token attribution job", "positions"
+    router, "/token-attribution/jobs", get_jobs, TokenAttributionJob, "token attribution job", "runs of the prompt"
 )

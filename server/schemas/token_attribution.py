@@ -109,6 +109,6 @@ class TokenAttributionJob(BaseModel):
     status: Literal["starting", "running", "done", "cancelled", "failed"]
     error: str | None
     elapsed: float
-    done: int = Field(description="positions explained so far")
-    total: int
+    done: int = Field(description="runs of the prompt made so far (each occluded token, each point of a path)")
+    total: int = Field(description="runs of the prompt it needs: T + 2, then steps + 1 per explained position")
     result: TokenAttributionResponse | None = Field(description="the answer, once done")
