@@ -116,7 +116,7 @@ def test_every_position_at_once_and_as_a_job(client, service):
     while job["status"] == "running":
         time.sleep(0.2)
         job = client.get(f"/api/v1/token-attribution/jobs/{job['id']}").json()
-    assert job["status"] == "done" and job["done"] == job["total"] == T
+    assert job["status"] == "done" and job["done"] == job["total"] == T + 2 + T * (8 + 1)
     assert job["result"] == once
 
 

@@ -1,20 +1,25 @@
 // The attribution stage: which input tokens a prediction came from. Integrated gradients on the
 // input embeddings, with gradient × input, occlusion and attention rollout beside it, the prompt's
 // tokens coloured by the method picked (hover: every method's number), IG's completeness check, and
-// at every position a matrix (one row per prediction, a background job with a progress bar).
-// Data: POST /api/v1/token-attribution (one position) and POST /api/v1/token-attribution/jobs (every
-// position); the target and contrast choices are the trace's next_token candidates.
+// at every position a matrix (one row per prediction).
+// Data: POST /api/v1/token-attribution/jobs (the same answer as POST /api/v1/token-attribution, as a
+// job with its progress); the target and contrast choices are the trace's next_token candidates, or a
+// typed token (POST /api/v1/tokenize).
 import { apiPost, isAbort, latest } from "../lib/api.js";
 import { $, el, setNote } from "../lib/dom.js";
 import { addDownloads } from "../lib/downloads.js";
 import { later } from "../lib/draw_queue.js";
-import { decimal, pct, visible } from "../lib/format.js";
+import { decimal, int, pct, visible } from "../lib/format.js";
 import { runJob, showProgress } from "../lib/jobs.js";
 import { whole } from "../lib/query.js";
 import { snapshotSvg } from "../lib/snapshot_svg.js";
 import { DIVERGING, MONO, divColour, inkOn } from "../lib/palette.js";
 import { clearPlot, draw, rowBox, signedLimit, tokenAxis } from "../lib/plot.js";
 
+// On a model up to this size the attribution runs as soon as the stage comes near; on a larger one
+// (every point of the path is a forward and backward pass of the prompt: minutes of work) it waits for
+// the reader's "run it".
+const AUTO_RUN_PARAMS = 20e6;
 const METHODS = { integrated_gradients: "integrated gradients", gradient_x_input: "gradient × input", occlusion: "occlusion", rollout: "attention rollout" };
 const DEFAULTS = { target: null, contrast: null, steps: 32, baseline: "zero", method: "integrated_gradients", every: false };
 
@@ -25,6 +30,7 @@ let tokens = [];
 let position = 0;
 let result = null;       // the last answer
 let asked = "";          // the request it answers, as JSON (a new one is needed when it differs)
+let auto = true;         // whether it runs without the reader's "run it" (a small model)
 let candidates = [];     // the next-token candidates at the selected position (the trace's next_token)
 const known = new Map(); // token id -> text, of targets and contrasts typed or answered
 const slot = latest();
@@ -76,6 +82,9 @@ function initAttribution(p) {
   };
   $("ta-word-target").addEventListener("click", typed("target"));
   $("ta-word-contrast").addEventListener("click", typed("contrast"));
+  auto = +$("attribution-panel").dataset.params <= AUTO_RUN_PARAMS;
+  $("ta-run").hidden = auto;
+  $("ta-run").addEventListener("click", () => { asked = ""; refresh(true); });
   addDownloads($("ta-tokens"), "token-attribution", () => result, { svgEl: () => snapshotSvg($("ta-tokens")) });
   addDownloads($("ta-matrix-plot"), "token-attribution-matrix", () => result);
 }
@@ -126,10 +135,19 @@ function body() {
 
 // Ask again only when the request differs from the one answered; the fetch waits until the stage
 // comes near the viewport (the drawing queue), so typing a prompt does not run it at every change.
-function refresh() {
+function refresh(now = false) {
   if (!text) return;
   const b = body();
   if (JSON.stringify(b) === asked && result) { drawAll(); return; }
+  if (!auto && !now) {
+    slot.cancel();
+    result = null;
+    for (const id of ["ta-tokens", "ta-stats", "ta-tag"]) $(id).replaceChildren();
+    $("ta-matrix").hidden = true;
+    setNote($("ta-note"), `This model has ${int(+$("attribution-panel").dataset.params)} parameters: the attribution ` +
+      "is many forward and backward passes of the prompt, so it waits for “run it”.");
+    return;
+  }
   later("attribution-fetch", $("ta-tokens"), () => slot.soon((signal) => fetchAnswer(b, signal), 0));
 }
 
@@ -137,9 +155,9 @@ async function fetchAnswer(b, signal) {
   const panel = $("attribution-panel");
   panel.dataset.state = "loading";
   try {
-    result = cfg.every
-      ? await runJob("/token-attribution/jobs", b, signal, (job) => showProgress(job, "positions"), "token attribution job")
-      : await apiPost("/token-attribution", b, signal);
+    // always the job form: on a large model even one position is minutes of work, which a job does a
+    // batched pass at a time (other requests run between them) and a newer request cancels
+    result = await runJob("/token-attribution/jobs", b, signal, (job) => showProgress(job, "runs"), "token attribution job");
     asked = JSON.stringify(b);
     for (const r of result.rows) for (const t of [r.target, r.contrast]) if (t) known.set(t.id, t.text);
     fillChoices(candidates);
