@@ -136,7 +136,7 @@ function body() {
 // Ask again only when the request differs from the one answered; the fetch waits until the stage
 // comes near the viewport (the drawing queue), so typing a prompt does not run it at every change.
 function refresh(now = false) {
-  if (!text) return;
+  if (!text || $("ta-refused")) return;   // a model whose input is more than W_E's rows (the template says why)
   const b = body();
   if (JSON.stringify(b) === asked && result) { drawAll(); return; }
   if (!auto && !now) {
