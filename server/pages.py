@@ -42,11 +42,12 @@ STAGES: tuple[Stage, ...] = (
     Stage("mlp", "MLP", "MLP"),
     # nanochat's models only: the smear, the lambdas, the value embeddings, the backout, the softcap
     Stage("stream-extras", "nanochat", "nanochat's stream", numbered=False),
-    Stage("residual", "residual", "residual stream and logit lens"),
+    Stage("residual", "residual", "residual stream, logit lens and tuned lens"),
     Stage("next", "sampling", "logits → probabilities"),
     Stage("generate", "generate", "generation, step by step"),
     Stage("intervene", "intervene", "interventions"),
     Stage("decomposition", "self-check", "self-check"),
+    Stage("attribution", "inputs", "which input tokens the prediction came from"),
     Stage("sae-features", "features", "SAE features at the position"),
 )
 NUMBERED: tuple[Stage, ...] = tuple(s for s in STAGES if s.numbered)

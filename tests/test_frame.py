@@ -36,13 +36,17 @@ def test_every_declared_page_has_its_route_nav_link_template_and_entry(client, p
 
 
 def test_every_declared_page_is_opened_by_a_browser_test_that_runs_the_layout_check():
-    """tests/browser/test_export*.py export every drawn panel of each page they open
-    (exporting.live_exports), which runs exporting.LAYOUT_FAULTS on the page: labels over each other,
-    download bars away from their figures, narrow figures in empty rows, blank bands between cards
-    (issue #49). Each declared page must be one of the paths they open."""
+    """The browser tests that call exporting.live_exports (tests/browser/test_export*.py, and a page's own
+    test such as test_attribution_page.py) export every drawn panel of each page they open, which runs
+    exporting.LAYOUT_FAULTS on the page: labels over each other, download bars away from their figures,
+    narrow figures in empty rows, blank bands between cards (issue #49). Each declared page must be one
+    of the paths they open."""
     opened = set()
-    for path in sorted((ROOT / "tests" / "browser").glob("test_export*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for path in sorted((ROOT / "tests" / "browser").glob("test_*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "live_exports(" not in text:
+            continue
+        for node in ast.walk(ast.parse(text)):
             v = node.value if isinstance(node, ast.Constant) else None
             if isinstance(v, str) and v.startswith("/") and not re.search(r"\s", v):  # a path, not a docstring
                 opened.add(v.split("?")[0])
