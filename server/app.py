@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from gptscope import __version__
 from gptscope.model import corpus as corpus_mod
 
-from . import contract, errors, saes, transcoders
+from . import contract, errors, lenses, saes, transcoders
 from .attribution_jobs import GRAPHS
 from .circuit_jobs import SEARCHES
 from .config import STATIC_DIR, Settings
@@ -22,6 +22,7 @@ from .routers import api_routers, docs, pages
 from .runs import RunManager
 from .security import GuardMiddleware
 from .service import ModelService
+from .token_attribution_jobs import ATTRIBUTIONS
 from .wire import Compress, ServerTiming
 
 log = logging.getLogger("gptscope")
@@ -46,10 +47,12 @@ def create_app(
             app.state.runs,
             app.state.finetune,
             app.state.sae_jobs,
+            app.state.lens_jobs,
             app.state.patch_jobs,
             app.state.circuit_jobs,
             app.state.attribution_jobs,
             app.state.transcoder_jobs,
+            app.state.token_attribution_jobs,
         ):
             runner.shutdown()  # cancel every job still going; a run's snapshots stay loadable
 
@@ -80,10 +83,12 @@ def create_app(
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
     app.state.sae_jobs = saes.sae_runner()
+    app.state.lens_jobs = lenses.lens_runner()
     app.state.patch_jobs = SWEEPS.runner()
     app.state.circuit_jobs = SEARCHES.runner()
     app.state.attribution_jobs = GRAPHS.runner()
     app.state.transcoder_jobs = transcoders.runner()
+    app.state.token_attribution_jobs = ATTRIBUTIONS.runner()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
     for router in api_routers():

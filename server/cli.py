@@ -1,4 +1,5 @@
-"""`gptscope`: serve the explainer, train a model, evaluate or sample from a checkpoint, train an SAE."""
+"""`gptscope`: serve the explainer, train a model, evaluate or sample from a checkpoint, train an SAE,
+transcoders or a tuned lens."""
 
 from __future__ import annotations
 
@@ -343,6 +344,63 @@ def cmd_transcoders(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lens(a: argparse.Namespace) -> int:
+    """Train a tuned lens (one affine map per stage of the residual stream); a progress bar on stderr,
+    one JSON line with both lenses' held-out figures on stdout."""
+    from functools import partial
+
+    from tqdm import tqdm
+
+    from gptscope.model import checkpoint as ckpt
+    from gptscope.model import corpus as corpus_mod
+    from gptscope.model import tuned_lens as tl
+
+    from .lenses import LensTraining, folders_for, lens_runner, train
+
+    tc = tl.LensTrainConfig(
+        lr=a.lr, batch_tokens=a.batch_tokens, max_tokens=a.max_tokens, time_budget=a.time_budget, seed=a.seed,
+        eval_sequences=a.eval_sequences,
+    )  # fmt: skip
+    try:
+        folder_ck = checkpoint_folder(a.checkpoint)
+        c = ckpt.load(folder_ck)
+        spec = a.corpus or (c.meta.corpus or {}).get("name")
+        if spec is None:
+            raise ValueError("the checkpoint does not say what text it was trained on: give --corpus")
+        tc.validate(c.model)
+        data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
+        out = Path(a.out) if a.out else folders_for(folder_ck, data_dir)[0] / (a.name or tl.default_name(tc))
+    except (ckpt.CheckpointError, corpus_mod.CorpusError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(a.threads or torch.get_num_threads())
+    bar = tqdm(total=1000, desc=f"tuned lens for {c.model.cfg.n_layer} blocks", file=sys.stderr)
+
+    def on_progress(e: dict) -> None:
+        bar.n = round(1000 * e.get("progress", 0))
+        if "kl" in e:
+            bar.set_postfix(kl=" ".join(f"{k:.2f}" for k in e["kl"]), tokens=e["tokens"])
+        else:
+            bar.set_description("evaluating on held-out text")
+        bar.refresh()
+
+    command = "gptscope lens " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["lens"] else [])
+    work = partial(train, checkpoint=c, folder=out, command=command.strip(), on_progress=on_progress)
+    try:
+        state = lens_runner().run_here(work, LensTraining(out.name, tc, spec)).state
+    except (tl.LensError, corpus_mod.CorpusError) as e:
+        bar.close()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    bar.close()
+    meta = state.meta or {}
+    keep = ("steps", "tokens", "train_seconds", "budgeted_seconds", "eval_seconds")
+    print(json.dumps({"lens": str(out), **{k: meta[k] for k in keep}, "quality": meta["quality"]}))
+    return 0
+
+
 def _serve_args(sub) -> None:
     """`gptscope serve`: the web app."""
     s = sub.add_parser("serve", help="start the web app")
@@ -521,6 +579,30 @@ def _transcoder_args(sub) -> None:
     s.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
 
 
+def _lens_args(sub) -> None:
+    """`gptscope lens`: a tuned lens, beside the logit lens."""
+    s = sub.add_parser(
+        "lens",
+        help="train a tuned lens (one affine map per stage of the residual stream) and report it beside the logit lens",
+        description="Train one translator per stage of the residual stream (the embeddings, each block but the last) "
+        "so that reading the stream early through it gives the model's final distribution, over the training split "
+        "of the text; measure it and the logit lens on the held-out split (KL to the final distribution, top-1 "
+        "agreement) and save it beside the checkpoint (the built-in model's go to the data folder).",
+    )
+    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the model (default: the built-in one)")
+    s.add_argument("--corpus", default=None, help="training text (default: the checkpoint's own built-in corpus)")
+    s.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate (default 0.01)")
+    s.add_argument("--batch-tokens", type=int, default=4096, help="positions per update (default 4096)")
+    s.add_argument("--max-tokens", type=int, default=20_000_000, help="positions to train on at most")
+    s.add_argument("--time-budget", type=float, default=120, help="seconds of training at most (0: none; default 120)")
+    s.add_argument("--eval-sequences", type=int, default=32, help="held-out sequences of n_ctx tokens (default 32)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    s.add_argument("--name", default=None, help="the lens's name (default tuned-s<seed>)")
+    s.add_argument("--out", default=None, help="the folder to write (default: lenses/NAME beside the checkpoint)")
+    s.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand and its options (`gptscope train` parses its own: see model/train.py)."""
     p = argparse.ArgumentParser(prog="gptscope", description="Train a small GPT and see inside it.")
@@ -534,6 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
     _finetune_args(sub)
     _sae_args(sub)
     _transcoder_args(sub)
+    _lens_args(sub)
     return p
 
 
@@ -551,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         "finetune": cmd_finetune,
         "sae": cmd_sae,
         "transcoders": cmd_transcoders,
+        "lens": cmd_lens,
     }[a.cmd](a)
 
 

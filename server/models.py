@@ -17,7 +17,7 @@ import torch
 
 from gptscope.model import checkpoint as ckpt
 
-from . import saes, transcoders
+from . import lenses, saes, transcoders
 from .config import Settings
 from .service import LRU, ModelService, freeze_heap
 
@@ -49,10 +49,11 @@ class ModelRegistry:
 
     def configure(self, service: ModelService) -> ModelService:
         """Give a ModelService (loaded here, or handed to create_app by a test) the settings' threads
-        and its SAE folders."""
+        and its SAE, transcoder and tuned-lens folders."""
         service.threads = self.settings.threads_for(service.model.num_params())
         saes.attach(service, self.settings.data_dir)
         service.transcoder_folders = transcoders.folders_for(service.path, self.settings.data_dir)
+        service.lens_folders = lenses.folders_for(service.path, self.settings.data_dir)
         return service
 
     @property

@@ -44,11 +44,12 @@ STAGES: tuple[Stage, ...] = (
     Stage("mlp", "MLP", "MLP"),
     # nanochat's models only: the smear, the lambdas, the value embeddings, the backout, the softcap
     Stage("stream-extras", "nanochat", "nanochat's stream", numbered=False),
-    Stage("residual", "residual", "residual stream and logit lens"),
+    Stage("residual", "residual", "residual stream, logit lens and tuned lens"),
     Stage("next", "sampling", "logits → probabilities"),
     Stage("generate", "generate", "generation, step by step"),
     Stage("intervene", "intervene", "interventions"),
     Stage("decomposition", "self-check", "self-check"),
+    Stage("attribution", "inputs", "which input tokens the prediction came from"),
     Stage("sae-features", "features", "SAE features at the position"),
 )
 NUMBERED: tuple[Stage, ...] = tuple(s for s in STAGES if s.numbered)
@@ -96,6 +97,7 @@ PAGES: tuple[Page, ...] = (
     Page("compare", "/compare", "compare.html", "Compare", "/api/v1/compare"),
     Page("patch", "/patch", "patch.html", "Patching", "/api/v1/patch/pairs"),
     Page("circuits", "/circuits", "circuits.html", "Circuits", "/api/v1/patch/pairs"),
+    Page("attribution", "/attribution", "attribution.html", "Attribution", "/api/v1/transcoders"),
     Page("genealogy", "/genealogy", "genealogy.html", "The family tree", "/api/v1/genealogy"),
     Page("features", "/features", "features.html", "Features", "/api/v1/saes"),
 )

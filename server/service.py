@@ -50,6 +50,7 @@ class ModelService:
         # sets them: the built-in model's own folder is package data, never written)
         self.sae_folders: list[Path] = [self.path / "saes"]
         self.transcoder_folders: list[Path] = [self.path / "transcoders"]  # likewise (server/transcoders.py)
+        self.lens_folders: list[Path] = [self.path / "lenses"]  # and its tuned lenses' (server/lenses.py)
         # results worked out from this model (per_model below): they go when the model goes
         self.memo: dict[str, LRU] = {}
         self.memo_lock = threading.Lock()

@@ -5,6 +5,7 @@ in static/js/forward/main.js's table. No browser: the served HTML and the JS tex
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -32,6 +33,24 @@ def test_every_declared_page_has_its_route_nav_link_template_and_entry(client, p
     # GET /api/v1/export knows every panel the page shows (a page may lack some for a model)
     shown = PANEL.findall(r.text)
     assert shown and set(shown) <= set(panels(page.name)), (shown, panels(page.name))
+
+
+def test_every_declared_page_is_opened_by_a_browser_test_that_runs_the_layout_check():
+    """The browser tests that call exporting.live_exports (tests/browser/test_export*.py, and a page's own
+    test such as test_attribution_page.py) export every drawn panel of each page they open, which runs
+    exporting.LAYOUT_FAULTS on the page: labels over each other, download bars away from their figures,
+    narrow figures in empty rows, blank bands between cards (issue #49). Each declared page must be one
+    of the paths they open."""
+    opened = set()
+    for path in sorted((ROOT / "tests" / "browser").glob("test_*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "live_exports(" not in text:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            v = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(v, str) and v.startswith("/") and not re.search(r"\s", v):  # a path, not a docstring
+                opened.add(v.split("?")[0])
+    assert {p.path for p in PAGES} <= opened, sorted({p.path for p in PAGES} - opened)
 
 
 def test_the_exports_page_choices_are_the_declared_pages(client):

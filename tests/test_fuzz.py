@@ -36,10 +36,12 @@ from gptscope.server.circuit_jobs import SEARCHES
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 from gptscope.server.finetune_jobs import FinetuneManager
 from gptscope.server.jobs import JobRunner
+from gptscope.server.lenses import lens_runner
 from gptscope.server.runs import RunManager
 from gptscope.server.saes import sae_runner
 from gptscope.server.schemas.common import StrictRequest
 from gptscope.server.service import ModelService
+from gptscope.server.token_attribution_jobs import ATTRIBUTIONS
 
 MAX_EXAMPLES = 10
 SEED = int(os.environ.get("GPTSCOPE_FUZZ_SEED", "17"))
@@ -105,6 +107,11 @@ ALLOWED: dict[tuple[str, str], str] = {
     # name not taken; a feature below the SAE's width
     ("ST202", "POST /api/v1/saes"): DEPENDS + ": layer below n_layer, k at most the width, a new name",
     ("ST202", "GET /api/v1/saes/{name}/features/{feature}"): DEPENDS + ": feature below the SAE's d_sae",
+    # issue #46: a tuned lens's name not taken; token attribution's position, target and contrast within the
+    # model and prompt, a contrast other than the target, and the work within the endpoint's limit
+    ("ST202", "POST /api/v1/lenses"): DEPENDS + ": a new name, batch_tokens x vocabulary within 2 GiB",
+    ("ST202", "POST /api/v1/token-attribution"): DEPENDS + ": position within the prompt, ids below vocab_size, work",
+    ("ST202", "POST /api/v1/token-attribution/jobs"): DEPENDS + ": position within the prompt, ids below vocab_size",
     # the upload's content: UTF-8 text with enough characters to train on
     ("ST202", "POST /api/v1/corpora"): "the uploaded file must be UTF-8 text long enough to train on",
     # a URL that is not valid HTTP, or longer than h11's 16 KiB request head (a long `text` in a
@@ -131,6 +138,8 @@ def served():
     app.state.circuit_jobs = idle(SEARCHES.runner())
     app.state.attribution_jobs = idle(GRAPHS.runner())
     app.state.transcoder_jobs = idle(transcoders.runner())
+    app.state.lens_jobs = idle(lens_runner())
+    app.state.token_attribution_jobs = idle(ATTRIBUTIONS.runner())
     server = BackgroundServer(app).start()
     yield server, service
     server.stop()

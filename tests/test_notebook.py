@@ -33,7 +33,7 @@ def test_embed_mode_shows_one_panel_without_the_header(client):
     assert '<header class="topbar">' in whole and "data-embed" not in whole
     html = client.get("/", params={"text": "ROMEO:", "embed": "attention"}).text
     assert '<header class="topbar">' not in html and 'data-embed="attention"' in html
-    assert "main > :not(#attention-panel) { display: none !important; }" in html
+    assert "main > :not(#attention-panel):not(.export-note) { display: none !important; }" in html
     bad = client.get("/", params={"embed": '"><script>alert(1)</script>'}).text  # not a panel name: ignored
     assert "<script>alert" not in bad and '<header class="topbar">' in bad
 

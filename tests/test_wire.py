@@ -93,6 +93,8 @@ def test_every_part_of_a_trace_decodes_to_the_jsons_numbers(client):
         ("GET", "/api/v1/heads", {"params": {"text": "To be, or not to be, that is the question", "ablate": "false"}}),
         ("POST", "/api/v1/compare", {"json": {"a": "builtin", "b": "builtin", "text": "To be, or not to be"}}),
         ("POST", "/api/v1/patch", {"json": {"clean": "Long live King Edward", "corrupted": "Long live King Henry"}}),
+        ("POST", "/api/v1/forward", {"json": {"text": "To be, or not to be", "include": ["logit_lens", "tuned_lens"]}}),
+        ("POST", "/api/v1/token-attribution", {"json": {"text": "To be, or not to be", "every_position": True}}),
     ],
 )
 def test_each_heavy_endpoint_sends_both_forms(client, method, path, kw):

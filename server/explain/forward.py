@@ -37,6 +37,7 @@ def selection(service: ModelService, req: ForwardRequest, n_tokens: int) -> Sele
         target=req.target,
         top_k=req.top_k,
         sae=req.sae,
+        lens=req.lens,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from gptscope.model.gpt import GPTConfig, hook_name
 
-from .. import saes
+from .. import lenses, saes
 from ..schemas.forward import PART_ANSWERS, PartAnswer
 from ..service import ModelService
 from . import stages, switches
@@ -152,6 +152,12 @@ PARTS: tuple[Part, ...] = (
         "logit_lens",
         hooks=_streams,
         build=stages.logit_lens,
+    ),
+    Part(
+        "tuned_lens",
+        hooks=_streams,
+        build=stages.tuned_lens,
+        applies=lambda s: bool(lenses.listing(s)),
     ),
     Part(
         "next_token",

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from gptscope.model import tuned_lens as tl
 from gptscope.model.gpt import (
     GPT,
     Block,
@@ -29,8 +30,9 @@ from gptscope.model.gpt import (
     rope_frequencies,
 )
 
-from .. import saes
+from .. import lenses, saes
 from ..schemas.arrays import Arr
+from ..schemas.lens import TunedLensBlock
 from ..schemas.sae import SaeFeaturesBlock
 from ..schemas.stages import (
     AttentionBlock,
@@ -66,6 +68,7 @@ from ..schemas.stages import (
 from ..service import ModelService
 from .common import arr, attention_rows, next_tokens, rounded, token_text
 from .digits import COARSE, FINE, VALUE
+from .lens import lens_figures
 from .sae import active_features
 
 LENS_K = 3  # logit lens: candidates kept per stage and position
@@ -85,6 +88,7 @@ class Selection:
     target: int | None = None  # decomposition: the token whose logit is split (None: the top one)
     top_k: int = 10  # next_token: how many candidates
     sae: str | None = None  # sae_features: the SAE's name (None: the served model's first)
+    lens: str | None = None  # tuned_lens: the lens's name (None: the served model's first)
 
 
 @dataclass
@@ -145,7 +149,7 @@ def final_norm(m: GPT) -> LayerNorm | RMSNorm:
 
 
 def stage_names(cfg: GPTConfig) -> list[str]:
-    return ["embed"] + [f"block {li}" for li in range(cfg.n_layer)] + (["backout"] if cfg.backout else [])
+    return tl.stage_names(cfg)
 
 
 def attention(t: Trace) -> AttentionBlock:
@@ -291,14 +295,17 @@ def residual(t: Trace) -> ResidualBlock:
     return ResidualBlock(stages=stage_names(t.cfg), norms=arr(norms, COARSE))
 
 
-def logit_lens(t: Trace) -> LogitLensBlock:
-    """The final norm and the unembedding applied to the stream after every stage (a post-norm model's
-    ln_final is an identity: its blocks' outputs are already normalised)."""
-    m, ids, T = t.model, t.ids, len(t.ids)
+def _lens(t: Trace, read: Callable[[torch.Tensor, int], torch.Tensor]) -> dict[str, Any]:
+    """A lens's fields: read(stream, stage) -> logits (T, V) for the stream after every stage; each
+    stage's top guesses, the probability of the token that really follows, and how far the stage's
+    distribution is from the final one on this prompt (KL(p_final || p_lens), top-1 agreement)."""
+    ids, T = t.ids, len(t.ids)
     nxt = torch.tensor([*ids[1:], 0])
-    top_all, actual = [], []
-    for s in t.streams:
-        probs = torch.softmax(m.unembed(m.ln_final(s)).float(), -1)  # (T, V)
+    logps = [torch.log_softmax(read(s, i).float(), -1) for i, s in enumerate(t.streams)]  # (T, V) each
+    final = logps[-1]
+    top_all, actual, kl, agree = [], [], [], []
+    for logp in logps:
+        probs = logp.exp()
         top = torch.topk(probs, LENS_K, dim=-1)
         vals, idx = top.values.tolist(), top.indices.tolist()
         top_all.append(
@@ -312,7 +319,29 @@ def logit_lens(t: Trace) -> LogitLensBlock:
         )
         pa = probs[torch.arange(T), nxt]
         actual.append([round(float(pa[q]), VALUE) if q < T - 1 else None for q in range(T)])
-    return LogitLensBlock(stages=stage_names(t.cfg), positions=list(range(T)), top=top_all, actual_next_prob=actual)
+        kl.append(round(float((final.exp() * (final - logp)).sum(-1).mean()), VALUE))
+        agree.append(round(float((logp.argmax(-1) == final.argmax(-1)).float().mean()), VALUE))
+    return dict(
+        stages=stage_names(t.cfg), positions=list(range(T)), top=top_all, actual_next_prob=actual,
+        kl_to_final=kl, top1_agreement=agree,
+    )  # fmt: skip
+
+
+def logit_lens(t: Trace) -> LogitLensBlock:
+    """The final norm and the unembedding applied to the stream after every stage (a post-norm model's
+    ln_final is an identity: its blocks' outputs are already normalised)."""
+    return LogitLensBlock(**_lens(t, lambda s, _i: tl.read_out(t.model, s)))
+
+
+def tuned_lens(t: Trace) -> TunedLensBlock:
+    """The same through a tuned lens's translators (model/tuned_lens.py): at its start, exactly the logit lens."""
+    loaded = lenses.get(t.service, t.sel.lens)
+    q = loaded.meta["quality"]
+    return TunedLensBlock(
+        **_lens(t, lambda s, i: loaded.lens.logits(t.model, s, i)),
+        lens=loaded.name,
+        held_out=lens_figures(q),
+    )
 
 
 def next_token(t: Trace) -> list[NextToken]:

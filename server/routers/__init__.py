@@ -26,9 +26,11 @@ API_AREAS = (
     "finetune",
     "genealogy",
     "sae",
+    "lens",
     "patch",
     "circuits",
     "attribution",
+    "token_attribution",
     "export",
 )
 

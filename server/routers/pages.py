@@ -9,6 +9,7 @@ context; the others answer with their declared twin.
     /compare    two models, one text   twin: GET /api/v1/compare?a=...&b=...&text=...
     /patch      activation patching    twin: GET /api/v1/patch/pairs (the sweep itself is a POST)
     /circuits   edge circuits          twin: GET /api/v1/patch/pairs (the scores come from a POST)
+    /attribution  attribution graphs   twin: GET /api/v1/transcoders (the graph comes from a POST)
     /train      training runs          twin: GET /api/v1/checkpoints (and the gradient clip's limit)
 """
 
@@ -32,6 +33,7 @@ from ..explain import patch_pairs
 from ..explain.model_info import model_info
 from ..explain.tokens import encoding_names
 from ..pages import NUMBERED, PAGES, STAGE_NO, STAGES, WORDS, Page
+from ..schemas.attribution import AttributionRequest
 from ..schemas.circuits import CircuitRequest
 from ..service import ModelService
 
@@ -153,6 +155,23 @@ def circuits_page(request: Request, service: ModelService) -> tuple[str, dict]:
         "target": q.get("target") or str(fields["target"].default),
     }
     return "/api/v1/patch/pairs", state
+
+
+@data("attribution")
+def attribution_page(request: Request, service: ModelService) -> tuple[str, dict]:
+    # the form's fields from the URL (a value out of range is the API's 422 to explain): the prompt is
+    # the first ready-made pair's clean one unless the URL names its own; the pins, supernodes and
+    # interventions are read by the page's script from the same URL
+    q = request.query_params
+    first = patch_pairs.pairs(service)[:1]
+    state = {
+        "text": q.get("text") or (first[0].clean if first else DEFAULT_PROMPT),
+        "token": q.get("token") or "",
+        "wrong": q.get("wrong") or "",
+        "node_threshold": q.get("node_threshold") or str(AttributionRequest.model_fields["node_threshold"].default),
+        "transcoders": q.get("transcoders") or "",
+    }
+    return "/api/v1/transcoders", state
 
 
 def _route(page: Page) -> None:

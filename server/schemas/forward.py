@@ -23,6 +23,7 @@ from .common import (
     TokenPiece,
     messages_field,
 )
+from .lens import TunedLensBlock
 from .sae import SaeFeaturesBlock
 from .stages import (
     AttentionBlock,
@@ -88,6 +89,12 @@ PART_ANSWERS: tuple[PartAnswer, ...] = (
         "logit_lens",
         LogitLensBlock,
         "what each stage would predict: the final norm and the unembedding applied after every block",
+    ),
+    PartAnswer(
+        "tuned_lens",
+        TunedLensBlock,
+        "models with a tuned lens (GET /api/v1/lenses) only: the logit lens read through the lens's learned "
+        "translators (one affine map per stage), with both lenses' figures on held-out text",
     ),
     PartAnswer(
         "next_token",
@@ -190,6 +197,9 @@ class ForwardRequest(StrictRequest):
     top_k: int = Field(10, ge=1, le=100, description="how many next-token candidates to return")
     sae: str | None = Field(
         None, max_length=64, description="sae_features: the SAE, by name from GET /api/v1/saes (default: the first)"
+    )
+    lens: str | None = Field(
+        None, max_length=64, description="tuned_lens: the lens, by name from GET /api/v1/lenses (default: the first)"
     )
     truncate: bool = Field(False, description="keep the last n_ctx tokens of a longer prompt instead of refusing it")
 

@@ -151,6 +151,12 @@ class LogitLensBlock(BaseModel):
     actual_next_prob: list[list[float | None]] = Field(
         description="[stage][position] probability of the token that really follows (null at the last position)"
     )
+    kl_to_final: list[float] = Field(
+        description="[stage] KL(p_final || p_lens) in nats, averaged over this prompt's positions (0 at the last stage)"
+    )
+    top1_agreement: list[float] = Field(
+        description="[stage] share of this prompt's positions where the lens's top token is the model's final one"
+    )
 
 
 class PositionLoss(BaseModel):

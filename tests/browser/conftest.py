@@ -25,6 +25,9 @@ import pytest
 
 from gptscope.server.config import BUILTIN_CHECKPOINT, KEEP_ALIVE_S, Settings
 
+pytest.register_assert_rewrite("exporting")  # its asserts (live_exports, check_offline) say what failed
+from exporting import captured_bands  # noqa: E402
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -182,10 +185,24 @@ def another_page(page, shared_context):
 
 
 def save_screenshot(pg, name: str, full_page: bool = True) -> Path:
-    """Save a PNG of the page to test-artifacts/<name>.png (repo root) and return its path."""
+    """Save a PNG of the page to test-artifacts/<name>.png (repo root) and return its path.
+
+    A full-page shot is taken from the top of the page, and the page scrolled back after it:
+    Chromium draws the whole page as it stands, so a bar stuck to the top of the window (the forward
+    page's, /compare's and /patch's layer/head/position bar, position: sticky) would be drawn over a
+    card halfway down, its own place at the top left as a blank band. The shot must show no blank
+    band between two cards (exporting.BANDS, as drawn)."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    pg.screenshot(path=str(path), full_page=full_page)
+    if not full_page:
+        pg.screenshot(path=str(path))
+        return path
+    y = pg.evaluate("() => { const y = scrollY; scrollTo(0, 0); return y; }")
+    try:
+        pg.screenshot(path=str(path), full_page=True)
+        assert captured_bands(pg) == [], path
+    finally:
+        pg.evaluate("(y) => scrollTo(0, y)", y)
     return path
 
 

@@ -1,4 +1,4 @@
-"""The forward-pass page's eleven stages in a real headless Chromium: keyboard walk, model view ->
+"""The forward-pass page's twelve stages in a real headless Chromium: keyboard walk, model view ->
 large head, sampling sliders, generation stepper replayed against the API, interventions,
 the decomposition self-check, downloads and the URL. Every number checked against the API."""
 
@@ -26,6 +26,7 @@ STAGES = [
     "generate-panel",
     "intervene-panel",
     "decomposition-panel",
+    "attribution-panel",
     "sae-features-panel",
 ]
 # the plots each stage draws (the lazy drawing queue draws them when the stage comes near)
@@ -44,7 +45,7 @@ STAGE_PLOTS = {
     ],
     "attention-panel": ["model-view-plot", "query-bars-plot"],
     "mlp-panel": ["mlp-hist-plot", "mlp-top-plot"],
-    "residual-panel": ["resid-norm-plot", "lens-plot"],
+    "residual-panel": ["resid-norm-plot", "lens-plot", "lens-kl-plot"],
     "next-panel": ["sampling-plot", "loss-plot"],
     "intervene-panel": ["iv-plot"],
     "decomposition-panel": ["dc-plot"],
@@ -143,7 +144,7 @@ def go_stage(page, n: int) -> None:
         drawn(page, plot)
 
 
-def test_keyboard_walks_the_eleven_stages_and_every_plot_gets_drawn(page, live_url, screenshot):
+def test_keyboard_walks_the_twelve_stages_and_every_plot_gets_drawn(page, live_url, screenshot):
     open_page(page, live_url)
     help_text = page.text_content("#key-help")
     assert "j" in help_text and "k" in help_text and "next/previous stage" in help_text
@@ -165,7 +166,7 @@ def test_keyboard_walks_the_eleven_stages_and_every_plot_gets_drawn(page, live_u
     page.keyboard.press("j")  # past the last stage: stays there
     assert page.evaluate("document.activeElement.id") == STAGES[-1]
     page.keyboard.press("k")
-    page.wait_for_function("document.activeElement.id === 'decomposition-panel'")
+    page.wait_for_function("document.activeElement.id === 'attribution-panel'")
     page.keyboard.press("3")
     page.wait_for_function("document.activeElement.id === 'block-panel'")
     # typing in the prompt never moves between stages

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from apihelp import api_json
+from exporting import layout_faults
 
 pytestmark = pytest.mark.browser
 
@@ -177,6 +178,9 @@ def test_the_history_panels_draw_the_apis_runs(history, live_url, screenshot):
     assert page.console_errors == []
     page.locator("#history-h").scroll_into_view_if_needed()
     screenshot(page, "genealogy-history")
+    # every figure of the page, the worked example's −ln p curve too (its "your p" at the texts' 0.9)
+    page.wait_for_selector('#worked-panel[data-ready="1"]', state="attached")
+    assert layout_faults(page) == []
 
 
 def test_history_panels_rerun_at_new_settings(history, live_url):

@@ -7,6 +7,7 @@ import re
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from exporting import layout_faults
 
 pytestmark = pytest.mark.browser
 
@@ -145,6 +146,7 @@ def test_forward_page_shows_the_api_trace(page, live_url, screenshot):
     assert query_of(page.url) == {"text": PROMPT, "layer": "0", "head": "0"}
 
     screenshot(page, "index-forward-page")
+    assert layout_faults(page) == []
     assert page.console_errors == []
 
 

@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from apihelp import api_json
+from exporting import layout_faults
 
 pytestmark = pytest.mark.browser
 
@@ -60,4 +61,5 @@ def test_the_page_draws_a_real_sweep_and_a_click_shows_the_patched_distribution(
     assert len(hp) == 1 and len(hp[0]) == 32
     assert page.locator(".dl-bar[data-for='resid-plot'] button").count() == 4  # PNG, SVG, JSON, HTML
     screenshot(page, "patch-page")
+    assert layout_faults(page) == []
     assert not page.console_errors, page.console_errors

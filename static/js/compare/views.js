@@ -128,8 +128,11 @@ function drawNext(w) {
 // A causal model's rows stop at the query (the API leaves the masked keys out).
 const causal = (rows) => rows.length > 1 && rows.every((row, q) => row.length === q + 1);
 
+// a, b and b − a in one row: each map at most a third of the row, less their margins and colour
+// bars (90 px for a, 150 for b and b − a, 16-px gaps); wrapped, the third stood alone in a row
 function heatOpts(side, extra) {
-  return { row: side.position, causalMask: causal(side.attention), maxSide: 300, cell: 14, tickangle: -60, ...extra };
+  const room = Math.floor((($("attn-flow").clientWidth || 1100) - 90 - 150 - 150 - 32) / 3);
+  return { row: side.position, causalMask: causal(side.attention), maxSide: Math.max(180, Math.min(300, room)), cell: 14, tickangle: -60, ...extra };
 }
 
 function drawAttention(w) {

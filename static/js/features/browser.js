@@ -6,7 +6,8 @@ import { apiGet, latest, showError } from "../lib/api.js";
 import { $, el, setNote } from "../lib/dom.js";
 import { addDownloads } from "../lib/downloads.js";
 import { decimal, grouped, pct, visible } from "../lib/format.js";
-import { OKABE, divColour, inkOn } from "../lib/palette.js";
+import { OKABE } from "../lib/palette.js";
+import { passageLines } from "../lib/passages.js";
 import { chart, clearPlot } from "../lib/plot.js";
 import { snapshotSvg } from "../lib/snapshot_svg.js";
 
@@ -104,13 +105,7 @@ function renderFeature(d) {
   $("feat-summary").textContent = `fires on ${pct(d.density, 3)} of ${grouped(d.tokens_measured)} held-out tokens` +
     ` (mean ${decimal(d.mean_act, 3)} where it fires, largest ${decimal(d.max_act, 3)}); its direction lives in ${d.hook_name}.`;
   $("feat-steer").href = `/?steer_sae=${encodeURIComponent(d.sae)}&steer_feature=${d.index}#generate-panel`;
-  $("feat-passages").replaceChildren(...d.passages.map((p) => el("div", { class: "passage" },
-    el("span", { class: "value", text: decimal(p.activation, 2) }),
-    ...p.tokens.map((t, i) => {
-      const bg = divColour(t.activation, d.max_act);
-      return el("span", { class: `act${i === p.peak ? " peak" : ""}`, text: visible(t.text), style: `background:${bg};color:${inkOn(bg)}`,
-        title: `“${visible(t.text)}” (id ${t.id}): ${decimal(t.activation, 3)}` });
-    }))));
+  $("feat-passages").replaceChildren(...passageLines(d.passages, d.max_act));
   if (!d.passages.length) setNote($("feat-passages"), "It never fired on the held-out tokens: a dead feature.");
   drawHistogram(d);
   const head = el("tr", {}, el("th", { text: "promotes" }), el("th", { text: "logit / unit" }), el("th", { text: "suppresses" }), el("th", { text: "logit / unit" }));

@@ -28,6 +28,7 @@ import { panel as generate } from "./panel_generate.js";
 import { panel as intervene } from "./panel_intervene.js";
 import { panel as decomposition } from "./panel_decomposition.js";
 import { panel as sae } from "./panel_sae.js";
+import { panel as attribution, readAttribution, writeAttribution } from "./panel_attribution.js";
 
 // The page's panels, in its order (server/pages.py: STAGES). Each panel_*.js exports the same shape:
 //   { stage, parts, init(page), render(trace, view), position(sel) }
@@ -35,10 +36,10 @@ import { panel as sae } from "./panel_sae.js";
 //   parts:     the trace's parts it draws (server/explain/parts.py: PARTS; none: it fetches its own)
 //   init:      once, with `page` below (the shared state and the page's actions); may be async
 //   render:    after every answer; view = { parts (the ones the answer carries), promptChanged,
-//              text, sel, labels, state }
+//              text (the prompt box's), prompt (the request's fields: promptFields), sel, labels, state }
 //   position:  (optional) the selected position moved (sel): drawn at once from what is already here
 const PANELS = [classifier, tokens, embeddingSpace, block, rope, switches, attention, heads, mlp, moe, streamExtras, residual,
-  sampling, generate, intervene, decomposition, sae];
+  sampling, generate, intervene, decomposition, attribution, sae];
 
 // The loaded model's key/value heads, as /health's info says (the page shell writes it into #prompt-panel).
 const N_KV_HEAD = +document.getElementById("prompt-panel").dataset.nKvHead || 0;
@@ -58,7 +59,9 @@ const state = {
   layer: 0, head: 0, position: null, target: null, feature: 0,
   temperature: 1, top_k: null, top_p: null, seed: 0, steps: 0,
   heads: [], mlps: [], edits: [],
-  sae: null, steer: null,   // stage 11's SAE (null: the served model's first); stage 8's steering
+  sae: null, steer: null,   // the features stage's SAE (null: the served model's first); stage 8's steering
+  lens: null,               // stage 6's tuned lens on show, by name (null: the logit lens)
+  attribution: null,        // the attribution stage's settings (panel_attribution.js reads and writes their URL)
   testHead: null,           // stage 4: { layer, head, role } open on the repeated-token test input
 };
 let trace = null;        // the merged trace of the prompt on show
@@ -88,6 +91,8 @@ function readUrl() {
   state.seed = whole(q.get("seed"), 0);
   state.steps = Math.min(whole(q.get("steps"), 0), 64);
   state.sae = q.get("sae") || q.get("steer_sae") || null;
+  state.lens = q.get("lens") || null;
+  state.attribution = readAttribution(q);
   const sf = whole(q.get("steer_feature"));
   state.steer = sf === null ? null : { feature: sf, scale: real(q.get("steer_scale"), 20) };
   for (const item of (q.get("ablate") || "").split(",").filter(Boolean)) {
@@ -118,6 +123,8 @@ function writeUrl() {
   if (state.seed) q.set("seed", state.seed);
   if (state.steps) q.set("steps", state.steps);
   if (state.sae) q.set("sae", state.sae);
+  if (state.lens) q.set("lens", state.lens);
+  writeAttribution(q, state.attribution);
   if (state.steer) { q.set("steer_feature", state.steer.feature); q.set("steer_scale", state.steer.scale); }
   const ablate = [...state.heads.map(([l, h]) => `L${l}H${h}`), ...state.mlps.map((l) => `MLP${l}`)];
   if (ablate.length) q.set("ablate", ablate.join(","));
@@ -177,6 +184,7 @@ async function runForward(signal) {
   if (state.position !== null) body.position = state.position;
   if (state.target !== null) body.target = state.target;
   if (state.sae) body.sae = state.sae;
+  if (state.lens) body.lens = state.lens;
   try {
     const res = await apiPost("/forward", body, signal);
     if (inflight === mine) inflight = null;

@@ -145,12 +145,15 @@ function drawHead(dModel) {
 
   const h = hd;
   later("qkv", $("qkv-plot"), () => drawQKV(h, T, p));
-  // three maps side by side while each fits in a third of the panel, otherwise they wrap
-  // (the first map shares the second one's colour bar: 2 bars of ~60 px, 3 label margins of ~90 px)
-  const room = (($("step-scores").clientWidth || 1100) - 40 - 120) / 3 - 90;
+  // three maps side by side while each fits in a third of the panel (the first map shares the
+  // second one's colour bar: 2 bars of ~60 px, 3 label margins of ~90 px), otherwise one a row, each
+  // two thirds of the panel wide (narrower, a map alone in its row leaves most of the row empty)
+  const wide = $("step-scores").clientWidth || 1100;
+  const room = (wide - 40 - 120) / 3 - 90;
   const across = T * 10 <= room;
+  const alone = Math.max(180, Math.floor((wide * 2) / 3) - 150);
   const sq = across ? { row: p, cell: 10, maxSide: Math.floor(room), minSide: Math.floor(room), xTitle: "key", yTitle: "query" }
-    : { row: p, cell: 14, maxSide: 560, xTitle: "key", yTitle: "query" };
+    : { row: p, maxSide: alone, minSide: alone, xTitle: "key", yTitle: "query" };
   later("scores", $("scores-plot"), () => squareHeatmap($("scores-plot"), h.scores, labels, { ...sq, signed: true, colorbar: !across, colorTitle: "score", hoverName: "score", name: "scores" }));
   const w = win;
   later("masked", $("masked-plot"), () => squareHeatmap($("masked-plot"), h.masked_scores, labels, { ...sq, signed: true, limit: signedLimit(h.scores), colorTitle: "score", hoverName: "masked score", name: "masked-scores", window: w }));

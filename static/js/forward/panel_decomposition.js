@@ -39,7 +39,9 @@ export function renderDecomposition(trace, candidates, target, labels) {
   sel.value = target === null || target === undefined ? "" : String(target);
 
   const where = `position ${d.position} “${labels[d.position] ?? ""}”`;
-  if (!d.exact || !d.contributions.length) {
+  const exact = d.exact && d.contributions.length > 0;
+  $("decomposition-panel").dataset.exact = exact ? "1" : "0";   // else only the note shows (the CSS)
+  if (!exact) {
     $("dc-stats").textContent = d.note;
     clearPlot($("dc-plot"));
     return;

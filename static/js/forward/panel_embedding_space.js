@@ -47,39 +47,87 @@ export function setPromptTokens(tokens) {
   if (projection) later("projection", $("proj-plot"), drawProjection);
 }
 
+const PROJ = { height: 520, margin: { l: 60, r: 24, t: 20, b: 70 }, font: "12px system-ui, -apple-system, Segoe UI, sans-serif" };
+const PLACES = ["top center", "bottom center", "middle right", "middle left"];
+
+// An axis range with Plotly's autorange padding (5% each side), set by hand so that the labels can
+// be placed in pixels before the plot is drawn.
+function padded(values) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const v of values) { if (v < lo) lo = v; if (v > hi) hi = v; }
+  const pad = (hi - lo || 1) * 0.05;
+  return [lo - pad, hi + pad];
+}
+
+// Where each marked token's label goes: the first of PLACES where it overlaps no label placed
+// before it (the searched token's first, then the prompt's in order), or none: it is still marked,
+// and its hover names it. marks: [{ x, y, text, size }]; returns a place or null for each.
+function placeLabels(marks, xr, yr, gd) {
+  const w = (gd.clientWidth || 900) - PROJ.margin.l - PROJ.margin.r;
+  const h = PROJ.height - PROJ.margin.t - PROJ.margin.b;
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = PROJ.font;
+  const taken = [];
+  const hits = (b) => taken.some((o) => b.l < o.r + 2 && o.l < b.r + 2 && b.t < o.b + 2 && o.t < b.b + 2);
+  return marks.map((m) => {
+    const cx = ((m.x - xr[0]) / (xr[1] - xr[0])) * w;
+    const cy = ((yr[1] - m.y) / (yr[1] - yr[0])) * h;
+    const tw = ctx.measureText(m.text).width + 4;
+    const th = 16;
+    const r = m.size / 2 + 3;
+    const boxes = [[cx - tw / 2, cy - r - th], [cx - tw / 2, cy + r], [cx + r, cy - th / 2], [cx - r - tw, cy - th / 2]]
+      .map(([l, t]) => ({ l, t, r: l + tw, b: t + th }));
+    const i = boxes.findIndex((b) => b.l >= 0 && b.r <= w && b.t >= 0 && b.b <= h && !hits(b));
+    if (i < 0) return null;
+    taken.push(boxes[i]);
+    return PLACES[i];
+  });
+}
+
+// A trace of marked tokens; `places` (from placeLabels) labels some of them, the rest by hover alone.
+function markTrace(pts, name, color, size, places = null) {
+  return {
+    type: "scatter", mode: places ? "markers+text" : "markers", name,
+    x: pts.map((t) => t.x), y: pts.map((t) => t.y), text: pts.map((t) => visible(t.text)),
+    customdata: pts.map((t) => t.id), textfont: { size: 12, color },
+    ...(places ? { textposition: places.map((p) => p || "top center"), texttemplate: places.map((p) => (p ? "%{text}" : "")) } : {}),
+    marker: { size, color, line: { width: 1, color: "#fff" } },
+    hovertemplate: `“%{text}” id %{customdata}<br>PC1 %{x}, PC2 %{y}<extra>${name}</extra>`,
+  };
+}
+
 function drawProjection() {
   const toks = projection.tokens;
   const byId = new Map(toks.map((t) => [t.id, t]));
   const evr = projection.explained_variance_ratio || [];
-  const mark = (ids, name, color, size, withText) => {
-    const pts = [...new Set(ids)].map((i) => byId.get(i)).filter(Boolean);
-    return {
-      type: "scatter", mode: withText ? "markers+text" : "markers", name,
-      x: pts.map((t) => t.x), y: pts.map((t) => t.y), text: pts.map((t) => visible(t.text)),
-      customdata: pts.map((t) => t.id), textposition: "top center", textfont: { size: 12, color },
-      marker: { size, color, line: { width: 1, color: "#fff" } },
-      hovertemplate: `“%{text}” id %{customdata}<br>PC1 %{x}, PC2 %{y}<extra>${name}</extra>`,
-    };
-  };
+  const gd = $("proj-plot");
+  const pick = (ids) => [...new Set(ids)].map((i) => byId.get(i)).filter(Boolean);
+  const searched = neighbours ? pick([neighbours.id]) : [];
+  // the prompt's tokens, the searched one left out (it is labelled in black on its own)
+  const prompt = pick(promptIds).filter((t) => !searched.includes(t));
+  const xr = padded(toks.map((t) => t.x));
+  const yr = padded(toks.map((t) => t.y));
+  const places = placeLabels([...searched.map((t) => ({ ...t, size: 12 })), ...prompt.map((t) => ({ ...t, size: 9 }))]
+    .map((t) => ({ ...t, text: visible(t.text) })), xr, yr, gd);
   const data = [{
     type: "scatter", mode: "markers", name: "vocabulary",
     x: toks.map((t) => t.x), y: toks.map((t) => t.y), text: toks.map((t) => visible(t.text)),
     customdata: toks.map((t) => t.id),
     marker: { size: 5, color: "#9aa3b5", opacity: 0.55 },
     hovertemplate: "“%{text}” id %{customdata}<br>PC1 %{x}, PC2 %{y}<extra></extra>",
-  }, mark(promptIds, "your prompt", OKABE.vermillion, 9, true)];
+  }, markTrace(prompt, "your prompt", OKABE.vermillion, 9, places.slice(searched.length))];
   if (neighbours) {
-    data.push(mark(neighbours.neighbours.map((n) => n.id), "neighbours", OKABE.blue, 9, false));
-    data.push(mark([neighbours.id], "searched", OKABE.black, 12, true));
+    data.push(markTrace(pick(neighbours.neighbours.map((n) => n.id)), "neighbours", OKABE.blue, 9));
+    data.push(markTrace(searched, "searched", OKABE.black, 12, places.slice(0, searched.length)));
   }
   const pc = (i) => (evr[i] !== undefined ? ` (${(100 * evr[i]).toFixed(1)}% of the variance)` : "");
-  draw($("proj-plot"), data, {
-    height: 520, showlegend: true, legend: { orientation: "h", y: -0.12 },
-    xaxis: { title: { text: `PC1${pc(0)}` }, zeroline: false },
-    yaxis: { title: { text: `PC2${pc(1)}` }, zeroline: false },
-    margin: { l: 60, r: 10, t: 20, b: 70 },
+  draw(gd, data, {
+    height: PROJ.height, showlegend: true, legend: { orientation: "h", y: -0.12 },
+    xaxis: { title: { text: `PC1${pc(0)}` }, zeroline: false, range: xr },
+    yaxis: { title: { text: `PC2${pc(1)}` }, zeroline: false, range: yr },
+    margin: PROJ.margin,
   }, "embedding-pca");
-  const gd = $("proj-plot");
   if (!gd.dataset.clickBound) {
     gd.dataset.clickBound = "1";
     gd.on("plotly_click", (ev) => {

@@ -170,8 +170,8 @@ function render() {
 
 function drawAttention(last) {
   const gd = $("gen-attn-plot");
-  if (!last) { clearPlot(gd); gd.hidden = true; return; }
-  gd.hidden = false;
+  if (!last) { clearPlot(gd); $("gen-attn-box").hidden = true; return; }
+  $("gen-attn-box").hidden = false;
   const keyIds = last.ids.slice(0, -1);   // the query is the newest input id; it reads all of them
   const allTexts = [...prompt.map((t) => t.text), ...steps.map((s) => s.token.text)];
   const keys = keyIds.map((_, i) => visible(allTexts[i] ?? "?"));

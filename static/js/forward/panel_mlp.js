@@ -53,13 +53,16 @@ function drawHistograms() {
   const rows = Math.ceil(n / cols);
   const gap = 0.04;
   const w = (1 - gap * (cols - 1)) / cols;
-  const height = rows === 1 ? 330 : 90 + rows * 250;
-  const plotH = height - 120;                 // inside the top and bottom margins
+  // the legend and the curve's lowest point 75 px under the last row's plots, below its tick labels
+  // and axis title (at a share of one row's height they sat on the title), in a bottom margin
+  // made tall enough for them up front
+  const height = 370 + (rows - 1) * 250;
+  const plotH = height - 160;                 // inside the top and bottom margins
   const vgap = rows === 1 ? 0 : 70 / plotH;   // room for the next row's title lines and this row's axis
   const h = (1 - vgap * (rows - 1)) / rows;
-  const below = -75 / plotH;   // under the bottom row's axis title (a one-row grid of 2-4 layers too)
+  const below = -75 / plotH;
   const data = [];
-  const layout = { height, showlegend: true, legend: { orientation: "h", y: below }, margin: { l: 50, r: 50, t: 60, b: 60 }, annotations: [] };
+  const layout = { height, showlegend: true, legend: { orientation: "h", y: below }, margin: { l: 50, r: 50, t: 60, b: 100 }, annotations: [] };
   // the GELU curve's lowest point, picked from the curve the API sent
   let minI = 0;
   m.curve_y.forEach((v, i) => { if (v < m.curve_y[minI]) minI = i; });

@@ -25,7 +25,10 @@ export async function initSaeStage({ sae, onSaeChange, onSteerWith }) {
   const chosen = saes.some((s) => s.name === sae) ? sae : saes[0]?.name ?? null;
   pick.value = chosen || "";
   pick.disabled = !saes.length;
-  if (!saes.length) setNote($("sae-stage-note"), "The served model has no SAE: train one on /features, then its features show here.");
+  if (!saes.length) {   // the note alone: no empty figures (the CSS hides them while the panel is "empty")
+    setNote($("sae-stage-note"), "The served model has no SAE: train one on /features, then its features show here.");
+    $("sae-features-panel").dataset.state = "empty";
+  }
   pick.addEventListener("change", () => onPick(pick.value));
   $("sae-active").addEventListener("click", (e) => {
     const b = e.target.closest("button[data-feature]");

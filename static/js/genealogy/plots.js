@@ -48,13 +48,15 @@ export function drawNsp(tables) {
 }
 
 export function drawLossCurve(w) {
+  // "your p" at one of the texts' examples (the default, 0.9) sits on that point: its label is already there
+  const labelled = w.losses.some((x) => x.p === w.chosen.p);
   return chart($("xent-plot"), [
     { type: "scatter", mode: "lines", name: "-ln p", x: w.curve_p, y: w.curve_loss, line: { color: OKABE.orange } },
     { type: "scatter", mode: "markers+text", name: "the texts' examples", x: w.losses.map((x) => x.p),
       y: w.losses.map((x) => x.loss), text: w.losses.map((x) => `p = ${x.p}: ${fixed(x.loss)}`),
       // a label near p = 1 reads leftwards, inside the plot
       textposition: w.losses.map((x) => (x.p > 0.6 ? "top left" : "top right")), marker: { size: 10, color: OKABE.blue } },
-    { type: "scatter", mode: "markers+text", name: "your p", x: [w.chosen.p], y: [w.chosen.loss],
+    { type: "scatter", mode: labelled ? "markers" : "markers+text", name: "your p", x: [w.chosen.p], y: [w.chosen.loss],
       text: [`p = ${w.chosen.p}: ${fixed(w.chosen.loss)}`], textposition: w.chosen.p > 0.6 ? "bottom left" : "bottom right",
       marker: { size: 12, symbol: "diamond", color: OKABE.vermillion } },
   ], { xaxis: { title: { text: "probability on the right token" } }, yaxis: { title: { text: "loss (nats)" } } });

@@ -70,17 +70,18 @@ function squareSize(gd, labels, opts) {
   let height;
   let axis;
   if (opts.fit) {
-    // as large as the element allows (30 px a cell, 220..620 px), with room for the labels above and left:
-    // a first guess of the side picks the (thinned) labels, the margins fit the labels picked
+    // as large as the element allows (220..620 px, however few the tokens: a small map alone in its
+    // row leaves most of the row empty), with room for the labels above and left: a first guess of
+    // the side picks the (thinned) labels, the margins fit the labels picked
     const bar = opts.colorbar === false ? 0 : 90;
     const room = (gd.clientWidth || 900) - bar - 10;
-    const guess = Math.max(220, Math.min(620, room - 180, n * 30));
+    const guess = Math.max(220, Math.min(620, room - 180));
     axis = opts.plain ? plainAxis : tokenAxis(labels, guess, { automargin: false });
     const font = opts.plain ? 12 : axis.tickfont.size;
     const longest = Math.max(1, ...(opts.plain ? [String(n)] : axis.ticktext).map((s) => [...s].length));
     const labelPx = Math.min(140, Math.ceil(longest * font * 0.62) + 8);
     margin = { l: labelPx + 40, r: 10, t: Math.ceil(labelPx * 0.87) + 70, b: 10 };
-    side = Math.max(220, Math.min(620, room - margin.l, n * 30));
+    side = Math.max(220, Math.min(620, room - margin.l));
     if (side < guess && !opts.plain) axis = tokenAxis(labels, side, { automargin: false });
     width = side + margin.l + margin.r + bar;
     height = side + margin.t + margin.b;

@@ -1,5 +1,6 @@
 // A text's tokens as coloured pieces (the prompt on /, the text on /tokenizer): one span per token,
-// coloured in turn; a line break in the text also breaks the line here.
+// coloured in turn; a line break in the text also breaks the line here, and a line too long for its
+// box breaks between two tokens (a <wbr> after each), not inside one ("·fo" | "rward").
 import { visible } from "./format.js";
 
 const hexPairs = (hex) => (hex.match(/../g) || []).join(" ");
@@ -30,7 +31,7 @@ export function renderTokens(container, tokens, { showIds = false, label = null,
     span.title = title(t);
     span.textContent = label ? label(t) : tokenLabel(t, showIds);
     frag.appendChild(span);
-    if (t.text.endsWith("\n")) frag.appendChild(document.createElement("br"));
+    frag.appendChild(document.createElement(t.text.endsWith("\n") ? "br" : "wbr"));
   }
   container.replaceChildren(frag);
   container.classList.toggle("ids", !!showIds);

@@ -83,12 +83,15 @@ export function cellAt(sweep, cell) {
 
 export function renderSweeps(res, cell) {
   shown = res;
+  // the head set's map (and its download bar) only once the set has a head: until then, a note
+  const heads = res.sweeps.some((s) => s.kind === "head_position");
+  $("hp-box").hidden = !heads;
+  $("hp-empty").hidden = heads;
   for (const [kind, id] of Object.entries(PLOTS)) {
     const sweep = res.sweeps.find((s) => s.kind === kind);
     if (sweep) sweepMap($(id), sweep, res, cell);
     else if (kind === "head_position") clearPlot($(id));
   }
-  $("hp-empty").hidden = res.sweeps.some((s) => s.kind === "head_position");
   document.body.dataset.sweeps = res.sweeps.map((s) => s.kind).join(",");
 }
 
@@ -100,6 +103,8 @@ export function renderCell(res) {
   const d = res.detail;
   if (!d) return;
   if (shown) shown = { ...shown, detail: d };
+  $("cell-box").hidden = false;   // (until a cell is picked, a note says how)
+  $("cell-empty").hidden = true;
   $("cell-tag").textContent = cellName(d.cell);
   $("cell-stats").textContent = `patched metric ${decimal(d.patched_metric, 3)} (clean ${decimal(res.clean_metric, 3)}, ` +
     `corrupted ${decimal(res.corrupted_metric, 3)}) · effect ${decimal(d.effect, 3)} · the patched run's top token “${visible(d.top[0].text)}” ${pct(d.top[0].prob)}`;
@@ -107,6 +112,8 @@ export function renderCell(res) {
   const bar = (key, name, color) => ({ type: "bar", name, x, y: d.compared.map((t) => t[key]), marker: { color },
     hovertemplate: `${name} · “%{x}” %{y:.2%}<extra></extra>` });
   chart($("cell-plot"), [bar("clean", "clean", OKABE.vermillion), bar("corrupted", "corrupted", OKABE.blue), bar("patched", "patched", OKABE.black)],
-    { barmode: "group", yaxis: { title: { text: "probability" }, tickformat: PROB_TICKS }, xaxis: { tickfont: { family: MONO } } });
+    // the tokens slanted at an angle of our own: the legend below makes room for that angle (at one
+    // Plotly picked itself, the slanted names ran down into the legend)
+    { barmode: "group", yaxis: { title: { text: "probability" }, tickformat: PROB_TICKS }, xaxis: { tickfont: { family: MONO }, tickangle: -45 } });
   $("cell-plot").dataset.cell = JSON.stringify(d.cell);
 }

@@ -1,0 +1,413 @@
+"""The tuned lens: one learned affine map per stage of the residual stream, trained so that reading
+the stream early gives the model's own final distribution (Belrose et al. 2023, "Eliciting Latent
+Predictions from Transformers with the Tuned Lens").
+
+The logit lens reads the stream h_s after stage s (the embeddings, then each block) the way the model
+reads its last one: logits = unembed(final_norm(h_s)). Early streams are not written in the last
+one's basis, so what it reads there is often far from what the model goes on to predict. The tuned
+lens puts a translator in front, one per stage but the last:
+
+    logits_s = unembed(final_norm(h_s + h_s @ W_s^T + b_s))        W_s (d, d), b_s (d,)
+
+W_s and b_s start at zero, where the tuned lens *is* the logit lens (h + 0 is h, exactly), and are
+trained by Adam to minimise KL(p_final || p_s) summed over the stages, on the stream of the model's
+own training text; the model is only read. The last stage's stream is what the model reads itself,
+so it gets no translator (both lenses are exact there). The readout is the model's own, whatever it
+is: a post-norm model's final norm is an identity, nanochat's stream ends after its backout and its
+logits are softcapped; the lens reads the same streams the logit lens reads (`stream_hooks`).
+
+The figures, on held-out text: per stage, the mean KL(p_final || p_lens) in nats and the top-1
+agreement (the share of positions where the lens's top token is the model's), for the logit lens and
+for the tuned lens on the same tokens.
+
+On disk a tuned lens is a folder: lens.safetensors (`layer_translators.{s}.weight` (d, d) and
+`.bias` (d,), the tuned-lens library's names, a translator applied as h + Linear(h)) and
+gptscope_lens.json (how it was trained, the figures, the sha256 of the weights, checked on load).
+Nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import save as st_save
+
+from . import checkpoint as ckpt
+from .gpt import GPT, GPTConfig, hook_name
+
+META_FILE = "gptscope_lens.json"
+WEIGHTS_FILE = "lens.safetensors"
+FORMAT = "gptscope-tuned-lens"
+MEMORY_LIMIT = 2 * 2**30
+LOGIT_COPIES = 5  # (batch_tokens, V) float32 tensors one stage's update holds at its peak (measured: 4)
+
+
+class LensError(ValueError):
+    """A lens folder that cannot be read or a config that cannot be trained; `field` names the cause."""
+
+    def __init__(self, message: str, field: str = "lens") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class Cancelled(Exception):
+    pass
+
+
+# ---- the streams and the readout -----------------------------------------------------------------
+
+
+def stream_hooks(cfg: GPTConfig) -> list[str]:
+    """The hook of the stream after each stage: the embeddings (nanochat: the stream x0), each block,
+    and (nanochat's backout) the stream the final norm reads; the last is the model's own."""
+    first = "hook_x0" if cfg.has_x0 else hook_name("hook_resid_pre", 0)
+    after = [hook_name("hook_resid_post", i) for i in range(cfg.n_layer)]
+    return [first, *after, *(["hook_resid_final"] if cfg.backout else [])]
+
+
+def stage_names(cfg: GPTConfig) -> list[str]:
+    """The stages' names, in stream_hooks' order."""
+    return ["embed"] + [f"block {i}" for i in range(cfg.n_layer)] + (["backout"] if cfg.backout else [])
+
+
+def read_out(model: GPT, h: torch.Tensor) -> torch.Tensor:
+    """The logit lens: a stream (..., d) read as the model reads its last one (final norm, unembedding)."""
+    return model.unembed(model.ln_final(h))
+
+
+class TunedLens(nn.Module):
+    """One translator per stage but the last, each h -> h + h @ W^T + b, all starting at zero."""
+
+    def __init__(self, d_model: int, n_translators: int) -> None:
+        super().__init__()
+        self.layer_translators = nn.ModuleList(nn.Linear(d_model, d_model) for _ in range(n_translators))
+        for t in self.layer_translators:
+            assert isinstance(t, nn.Linear)
+            nn.init.zeros_(t.weight)
+            nn.init.zeros_(t.bias)
+
+    @property
+    def n_translators(self) -> int:
+        return len(self.layer_translators)
+
+    def translate(self, h: torch.Tensor, stage: int) -> torch.Tensor:
+        """The stream after `stage`, translated (the last stage's as it is)."""
+        if stage >= self.n_translators:
+            return h
+        return h + self.layer_translators[stage](h)
+
+    def logits(self, model: GPT, h: torch.Tensor, stage: int) -> torch.Tensor:
+        return read_out(model, self.translate(h, stage))
+
+
+@torch.no_grad()
+def streams_and_final(model: GPT, idx: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """idx (B, T) -> each stage's stream (B * T, d), in stream_hooks' order, and the model's final
+    log-probabilities (B * T, V), in the model's mode (forward hooks on the hook points themselves
+    fire in fast mode too)."""
+    names = stream_hooks(model.cfg)
+    got: dict[str, torch.Tensor] = {}
+    with ExitStack() as stack:
+        for n in names:
+            h = model.hook_dict[n].register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out.detach()))
+            stack.callback(h.remove)
+        logits, _ = model(idx)
+    d, V = model.cfg.d_model, logits.size(-1)
+    return [got[n].reshape(-1, d) for n in names], torch.log_softmax(logits.float(), -1).reshape(-1, V)
+
+
+def kl_per_token(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) in nats for each row of log-probabilities (N, V) -> (N,)."""
+    return (logp.exp() * (logp - logq)).sum(-1)
+
+
+# ---- training --------------------------------------------------------------------------------------
+
+
+@dataclass
+class LensTrainConfig:
+    lr: float = 1e-2  # Adam's, decayed linearly to 0 over the last fifth of the run
+    batch_tokens: int = 4096  # positions per update (windows of n_ctx tokens)
+    max_tokens: int = 20_000_000
+    time_budget: float = 120.0  # seconds of training (0: no limit)
+    seed: int = 0
+    eval_sequences: int = 32  # held-out windows of n_ctx tokens the figures are measured on
+
+    def validate(self, model: GPT | None = None) -> None:
+        checks: list[tuple[str, bool, str]] = [
+            ("lr", 0 < self.lr <= 0.1, "must be in (0, 0.1]"),
+            ("batch_tokens", 64 <= self.batch_tokens <= 65536, "must be 64..65536"),
+            ("max_tokens", 0 <= self.max_tokens <= 1_000_000_000, "must be 0..1e9"),
+            ("time_budget", 0 <= self.time_budget <= 7200, "must be 0..7200 seconds"),
+            ("eval_sequences", 1 <= self.eval_sequences <= 1024, "must be 1..1024"),
+        ]
+        if model is not None:
+            V = model.cfg.vocab_size
+            need = LOGIT_COPIES * self.batch_tokens * V * 4
+            checks.append(("batch_tokens", need <= MEMORY_LIMIT, f"times the vocabulary ({V:,}) must fit 2 GiB"))
+        for name, ok, msg in checks:
+            if not ok:
+                raise LensError(f"{name} {msg} (got {getattr(self, name)})", field=name)
+
+
+@dataclass
+class LensState:
+    step: int = 0
+    tokens: int = 0
+    elapsed: float = 0.0
+    history: list[dict] = field(default_factory=list)
+
+
+def windows(ids: torch.Tensor, T: int, n: int, gen: torch.Generator) -> torch.Tensor:
+    """n random windows of T tokens (n, T)."""
+    starts = torch.randint(0, len(ids) - T + 1, (n,), generator=gen)
+    return torch.stack([ids[s : s + T] for s in starts.tolist()])
+
+
+def _batches(model: GPT, ids: torch.Tensor, tc: LensTrainConfig) -> Iterator[tuple[list[torch.Tensor], torch.Tensor]]:
+    T = min(model.cfg.n_ctx, len(ids))
+    if T < 2:
+        raise LensError("the training text is too short: it needs at least 2 tokens", field="corpus")
+    gen = torch.Generator().manual_seed(tc.seed)
+    n = max(1, tc.batch_tokens // T)
+    while True:
+        yield streams_and_final(model, windows(ids, T, n, gen))
+
+
+def _update(model: GPT, lens: TunedLens, opt: torch.optim.Adam, streams: list[torch.Tensor], logp: torch.Tensor):
+    """One Adam step on every translator; each stage's KL is backpropagated on its own (one stage's
+    logits at a time in memory). KL(p || q) = sum p log p - sum p log q: the first term is fixed, the
+    second is the cross-entropy against p, which torch computes fused. Returns the stages' mean KLs."""
+    opt.zero_grad(set_to_none=True)
+    p = logp.exp()
+    entropy = float((p * logp).sum(-1).mean())  # sum p log p, averaged (minus the entropy)
+    kls = []
+    for s in range(lens.n_translators):
+        ce = F.cross_entropy(lens.logits(model, streams[s], s).float(), p)
+        ce.backward(inputs=list(lens.layer_translators[s].parameters()))  # the model is only read
+        kls.append(float(ce.detach()) + entropy)
+    opt.step()
+    return kls
+
+
+def train_lens(
+    model: GPT,
+    train_ids: torch.Tensor,
+    tc: LensTrainConfig,
+    on_progress: Callable[[dict], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    log_every: int = 10,
+) -> tuple[TunedLens, LensState]:
+    """A tuned lens for `model`, trained on windows of `train_ids` until max_tokens or the time budget."""
+    tc.validate(model)
+    torch.manual_seed(tc.seed)
+    lens = TunedLens(model.cfg.d_model, len(stream_hooks(model.cfg)) - 1).to(model.wte.weight.device)
+    opt = torch.optim.Adam(lens.parameters(), lr=tc.lr)
+    batches = _batches(model.eval(), train_ids.long().to(model.wte.weight.device), tc)
+    st, t0 = LensState(), time.perf_counter()
+    while True:
+        frac = min(1.0, max(st.tokens / max(tc.max_tokens, 1), st.elapsed / tc.time_budget if tc.time_budget else 0.0))
+        if frac >= 1.0 or tc.max_tokens == 0:
+            break
+        if should_stop is not None and should_stop():
+            raise Cancelled()
+        for g in opt.param_groups:
+            g["lr"] = tc.lr * min(1.0, (1.0 - frac) / 0.2)
+        streams, logp = next(batches)
+        kls = _update(model, lens, opt, streams, logp)
+        st.step, st.tokens, st.elapsed = st.step + 1, st.tokens + len(logp), time.perf_counter() - t0
+        if st.step % log_every == 0 or st.step == 1:
+            entry = {
+                "step": st.step,
+                "tokens": st.tokens,
+                "elapsed": round(st.elapsed, 2),
+                "kl": [round(k, 4) for k in kls],
+            }
+            st.history.append(entry)
+            if on_progress is not None:
+                on_progress({**entry, "progress": round(frac, 4)})
+    return lens.eval().requires_grad_(False), st
+
+
+# ---- the figures, on held-out text -------------------------------------------------------------------
+
+
+def eval_sequences(val_ids: torch.Tensor, n_ctx: int, n: int) -> torch.Tensor:
+    """The first n non-overlapping windows of n_ctx held-out tokens, (n', n_ctx) with n' <= n."""
+    n = min(n, len(val_ids) // n_ctx)
+    if n < 1:
+        raise LensError(f"the held-out text has {len(val_ids)} tokens; it needs at least n_ctx={n_ctx}", "corpus")
+    return val_ids[: n * n_ctx].long().view(n, n_ctx)
+
+
+@torch.no_grad()
+def quality(model: GPT, lens: TunedLens, seqs: torch.Tensor) -> dict:
+    """Per stage, on every position of the held-out windows `seqs` (S, T): the mean KL from the
+    model's final distribution to each lens's (nats) and each lens's top-1 agreement with it."""
+    n_stages = len(stream_hooks(model.cfg))
+    sums = torch.zeros(n_stages, 4, dtype=torch.float64)  # logit KL, tuned KL, logit top-1, tuned top-1
+    n = 0
+    for chunk in seqs.split(8):
+        streams, logp = streams_and_final(model.eval(), chunk.to(model.wte.weight.device))
+        top = logp.argmax(-1)
+        for s, h in enumerate(streams):
+            plain = torch.log_softmax(read_out(model, h).float(), -1)
+            tuned = plain if s >= lens.n_translators else torch.log_softmax(lens.logits(model, h, s).float(), -1)
+            sums[s, 0] += kl_per_token(logp, plain).double().sum()
+            sums[s, 1] += kl_per_token(logp, tuned).double().sum()
+            sums[s, 2] += (plain.argmax(-1) == top).sum()
+            sums[s, 3] += (tuned.argmax(-1) == top).sum()
+        n += len(logp)
+    means = (sums / n).tolist()
+    return {
+        "tokens": n,
+        "sequences": len(seqs),
+        "stages": [
+            {"stage": name, "logit_kl": m[0], "tuned_kl": m[1], "logit_top1": m[2], "tuned_top1": m[3]}
+            for name, m in zip(stage_names(model.cfg), means)
+        ],
+    }
+
+
+# ---- files -----------------------------------------------------------------------------------------
+
+
+def save_lens(folder: str | Path, lens: TunedLens, meta: dict) -> Path:
+    """Write the lens's folder atomically (a hidden sibling, then one rename); refuses an existing one."""
+    final = Path(folder)
+    if final.exists():
+        raise LensError(f"{final} already exists; choose another name", field="name")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    blob = st_save({k: v.detach().float().cpu().contiguous() for k, v in lens.state_dict().items()})
+    with open(tmp / WEIGHTS_FILE, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    full = {
+        **meta,
+        "format": FORMAT,
+        "version": 1,
+        "d_model": lens.layer_translators[0].in_features if lens.n_translators else None,
+        "translators": lens.n_translators,
+        "files": {WEIGHTS_FILE: hashlib.sha256(blob).hexdigest()},
+    }
+    (tmp / META_FILE).write_text(json.dumps(full, indent=1), encoding="utf-8")
+    try:
+        os.replace(tmp, final)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise LensError(f"could not write {final}: {e}", field="name") from None
+    return final
+
+
+@dataclass
+class LoadedLens:
+    lens: TunedLens
+    meta: dict
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def read_meta(folder: str | Path) -> dict:
+    p = Path(folder) / META_FILE
+    if not p.is_file():
+        raise LensError(f"{folder} has no {META_FILE}; it is not a gptscope tuned lens")
+    try:
+        meta = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise LensError(f"{p} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
+        raise LensError(f"{p} is not a {FORMAT} file")
+    return meta
+
+
+def load_lens(folder: str | Path) -> LoadedLens:
+    """Read a lens's folder: JSON and safetensors only, the weights checked against their sha256."""
+    folder = Path(folder)
+    meta = read_meta(folder)
+    d, n = meta.get("d_model"), meta.get("translators")
+    if not isinstance(d, int) or not isinstance(n, int) or d < 1 or n < 1:
+        raise LensError(f"{META_FILE} must give d_model and translators as positive whole numbers")
+    try:
+        weights = ckpt.read_tensors(folder, WEIGHTS_FILE, meta["files"].get(WEIGHTS_FILE), "tuned lens", META_FILE)
+    except ckpt.CheckpointError as e:
+        raise LensError(str(e)) from None
+    lens = TunedLens(d, n)
+    want = {k: v.shape for k, v in lens.state_dict().items()}
+    if {k: v.shape for k, v in weights.items()} != want:
+        raise LensError(f"{WEIGHTS_FILE} does not hold {n} translators of width {d} (layer_translators.*)")
+    lens.load_state_dict({k: v.float() for k, v in weights.items()})
+    return LoadedLens(lens.eval().requires_grad_(False), meta, folder)
+
+
+def default_name(tc: LensTrainConfig) -> str:
+    return f"tuned-s{tc.seed}"
+
+
+def train_and_save(
+    ck: ckpt.Checkpoint,
+    corpus_spec: str,
+    tc: LensTrainConfig,
+    folder: str | Path,
+    command: str,
+    on_progress: Callable[[dict], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict:
+    """Train a tuned lens for checkpoint `ck` (loaded for this run) on the training split of
+    `corpus_spec`, measure it beside the logit lens on the held-out split, save it in `folder`;
+    returns what its JSON records."""
+    from . import corpus as corpus_mod
+
+    folder = Path(folder)
+    if folder.exists():
+        raise LensError(f"{folder} already exists; choose another name", field="name")
+    model = ck.model.eval().set_mode("fast")
+    tc.validate(model)
+    text = corpus_mod.load(corpus_spec)
+    train_text, val_text = text.split()
+    enc = ck.encoding()
+    train_ids = torch.from_numpy(corpus_mod.encode(enc, train_text).astype("int64"))
+    val_ids = torch.from_numpy(corpus_mod.encode(enc, val_text).astype("int64"))
+    seqs = eval_sequences(val_ids, model.cfg.n_ctx, tc.eval_sequences)
+    t0 = time.perf_counter()
+    lens, st = train_lens(model, train_ids, tc, on_progress, should_stop)
+    t1 = time.perf_counter()
+    if on_progress is not None:
+        on_progress({"phase": "evaluating", "step": st.step, "tokens": st.tokens, "progress": 1.0})
+    meta = {
+        "name": folder.name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "checkpoint": {"name": ck.meta.name, "weights_sha256": ck.meta.weights_sha256},
+        "corpus": text.describe(),
+        "stages": stage_names(model.cfg),
+        "train": asdict(tc),
+        "command": command,
+        "steps": st.step,
+        "tokens": st.tokens,
+        "train_seconds": round(t1 - t0, 2),
+        "budgeted_seconds": round(st.elapsed, 2),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "quality": quality(model, lens, seqs),
+        "history": st.history,
+    }
+    meta["eval_seconds"] = round(time.perf_counter() - t1, 2)
+    save_lens(folder, lens, meta)
+    return meta

@@ -1,0 +1,142 @@
+// The /attribution page: a prompt's attribution graph through the served model's transcoders. The
+// form's run starts one job (POST /api/v1/attribution/jobs, polled for its progress in features
+// whose inputs are computed; a newer run replaces it); its answer is drawn as a graph (graph.js),
+// with the hovered and pinned nodes and the supernodes beside it (side.js), the intervention panel
+// (intervene.js) and the set's and the graph's figures (trust.js). The URL carries the request
+// (text, transcoders, token, wrong, node_threshold), the pinned nodes (pin=ID,ID), the supernodes
+// (group=NAME|ID,ID, one each) and the intervention run (scale=ID:S,ID:S, run again on load).
+import { isAbort, latest, showError } from "../lib/api.js";
+import { addDownloads } from "../lib/downloads.js";
+import { $ } from "../lib/dom.js";
+import { int, pct } from "../lib/format.js";
+import { runJob, showProgress } from "../lib/jobs.js";
+import { pageQuery, setPageQuery } from "../lib/query.js";
+import { stageNavigation } from "../lib/stages.js";
+import { graphBody, initForm, loadChoices, loadSets } from "./form.js";
+import { drawAttributionGraph, graphStats } from "./graph.js";
+import { initIvPanel, ivBody, pinnedFeatures, renderIvTable, runIntervention } from "./intervene.js";
+import { nodeKey } from "./nodes.js";
+import { initSide, renderSide, showHovered, togglePin } from "./side.js";
+import { initTrust, renderHonesty, renderSet } from "./trust.js";
+
+const given = $("attribution-form-panel").dataset;
+const state = { pins: [], groups: [], ticked: new Set(), scales: {}, applied: null };
+let res = null;        // the answer drawn
+let traced = null;     // the request it answers
+let view = null;       // what graph.js drew of it
+let sets = [];
+let ivOnLoad = false;  // the URL's intervention, run once the first graph is drawn
+const slot = latest();
+const choiceSlot = latest();
+
+const split = (s, sep) => { const i = s.lastIndexOf(sep); return i > 0 ? [s.slice(0, i), s.slice(i + 1)] : null; };
+
+function readUrl() {
+  const q = pageQuery();
+  state.pins = (q.get("pin") || "").split(",").filter(Boolean);
+  state.groups = q.getAll("group").map((g) => split(g, "|")).filter(Boolean)
+    .map(([name, ids]) => ({ name, members: ids.split(",").filter(Boolean) }));
+  state.scales = Object.fromEntries((q.get("scale") || "").split(",").map((s) => split(s, ":")).filter(Boolean));
+  ivOnLoad = Object.keys(state.scales).length > 0;
+}
+
+function writeUrl() {
+  const b = traced ?? graphBody();
+  const q = new URLSearchParams({ text: b.text, transcoders: b.transcoders });
+  for (const k of ["token", "wrong"]) if (b[k] !== undefined) q.set(k, b[k]);
+  q.set("node_threshold", b.node_threshold);
+  if (state.pins.length) q.set("pin", state.pins.join(","));
+  for (const g of state.groups) q.append("group", `${g.name}|${g.members.join(",")}`);
+  if (state.applied) q.set("scale", Object.entries(state.applied).map(([id, s]) => `${id}:${s}`).join(","));
+  setPageQuery(q);
+}
+
+const blocks = () => sets.find((s) => s.name === res.transcoders)?.quality.layers.length ?? 1 + Math.max(0, ...res.nodes.map((n) => n.layer ?? 0));
+
+async function redraw() {
+  renderSide(res);
+  renderIvTable(res, state);
+  view = await drawAttributionGraph(res, blocks(), state.groups, new Set(state.pins),
+    { onClick: togglePin, onHover: (id) => showHovered(id, res, view) });
+  graphStats(res, view, state.groups.length);
+  $("graph-plot").dataset.pins = state.pins.join();   // drawn with these pinned (for whoever waits on it)
+  $("bar-stats").textContent = `graph: ${int(res.nodes.length)} nodes · ${int(view.edges.length)} edges drawn · ` +
+    `errors' influence ${pct(res.error_influence)} · ${int(state.pins.length)} pinned · ${int(state.groups.length)} supernodes`;
+}
+
+// A change beside the graph: pins (the intervention shown no longer matches them) or supernodes.
+function onSideChange() {
+  const pinned = pinnedFeatures(res, state.pins).map(nodeKey).join();
+  if (state.applied && pinned !== Object.keys(state.applied).join()) {
+    state.applied = null;
+    $("iv-result").hidden = true;
+  }
+  writeUrl();
+  redraw().catch(showError);
+}
+
+async function intervene() {
+  const body = ivBody(res, traced.text, state);
+  try {
+    await runIntervention(body, res);
+    state.applied = Object.fromEntries(pinnedFeatures(res, state.pins).map((n, i) => [nodeKey(n), body.interventions[i].scale]));
+    showError(null);
+    writeUrl();
+  } catch (err) {
+    showError(err);
+  }
+}
+
+// A new answer: the pins and supernodes it lacks are dropped, the rest drawn on it.
+async function apply(answer, body) {
+  res = answer;
+  traced = body;
+  const ids = new Set(res.nodes.map(nodeKey));
+  state.pins = state.pins.filter((id) => ids.has(id));
+  state.groups = state.groups.map((g) => ({ ...g, members: g.members.filter((m) => ids.has(m)) })).filter((g) => g.members.length);
+  state.ticked.clear();
+  state.applied = null;
+  $("iv-result").hidden = true;
+  renderHonesty(res);
+  await redraw();
+  if (ivOnLoad) { ivOnLoad = false; await intervene(); }
+  writeUrl();
+  document.body.dataset.ready = "1";
+}
+
+async function trace(signal) {
+  const body = graphBody();
+  document.body.dataset.busy = "1";
+  try {
+    const answer = await runJob("/attribution/jobs", body, signal, (job) => showProgress(job, "features"), "attribution graph");
+    showError(null);
+    await apply(answer, body);
+  } catch (err) {
+    if (!isAbort(err)) showError(err);
+  } finally {
+    if (!signal.aborted) delete document.body.dataset.busy;
+  }
+}
+
+async function start() {
+  sets = await loadSets(given.transcoders);
+  await renderSet(sets.find((s) => s.name === $("transcoders").value) ?? null);
+  if (sets.length) slot.now(trace);
+  else document.body.dataset.ready = "1";
+}
+
+export function init() {
+  readUrl();
+  initForm();
+  initSide(state, onSideChange);
+  initIvPanel();
+  initTrust();
+  addDownloads($("graph-plot"), "attribution-graph", () => res);
+  $("attribution-form").addEventListener("submit", (e) => { e.preventDefault(); slot.now(trace); });
+  $("text").addEventListener("input", () => choiceSlot.soon(loadChoices, 500));
+  $("transcoders").addEventListener("change", () => renderSet(sets.find((s) => s.name === $("transcoders").value) ?? null));
+  $("iv-run").addEventListener("click", intervene);
+  stageNavigation();
+  choiceSlot.now(loadChoices);
+  start().catch(showError);
+}
