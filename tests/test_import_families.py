@@ -210,6 +210,10 @@ def test_forward_api_every_part_adds_up(built, arch):
         lens = body["logit_lens"]["top"][-1][-1][0]
         assert lens["id"] == int(ref.argmax())
         assert (body["block_switches"] is not None) == (arch != "llama3")
+        ta = client.post("/api/v1/token-attribution", json={"ids": ids})
+        assert ta.status_code == 200, ta.text  # integrated gradients through every family's block, its error said
+        c = ta.json()["rows"][0]["completeness"]
+        assert c["relative_error"] is not None and abs(c["attribution_sum"] - c["difference"] - c["error"]) < 1e-4, c
         p = client.get("/api/v1/params", params={"preset": "model"})
         assert p.status_code == 200 and p.json()["counts"]["total"] == sum(x.numel() for x in m.parameters())
 

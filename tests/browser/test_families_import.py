@@ -98,6 +98,7 @@ def other_pages(page, url: str, arch: str) -> list[str]:
         "/compare?" + urlencode({"a": "builtin", "b": f"models/{arch}", "text": PROMPT}),
         "/genealogy",
         "/features",
+        "/attribution",
         f"/patch?{PAIR}",
     ):
         ready(page, url, path)
