@@ -170,3 +170,19 @@ def test_a_model_without_a_template_refuses_messages(client):
     assert r.status_code == 422 and "no chat template" in r.text
     r = client.post("/api/v1/forward", json={"include": []})
     assert r.status_code == 422 and "give a prompt" in r.text
+
+
+def test_the_analyses_take_the_switch_too(llama3):
+    """Patching (and edge circuits, which share its pair), token attribution: the BOS first by default,
+    none when asked."""
+    client, tok = llama3
+    bos = tok.token_to_id(BOS)
+    pair = {"clean": "that is the question: whether the mind", "corrupted": "that is the question: whether the king"}
+    for flag, first in ((None, True), (False, False)):
+        extra = {} if flag is None else {"bos": flag}
+        r = client.post("/api/v1/patch", json={**pair, **extra, "kinds": ["resid_pre"]})
+        assert r.status_code == 200, r.text
+        assert (r.json()["clean_tokens"][0]["id"] == bos) == first
+        r = client.post("/api/v1/token-attribution", json={"text": TEXT, "steps": 4, **extra})
+        assert r.status_code == 200, r.text
+        assert (r.json()["tokens"][0]["id"] == bos) == first

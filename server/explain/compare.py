@@ -56,7 +56,7 @@ def _char_bits(pieces, token_loss: list[float | None], n_chars: int) -> list[flo
 
 def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple[CompareSide, dict]:
     cfg = svc.model.cfg
-    ids, _ = prompt_ids(svc, req.text, truncate=False)
+    ids, _ = prompt_ids(svc, req.text, truncate=False, bos=req.bos)
     layer = check_index(req.layer, cfg.n_layer, "layer")
     head = check_index(req.head, cfg.n_head, "head")
     pieces = token_pieces(svc.encoding, ids, req.text)
