@@ -132,6 +132,8 @@ def test_a_llama3_prompt_starts_with_its_bos_and_a_chat_shows_its_special_tokens
         first = page.locator("#tokens .tok").first
         assert first.text_content() == BOS and "special" in (first.get_attribute("class") or "")
         assert page.is_checked("#bos")
+        ready(page, url, f"/tokenizer?{urlencode({'text': PROMPT, 'encoding': 'model'})}")
+        assert "beginning-of-text" in page.inner_text("#bos-note")
         chat = "system: Answer in verse.\nuser: To be, or not to be?"
         ready(page, url, f"/?{urlencode({'text': chat, 'chat': 1})}")
         page.wait_for_selector("#chat-text:not([hidden])", timeout=30_000)
