@@ -39,16 +39,19 @@ def identity_lens(service, folder: Path) -> Path:
 
 
 @pytest.fixture
-def identity(client, service):
+def identity(client):
+    # the model `client` serves now (an earlier test may have served another and then the built-in
+    # again, and the session's `service` may have been given another app's folders since)
+    service = client.app.state.models.served
     folder = identity_lens(service, service.lens_folders[0] / "zz-identity")
     yield folder.name
     shutil.rmtree(folder)
 
 
 def test_at_its_start_the_tuned_lens_is_the_logit_lens_exactly(client, identity):
-    body = client.post(
-        "/api/v1/forward", json={"text": PROMPT, "include": ["logit_lens", "tuned_lens"], "lens": identity}
-    ).json()
+    r = client.post("/api/v1/forward", json={"text": PROMPT, "include": ["logit_lens", "tuned_lens"], "lens": identity})
+    assert r.status_code == 200, r.text
+    body = r.json()
     logit, tuned = body["logit_lens"], body["tuned_lens"]
     assert tuned["lens"] == identity
     for field in ("stages", "top", "actual_next_prob", "kl_to_final", "top1_agreement"):
