@@ -157,7 +157,8 @@ class GPTConfig:
     # per key/value head; 0 = off (nanochat: 12 channels feed the gate)
     value_embed: int = 0
     # per-layer windows, the pattern tiled over the layers: "S" layers see their last `window` keys, "L"
-    # layers every key; the last layer is always "L" (nanochat: "SSSL"); "" = `window` for every layer
+    # layers every key; the last layer is "L" whatever the pattern unless window_last_full is off
+    # (nanochat: "SSSL"; Gemma 2: "SL", Gemma 3: "SSSSSL"); "" = `window` for every layer
     window_pattern: str = ""
     softcap: float = 0.0  # logits = softcap * tanh(z / softcap); 0 = none (nanochat: 15, Gemma 2: 30)
     # the last layer sees every key whatever window_pattern says (nanochat); False: the pattern decides (Gemma)
@@ -166,9 +167,8 @@ class GPTConfig:
     parallel: bool = False  # attention and the MLP both read the block's input: x + attn(LN1 x) + mlp(LN2 x) (GPT-NeoX)
     rotary_dim: int = 0  # RoPE turns only each head's first rotary_dim channels (GPT-NeoX: hs / 4); 0 = all of them
     attn_scale: float = 0.0  # scores = q k^T * attn_scale; 0 = 1 / sqrt(hs) (Gemma: query_pre_attn_scalar^-1/2)
-    attn_softcap: float = (
-        0.0  # scores = attn_softcap * tanh(scores / attn_softcap), before the mask (Gemma 2: 50); 0 = none
-    )
+    # scores = attn_softcap * tanh(scores / attn_softcap), before the mask (Gemma 2: 50); 0 = none
+    attn_softcap: float = 0.0
     embed_scale: float = 1.0  # the token's row of W_E times this as it enters the stream (Gemma: sqrt(d_model))
     rope_local_base: float = 0.0  # RoPE base of the windowed layers, unscaled (Gemma 3: 10,000); 0 = rope_base for all
     qk_norm_all: bool = False  # qk_norm over all heads at once (nh * hs channels for q, n_kv * hs for k) (OLMo 2)
@@ -826,7 +826,7 @@ class CausalSelfAttention(nn.Module):
 
     def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Fast mode: PyTorch's fused scaled_dot_product_attention, then one W_O matmul for all heads
-        (no fused kernel caps the scores: Gemma 2's softcapped attention is written out, with no hooks)."""
+        (no fused kernel caps the scores: Gemma 2's softcapped attention is written out, `capped`)."""
         B, nh, T, hs = q.shape
         if self.cfg.attn_softcap:
             return self.capped(q, k, v)
@@ -840,7 +840,8 @@ class CausalSelfAttention(nn.Module):
         return self.c_proj(z.reshape(B, T, nh * hs))
 
     def capped(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Fast mode with attn_softcap: softmax(mask(cap tanh(q k^T * scale / cap))) V, then W_O."""
+        """Fast mode with attn_softcap: softmax(mask(cap tanh(q k^T * scale / cap))) V, then W_O (hook_z
+        fires, as in the fused path; the scores and pattern exist only here and fire nothing)."""
         B, nh, T, hs = q.shape
         cap = self.cfg.attn_softcap
         scores = cap * torch.tanh((q @ k.transpose(-2, -1)) * (self.scale / cap))  # (B, nh, T, Tk)
