@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
     n_tokens = a.prompt_tokens
 
     meta = ckpt.read_meta(a.checkpoint)
-    enc = encoding_from_spec(meta["tokenizer"])
+    enc = encoding_from_spec(meta.tokenizer or {})
     words = [
         "But",
         "soft",
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "p99_ms": round(pct(times, 99), 2),
                     "bytes": len(r.content),
                 }
-            n_ctx = meta["config"]["n_ctx"]
+            n_ctx = (meta.config or {})["n_ctx"]
             long_ids = enc.encode_ordinary(" ".join(words * 60))
             for t in (int(x) for x in a.wire_tokens.split(",")):
                 if t <= n_ctx:

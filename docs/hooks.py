@@ -4,8 +4,8 @@
     python docs/hooks.py --check  exit 1 (and print a diff) if the file differs from what it would write
 
 The table cannot drift from the code: it builds a small model of each block kind that has hook
-points of its own (GPT-2's block, the llama-style block, a mixture of experts, Gemma 2's sandwich
-norm, nanochat's block), runs one forward pass with every hook recorded (`GPT.capture`) after a short KV-cached
+points of its own (GPT-2's block, the llama-style block, a mixture of experts, a sandwich norm,
+Gemma 2's block, OLMo 2's block, nanochat's block), runs one forward pass with every hook recorded (`GPT.capture`) after a short KV-cached
 prefix, and reads each hook's name and shape from what was captured. Sizes are chosen so that every
 dimension has its own length, and each length is written back as its symbol (B, T, d, ...).
 Whether a hook also fires in "fast" mode (training) is measured with plain forward hooks.
@@ -36,6 +36,27 @@ MODELS = [
     ("llama", "llama-style", {"n_kv_head": 2}),  # RoPE, RMSNorm, SwiGLU, grouped-query attention
     ("MoE", "gpt2-style", {"n_expert": 5, "top_k_experts": 2}),
     ("sandwich", "gpt2-style", {"norm": "both"}),
+    # Gemma 2's block: the sandwich with GeGLU, a scaled embedding, scaled and capped scores, local/global
+    # layers and capped logits (model/importers/gemma.py)
+    (
+        "Gemma 2",
+        "llama-style",
+        {
+            "norm": "both",
+            "mlp": "geglu",
+            "n_kv_head": 2,
+            "embed_scale": 2.0,
+            "attn_scale": 0.3,
+            "attn_softcap": 20.0,
+            "softcap": 30.0,
+            "window": 3,
+            "window_pattern": "SL",
+            "window_last_full": False,
+        },
+    ),
+    # OLMo 2's block: a norm on each sublayer's output only, and q/k norm over every head at once
+    # (a head size of its own, so that nh * hs and n_kv * hs are lengths of their own)
+    ("OLMo 2", "llama-style", {"norm": "out", "qk_norm": True, "qk_norm_all": True, "n_kv_head": 2, "head_dim": 8}),
     # nanochat's block: the smear, x0 mixed back in, value embeddings, the backout, the softcap
     ("nanochat", "nanochat-tiny", {"n_kv_head": 2, "n_layer": 3}),  # value embeddings on layers 0 and 2
 ]
@@ -53,14 +74,15 @@ MEANING = {
     "hook_v": "the new values, per key/value head",
     "hook_q_rot": "RoPE: the queries after their turn by position",
     "hook_k_rot": "RoPE: the keys after their turn by position",
-    "hook_attn_scores": "QK^T / sqrt(hs), *before* the mask (TransformerLens takes it after, with -inf)",
+    "hook_attn_scores": "QK^T / sqrt(hs) (Gemma 2: capped), *before* the mask (TransformerLens takes it after, with -inf)",
+    "hook_attn_scores_uncapped": "Gemma 2: QK^T times the score scale, before the softcap c tanh(s / c)",
     "hook_pattern": "softmax of the masked scores; rows sum to 1",
     "hook_z": "each head's weighted sum of values",
     "hook_result": "each head's output in the residual space (their sum, plus the bias, is attn_out)",
     "hook_attn_out": "what attention adds to the stream",
     "hook_resid_mid": "the stream after the attention residual add",
     "hook_pre": "the MLP before its activation (SwiGLU: the gate's input)",
-    "hook_gate": "SwiGLU: silu(x W_gate), how far each unit opens",
+    "hook_gate": "SwiGLU: silu(x W_gate) (GeGLU: gelu), how far each unit opens",
     "hook_value": "SwiGLU: x W_up, what passes through the gate",
     "hook_post": "the MLP after its activation (SwiGLU: gate * value)",
     "hook_router_probs": "softmax of the router's scores over the experts",
@@ -68,13 +90,14 @@ MEANING = {
     "hook_mlp_out": "what the MLP (or the mixture of experts) adds to the stream",
     "hook_resid_post": "the residual stream leaving the block",
     "hook_logits": "the logits",
-    "hook_x0": "nanochat: the embedding stream x0 (normalised, smeared), which x0_mix mixes into every block's input",
+    "hook_x0": "the embedding stream x0: nanochat's (normalised, smeared; x0_mix mixes it into every block's input), "
+    "Gemma's (the rows of W_E times sqrt(d))",
     "smear.hook_gate": "nanochat's smear: lambda sigmoid(x_t[:24] W), the share of x_{t-1} added to x_t (0 at the first position)",
     "hook_ve": "nanochat: the rows of the layer's value embedding for the tokens (alternating layers, the last included)",
     "hook_ve_gate": "nanochat: 3 sigmoid(x[:12] W_g), how much of them each key/value head's values take in",
     "hook_backout": "nanochat: what the backout takes out, lambda_b times the stream after block n_layer // 2",
     "hook_resid_final": "nanochat: the stream after the backout, which the final norm reads",
-    "hook_logits_uncapped": "nanochat: the logits z before the softcap, c tanh(z / c)",
+    "hook_logits_uncapped": "nanochat, Gemma 2: the logits z before the softcap, c tanh(z / c)",
 }
 
 
@@ -92,6 +115,8 @@ def symbols(model: GPT) -> dict[int, str]:
         named["n_kv"] = cfg.n_kv_head
     if cfg.n_expert:
         named |= {"E": cfg.n_expert, "k": cfg.top_k_experts}
+    if cfg.qk_norm_all:  # OLMo 2's q and k norms span every head
+        named |= {"nh·hs": cfg.n_head * cfg.d_head, "n_kv·hs": cfg.n_kv_head * cfg.d_head}
     by_size = {size: name for name, size in named.items()}
     assert len(by_size) == len(named), f"two dimensions share a length: {named}"
     return by_size

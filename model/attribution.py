@@ -28,7 +28,9 @@ over every path of the products of those shares, and the features that carry a c
 total influence are kept (the tokens and errors always), then the edges that carry a chosen share of
 the kept nodes' edge influence.
 
-Only a model whose stream is a plain sum (norm='pre') has such a graph. Shapes: L blocks, T
+Only a model whose stream is a plain sum (norm='pre') and whose logits are not capped (Gemma 2's softcap
+is refused by name) has such a graph; a parallel block's MLP (GPT-NeoX) reads the block's input, as
+the replacement model's does, and capped attention scores (Gemma 2) are frozen in the pattern. Shapes: L blocks, T
 positions, d width, F features per transcoder, N active features, V vocabulary.
 """
 
@@ -83,6 +85,12 @@ class Trace:
 
 
 def check_model(model: GPT) -> None:
+    if model.cfg.softcap and model.cfg.extras == ["softcap"]:
+        raise ValueError(
+            f"an attribution graph explains the answer's logit as a sum of its sources; this model caps its logits "
+            f"({model.cfg.softcap:g} tanh(z / {model.cfg.softcap:g}), Gemma 2's softcap), which no sum gives, and "
+            "gptscope does not yet graph the logit before the cap"
+        )
     if model.cfg.extras:
         raise ValueError(
             f"an attribution graph needs a stream that is a plain sum; nanochat's block ({', '.join(model.cfg.extras)}) "
@@ -173,8 +181,9 @@ def replacement(
     x, reads = embed, []
     for li, block in enumerate(model.blocks):
         b = cast(Block, block)
+        enter = x
         x = x + frozen_attention(b, frozen_norm(b.ln1, x, tr.scale1[li]), tr.pattern[li])
-        reads.append(frozen_norm(b.ln2, x, tr.scale2[li]))
+        reads.append(frozen_norm(b.ln2, enter if b.parallel else x, tr.scale2[li]))  # parallel: the block's input
         if li == upto:
             return reads, None
         x = x + writes[:, li]

@@ -38,8 +38,11 @@ Estimates from gradients (`attribution`):
                                 saturates
 
 The metric M is measured on the last position's logits (model/patching.py's logit_diff or logprob).
-Only GPT-2-style residual streams qualify: a post-norm (GPT-1) or sandwich-norm (Gemma 2) block
-normalises the sum before the next reader, so its writers do not add up into it (`graph_of` refuses).
+Only GPT-2-style residual streams qualify: a post-norm (GPT-1), sandwich-norm (Gemma 2) or output-norm
+(OLMo 2) block normalises the sum before the next reader, so its writers do not add up into it; a
+parallel block (GPT-NeoX) feeds its MLP the block's input, not its attention's writes; a q/k norm over
+every head at once (OLMo 2) makes one head's query depend on every head's input (`graph_of` refuses
+them all, by name). A softcap on the logits (Gemma 2) is read through as the model reads it.
 """
 
 from __future__ import annotations
@@ -109,9 +112,17 @@ class Graph:
         return torch.tensor([n.layer for n in self.downstream])[down]
 
 
+NORMED = {
+    "post": "after each sublayer (post-norm, GPT-1)",
+    "both": "on each sublayer output (sandwich norm, Gemma)",
+    "out": "on each sublayer output (OLMo 2)",
+}
+
+
 def check_config(cfg: GPTConfig) -> None:
-    """Raise ValueError unless the writers of this config add up into a residual stream."""
-    if cfg.extras:
+    """Raise ValueError unless the writers of this config add up into a residual stream that each
+    reader reads on its own (a softcap on the logits alone is read through: `unembed`)."""
+    if any(e != "softcap" for e in cfg.extras):
         raise ValueError(
             f"edges need a residual stream that is a plain sum; nanochat's block ({', '.join(cfg.extras)}) scales "
             "and mixes the stream between blocks, reads the tokens again and caps the logits, and gptscope "
@@ -120,8 +131,17 @@ def check_config(cfg: GPTConfig) -> None:
     if cfg.norm != "pre":
         raise ValueError(
             f"edges need a residual stream that is a plain sum (norm='pre'); this model normalises it "
-            f"{'after each sublayer (post-norm, GPT-1)' if cfg.norm == 'post' else 'on each sublayer output (sandwich norm)'}, "
-            "so what its components write does not add up into what the next one reads"
+            f"{NORMED[cfg.norm]}, so what its components write does not add up into what the next one reads"
+        )
+    if cfg.parallel:
+        raise ValueError(
+            "edges need each MLP to read the stream after its block's attention; a parallel block (GPT-NeoX, "
+            "parallel=True) feeds its MLP the block's input, and gptscope does not yet define that graph's edges"
+        )
+    if cfg.qk_norm_all:
+        raise ValueError(
+            "edges give each head's query and key inputs a stream of their own; this model's q/k norm spans every "
+            "head at once (OLMo 2, qk_norm_all), so one head's query depends on the others' inputs and no edge is its own"
         )
 
 
@@ -312,7 +332,7 @@ class _Readers:
     def logits(self, resid: torch.Tensor) -> torch.Tensor:
         """(B, V): the last position's logits from the logits reader's own input."""
         x = self.inputs(len(self.graph.downstream) - 1, 1, resid, "logits")[:, 0, -1:]
-        return self.model.lm_head(_norm(self.model.ln_final, x))[:, -1]
+        return self.model.unembed(_norm(self.model.ln_final, x))[:, -1]
 
 
 def run_graph(
@@ -441,7 +461,7 @@ class _OneEdge:
         rows = self.rows(resid.size(0), self.cfg.n_layer, "logits")
         if len(rows):
             x[rows] = x[rows] - self.delta[rows][:, -1:]
-        return self.model.lm_head(_norm(self.model.ln_final, x))[:, -1]
+        return self.model.unembed(_norm(self.model.ln_final, x))[:, -1]
 
 
 def row_chunks(cfg: GPTConfig, T: int, n_rows: int, writers: bool = True) -> int:
@@ -552,7 +572,7 @@ def reader_gradients(
     T = len(clean.ids)
     with torch.inference_mode(False), torch.enable_grad():
         ids = torch.tensor([clean.ids, corrupt.ids], device=device)
-        tok = model.wte(ids).detach()  # (2, T, d)
+        tok = model.wte(ids).detach() * cfg.embed_scale  # (2, T, d) as the stream takes them in (Gemma: scaled)
         pos = model.wpe(torch.arange(T, device=device))[None].detach() if model.wpe is not None else 0.0
         alphas = torch.tensor([1.0]) if steps == 0 else (torch.arange(steps) + 0.5) / steps
         a = alphas.to(device, tok.dtype)[:, None, None]

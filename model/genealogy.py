@@ -777,7 +777,7 @@ def moe_capacity(experts: tuple[int, ...] = MOE_EXPERTS, top_k: int = 2) -> list
         k = min(top_k, e)
         cfg = _cfg(50_257, 1024, layers, heads, width, n_expert=e, top_k_experts=k) if e > 1 else dense
         c = count_params(cfg)
-        n_mat, b = (3 if cfg.mlp == "swiglu" else 2), (1 if cfg.bias else 0)
+        n_mat, b = (3 if cfg.gated else 2), (1 if cfg.bias else 0)
         per_expert = n_mat * width * cfg.d_mlp + b * ((n_mat - 1) * cfg.d_mlp + width)
         active = c["total"] - layers * (e - k) * per_expert if e > 1 else c["total"]
         flops = 2 * (active - c["position_embedding"])

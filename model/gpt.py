@@ -22,7 +22,22 @@ and a switch in GPTConfig turns each piece into the modern block of the LLaMA fa
 
 More switches: window=w (sliding-window attention: each query sees its last w keys), n_expert
 (mixture of experts: a router sends each token to top_k_experts of n_expert MLPs), norm="post"
-(GPT-1: LN(x + f(x))) or "both" (Gemma 2's sandwich: x + LN(f(LN(x)))), causal=False (no mask).
+(GPT-1: LN(x + f(x))), "both" (Gemma 2's sandwich: x + LN(f(LN(x)))) or "out" (OLMo 2: x + LN(f(x)),
+no norm on the input), causal=False (no mask).
+
+And what the other families gptscope imports build differently (model/importers/: Pythia's GPT-NeoX,
+Gemma 2 and 3, Phi-3, OLMo 2), each a switch of its own:
+
+    parallel=True        GPT-NeoX: x + Attention(LN1(x)) + MLP(LN2(x)), both read the block's input
+    rotary_dim=r         GPT-NeoX, Phi-3: RoPE turns only each head's first r channels (Pythia: hs / 4)
+    mlp="geglu"          Gemma: W_down (gelu(W_gate x) * W_up x), SwiGLU with GELU for the gate
+    embed_scale=s        Gemma: the token's row of W_E times sqrt(d) as it enters the stream
+    attn_scale, attn_softcap   Gemma: scores = q k^T / sqrt(query_pre_attn_scalar), then (Gemma 2)
+                         50 tanh(scores / 50) before the mask; softcap (Gemma 2: 30) caps the logits
+    window_pattern       Gemma: local and global layers ("SL": Gemma 2, "SSSSSL": Gemma 3), the last
+                         layer as the pattern says (window_last_full=False); rope_local_base: Gemma 3's
+                         local layers turn by base 10,000, its global ones by rope_base (1,000,000)
+    qk_norm_all=True     OLMo 2: q's and k's RMSNorm over every head at once, not head by head
 
 And the few details in which today's open models (Llama 3, SmolLM2, Qwen2.5, Qwen3, Mistral;
 model/importers/llama.py reads their Hugging Face folders) differ from the llama-style block: a head size
@@ -97,8 +112,9 @@ class GPTConfig:
     dropout: float = 0.0  # on embeddings, attention pattern, and sublayer outputs (training only)
     bias: bool = True  # biases in Linear layers and LayerNorm (GPT-1/2 have them)
     # where each sublayer's norm sits: GPT-2 normalises before it ("pre"), GPT-1 after the residual
-    # add ("post"), Gemma 2 both before and on its output before the add ("both", the sandwich)
-    norm: Literal["pre", "post", "both"] = "pre"
+    # add ("post"), Gemma 2 both before and on its output before the add ("both", the sandwich),
+    # OLMo 2 only on its output before the add ("out": x + LN(f(x)))
+    norm: Literal["pre", "post", "both", "out"] = "pre"
     gelu: Literal["exact", "tanh"] = "tanh"  # exact x*Phi(x), or GPT-2's tanh approximation
     tie_weights: bool = True  # the unembedding reuses the token embedding matrix: logits = h @ W_E^T
     causal: bool = True  # mask future positions; False only for the "remove the mask" experiment
@@ -107,7 +123,8 @@ class GPTConfig:
     pos: Literal["learned", "rope", "none"] = "learned"  # learned position rows, rotary (RoPE), or none
     rope_base: float = 10000.0  # RoPE: pair i turns by position * base^(-2i / d_head)
     norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"  # RMSNorm: no mean, no shift
-    mlp: Literal["gelu", "swiglu"] = "gelu"  # SwiGLU: silu(x W_gate) * (x W_up), then W_down
+    # SwiGLU: silu(x W_gate) * (x W_up), then W_down; GeGLU (Gemma): the same with GELU (gelu's form) for silu
+    mlp: Literal["gelu", "swiglu", "geglu"] = "gelu"
     n_kv_head: int = 0  # key/value heads (grouped-query attention); 0 = n_head, 1 = multi-query
     window: int = 0  # sliding-window attention: each query sees its last `window` keys; 0 = all
     n_expert: int = 0  # mixture of experts: this many FFNs and a router; 0 = one dense FFN
@@ -140,14 +157,26 @@ class GPTConfig:
     # per key/value head; 0 = off (nanochat: 12 channels feed the gate)
     value_embed: int = 0
     # per-layer windows, the pattern tiled over the layers: "S" layers see their last `window` keys, "L"
-    # layers every key; the last layer is always "L" (nanochat: "SSSL"); "" = `window` for every layer
+    # layers every key; the last layer is "L" whatever the pattern unless window_last_full is off
+    # (nanochat: "SSSL"; Gemma 2: "SL", Gemma 3: "SSSSSL"); "" = `window` for every layer
     window_pattern: str = ""
-    softcap: float = 0.0  # logits = softcap * tanh(z / softcap); 0 = none (nanochat: 15)
+    softcap: float = 0.0  # logits = softcap * tanh(z / softcap); 0 = none (nanochat: 15, Gemma 2: 30)
+    # the last layer sees every key whatever window_pattern says (nanochat); False: the pattern decides (Gemma)
+    window_last_full: bool = True
+    # --- what GPT-NeoX (Pythia), Gemma 2 and 3, Phi-3 and OLMo 2 add (all off by default) ----------
+    parallel: bool = False  # attention and the MLP both read the block's input: x + attn(LN1 x) + mlp(LN2 x) (GPT-NeoX)
+    rotary_dim: int = 0  # RoPE turns only each head's first rotary_dim channels (GPT-NeoX: hs / 4); 0 = all of them
+    attn_scale: float = 0.0  # scores = q k^T * attn_scale; 0 = 1 / sqrt(hs) (Gemma: query_pre_attn_scalar^-1/2)
+    # scores = attn_softcap * tanh(scores / attn_softcap), before the mask (Gemma 2: 50); 0 = none
+    attn_softcap: float = 0.0
+    embed_scale: float = 1.0  # the token's row of W_E times this as it enters the stream (Gemma: sqrt(d_model))
+    rope_local_base: float = 0.0  # RoPE base of the windowed layers, unscaled (Gemma 3: 10,000); 0 = rope_base for all
+    qk_norm_all: bool = False  # qk_norm over all heads at once (nh * hs channels for q, n_kv * hs for k) (OLMo 2)
 
     def __post_init__(self) -> None:
         if self.d_mlp == 0:
             # SwiGLU has three matrices instead of two: 8d/3 wide keeps the parameter count of 4d
-            self.d_mlp = 4 * self.d_model if self.mlp != "swiglu" else max(1, round(8 * self.d_model / 3))
+            self.d_mlp = 4 * self.d_model if not self.gated else max(1, round(8 * self.d_model / 3))
         if self.n_kv_head == 0:
             self.n_kv_head = self.n_head
         problems = []
@@ -176,13 +205,13 @@ class GPTConfig:
             problems.append(f"top_k_experts ({self.top_k_experts}) needs experts: set n_expert too")
         if not 0.0 <= self.dropout < 1.0:
             problems.append("dropout must be in [0, 1)")
-        problems += self._nanochat_problems()
+        problems += self._nanochat_problems() + self._family_problems()
         for name, allowed in (
-            ("norm", ("pre", "post", "both")),
+            ("norm", ("pre", "post", "both", "out")),
             ("gelu", ("exact", "tanh")),
             ("pos", ("learned", "rope", "none")),
             ("norm_type", ("layernorm", "rmsnorm")),
-            ("mlp", ("gelu", "swiglu", "relu2")),
+            ("mlp", ("gelu", "swiglu", "geglu", "relu2")),
             ("rope_scaling", ("none", "linear", "llama3")),
         ):
             if getattr(self, name) not in allowed:
@@ -211,20 +240,78 @@ class GPTConfig:
             problems.append("embed_norm, smear, x0_mix and backout need a pre-norm block (norm='pre')")
         return problems
 
+    def _family_problems(self) -> list[str]:
+        problems = []
+        for name in ("attn_scale", "attn_softcap", "rope_local_base"):
+            v = getattr(self, name)
+            if not (v >= 0 and math.isfinite(v)):
+                problems.append(f"{name} must be a finite number >= 0")
+        if not (self.embed_scale > 0 and math.isfinite(self.embed_scale)):
+            problems.append("embed_scale must be a finite number > 0")
+        if self.rotary_dim and (
+            self.pos != "rope"
+            or self.rotary_dim % 2
+            or not 0 < self.rotary_dim <= (self.head_dim or self.d_model // max(1, self.n_head))
+        ):
+            problems.append("rotary_dim needs pos='rope' and must be even and at most the head size")
+        if self.parallel and self.norm != "pre":
+            problems.append("parallel needs a pre-norm block (norm='pre')")
+        if self.qk_norm_all and (not self.qk_norm or self.qk_norm_scale):
+            problems.append("qk_norm_all needs qk_norm with learned gains (no qk_norm_scale)")
+        if self.rope_local_base and (self.pos != "rope" or not self.window):
+            problems.append("rope_local_base needs pos='rope' and windowed layers (window)")
+        return problems
+
+    @property
+    def gated(self) -> bool:
+        """The MLP has a gate (SwiGLU, GeGLU): three matrices, not two."""
+        return self.mlp in ("swiglu", "geglu")
+
+    @property
+    def rotary(self) -> int:
+        """The channels of each head RoPE turns: rotary_dim, or the whole head."""
+        return self.rotary_dim or self.d_head
+
     @property
     def d_head(self) -> int:
         return self.head_dim or self.d_model // self.n_head
 
     @property
     def has_x0(self) -> bool:
-        """The embedding stream is more than W_E's rows (a norm, a smear) or is mixed back in: hook_x0."""
-        return self.embed_norm or bool(self.smear) or self.x0_mix
+        """The embedding stream is more than W_E's rows (a norm, a smear, a scale) or is mixed back in: hook_x0."""
+        return self.embed_norm or bool(self.smear) or self.x0_mix or self.embed_scale != 1.0
 
     @property
     def extras(self) -> list[str]:
         """nanochat's stream pieces this config turns on, by name (the forward page's extras stage)."""
         on = dict(smear=bool(self.smear), x0_mix=self.x0_mix, value_embed=bool(self.value_embed))
         on.update(backout=self.backout, softcap=bool(self.softcap))
+        return [k for k, v in on.items() if v]
+
+    @property
+    def switches(self) -> list[str]:
+        """The differences from GPT-2's and LLaMA's blocks that the imported families turn on, by name
+        (the forward page's switches stage); the final softcap here only without nanochat's stream pieces
+        (nanochat's own stage shows it then)."""
+        pattern = (
+            {self.window_pattern.upper()[i % len(self.window_pattern)] for i in range(self.n_layer)}
+            if self.window_pattern
+            else set()
+        )
+        on = dict(
+            parallel=self.parallel,
+            rotary_dim=bool(self.rotary_dim),
+            geglu=self.mlp == "geglu",
+            sandwich=self.norm == "both",
+            norm_out=self.norm == "out",
+            qk_norm_all=self.qk_norm_all,
+            embed_scale=self.embed_scale != 1.0,
+            attn_scale=bool(self.attn_scale),
+            attn_softcap=bool(self.attn_softcap),
+            local_global=bool(self.window) and pattern == {"S", "L"},
+            rope_local_base=bool(self.rope_local_base),
+            softcap=bool(self.softcap) and self.extras == ["softcap"],
+        )
         return [k for k, v in on.items() if v]
 
     def to_dict(self) -> dict:
@@ -337,13 +424,14 @@ def count_params(cfg: GPTConfig) -> dict[str, int]:
     q = cfg.n_head * cfg.d_head  # width of Q (d, unless head_dim sets the head size apart)
     kv = cfg.n_kv_head * cfg.d_head  # width of K and of V (smaller with grouped-query attention)
     attn_w, attn_b = 2 * d * q + 2 * d * kv, b_qkv * (q + 2 * kv) + b_o * d  # W_Q, W_K, W_V, W_O
-    qk_norm = 2 * cfg.d_head if cfg.qk_norm and not cfg.qk_norm_scale else 0  # the gains of q's and k's RMSNorm
-    n_mat = 3 if cfg.mlp == "swiglu" else 2  # SwiGLU adds the gate
+    # the gains of q's and k's RMSNorm: one head's width each, or (qk_norm_all) every head's
+    qk_norm = (q + kv if cfg.qk_norm_all else 2 * cfg.d_head) if cfg.qk_norm and not cfg.qk_norm_scale else 0
+    n_mat = 3 if cfg.gated else 2  # SwiGLU and GeGLU add the gate
     experts = max(1, cfg.n_expert)
     mlp_w = experts * n_mat * d * dm + (d * cfg.n_expert if cfg.n_expert else 0)  # (+ the router)
     mlp_b = experts * b_mlp * ((n_mat - 1) * dm + d)
     per_block = attn_w + mlp_w + attn_b + mlp_b + qk_norm + (4 if cfg.norm == "both" else 2) * ln
-    final_ln = ln if cfg.norm in ("pre", "both") else 0
+    final_ln = ln if cfg.norm != "post" else 0
     embed, pos = V * d, cfg.n_ctx * d if cfg.pos == "learned" else 0
     unembed = 0 if cfg.tie_weights else V * d
     # nanochat's pieces: each value embedding's table and gate, the lambdas, the smear's gate and lambda
@@ -564,11 +652,12 @@ def causal_allowed(T: int, Tk: int, device=None, window: int = 0) -> torch.Tenso
 
 
 def layer_window(cfg: GPTConfig, layer: int) -> int:
-    """The window of block `layer`: cfg.window, or per window_pattern ("L" layers and the last one: 0, all keys)."""
+    """The window of block `layer`: cfg.window, or per window_pattern ("L" layers: 0, all keys; the last
+    one too unless window_last_full is off)."""
     pattern = cfg.window_pattern.upper()
     if not pattern:
         return cfg.window
-    if layer == cfg.n_layer - 1 or pattern[layer % len(pattern)] == "L":
+    if (layer == cfg.n_layer - 1 and cfg.window_last_full) or pattern[layer % len(pattern)] == "L":
         return 0
     return cfg.window
 
@@ -581,11 +670,24 @@ def has_value_embed(cfg: GPTConfig, layer: int) -> bool:
 VE_GATE_RANGE = 3.0  # the value embedding's gate is VE_GATE_RANGE * sigmoid(...): from 0 to 3, 1.5 at 0
 
 
-def rope_frequencies(cfg: GPTConfig, device=None) -> torch.Tensor:
-    """(hs/2,) the angle pair i of a head turns by per position: base^(-2i / hs), stretched as
-    cfg.rope_scaling says (written as transformers computes it, so imported models agree)."""
-    hs = cfg.d_head
-    inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, hs, 2, device=device, dtype=torch.float32) / hs))
+def is_local_rope(cfg: GPTConfig, layer: int | None) -> bool:
+    """Block `layer` turns by rope_local_base, unstretched (Gemma 3's windowed layers)."""
+    return bool(cfg.rope_local_base) and layer is not None and bool(layer_window(cfg, layer))
+
+
+def layer_rope_base(cfg: GPTConfig, layer: int | None = None) -> float:
+    """The RoPE base of block `layer`: rope_local_base for a windowed layer where one is set (Gemma 3), else rope_base."""
+    return cfg.rope_local_base if is_local_rope(cfg, layer) else cfg.rope_base
+
+
+def rope_frequencies(cfg: GPTConfig, device=None, layer: int | None = None) -> torch.Tensor:
+    """(r/2,) the angle pair i of a head turns by per position: base^(-2i / r) (r the channels turned:
+    rotary_dim or the head size), stretched as cfg.rope_scaling says (written as transformers computes
+    it, so imported models agree); block `layer`'s (Gemma 3: its local layers' base, never stretched)."""
+    hs, base = cfg.rotary, layer_rope_base(cfg, layer)
+    inv_freq = 1.0 / (base ** (torch.arange(0, hs, 2, device=device, dtype=torch.float32) / hs))
+    if is_local_rope(cfg, layer):  # a local layer keeps its frequencies
+        return inv_freq
     if cfg.rope_scaling == "linear":
         return inv_freq / cfg.rope_factor
     if cfg.rope_scaling == "llama3":
@@ -612,9 +714,13 @@ def rope_angles(
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x (..., hs) pair by pair: (x_i, x_{i+hs/2}) turns by angle i (cos and sin broadcast
-    over x's leading dimensions, with the position axis lined up). Two rotated vectors' dot
-    product then depends only on how far apart their positions are."""
+    """Rotate x (..., hs) pair by pair: (x_i, x_{i+r/2}) turns by angle i (cos and sin (..., r/2)
+    broadcast over x's leading dimensions, with the position axis lined up). Two rotated vectors' dot
+    product then depends only on how far apart their positions are. With fewer angles than hs/2
+    (partial rotary, GPT-NeoX) only the first r channels turn; the others pass unchanged."""
+    r = 2 * cos.size(-1)
+    if r < x.size(-1):
+        return torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
     a, b = x[..., : x.size(-1) // 2], x[..., x.size(-1) // 2 :]
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).to(x.dtype)
 
@@ -633,9 +739,10 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = Linear(q_d, d, bias=cfg.bias or cfg.attn_out_bias)  # W_O
         if cfg.qk_norm:  # Qwen3: each head's q and k normalised (RMSNorm over hs) before RoPE
             # (nanochat: no gain, times a fixed qk_norm_scale; it normalises after RoPE, the same numbers,
-            # since a turn keeps a vector's length)
+            # since a turn keeps a vector's length; OLMo 2, qk_norm_all: one RMSNorm over all heads' q, one over k)
             gain = not cfg.qk_norm_scale
-            self.q_norm, self.k_norm = RMSNorm(cfg.d_head, cfg.ln_eps, gain), RMSNorm(cfg.d_head, cfg.ln_eps, gain)
+            q_w, k_w = (q_d, kv_d) if cfg.qk_norm_all else (cfg.d_head, cfg.d_head)
+            self.q_norm, self.k_norm = RMSNorm(q_w, cfg.ln_eps, gain), RMSNorm(k_w, cfg.ln_eps, gain)
         if has_value_embed(cfg, layer):  # nanochat: a second embedding of the token, mixed into the values
             self.value_embed = nn.Embedding(cfg.vocab_size, kv_d)  # VE (V, n_kv * hs)
             self.ve_gate = Linear(cfg.value_embed, cfg.n_kv_head, bias=False)  # reads x's first channels
@@ -649,8 +756,11 @@ class CausalSelfAttention(nn.Module):
         if cfg.pos == "rope":
             self.hook_q_rot = HookPoint()  # (B, T, nh, hs) RoPE: q after its rotation by position
             self.hook_k_rot = HookPoint()  # (B, T, n_kv, hs) RoPE: k after its rotation
-        # (B, nh, T, Tk) QK^T/sqrt(hs), *before* the mask (TransformerLens's hook_attn_scores is
-        # taken after it, with -inf in the masked cells); hook_pattern shows the mask's effect.
+        # (B, nh, T, Tk) QK^T/sqrt(hs) (or * attn_scale), *before* the mask (TransformerLens's
+        # hook_attn_scores is taken after it, with -inf in the masked cells); hook_pattern shows the
+        # mask's effect. With attn_softcap, the scores after the cap (the ones the softmax reads).
+        if cfg.attn_softcap:
+            self.hook_attn_scores_uncapped = HookPoint()  # (B, nh, T, Tk) Gemma 2: q k^T * scale, before the cap
         self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()  # (B, nh, T, Tk) softmax of masked scores; rows sum to 1
         self.hook_z = HookPoint()  # (B, T, nh, hs) each head's weighted sum of values
@@ -661,6 +771,11 @@ class CausalSelfAttention(nn.Module):
     def window(self) -> int:
         """The keys each query sees (0: every earlier one): cfg.window, or as window_pattern says for this layer."""
         return layer_window(self.cfg, self.layer)
+
+    @property
+    def scale(self) -> float:
+        """What q k^T is multiplied by: attn_scale (Gemma), or 1 / sqrt(hs)."""
+        return self.cfg.attn_scale or 1.0 / math.sqrt(self.cfg.d_head)
 
     def forward(self, x: torch.Tensor, kv: LayerKV | None = None, idx: torch.Tensor | None = None) -> torch.Tensor:
         q, k, v = self.qkv(x, kv, idx)  # (B, nh, T, hs), (B, nh, Tk, hs), (B, nh, Tk, hs)
@@ -675,8 +790,10 @@ class CausalSelfAttention(nn.Module):
         B, T, _d = x.shape
         nh, n_kv, hs = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.d_head
         q, k, v = self.c_attn(x).split([nh * hs, n_kv * hs, n_kv * hs], dim=2)
+        if self.cfg.qk_norm and self.cfg.qk_norm_all:  # OLMo 2: q and k normalised over every head at once
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.view(B, T, nh, hs), k.view(B, T, n_kv, hs), v.view(B, T, n_kv, hs)
-        if self.cfg.qk_norm:
+        if self.cfg.qk_norm and not self.cfg.qk_norm_all:
             q, k = self.q_norm(q), self.k_norm(k)
             if self.cfg.qk_norm_scale:  # nanochat: a fixed scale instead of learned gains
                 q, k = q * self.cfg.qk_norm_scale, k * self.cfg.qk_norm_scale
@@ -698,22 +815,40 @@ class CausalSelfAttention(nn.Module):
         return q, k, v
 
     def rope(self, q: torch.Tensor, k: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """RoPE: turn q (B, T, nh, hs) and k (B, T, n_kv, hs) by their positions start ... start + T - 1."""
+        """RoPE: turn q (B, T, nh, hs) and k (B, T, n_kv, hs) by their positions start ... start + T - 1
+        (rotary_dim: only their first r channels)."""
         T = q.size(1)
         positions = torch.arange(start, start + T, device=q.device)
-        freq = rope_frequencies(self.cfg, q.device)  # (hs/2,) each pair's turn per position
-        cos, sin = rope_angles(self.cfg.d_head, positions, self.cfg.rope_base, freq)
-        cos, sin = cos[:, None, :], sin[:, None, :] * self.cfg.rope_sign  # (T, 1, hs/2): the same turn for every head
+        freq = rope_frequencies(self.cfg, q.device, self.layer)  # (r/2,) each pair's turn per position
+        cos, sin = rope_angles(self.cfg.rotary, positions, self.cfg.rope_base, freq)
+        cos, sin = cos[:, None, :], sin[:, None, :] * self.cfg.rope_sign  # (T, 1, r/2): the same turn for every head
         return self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
 
     def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Fast mode: PyTorch's fused scaled_dot_product_attention, then one W_O matmul for all heads."""
+        """Fast mode: PyTorch's fused scaled_dot_product_attention, then one W_O matmul for all heads
+        (no fused kernel caps the scores: Gemma 2's softcapped attention is written out, `capped`)."""
         B, nh, T, hs = q.shape
+        if self.cfg.attn_softcap:
+            return self.capped(q, k, v)
         mask, is_causal = self.sdpa_mask(T, k.size(2), q.device)
         p_drop = self.cfg.dropout if self.training else 0.0
         # y (B, nh, T, hs): scores, mask, softmax and the weighted sum of values in one kernel
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=is_causal, scale=self.cfg.attn_scale or None
+        )
         z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs)
+        return self.c_proj(z.reshape(B, T, nh * hs))
+
+    def capped(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Fast mode with attn_softcap: softmax(mask(cap tanh(q k^T * scale / cap))) V, then W_O (hook_z
+        fires, as in the fused path; the scores and pattern exist only here and fire nothing)."""
+        B, nh, T, hs = q.shape
+        cap = self.cfg.attn_softcap
+        scores = cap * torch.tanh((q @ k.transpose(-2, -1)) * (self.scale / cap))  # (B, nh, T, Tk)
+        if self.cfg.causal:
+            scores = scores.masked_fill(~causal_allowed(T, k.size(2), q.device, self.window), float("-inf"))
+        y = self.attn_dropout(F.softmax(scores, dim=-1)) @ v  # (B, nh, T, hs)
+        z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs), as the fused kernel's
         return self.c_proj(z.reshape(B, T, nh * hs))
 
     def sdpa_mask(self, T: int, Tk: int, device: torch.device) -> tuple[torch.Tensor | None, bool]:
@@ -727,12 +862,16 @@ class CausalSelfAttention(nn.Module):
         return causal_allowed(T, Tk, device, self.window), False
 
     def explained(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Explain mode, step by step: softmax(QK^T / sqrt(hs)) with the mask, the pattern's
-        weighted sum of values, W_O. Every hook point fires: each head's own output in the residual
-        space (hook_result; summed, they are the output) is computed when a hook is on it, and a
-        replacement there changes the output by the difference."""
+        """Explain mode, step by step: softmax(QK^T / sqrt(hs)) with the mask (Gemma 2: the scores
+        capped first), the pattern's weighted sum of values, W_O. Every hook point fires: each head's
+        own output in the residual space (hook_result; summed, they are the output) is computed when a
+        hook is on it, and a replacement there changes the output by the difference."""
         B, nh, T, hs = q.shape
-        scores = self.hook_attn_scores((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs)))  # (B, nh, T, Tk)
+        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, nh, T, Tk)
+        if self.cfg.attn_softcap:  # Gemma 2: cap * tanh(scores / cap), every score within (-cap, cap)
+            cap = self.cfg.attn_softcap
+            scores = cap * torch.tanh(self.hook_attn_scores_uncapped(scores) / cap)
+        scores = self.hook_attn_scores(scores)
         if self.cfg.causal:
             scores = scores.masked_fill(~causal_allowed(T, k.size(2), q.device, self.window), float("-inf"))
         pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, Tk)
@@ -748,17 +887,18 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """GPT-2's MLP: W_down GELU(W_up x); or SwiGLU (LLaMA): W_down (silu(W_gate x) * W_up x); or
-    ReLU^2 (nanochat): W_down relu(W_up x)^2."""
+    """GPT-2's MLP: W_down GELU(W_up x); or SwiGLU (LLaMA): W_down (silu(W_gate x) * W_up x); or GeGLU
+    (Gemma): the same with GELU for silu; or ReLU^2 (nanochat): W_down relu(W_up x)^2."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.swiglu, self.relu2 = cfg.mlp == "swiglu", cfg.mlp == "relu2"
+        self.swiglu, self.relu2 = cfg.gated, cfg.mlp == "relu2"  # (swiglu: any gated MLP, SwiGLU or GeGLU)
+        self.geglu = cfg.mlp == "geglu"
         bias = cfg.bias or cfg.mlp_bias
         self.c_fc = Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # up-projection (SwiGLU: the value)
         if self.swiglu:
-            self.c_gate = Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # SwiGLU: the gate
-            self.hook_gate = HookPoint()  # (B, T, dm) silu(x W_gate): how far each unit opens
+            self.c_gate = Linear(cfg.d_model, cfg.d_mlp, bias=bias)  # SwiGLU, GeGLU: the gate
+            self.hook_gate = HookPoint()  # (B, T, dm) silu(x W_gate) (GeGLU: gelu): how far each unit opens
             self.hook_value = HookPoint()  # (B, T, dm) x W_up: what passes through the gate
         self.c_proj = Linear(cfg.d_mlp, cfg.d_model, bias=bias)  # down-projection
         self.approximate = "tanh" if cfg.gelu == "tanh" else "none"
@@ -768,7 +908,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
-            gate = self.hook_gate(F.silu(self.hook_pre(self.c_gate(x))))
+            pre = self.hook_pre(self.c_gate(x))
+            gate = self.hook_gate(F.gelu(pre, approximate=self.approximate) if self.geglu else F.silu(pre))
             h = self.hook_post(gate * self.hook_value(self.c_fc(x)))
         elif self.relu2:  # nanochat: relu(x W_up)^2
             h = self.hook_post(F.relu(self.hook_pre(self.c_fc(x))).square())
@@ -842,11 +983,11 @@ class Block(nn.Module):
 
     def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
-        self.norm = cfg.norm
+        self.norm, self.parallel = cfg.norm, cfg.parallel
         if cfg.x0_mix:  # nanochat: the block reads resid_lambda * x + x0_lambda * x0 (GPT.hidden mixes)
             self.resid_lambda = nn.Parameter(torch.ones(1))
             self.x0_lambda = nn.Parameter(torch.zeros(1))
-        self.ln1 = make_norm(cfg)
+        self.ln1 = make_norm(cfg)  # (norm="out": on attention's output; "post": on the stream after the add)
         self.attn = CausalSelfAttention(cfg, layer)
         self.ln2 = make_norm(cfg)
         if cfg.norm == "both":  # the sandwich: also normalise each sublayer's output before the add
@@ -854,7 +995,8 @@ class Block(nn.Module):
         self.mlp = MoE(cfg) if cfg.n_expert else MLP(cfg)
         self.hook_resid_pre = HookPoint()  # (B, T, d) stream entering the block
         self.hook_attn_out = HookPoint()  # (B, T, d) what attention adds
-        self.hook_resid_mid = HookPoint()  # (B, T, d) after the attention residual add
+        # (B, T, d) after the attention residual add (parallel: x + attention's output, which the MLP does not read)
+        self.hook_resid_mid = HookPoint()
         self.hook_mlp_out = HookPoint()  # (B, T, d) what the MLP adds
         self.hook_resid_post = HookPoint()  # (B, T, d) stream leaving the block
 
@@ -864,12 +1006,19 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, kv: LayerKV | None = None, idx: torch.Tensor | None = None) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        if self.norm == "pre":  # GPT-2: x + f(LN(x))
+        if self.parallel:  # GPT-NeoX: x + f(LN1(x)) + g(LN2(x)), attention and the MLP side by side
+            attn_out = self.hook_attn_out(self.attn(self.ln1(x), kv, idx))
+            mlp_out = self.hook_mlp_out(self.mlp(self.ln2(x)))
+            x = self.hook_resid_post(self.hook_resid_mid(x + attn_out) + mlp_out)
+        elif self.norm == "pre":  # GPT-2: x + f(LN(x))
             x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), kv, idx)))
             x = self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
         elif self.norm == "both":  # Gemma 2: x + LN(f(LN(x)))
-            x = self.hook_resid_mid(x + self.hook_attn_out(self.ln1_post(self.attn(self.ln1(x), kv))))
+            x = self.hook_resid_mid(x + self.hook_attn_out(self.ln1_post(self.attn(self.ln1(x), kv, idx))))
             x = self.hook_resid_post(x + self.hook_mlp_out(self.ln2_post(self.mlp(self.ln2(x)))))
+        elif self.norm == "out":  # OLMo 2: x + LN(f(x))
+            x = self.hook_resid_mid(x + self.hook_attn_out(self.ln1(self.attn(x, kv, idx))))
+            x = self.hook_resid_post(x + self.hook_mlp_out(self.ln2(self.mlp(x))))
         else:  # GPT-1: LN(x + f(x))
             x = self.hook_resid_mid(self.ln1(x + self.hook_attn_out(self.attn(x, kv))))
             x = self.hook_resid_post(self.ln2(x + self.hook_mlp_out(self.mlp(x))))
@@ -896,14 +1045,15 @@ class GPT(nn.Module):
         if cfg.smear:  # nanochat: each position takes in a gated share of the previous one's embedding
             self.smear = Smear(cfg)
         if cfg.has_x0:
-            self.hook_x0 = HookPoint()  # (B, T, d) the embedding stream: normalised, smeared (x0_mix reads it)
+            # (B, T, d) the embedding stream: normalised, smeared (x0_mix reads it); Gemma: W_E's rows scaled
+            self.hook_x0 = HookPoint()
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layer)])
         if cfg.backout:  # nanochat: the final norm reads x - backout_lambda * (the stream after block n_layer // 2)
             self.backout_lambda = nn.Parameter(torch.full((1,), 0.2))
             self.hook_backout = HookPoint()  # (B, T, d) what is taken out: backout_lambda * that stream
             self.hook_resid_final = HookPoint()  # (B, T, d) the stream the final norm reads
-        self.ln_final = make_norm(cfg) if cfg.norm in ("pre", "both") else NoNorm()
+        self.ln_final = make_norm(cfg) if cfg.norm != "post" else NoNorm()
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)  # W_U (V, d)
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight  # logits = h @ W_E^T
@@ -967,6 +1117,8 @@ class GPT(nn.Module):
         if start + T > self.cfg.n_ctx:
             raise ValueError(f"sequence of {start + T} tokens exceeds the context length n_ctx={self.cfg.n_ctx}")
         x = self.hook_embed(self.wte(idx))  # (B, T, d)
+        if self.cfg.embed_scale != 1.0:  # Gemma: the rows times sqrt(d), of the size the norms' outputs have
+            x = x * self.cfg.embed_scale
         if self.wpe is not None:
             pos = torch.arange(start, start + T, device=idx.device)
             x = x + self.hook_pos_embed(self.wpe(pos)[None])  # (1, T, d)
@@ -990,7 +1142,8 @@ class GPT(nn.Module):
 
     def embed_stream(self, x: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
         """nanochat's embedding stream x0 (B, T, d): the embedding normalised (embed_norm), then smeared
-        with the previous position's (the cached one's for the first new position); others: x itself."""
+        with the previous position's (the cached one's for the first new position); Gemma's: the scaled
+        embedding as it is; others: x itself."""
         if self.cfg.embed_norm:
             x = self.ln_embed(x)
         if self.cfg.smear:

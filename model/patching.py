@@ -96,7 +96,7 @@ def hook_names(n_layer: int) -> list[str]:
 
 def check_config(cfg: GPTConfig) -> None:
     """Raise ValueError for a block whose patched runs this module cannot restart from a block's stream."""
-    if cfg.extras:
+    if any(e != "softcap" for e in cfg.extras):  # (a softcap on the logits alone is patched through: `unembed`)
         raise ValueError(
             f"patching restarts a run from a block's stream, and nanochat's block ({', '.join(cfg.extras)}) also "
             "reads x0, the tokens and the middle block's stream there; gptscope does not patch it yet"
@@ -190,7 +190,7 @@ def _run_rows(
             if x is not None:
                 x = block(x, SharedPrefix(prefix, li) if p0 else None)
         assert x is not None
-        return model.hook_logits(model.lm_head(model.ln_final(x[:, -1:])))[:, -1]
+        return model.hook_logits(model.unembed(model.ln_final(x[:, -1:])))[:, -1]
 
 
 def _patcher(entries: list[tuple[int, Site]], source: torch.Tensor, p0: int) -> HookFn:

@@ -21,7 +21,10 @@ as in Llama 3, SmolLM2 and Qwen, or SentencePiece-style BPE with "▁" for a spa
 fallback as in Llama 2, TinyLlama and Mistral). It is run by Hugging Face's `tokenizers` library
 itself, offline (the file is kept inside the checkpoint), as an `HFEncoding`: the methods of
 tiktoken.Encoding the app calls, with special tokens never made from user text unless asked for,
-and the merge walk written out as `tokenizers`' BPE does it (pairs by merge rank).
+and the merge walk written out as `tokenizers`' BPE does it (pairs by merge rank). What
+tokenizer_config.json says about running it is kept beside it: the beginning-of-text token a prompt
+starts with (`bos_ids`: add_bos_token, else the tokenizer.json post-processor's own) and the chat
+template (`render_chat`, model/chat.py: Jinja2's immutable sandbox).
 """
 
 from __future__ import annotations
@@ -300,11 +303,13 @@ class HFEncoding:
     text (tokenizers' encode_special_tokens); `encode(allowed_special="all")` matches them. Added
     tokens that are not special (Qwen's <tool_call>) are matched in both, as tokenizers does."""
 
-    def __init__(self, json_text: str, name: str = "model") -> None:
+    def __init__(self, json_text: str, name: str = "model", config: dict | None = None) -> None:
         from tokenizers import Tokenizer
 
         self.name = name
         self.json_text = json_text
+        # tokenizer_config.json's add_bos_token, bos_token, eos_token and chat_template (model/importers)
+        self.config: dict = dict(config or {})
         try:  # two copies, so no request ever flips a setting another one is using
             self._plain, self._special = Tokenizer.from_str(json_text), Tokenizer.from_str(json_text)
             spec = json.loads(json_text)
@@ -334,6 +339,52 @@ class HFEncoding:
             model.get(k) for k in ("continuing_subword_prefix", "end_of_word_suffix", "dropout")
         )
         self.eot_token = next((self._special_tokens[t] for t in EOT_TEXTS if t in self._special_tokens), None)
+        self.bos_ids = self._bos_ids()
+
+    def token_id(self, text: str | None) -> int | None:
+        """The id of a token given by its text (an added token or a vocabulary entry), or None."""
+        if text is None:
+            return None
+        return self.added.get(text, self.vocab.get(text))
+
+    def _bos_ids(self) -> list[int]:
+        """The ids the model expects before a prompt's tokens, as Hugging Face's tokenizer adds them:
+        tokenizer_config.json's add_bos_token with its bos_token when it says, else the tokens the
+        tokenizer.json post-processor puts before a text (Llama 3's <|begin_of_text|>)."""
+        add = self.config.get("add_bos_token")
+        if add is False:
+            return []
+        bos = self.token_id(self.config.get("bos_token"))
+        if add and bos is not None:
+            return [bos]
+        with_special = self._special.encode("a", add_special_tokens=True).ids
+        plain = self._special.encode("a", add_special_tokens=False).ids
+        k = next((k for k in range(len(with_special)) if with_special[k : k + len(plain)] == plain), 0)
+        if add and not k:
+            raise ValueError(
+                "tokenizer_config.json field add_bos_token is true, but its bos_token "
+                f"({self.config.get('bos_token')!r}) is no token of tokenizer.json and its post-processor adds none"
+            )
+        return with_special[:k]
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.config.get("chat_template")
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The chat template run on the messages (model/chat.py's sandbox): the text the model reads,
+        its special tokens written out."""
+        from .chat import render
+
+        if not self.chat_template:
+            raise ValueError("this model's tokenizer has no chat template (tokenizer_config.json field chat_template)")
+        return render(
+            self.chat_template,
+            messages,
+            add_generation_prompt,
+            bos_token=self.config.get("bos_token") or "",
+            eos_token=self.config.get("eos_token") or "",
+        )
 
     # ---- what tiktoken.Encoding offers ----------------------------------------------------------
 
@@ -469,7 +520,7 @@ def encoding_from_spec(spec: dict, name: str = "model") -> AnyEncoding:
     if kind == "tiktoken":
         return get_public_encoding(spec["name"])
     if kind == "huggingface":  # an imported model's tokenizer.json, kept whole in the checkpoint
-        return HFEncoding(spec["json"], name=str(spec.get("name") or name))
+        return HFEncoding(spec["json"], name=str(spec.get("name") or name), config=spec.get("config"))
     raise ValueError(f"unknown tokenizer kind {kind!r}")
 
 

@@ -38,6 +38,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("tokens", "embeddings", "tokens → embeddings"),
     Stage("embedding-space", "space", "embedding space"),
     Stage("block", "block", "one block, step by step"),
+    # imported families' block switches only (GPTConfig.switches): parallel, partial rotary, GeGLU, norms, softcaps, ...
+    Stage("switches", "switches", "this family's block", numbered=False),
     Stage("attention", "attention", "attention overview"),
     Stage("mlp", "MLP", "MLP"),
     # nanochat's models only: the smear, the lambdas, the value embeddings, the backout, the softcap

@@ -20,6 +20,22 @@ BLOCKS = {
     "gpt2": {},
     "llama-gqa": dict(pos="rope", norm_type="rmsnorm", mlp="swiglu", n_kv_head=2, bias=False, qk_norm=True),
     "moe": dict(n_expert=4, top_k_experts=2),
+    # the imported families' switches (issue #45): GPT-NeoX's parallel block (the MLP reads the block's
+    # input) with partial rotary; GeGLU, Gemma's capped and scaled scores, a scaled embedding, local layers
+    "families": dict(
+        parallel=True,
+        pos="rope",
+        rotary_dim=4,
+        norm_type="rmsnorm",
+        mlp="geglu",
+        bias=False,
+        embed_scale=3.0,
+        attn_scale=0.3,
+        attn_softcap=2.0,
+        window=4,
+        window_pattern="SL",
+        window_last_full=False,
+    ),
 }
 IDS = [1, 5, 7, 9, 3, 2, 8, 4, 11, 6]
 SET = "x4-topk16-s0"  # the built-in model's shipped transcoder set
@@ -156,9 +172,17 @@ def test_steering_through_a_transcoder_is_the_hand_made_run(graph):
     assert float((cut - tr.logits).abs().max()) > 1e-4
 
 
-def test_a_post_norm_model_has_no_graph():
-    model = GPT(GPTConfig(vocab_size=40, n_ctx=16, n_layer=2, n_head=2, d_model=16, norm="post"))
-    with pytest.raises(ValueError, match="norm='pre'"):
+@pytest.mark.parametrize(
+    "switch,words",
+    [
+        (dict(norm="post"), "norm='pre'"),
+        (dict(norm="out", norm_type="rmsnorm"), "norm='pre'"),  # OLMo 2's output norms
+        (dict(softcap=30.0), "caps its logits .*Gemma 2's softcap"),
+    ],
+)
+def test_a_model_whose_stream_or_logit_is_no_sum_has_no_graph(switch, words):
+    model = GPT(GPTConfig(vocab_size=40, n_ctx=16, n_layer=2, n_head=2, d_model=16, **switch))
+    with pytest.raises(ValueError, match=words):
         at.trace(model, [], IDS)
 
 

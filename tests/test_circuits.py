@@ -17,6 +17,23 @@ BLOCKS = {
     "gpt2": {},
     "llama-gqa": dict(pos="rope", norm_type="rmsnorm", mlp="swiglu", n_kv_head=2, bias=False, qk_norm=True),
     "moe": dict(n_expert=4, top_k_experts=2),
+    # the imported families' switches that keep the stream a plain sum each reader reads (issue #45):
+    # partial rotary, GeGLU, a scaled embedding, Gemma's score scale and both softcaps, local/global layers
+    "families": dict(
+        pos="rope",
+        rotary_dim=4,
+        norm_type="rmsnorm",
+        mlp="geglu",
+        bias=False,
+        embed_scale=3.0,
+        attn_scale=0.3,
+        attn_softcap=4.0,
+        softcap=6.0,
+        window=4,
+        window_pattern="SL",
+        window_last_full=False,
+        rope_local_base=100.0,
+    ),
 }
 CLEAN, CORRUPT = [1, 5, 7, 9, 3, 2, 8, 4], [1, 5, 6, 9, 3, 11, 8, 4]
 
@@ -64,10 +81,22 @@ def test_the_graph_counts_every_writer_before_every_reader():
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("norm", ["post", "both"])
+@pytest.mark.parametrize("norm", ["post", "both", "out"])
 def test_a_stream_that_is_normalised_between_writers_has_no_edges(norm):
     with pytest.raises(ValueError, match="norm='pre'"):
         cc.graph_of(GPTConfig(n_layer=2, n_head=2, d_model=16, norm=norm))
+
+
+@pytest.mark.parametrize(
+    "switch,words",
+    [
+        (dict(parallel=True), "parallel block .*GPT-NeoX"),
+        (dict(qk_norm=True, qk_norm_all=True, norm_type="rmsnorm"), "every head at once .*qk_norm_all"),
+    ],
+)
+def test_a_block_whose_readers_are_not_their_own_has_no_edges(switch, words):
+    with pytest.raises(ValueError, match=words):
+        cc.graph_of(GPTConfig(n_layer=2, n_head=2, d_model=16, **switch))
 
 
 def test_every_edge_kept_is_the_clean_run_and_none_the_corrupted_run(setup):

@@ -41,6 +41,43 @@ COMBOS = {
     "everything": dict(
         pos="rope", norm_type="rmsnorm", norm="both", mlp="swiglu", n_kv_head=1, window=6, n_expert=3, bias=False
     ),
+    # the imported families' switches (issue #45): GPT-NeoX's, Gemma 2's, Gemma 3's and OLMo 2's blocks
+    "neox": dict(pos="rope", rotary_dim=4, parallel=True),
+    "gemma2": dict(
+        pos="rope",
+        norm_type="rmsnorm",
+        norm="both",
+        mlp="geglu",
+        n_kv_head=2,
+        bias=False,
+        embed_scale=5.6,
+        attn_scale=0.3,
+        attn_softcap=2.0,
+        softcap=3.0,
+        window=5,
+        window_pattern="SL",
+        window_last_full=False,
+    ),
+    "gemma3": dict(
+        pos="rope",
+        norm_type="rmsnorm",
+        norm="both",
+        mlp="geglu",
+        n_kv_head=1,
+        bias=False,
+        qk_norm=True,
+        embed_scale=5.6,
+        window=4,
+        window_pattern="SSL",
+        window_last_full=False,
+        rope_base=1e6,
+        rope_local_base=1e4,
+        rope_scaling="linear",
+        rope_factor=2.0,
+    ),
+    "olmo2": dict(
+        pos="rope", norm_type="rmsnorm", norm="out", mlp="swiglu", qk_norm=True, qk_norm_all=True, bias=False
+    ),
     # nanochat's block: every one of its switches (preset nanochat-tiny at this size)
     "nanochat": {**preset_config("nanochat-tiny").to_dict(), **BASE, "d_mlp": 128, "window": 6, "window_pattern": "SL"},
 }
@@ -210,8 +247,19 @@ def test_llama_style_has_gpt2_styles_parameter_count():
 @pytest.mark.parametrize(  # "everything" (every new part at once) stays in the fast subset
     "name",
     [
-        n if n in ("everything", "nanochat") else pytest.param(n, marks=pytest.mark.slow)
-        for n in ("llama-like", "everything", "moe", "sandwich", "window", "nanochat")
+        n if n in ("everything", "nanochat", "gemma2") else pytest.param(n, marks=pytest.mark.slow)
+        for n in (
+            "llama-like",
+            "everything",
+            "moe",
+            "sandwich",
+            "window",
+            "nanochat",
+            "neox",
+            "gemma2",
+            "gemma3",
+            "olmo2",
+        )
     ],
 )
 def test_checkpoints_of_each_load_and_serve_every_part(name, tmp_path):
@@ -354,3 +402,50 @@ def test_every_combination_trains_and_its_loss_falls(name, story, tmp_path):
     assert len(losses) == 30 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5, (name, losses[:5], losses[-5:])
     again = ckpt.load(tmp_path / name)  # and the checkpoint loads as the same architecture
     assert again.config.to_dict() == res.model.cfg.to_dict()
+
+
+# the same attention, fast and explained, with each switch of the families' attention on (issue #45)
+SWITCH_CASES = {
+    "partial-rotary": dict(pos="rope", rotary_dim=2),
+    "score-scale": dict(attn_scale=0.05),
+    "softcap-window": dict(attn_softcap=1.5, window=3),
+    "qk-norm-all": dict(pos="rope", norm_type="rmsnorm", qk_norm=True, qk_norm_all=True, n_kv_head=2),
+}
+
+
+@pytest.mark.parametrize("name", list(SWITCH_CASES))
+def test_the_families_attention_switches_agree_in_both_paths_after_a_cache(name):
+    attn = model(**SWITCH_CASES[name]).blocks[0].attn
+    torch.manual_seed(4)
+    x = torch.randn(2, 5, 32)
+    cache = KVCache(attn.cfg, 2)
+    cache.k[0].normal_(), cache.v[0].normal_()
+    cache.length = 6
+    with torch.no_grad():
+        q, k, v = attn.qkv(x, cache.layer(0))
+        fused, explained = attn.fused(q, k, v), attn.explained(q, k, v)
+    torch.testing.assert_close(fused, explained, atol=1e-5, rtol=0)
+
+
+def test_partial_rotary_turns_only_the_first_channels_and_the_softcap_bounds_the_scores():
+    m = model(pos="rope", rotary_dim=4, attn_softcap=1.5, n_layer=1).set_mode("explain")
+    with m.capture() as c:
+        m(torch.randint(61, (1, 12)))
+    q, q_rot = c["blocks.0.attn.hook_q"][0], c["blocks.0.attn.hook_q_rot"][0]  # (T, nh, hs = 8)
+    assert torch.equal(q[..., 4:], q_rot[..., 4:]) and not torch.allclose(q[1:, :, :4], q_rot[1:, :, :4])
+    assert torch.equal(q[0], q_rot[0])  # position 0 turns by no angle
+    capped, raw = c["blocks.0.attn.hook_attn_scores"], c["blocks.0.attn.hook_attn_scores_uncapped"]
+    assert capped.abs().max() < 1.5 and torch.allclose(capped, 1.5 * torch.tanh(raw / 1.5))
+
+
+def test_a_parallel_block_feeds_its_mlp_the_blocks_input():
+    m = model(parallel=True, n_layer=1).set_mode("explain")
+    with m.capture() as c:
+        m(torch.randint(61, (1, 9)))
+    b = m.blocks[0]
+    x = c["blocks.0.hook_resid_pre"]
+    with torch.no_grad():
+        torch.testing.assert_close(c["blocks.0.hook_mlp_out"], b.mlp(b.ln2(x)))
+    torch.testing.assert_close(
+        c["blocks.0.hook_resid_post"], x + c["blocks.0.hook_attn_out"] + c["blocks.0.hook_mlp_out"]
+    )

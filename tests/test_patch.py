@@ -21,6 +21,27 @@ KINDS = {
     "sandwich": dict(norm="both"),
     "window": dict(window=3),
     "no-causal-mask": dict(causal=False),
+    # the imported families' switches (issue #45): GPT-NeoX's parallel block and partial rotary; Gemma 2's
+    # sandwich, GeGLU, scaled embedding, score scale and softcaps, local/global layers; OLMo 2's output norms
+    "neox-like": dict(parallel=True, pos="rope", rotary_dim=4),
+    "gemma2-like": dict(
+        norm="both",
+        norm_type="rmsnorm",
+        mlp="geglu",
+        pos="rope",
+        n_kv_head=2,
+        bias=False,
+        embed_scale=5.0,
+        attn_scale=0.3,
+        attn_softcap=2.0,
+        softcap=3.0,
+        window=4,
+        window_pattern="SL",
+        window_last_full=False,
+    ),
+    "olmo2-like": dict(
+        norm="out", norm_type="rmsnorm", pos="rope", mlp="swiglu", qk_norm=True, qk_norm_all=True, bias=False
+    ),
 }
 T = 9
 

@@ -1,7 +1,9 @@
-"""Bring your own GPT: convert a Hugging Face GPT-2 or LLaMA-family folder, a nanoGPT `ckpt.pt` or a
-nanochat checkpoint folder into a gptscope checkpoint, so every page explains it like the built-in model.
+"""Bring your own GPT: convert a Hugging Face folder (GPT-2, the LLaMA family, GPT-NeoX/Pythia, Gemma 2
+and 3, Phi-3, OLMo 2), a nanoGPT `ckpt.pt` or a nanochat checkpoint folder into a gptscope checkpoint,
+so every page explains it like the built-in model.
 
-One module per family (gpt2.py, llama.py, nanogpt.py, nanochat.py), each with what it reads (a Hugging Face
+One module per family (gpt2.py, llama.py, neox.py, gemma.py, phi3.py, olmo2.py, nanogpt.py,
+nanochat.py), each with what it reads (a Hugging Face
 family's MODEL_TYPES, the config.json model_type values) and `convert(path)`; HF_FAMILIES and
 `detect` here find the family of what is on disk; common.py holds what they share.
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from .. import checkpoint as ckpt
 from ..gpt import count_params
-from . import gpt2, llama, nanochat, nanogpt
+from . import gemma, gpt2, llama, nanochat, nanogpt, neox, olmo2, phi3
 from .common import NAME_RE, Converted, ImportFailed, models_dir, read_json, sample_check
 from .gpt2 import hf_config
 
@@ -41,6 +43,10 @@ __all__ = [
 HF_FAMILIES: dict[str, Callable[[Path], Converted]] = {
     **dict.fromkeys(gpt2.MODEL_TYPES, gpt2.convert_hf_gpt2),
     **dict.fromkeys(llama.MODEL_TYPES, llama.convert_hf_llama),
+    **dict.fromkeys(neox.MODEL_TYPES, neox.convert_hf_neox),
+    **dict.fromkeys(gemma.MODEL_TYPES, gemma.convert_hf_gemma),
+    **dict.fromkeys(phi3.MODEL_TYPES, phi3.convert_hf_phi3),
+    **dict.fromkeys(olmo2.MODEL_TYPES, olmo2.convert_hf_olmo2),
 }
 
 

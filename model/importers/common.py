@@ -1,21 +1,24 @@
 """What every importer shares: the error it raises, what a conversion gives, reading Hugging Face
-folders (config.json, safetensors, shards), copying tensors in by a name map, and the check of a
-converted model on a sample text."""
+folders (config.json and its checked fields, RoPE's settings, safetensors, shards, tokenizer.json with
+tokenizer_config.json's BOS and chat template), copying tensors in by a name map (`fill` for GPT-2's,
+`hf_state` and `convert_hf` for the families whose config.json is checked field by field: the LLaMA
+family, GPT-NeoX, Gemma, Phi-3, OLMo 2), and the check of a converted model on a sample text."""
 
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from .. import checkpoint as ckpt
-from ..gpt import GPT, GPTConfig
-from ..tokenizers import encoding_from_spec
+from ..gpt import GPT, GPTConfig, count_params
+from ..tokenizers import HFEncoding, encoding_from_spec
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 GPT2_VOCAB = 50257
@@ -146,3 +149,306 @@ def sample_check(conv: Converted) -> dict:
 
 def models_dir(data_dir: str | Path) -> Path:
     return Path(data_dir).expanduser() / "models"
+
+
+# ---- Hugging Face families read field by field ------------------------------------------------------
+
+# config.json fields that say how a file was made, trained, stored or served, never what it computes
+HF_INERT_FIELDS = frozenset(
+    {
+        "architectures",  # checked: the family's causal LM
+        "model_type",
+        "transformers_version",
+        "torch_dtype",  # the stored dtype (gptscope computes in float32 whatever it is)
+        "dtype",
+        "_name_or_path",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "use_cache",
+        "initializer_range",
+        "attention_dropout",  # training only
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "chunk_size_feed_forward",
+        "tokenizer_class",
+    }
+)
+ROPE_KEYS = (
+    "rope_type",
+    "type",  # the older spelling of rope_type
+    "rope_theta",
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+    "partial_rotary_factor",
+)
+
+
+def hf_number(raw: dict, where: str, key: str, default: float | None = None, low: float = 0.0) -> float:
+    """config.json's number `key` (in `where`, a prefix such as "rope_parameters."), above `low`."""
+    v = raw.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= low:
+        raise ImportFailed(f"config.json field {where}{key} is {v!r}; it must be a number above {low:g}")
+    return float(v)
+
+
+def hf_flag(raw: dict, key: str, default: bool = False) -> bool:
+    v = raw.get(key, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ImportFailed(f"config.json field {key} is {v!r}; it must be true or false")
+    return v
+
+
+def check_fields(raw: dict, model_type: str, family: str, architecture: str, allowed: Collection[str]) -> None:
+    """Every field of config.json is inert or one the family's reader reads (`allowed`), and the
+    architecture is the family's causal LM; anything else is refused by name, so nothing is guessed."""
+    unknown = sorted(set(raw) - HF_INERT_FIELDS - set(allowed))
+    if unknown:
+        raise ImportFailed(
+            f"config.json field {unknown[0]} is not one gptscope reads for a {model_type} model; it may change "
+            f"what the {family} model computes, so the import stops rather than guess"
+        )
+    arch = raw.get("architectures")
+    if arch is not None and arch != [architecture]:
+        raise ImportFailed(f"config.json field architectures is {arch!r}; gptscope reads {[architecture]}")
+
+
+def check_values(raw: dict, wanted: dict[str, Any]) -> None:
+    """Fields that must hold the one value gptscope computes (when present)."""
+    for key, want in wanted.items():
+        if raw.get(key, want) != want:
+            raise ImportFailed(f"config.json field {key} is {raw.get(key)!r}; gptscope computes {want!r}")
+
+
+def hf_rope(raw: dict, params: dict | None = None, where: str | None = None, partial: bool = False) -> dict:
+    """GPTConfig's RoPE fields from config.json: rope_parameters (transformers 5) or rope_theta and
+    rope_scaling (older files), whichever the file writes (or the `params` given, found at `where`).
+    Scalings other than none, linear and llama3 are refused, naming the field; so is a partial
+    rotary factor unless the family turns part of each head (`partial`: GPT-NeoX, Phi-3)."""
+    if params is None:
+        if raw.get("rope_parameters") is not None and raw.get("rope_scaling") is not None:
+            raise ImportFailed("config.json has both rope_parameters and rope_scaling; a model has one RoPE")
+        where = "rope_parameters" if raw.get("rope_parameters") is not None else "rope_scaling"
+        params = raw.get(where) or {}
+    where = where or "rope_parameters"
+    if not isinstance(params, dict):
+        raise ImportFailed(f"config.json field {where} is {params!r}; it must be an object or null")
+    unknown = sorted(set(params) - set(ROPE_KEYS))
+    if unknown:
+        raise ImportFailed(f"config.json field {where}.{unknown[0]} is not a RoPE setting gptscope computes")
+    if "rope_theta" in params and "rope_theta" in raw and params["rope_theta"] != raw["rope_theta"]:
+        raise ImportFailed(f"config.json fields rope_theta and {where}.rope_theta differ")
+    theta = hf_number({**raw, **params}, f"{where}." if "rope_theta" in params else "", "rope_theta", 10000.0)
+    out: dict[str, Any] = {"pos": "rope", "rope_base": theta, **_partial_rotary(raw, params, where, partial)}
+    kind = params.get("rope_type", params.get("type")) or "default"
+    if kind == "default":
+        return out
+    if kind not in ("linear", "llama3"):
+        raise ImportFailed(
+            f"config.json field {where}.rope_type is {kind!r}; gptscope computes RoPE unscaled ('default'), "
+            f"'linear' and 'llama3'"
+        )
+    out.update(rope_scaling=kind, rope_factor=hf_number(params, f"{where}.", "factor", None, low=1.0 - 1e-12))
+    if kind == "llama3":
+        lo = hf_number(params, f"{where}.", "low_freq_factor")
+        hi = hf_number(params, f"{where}.", "high_freq_factor", low=lo)
+        ctx = params.get("original_max_position_embeddings")
+        if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
+            raise ImportFailed(
+                f"config.json field {where}.original_max_position_embeddings is {ctx!r}; it must be a positive integer"
+            )
+        out.update(rope_low_freq_factor=lo, rope_high_freq_factor=hi, rope_original_ctx=ctx)
+    return out
+
+
+def _partial_rotary(raw: dict, params: dict, where: str, partial: bool) -> dict:
+    """{"rotary_dim": r} for a partial rotary factor (r = the head size times it, as transformers
+    rounds it down), {} for 1.0; refused where the family turns whole heads."""
+    found = [(h, label) for h, label in ((params, f"{where}."), (raw, "")) if "partial_rotary_factor" in h]
+    factors = {float(h["partial_rotary_factor"]) for h, _ in found if h["partial_rotary_factor"] is not None}
+    if not factors or factors == {1.0}:
+        return {}
+    holder, label = found[0]
+    if not partial:
+        raise ImportFailed(
+            f"config.json field {label}partial_rotary_factor is {holder['partial_rotary_factor']!r}; "
+            f"gptscope turns every pair of a head (1.0)"
+        )
+    if len(factors) > 1:
+        raise ImportFailed("config.json fields partial_rotary_factor and rope_parameters.partial_rotary_factor differ")
+    factor = hf_number(holder, label, "partial_rotary_factor")
+    hs = hf_int(raw, "head_dim") if raw.get("head_dim") is not None else None
+    hs = hs or hf_int(raw, "hidden_size") // hf_int(raw, "num_attention_heads")
+    rd = int(hs * factor)
+    if factor > 1 or rd < 2 or rd % 2:
+        raise ImportFailed(
+            f"config.json field {label}partial_rotary_factor is {factor!r}: {rd} of a head's {hs} channels, "
+            f"not an even number RoPE can turn"
+        )
+    return {"rotary_dim": rd} if rd != hs else {}
+
+
+# a name map: gptscope parameter -> the Hugging Face tensors it is made of, each with the shape it must
+# have and, where the family lays it out otherwise, a function that makes gptscope's tensor of it
+Piece = tuple[str, tuple[int, ...]] | tuple[str, tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]]
+
+
+def hf_state(
+    cfg: GPTConfig,
+    names: dict[str, list[Piece]],
+    tensors: dict[str, torch.Tensor],
+    source: str,
+    embed: str,
+    buffers: re.Pattern | None = None,
+    head: str = "lm_head.weight",
+) -> tuple[dict[str, torch.Tensor], int]:
+    """The model's state dict (float32) from the Hugging Face tensors by the name map (several pieces
+    are stacked along the first axis), and how many numbers the file holds for it; a missing,
+    misshapen, extra or untied tensor is refused by name. `embed`: the file's token embedding, which
+    the unembedding (`head`) of a tied model must equal; `buffers`: tensors that are no parameters."""
+    state, used = {}, set()
+    for ours, parts in names.items():
+        got = []
+        for name, shape, *how in parts:
+            t = tensors.get(name)
+            if t is None:
+                raise ImportFailed(f"tensor {name} is missing from {source}")
+            if tuple(t.shape) != shape:
+                raise ImportFailed(f"tensor {name} in {source} has shape {tuple(t.shape)}; config.json needs {shape}")
+            if not t.is_floating_point():
+                raise ImportFailed(f"tensor {name} in {source} has dtype {t.dtype}; weights must be floating point")
+            got.append(how[0](t.float()) if how else t)
+            used.add(name)
+        state[ours] = (torch.cat(got) if len(got) > 1 else got[0]).float().contiguous()
+    lm = tensors.get(head)
+    if cfg.tie_weights and lm is not None:
+        if not torch.equal(lm.float(), state["wte.weight"]):
+            raise ImportFailed(
+                f"tensor {head} differs from {embed}, but config.json says "
+                "tie_word_embeddings; is config.json the one for these weights?"
+            )
+        used.add(head)
+    extra = sorted(k for k in tensors if k not in used and not (buffers and buffers.match(k)))
+    if extra:
+        raise ImportFailed(
+            f"{source} has tensors this config.json does not describe: {extra[:5]} (n_layer={cfg.n_layer}); "
+            f"is config.json the one for these weights?"
+        )
+    n = sum(t.numel() for k, t in tensors.items() if k in used and not (cfg.tie_weights and k == head))
+    return state, n
+
+
+def read_chat_template(folder: Path, tok_cfg: dict) -> str | None:
+    """The chat template: tokenizer_config.json's chat_template (a string, or the one named "default"
+    of a list of named ones), or chat_template.jinja beside it (where transformers 5 writes it)."""
+    t = tok_cfg.get("chat_template")
+    if isinstance(t, list):  # [{"name": ..., "template": ...}, ...]
+        named = {str(x.get("name")): x.get("template") for x in t if isinstance(x, dict)}
+        t = named.get("default")
+    if t is None and (folder / "chat_template.jinja").is_file():
+        try:
+            t = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ImportFailed(f"chat_template.jinja is not readable: {e}") from None
+    if t is not None and not isinstance(t, str):
+        raise ImportFailed(f"tokenizer_config.json field chat_template is {type(t).__name__}; it must be a string")
+    return t
+
+
+def _token_text(tok_cfg: dict, key: str) -> str | None:
+    """tokenizer_config.json's bos_token / eos_token: a string, or an AddedToken's {"content": ...}."""
+    v = tok_cfg.get(key)
+    if isinstance(v, dict):
+        v = v.get("content")
+    if v is not None and not isinstance(v, str):
+        raise ImportFailed(f"tokenizer_config.json field {key} is {v!r}; it must be a token's text")
+    return v
+
+
+def hf_tokenizer(folder: Path, vocab_size: int, family: str = "Llama-family") -> dict:
+    """The checkpoint's tokenizer spec: the folder's tokenizer.json, whole, read by `tokenizers`, and
+    what tokenizer_config.json says about running it (add_bos_token, the BOS and EOS tokens' text, the
+    chat template) when the folder has one."""
+    p = folder / "tokenizer.json"
+    if not p.is_file():
+        raise ImportFailed(
+            f"{folder} has no tokenizer.json; gptscope reads a {family} model's tokenizer from its "
+            f"tokenizer.json (a SentencePiece tokenizer.model alone is not read)"
+        )
+    tok_cfg = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    add_bos = tok_cfg.get("add_bos_token")
+    if add_bos is not None and not isinstance(add_bos, bool):
+        raise ImportFailed(f"tokenizer_config.json field add_bos_token is {add_bos!r}; it must be true or false")
+    config = {
+        "add_bos_token": add_bos,
+        "bos_token": _token_text(tok_cfg, "bos_token"),
+        "eos_token": _token_text(tok_cfg, "eos_token"),
+        "chat_template": read_chat_template(folder, tok_cfg),
+    }
+    config = {k: v for k, v in config.items() if v is not None}
+    try:
+        text = p.read_text(encoding="utf-8")
+        enc = HFEncoding(text, name=folder.name, config=config)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ImportFailed(f"tokenizer.json is not readable: {e}") from None
+    if enc.model_type not in ("BPE", "Unigram"):
+        raise ImportFailed(f"tokenizer.json field model.type is {enc.model_type!r}; gptscope reads 'BPE' and 'Unigram'")
+    if enc.n_vocab > vocab_size:
+        raise ImportFailed(
+            f"tokenizer.json has token ids up to {enc.n_vocab - 1:,} but config.json field vocab_size is "
+            f"{vocab_size:,}: the tokenizer does not fit the model"
+        )
+    spec = {"kind": "huggingface", "name": folder.name, "json": text}
+    return {**spec, "config": config} if config else spec
+
+
+def convert_hf(
+    folder: Path,
+    raw: dict,
+    cfg: GPTConfig,
+    names: dict[str, list[Piece]],
+    kind: str,
+    embed: str,
+    buffers: re.Pattern | None = None,
+    family: str = "Llama-family",
+    head: str = "lm_head.weight",
+) -> Converted:
+    """A Hugging Face folder converted by its family's name map: the tokenizer, the tensors (checked and
+    counted), the model (weights in float32, stored in the file's own half precision when it has one)."""
+    tokenizer = hf_tokenizer(folder, cfg.vocab_size, family)
+    tensors, source = read_hf_tensors(folder)
+    state, n_params = hf_state(cfg, names, tensors, source, embed, buffers, head)
+    if n_params != count_params(cfg)["total"]:  # the two counts are written independently: a bug if they differ
+        raise ImportFailed(
+            f"{source} holds {n_params:,} parameters, but the config counts {count_params(cfg)['total']:,}"
+        )
+    stored = {t.dtype for t in tensors.values() if t.is_floating_point()}
+    del tensors
+    model = ckpt.empty_gpt(cfg)
+    own = model.state_dict()
+    for k, t in state.items():  # (assign=True below would take a tensor of any shape)
+        if k not in own or own[k].shape != t.shape:
+            raise ImportFailed(f"the name map gives {k} the shape {tuple(t.shape)}; the model has another (a bug)")
+    model.load_state_dict(state, strict=False, assign=True)
+    if cfg.tie_weights:  # assign=True replaced wte.weight's Parameter: tie the output layer to the new one
+        model.lm_head.weight = model.wte.weight
+    source_meta = {
+        "kind": kind,
+        "path": str(folder),
+        "model_type": raw["model_type"],
+        "architectures": raw.get("architectures"),
+        "name_or_path": raw.get("_name_or_path"),
+        "params": n_params,
+    }
+    # kept on disk in the file's own half precision when it has one (computed in float32 when loaded)
+    dtype = next((dt for dt in (torch.bfloat16, torch.float16) if stored == {dt}), torch.float32)
+    meta = ckpt.CheckpointMeta.from_dict({"tokenizer": tokenizer, "source": source_meta, "step": 0})
+    return Converted(model.eval(), meta, dtype)

@@ -138,11 +138,11 @@ class Plan:
     total: int  # features whose inputs may be computed (the progress' units)
 
 
-def _ids(service: ModelService, text: str | None, ids: list[int] | None) -> list[int]:
+def _ids(service: ModelService, text: str | None, ids: list[int] | None, bos: bool | None = None) -> list[int]:
     if (text is None) == (ids is None):
         raise InputError("text", "give either text or ids, not both or neither")
     if text is not None:
-        return prompt_ids(service, text, truncate=False, field="text")[0]
+        return prompt_ids(service, text, truncate=False, field="text", bos=bos)[0]
     assert ids is not None
     return given_ids(service, ids, "ids")
 
@@ -164,7 +164,7 @@ def plan(service: ModelService, req: AttributionRequest, limit: float | None = N
     except ValueError as e:
         raise InputError("text" if req.text is not None else "ids", f"the served model: {e}") from None
     loaded = store.get(service, req.transcoders)
-    ids = _ids(service, req.text, req.ids)
+    ids = _ids(service, req.text, req.ids, req.bos)
     _check_tokens(service, req.token, req.wrong)
     cfg, c = service.model.cfg, loaded.codes[0].cfg
     T = len(ids)
@@ -304,7 +304,7 @@ def _answer(
 
 def steer(service: ModelService, req: SteerRequest) -> SteerResponse:
     loaded = store.get(service, req.transcoders)
-    ids = _ids(service, req.text, req.ids)
+    ids = _ids(service, req.text, req.ids, req.bos)
     _check_tokens(service, req.token, None)
     L, F, T = len(loaded.codes), loaded.codes[0].cfg.d_sae, len(ids)
     for n, iv in enumerate(req.interventions):

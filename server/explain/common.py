@@ -8,6 +8,9 @@ from collections.abc import Sequence
 
 import torch
 
+from gptscope.model.chat import ChatTemplateError
+from gptscope.model.tokenizers import HFEncoding
+
 from ..errors import InputError
 from ..schemas.arrays import Arr
 from ..schemas.stages import NextToken
@@ -41,24 +44,95 @@ def token_text(service: ModelService, tid: int) -> str:
     return token_bytes(service.encoding, int(tid)).decode("utf-8", errors="replace")
 
 
-def prompt_ids(service: ModelService, text: str, truncate: bool, field: str = "text") -> tuple[list[int], int]:
-    """Token ids of a prompt for the loaded model; refuses (or, if asked, truncates) a prompt that
-    does not fit the context window. Returns the ids and how many were dropped from the front."""
+def bos_ids(service: ModelService, bos: bool | None) -> list[int]:
+    """The beginning-of-text tokens a prompt starts with: by default (bos None) those the model's
+    tokenizer config says it expects (an imported Hugging Face model's; none for the others); bos
+    true: its tokenizer's BOS token even where not expected (a 422 if it has none); false: none."""
+    enc = service.encoding
+    if bos is False or not isinstance(enc, HFEncoding):
+        if bos:
+            raise InputError("bos", "this model's tokenizer has no beginning-of-text token")
+        return []
+    if bos is None or enc.bos_ids:
+        return list(enc.bos_ids)
+    named = enc.token_id(enc.config.get("bos_token"))
+    if named is None:
+        raise InputError(
+            "bos", "this model's tokenizer has no beginning-of-text token (tokenizer_config.json: bos_token)"
+        )
+    return [named]
+
+
+def prompt_ids(
+    service: ModelService, text: str, truncate: bool, field: str = "text", bos: bool | None = None
+) -> tuple[list[int], int]:
+    """Token ids of a prompt for the loaded model, after its beginning-of-text token where it expects
+    one (`bos_ids`); refuses (or, if asked, truncates: the BOS stays first) a prompt that does not fit
+    the context window. Returns the ids and how many were dropped from the front."""
     check_text(text, field)
     # a classifier's prompt is written with its special tokens (<|start|> ... <|extract|>)
     ids = encode(service.encoding, text, allow_special=service.classifier is not None, field=field)
-    n_ctx = service.model.cfg.n_ctx
     if not ids:
         raise InputError(field, "the prompt has no tokens")
-    if len(ids) > n_ctx:
+    return fit(service, bos_ids(service, bos), ids, truncate, field)
+
+
+def fit(service: ModelService, lead: list[int], ids: list[int], truncate: bool, field: str) -> tuple[list[int], int]:
+    """lead + ids within the context window: refused, or (truncate) the last ids kept after lead."""
+    n_ctx = service.model.cfg.n_ctx
+    if len(lead) + len(ids) > n_ctx:
         if not truncate:
             raise InputError(
                 field,
-                f"the prompt is {len(ids)} tokens; the model's context window is n_ctx={n_ctx} tokens "
+                f"the prompt is {len(lead) + len(ids)} tokens; the model's context window is n_ctx={n_ctx} tokens "
                 f"(send truncate=true to keep the last {n_ctx})",
             )
-        return ids[-n_ctx:], len(ids) - n_ctx
-    return ids, 0
+        keep = n_ctx - len(lead)
+        return lead + ids[len(ids) - keep :], len(ids) - keep
+    return lead + ids, 0
+
+
+def request_prompt(
+    service: ModelService,
+    text: str,
+    messages: list | None,
+    add_generation_prompt: bool,
+    bos: bool | None,
+    truncate: bool,
+) -> tuple[list[int], int, str | None]:
+    """A request's prompt, as a text or as a chat (`messages`, each a ChatMessage): its ids, how many
+    were dropped from the front, and a chat's text as its template wrote it (None for a text)."""
+    if messages is not None:
+        return chat_ids(service, [m.model_dump() for m in messages], add_generation_prompt, truncate, bos)
+    if not text:
+        raise InputError("text", "give a prompt (text) or a chat (messages)")
+    ids, dropped = prompt_ids(service, text, truncate, bos=bos)
+    return ids, dropped, None
+
+
+def chat_ids(
+    service: ModelService, messages: list[dict], add_generation_prompt: bool, truncate: bool, bos: bool | None = None
+) -> tuple[list[int], int, str]:
+    """A chat's token ids: the model's chat template rendered in its sandbox (model/chat.py), encoded
+    with its special tokens read as tokens (a template writes its own BOS; bos true adds one where it
+    does not). Returns the ids, how many were dropped from the front, and the template's text."""
+    enc = service.encoding
+    if not isinstance(enc, HFEncoding) or not enc.chat_template:
+        raise InputError("messages", "this model has no chat template (tokenizer_config.json field chat_template)")
+    try:
+        text = enc.render_chat(messages, add_generation_prompt)
+    except ChatTemplateError as e:
+        raise InputError(
+            "messages", f"the model's chat template (tokenizer_config.json field chat_template): {e}"
+        ) from None
+    ids = encode(enc, text, allow_special=True, field="messages")
+    if not ids:
+        raise InputError("messages", "the chat template's text has no tokens")
+    lead = bos_ids(service, True) if bos else []
+    if lead and ids[: len(lead)] == lead:
+        lead = []
+    out, dropped = fit(service, lead, ids, truncate, "messages")
+    return out, dropped, text
 
 
 def given_ids(service: ModelService, ids: list[int], field: str = "ids") -> list[int]:

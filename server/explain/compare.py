@@ -29,6 +29,8 @@ LN2 = math.log(2)
 
 def _token_at_char(pieces, char: int) -> int:
     for p in pieces:
+        if p.special and p.end == p.start:  # a beginning-of-text token covers no character
+            continue
         if p.start <= char < max(p.end, p.start + 1):
             return p.index
     return pieces[-1].index
@@ -54,7 +56,7 @@ def _char_bits(pieces, token_loss: list[float | None], n_chars: int) -> list[flo
 
 def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple[CompareSide, dict]:
     cfg = svc.model.cfg
-    ids, _ = prompt_ids(svc, req.text, truncate=False)
+    ids, _ = prompt_ids(svc, req.text, truncate=False, bos=req.bos)
     layer = check_index(req.layer, cfg.n_layer, "layer")
     head = check_index(req.head, cfg.n_head, "head")
     pieces = token_pieces(svc.encoding, ids, req.text)

@@ -9,18 +9,19 @@ from ..errors import InputError
 from ..schemas.forward import ForwardRequest, ForwardResponse, PartInfo, PartsResponse
 from ..service import ModelService
 from . import parts as registry
-from .common import check_index, check_indices, given_ids, prompt_ids
+from .common import check_index, check_indices, given_ids, request_prompt
 from .stages import Selection, Trace
 from .tokens import token_pieces
 
 
-def request_ids(service: ModelService, req: ForwardRequest) -> tuple[list[int], int]:
-    """The request's token ids (given, or the prompt's) and how many were dropped from the front."""
+def request_ids(service: ModelService, req: ForwardRequest) -> tuple[list[int], int, str | None]:
+    """The request's token ids (given, a chat's or the prompt's), how many were dropped from the front,
+    and a chat's text as its template wrote it."""
     if req.ids is not None:
-        return given_ids(service, req.ids), 0
-    if not req.text:
-        raise InputError("text", "give a prompt (text) or token ids (ids)")
-    return prompt_ids(service, req.text, req.truncate)
+        return given_ids(service, req.ids), 0, None
+    if req.messages is None and not req.text:
+        raise InputError("text", "give a prompt (text), a chat (messages) or token ids (ids)")
+    return request_prompt(service, req.text, req.messages, req.add_generation_prompt, req.bos, req.truncate)
 
 
 def selection(service: ModelService, req: ForwardRequest, n_tokens: int) -> Selection:
@@ -56,7 +57,7 @@ def run_trace(
 
 def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
     cfg = service.model.cfg
-    ids, dropped = request_ids(service, req)
+    ids, dropped, chat_text = request_ids(service, req)
     sel = selection(service, req, len(ids))
     parts = registry.wanted(service, req.include)
     with service.run() as m:
@@ -66,6 +67,7 @@ def forward(service: ModelService, req: ForwardRequest) -> ForwardResponse:
         model=service.name,
         tokens=token_pieces(service.encoding, ids),
         truncated=dropped,
+        chat_text=chat_text,
         n_layer=cfg.n_layer,
         n_head=cfg.n_head,
         d_model=cfg.d_model,

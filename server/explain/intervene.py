@@ -9,7 +9,7 @@ from gptscope.model.gpt import HookFn, hook_name
 from ..errors import InputError
 from ..schemas.intervene import Compared, InterveneRequest, InterveneResponse, RunSummary
 from ..service import ModelService
-from .common import next_tokens, prompt_ids, token_text
+from .common import next_tokens, request_prompt, token_text
 from .digits import FINE, VALUE
 from .tokens import token_pieces
 
@@ -22,7 +22,7 @@ def _mean_loss(logits: torch.Tensor, ids: list[int]) -> float | None:
 
 def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse:
     cfg = service.model.cfg
-    ids, _ = prompt_ids(service, req.text, truncate=False)
+    ids, _, _ = request_prompt(service, req.text, req.messages, req.add_generation_prompt, req.bos, False)
     for n, h in enumerate(req.ablate_heads):
         if h.layer >= cfg.n_layer:
             raise InputError(

@@ -469,7 +469,7 @@ def _config(base: dict, overrides: dict) -> GPTConfig:
 
 def _config_model(cfg: GPTConfig) -> schemas.ParamsConfig:
     fields = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
-    fields["gelu"] = cfg.gelu if cfg.mlp == "gelu" else None  # SwiGLU's gate is SiLU: no GELU to name
+    fields["gelu"] = cfg.gelu if cfg.mlp in ("gelu", "geglu") else None  # SwiGLU's gate is SiLU: no GELU to name
     return schemas.ParamsConfig(**fields)
 
 
@@ -499,7 +499,11 @@ def params(service: ModelService, preset: str | None, overrides: dict) -> schema
             L * counts["attention_weights_per_block"],
         ),
         (
-            ("MLP weights (2 d × d_mlp per block)" if cfg.mlp == "gelu" else "SwiGLU weights (3 d × d_mlp per block)")
+            (
+                f"{'GeGLU' if cfg.mlp == 'geglu' else 'SwiGLU'} weights (3 d × d_mlp per block)"
+                if cfg.gated
+                else "MLP weights (2 d × d_mlp per block)"
+            )
             if not cfg.n_expert
             else f"{cfg.n_expert} experts' weights + router (per block)",
             L * counts["mlp_weights_per_block"],

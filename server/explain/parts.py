@@ -21,7 +21,7 @@ from gptscope.model.gpt import GPTConfig, hook_name
 from .. import lenses, saes
 from ..schemas.forward import PART_ANSWERS, PartAnswer
 from ..service import ModelService
-from . import stages
+from . import stages, switches
 from .stages import Selection
 
 Hooks = Callable[[GPTConfig, Selection], Iterable[str]]
@@ -56,7 +56,8 @@ def _streams(cfg: GPTConfig, sel: Selection) -> list[str]:
 
 def _components(cfg: GPTConfig, sel: Selection) -> list[str]:
     """What the residual stream is the sum of, and the final norm's scale: for splitting a logit
-    (nanochat: x0 and the normalised embedding, to split off the smear, and the logits before the cap)."""
+    (nanochat: x0 and the normalised embedding, to split off the smear; Gemma: x0, the scaled embedding;
+    and the logits before the cap)."""
     return [
         "hook_embed",
         "hook_pos_embed",
@@ -87,7 +88,22 @@ def _is_dense(s: ModelService) -> bool:
     return not s.model.cfg.n_expert
 
 
-HEAD_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_q_rot", "hook_k_rot", "hook_attn_scores", "hook_pattern")
+HEAD_HOOKS = (
+    "hook_q",
+    "hook_k",
+    "hook_v",
+    "hook_q_rot",
+    "hook_k_rot",
+    "hook_attn_scores_uncapped",
+    "hook_attn_scores",
+    "hook_pattern",
+)
+
+
+def _nanochat_stream(s: ModelService) -> bool:
+    """nanochat's stream pieces besides the softcap (a softcap alone, Gemma 2's, is the switches' part)."""
+    return any(e != "softcap" for e in s.model.cfg.extras)
+
 
 PARTS: tuple[Part, ...] = (
     Part(
@@ -103,7 +119,7 @@ PARTS: tuple[Part, ...] = (
     Part(
         "layernorm",
         hooks=lambda cfg, sel: at_layer(
-            sel.layer, "hook_resid_pre", "hook_resid_mid", "hook_attn_out", "ln1.hook_normalized"
+            sel.layer, "hook_resid_pre", "hook_resid_mid", "hook_attn_out", "ln1.hook_normalized", "attn.hook_z"
         ),
         build=stages.layernorm,
         stale_on=("layer", "position"),
@@ -179,9 +195,17 @@ PARTS: tuple[Part, ...] = (
         "stream_extras",
         hooks=_extras,
         build=stages.stream_extras,
-        applies=lambda s: bool(s.model.cfg.extras),
+        applies=_nanochat_stream,
         stale_on=("position",),
         every_position=True,  # the softcap: the largest logit over the prompt
+    ),
+    Part(
+        "block_switches",
+        hooks=lambda cfg, sel: switches.hooks(cfg),
+        build=switches.block_switches,
+        applies=lambda s: bool(s.model.cfg.switches),
+        stale_on=("layer", "head", "position"),
+        every_position=True,  # the logits' softcap: the largest logit over the prompt
     ),
     Part(
         "sae_features",

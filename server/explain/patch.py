@@ -137,18 +137,18 @@ class Plan:
         return (self.clean.ids, self.corrupted.ids, self.req.direction, self.answer, self.wrong, kind, heads)
 
 
-def _ids(service: ModelService, text: str | None, ids: list[int] | None, name: str) -> list[int]:
+def _ids(service: ModelService, text: str | None, ids: list[int] | None, name: str, bos: bool | None) -> list[int]:
     if (text is None) == (ids is None):
         raise InputError(name, f"give either {name} (text) or {name}_ids, not both or neither")
     if text is not None:
-        return prompt_ids(service, text, truncate=False, field=name)[0]
+        return prompt_ids(service, text, truncate=False, field=name, bos=bos)[0]
     assert ids is not None
     return given_ids(service, ids, f"{name}_ids")
 
 
 def pair_ids(service: ModelService, req: PairRequest) -> tuple[list[int], list[int]]:
-    clean = _ids(service, req.clean, req.clean_ids, "clean")
-    corrupted = _ids(service, req.corrupted, req.corrupted_ids, "corrupted")
+    clean = _ids(service, req.clean, req.clean_ids, "clean", req.bos)
+    corrupted = _ids(service, req.corrupted, req.corrupted_ids, "corrupted", req.bos)
     name = "corrupted" if req.corrupted is not None else "corrupted_ids"
     if len(clean) != len(corrupted):
         raise InputError(

@@ -24,7 +24,7 @@ from ..schemas.sampling import (
 )
 from ..schemas.stages import NextToken
 from ..service import ModelService
-from .common import given_ids, prompt_ids, rounded, token_text
+from .common import given_ids, request_prompt, rounded, token_text
 from .digits import COARSE, FINE, VALUE
 from .sae import steering_sae
 from .tokens import token_pieces
@@ -43,9 +43,9 @@ def _entropy(p: torch.Tensor) -> float:
 
 def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenResponse:
     _check_top_k(service, req)
-    ids, _ = prompt_ids(service, req.text, req.truncate)
-    with service.run() as m:
-        logits, _ = m(torch.tensor([ids], device=service.device))
+    ids, _, _ = request_prompt(service, req.text, req.messages, req.add_generation_prompt, req.bos, req.truncate)
+    with service.run() as m:  # (the last position's logits only: the unembedding is the widest matmul)
+        logits, _ = m(torch.tensor([ids], device=service.device), last_only=True)
     last = logits[0, -1].float()
     f = filter_logits(last, req.temperature, req.top_k, req.top_p)
     order = torch.argsort(f.probs_raw, descending=True, stable=True)[: req.show]

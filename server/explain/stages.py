@@ -23,8 +23,11 @@ from gptscope.model.gpt import (
     causal_allowed,
     has_value_embed,
     hook_name,
+    is_local_rope,
+    layer_rope_base,
     layer_window,
     rope_angles,
+    rope_frequencies,
 )
 
 from .. import lenses, saes
@@ -174,11 +177,15 @@ def embeddings(t: Trace) -> EmbeddingsBlock:
 
 def layernorm(t: Trace) -> LayerNormDetail:
     layer, pos, cfg = t.sel.layer, t.sel.position, t.cfg
-    ln = block(t.model, layer).ln1
-    # pre-norm: ln1 reads the stream entering the block; post-norm: it reads stream + attention
+    b = block(t.model, layer)
+    ln = b.ln1
+    # pre-norm: ln1 reads the stream entering the block; post-norm: it reads stream + attention;
+    # OLMo 2's (norm="out"): it reads attention's output (its heads' z through W_O)
     x = t.act("hook_resid_pre", layer)[pos]
-    if cfg.norm not in ("pre", "both"):
+    if cfg.norm == "post":
         x = x + t.act("hook_attn_out", layer)[pos]
+    elif cfg.norm == "out":
+        x = b.attn.c_proj(t.act("attn.hook_z", layer)[pos].reshape(1, -1))[0]
     rms = cfg.norm_type == "rmsnorm"
     mean = torch.zeros(()) if rms else x.mean()
     var = x.pow(2).mean() if rms else x.var(unbiased=False)
@@ -213,11 +220,14 @@ def head_detail(t: Trace) -> HeadDetail:
     window = layer_window(cfg, layer)
     allowed = causal_allowed(T, T, window=window) if cfg.causal else torch.ones(T, T, dtype=torch.bool)
     masked = [[round(float(scores[i, j]), VALUE) if allowed[i, j] else None for j in range(T)] for i in range(T)]
+    uncapped = arr(t.act("attn.hook_attn_scores_uncapped", layer)[head]) if cfg.attn_softcap else None
     return HeadDetail(
         layer=layer,
         head=head,
         d_head=cfg.d_head,
-        scale=1 / math.sqrt(cfg.d_head),
+        scale=cfg.attn_scale or 1 / math.sqrt(cfg.d_head),
+        softcap=cfg.attn_softcap,
+        scores_uncapped=uncapped,
         # RoPE: the rotated q and k (their dot product is the score); grouped-query attention: the
         # key/value head this query head shares
         q=arr(t.act("attn.hook_q_rot" if rope else "attn.hook_q", layer)[:, head]),
@@ -262,10 +272,11 @@ def mlp(t: Trace) -> MLPBlock:
     edges = torch.linspace(min(lo, -4.0), max(hi, 4.0), HIST_BINS + 1)
     post, pre = t.act("mlp.hook_post", layer)[pos], pres[layer][pos]
     top = torch.topk(post, min(TOP_NEURONS, post.numel()))
-    act = "silu" if cfg.mlp == "swiglu" else cfg.gelu
+    act = "silu" if cfg.mlp == "swiglu" else cfg.gelu  # (GeGLU: the gate's GELU)
     cx, cy = gelu_curve(act)
     return MLPBlock(
         gelu=act,
+        gated=cfg.gated,
         curve_x=cx,
         curve_y=cy,
         layers=[_histogram_layer(li, p, edges) for li, p in enumerate(pres)],
@@ -417,8 +428,23 @@ def decompose(
         residual_error=round(logit - total, FINE),
         exact=True,
         note="the final LayerNorm's scale is held at its value for this prompt, which makes the "
-        "map from residual stream to logit linear, so the parts add up exactly",
+        "map from residual stream to logit linear, so the parts add up exactly" + _block_note(m.cfg),
     )
+
+
+def _block_note(cfg: GPTConfig) -> str:
+    """What the decomposition's note adds for the imported families' blocks."""
+    note = ""
+    if cfg.parallel:
+        note += "; in a parallel block attention and the MLP both read the block's input, and both writes are parts"
+    if cfg.norm in ("both", "out"):
+        note += (
+            "; each block's attention is one part: the norm on its output divides the summed heads by their "
+            "joint size, so single heads are not parts of the stream"
+        )
+    if cfg.embed_scale != 1.0:
+        note += f"; the embedding part is the token's row of W_E times {cfg.embed_scale:.4g}, as it enters the stream"
+    return note
 
 
 def split_logit(
@@ -441,7 +467,7 @@ def split_logit(
 
     rows = embed_parts(m, c, pos, part)
     for li in range(cfg.n_layer):
-        if cfg.norm == "both":  # the sandwich normalises the summed heads: only the whole output adds up
+        if cfg.norm in ("both", "out"):  # a norm on the summed heads' output: only the whole output adds up
             rows.append(part(f"L{li} attention", "attn", c[hook_name("hook_attn_out", li)][pos], layer=li))
         else:
             res = c[hook_name("attn.hook_result", li)][pos]  # (nh, d)
@@ -494,28 +520,32 @@ def stream_weights(m: GPT) -> tuple[float, list[float]]:
 
 def rope(t: Trace) -> RopeBlock:
     cfg, layer, head, pos = t.cfg, t.sel.layer, t.sel.head, t.sel.position
-    hs, kvh = cfg.d_head, kv_head(cfg, head)
+    hs, r, kvh = cfg.d_head, cfg.rotary, kv_head(cfg, head)
     q_all, k_all = t.act("attn.hook_q", layer), t.act("attn.hook_k", layer)  # (T, nh, hs), (T, n_kv, hs)
     T = q_all.size(0)
-    cos, sin = rope_angles(hs, torch.arange(T), cfg.rope_base)
+    base, freq = layer_rope_base(cfg, layer), rope_frequencies(cfg, layer=layer)  # (r/2,) this layer's turns
+    cos, sin = rope_angles(r, torch.arange(T), base, freq)  # (T, r/2): partial rotary turns r of hs channels
     sin = sin * cfg.rope_sign  # nanochat turns by -angle
     q, k = q_all[pos, head], k_all[pos, kvh]  # the selected position's q and k, unrotated
     offset = max(T, 50)
     dist = list(range(T))
+    scale = cfg.attn_scale or 1 / math.sqrt(hs)
 
     def curve(start: int) -> list[float]:
-        """q . k / sqrt(hs) with k rotated to `start` and q to start + distance."""
-        cq, sq = rope_angles(hs, torch.arange(start, start + T), cfg.rope_base)
+        """q . k * scale with k rotated to `start` and q to start + distance."""
+        cq, sq = rope_angles(r, torch.arange(start, start + T), base, freq)
         sq = sq * cfg.rope_sign
         kk = apply_rope(k, cq[0], sq[0])  # the key at `start`
-        return [round(float(apply_rope(q, cq[d], sq[d]) @ kk) / math.sqrt(hs), VALUE) for d in dist]
+        return [round(float(apply_rope(q, cq[d], sq[d]) @ kk) * scale, VALUE) for d in dist]
 
     return RopeBlock(
         layer=layer,
         head=head,
         kv_head=kvh,
-        base=cfg.rope_base,
-        frequencies=rounded(cfg.rope_base ** (-torch.arange(0, hs, 2).float() / hs), FINE),
+        base=base,
+        rotary_dim=r,
+        scaled="none" if is_local_rope(cfg, layer) else cfg.rope_scaling,
+        frequencies=rounded(freq, FINE),
         angles=arr(torch.atan2(sin, cos), COARSE),
         q=arr(q_all[:, head]),
         q_rotated=arr(t.act("attn.hook_q_rot", layer)[:, head]),
@@ -601,7 +631,7 @@ def stream_extras(t: Trace) -> StreamExtrasBlock:
             after=arr(t.act("hook_resid_final").norm(dim=-1), COARSE),
         )
     if cfg.softcap:
-        out.softcap = _softcap(t)
+        out.softcap = softcap_detail(t)
     return out
 
 
@@ -646,7 +676,7 @@ def _value_embed(t: Trace, li: int) -> ValueEmbedLayer:
     )
 
 
-def _softcap(t: Trace) -> SoftcapDetail:
+def softcap_detail(t: Trace) -> SoftcapDetail:
     cap, pos = t.cfg.softcap, t.sel.position
     z_all = t.act("hook_logits_uncapped")  # (T, V)
     z = z_all[pos]

@@ -86,7 +86,7 @@ def request_ids(service: ModelService, req: TokenAttributionRequest) -> tuple[li
         return given_ids(service, req.ids), 0
     if not req.text:
         raise InputError("text", "give a prompt (text) or token ids (ids)")
-    return prompt_ids(service, req.text, req.truncate)
+    return prompt_ids(service, req.text, req.truncate, bos=req.bos)
 
 
 def _block_params(service: ModelService) -> int:

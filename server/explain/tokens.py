@@ -52,7 +52,14 @@ def token_bytes(enc: AnyEncoding, tid: int) -> bytes:
 
 
 def token_pieces(enc: AnyEncoding, ids: list[int], text: str | None = None) -> list[TokenPiece]:
-    """Pieces for ids; spans refer to `text` (the decoded ids when text is None)."""
+    """Pieces for ids; spans refer to `text` (the decoded ids when text is None). A beginning-of-text
+    token the prompt was given (server/explain/common.py: bos_ids) covers none of the text."""
+    if isinstance(enc, HFEncoding) and text is not None and enc.bos_ids and ids[: len(enc.bos_ids)] == enc.bos_ids:
+        k = len(enc.bos_ids)
+        if enc.spans(text, ids) is None and enc.spans(text, ids[k:]) is not None:
+            lead = [p.model_copy(update={"start": 0, "end": 0}) for p in token_pieces(enc, ids[:k])]
+            rest = token_pieces(enc, ids[k:], text)
+            return lead + [p.model_copy(update={"index": p.index + k}) for p in rest]
     raw = [token_bytes(enc, i) for i in ids]
     full = b"".join(raw)
     # an imported tokenizer's own offsets (its normaliser may change the text: SentencePiece's "▁")

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .common import BOS_FIELD, MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
 from .patch import TokenRef
 from .sae import SAE_NAME, FeatureDetail
 from .stages import NextToken
@@ -68,6 +68,7 @@ class AttributionRequest(StrictRequest):
     ids: list[TokenId] | None = Field(
         None, min_length=1, max_length=4096, description="token ids instead of text; each below vocab_size"
     )
+    bos: bool | None = BOS_FIELD
     transcoders: str | None = Field(None, description="the transcoder set's name (default: the served model's first)")
     token: TokenId | None = Field(
         None, description="the target: this token's logit at the last position (default: the most likely next token)"
@@ -158,6 +159,7 @@ class Intervention(StrictRequest):
 class SteerRequest(StrictRequest):
     text: str | None = Field(None, min_length=1, max_length=MAX_PROMPT_CHARS, description="the prompt; give it or ids")
     ids: list[TokenId] | None = Field(None, min_length=1, max_length=4096, description="token ids instead of text")
+    bos: bool | None = BOS_FIELD
     transcoders: str | None = Field(None, description="the transcoder set's name (default: the served model's first)")
     interventions: list[Intervention] = Field(min_length=1, max_length=MAX_INTERVENTIONS)
     token: TokenId | None = Field(None, description="a token whose logit before and after is reported")

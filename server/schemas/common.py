@@ -87,6 +87,52 @@ class TokenPiece(BaseModel):
     special: bool = Field(False, description="a special token such as <|endoftext|>")
 
 
+MAX_MESSAGES = 64  # the most chat messages a request takes
+
+
+class ChatMessage(StrictRequest):
+    """One message of a chat, as a chat template reads it."""
+
+    role: str = Field(
+        min_length=1,
+        max_length=32,
+        examples=["user"],
+        description="system, user or assistant (as the template knows them)",
+    )
+    content: str = Field(max_length=MAX_PROMPT_CHARS, description="what the message says")
+
+
+def messages_field():
+    return Field(
+        None,
+        min_length=1,
+        max_length=MAX_MESSAGES,
+        description="a chat to run instead of a text: rendered by the model's chat template (tokenizer_config.json's "
+        "chat_template, in Jinja2's sandbox), its special tokens read as tokens; a 422 for a model without a template, "
+        "or a template the sandbox refuses",
+    )
+
+
+GENERATION_PROMPT_FIELD = Field(
+    True, description="messages: end with the start of the assistant's turn (the template's generation prompt)"
+)
+# a request that takes a prompt as text or as a chat: one of them must be there (the schema says so)
+TEXT_OR_MESSAGES = {
+    "anyOf": [
+        {"required": ["text"], "properties": {"text": {"minLength": 1}}},
+        {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+    ]
+}
+
+
+BOS_FIELD = Field(
+    None,
+    description="start the prompt with the model's beginning-of-text token: null (default) as its tokenizer "
+    "config says (add_bos_token, or tokenizer.json's post-processor: Llama 3, Mistral, TinyLlama, Gemma), true or "
+    "false to choose; a chat's template writes its own",
+)
+
+
 ERROR_RESPONSES = {
     413: {"model": ErrorResponse, "description": "request body or text over a documented limit"},
     422: {"model": ErrorResponse, "description": "invalid field; detail names it and the limit"},

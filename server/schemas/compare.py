@@ -27,6 +27,11 @@ class CompareRequest(StrictRequest):
     layer: int = Field(0, ge=0, description="the attention layer shown")
     head: int = Field(0, ge=0, description="the attention head shown")
     top_k: int = Field(10, ge=1, le=100)
+    bos: bool | None = Field(
+        None,
+        description="start each side's prompt with its model's beginning-of-text token: null (default) as each "
+        "model's tokenizer config says, true or false to choose for both",
+    )
 
 
 class CompareSide(BaseModel):

@@ -13,11 +13,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .common import (
+    BOS_FIELD,
+    GENERATION_PROMPT_FIELD,
+    MAX_PROMPT_CHARS,
+    ChatMessage,
+    StrictRequest,
+    TokenId,
+    TokenPiece,
+    messages_field,
+)
 from .lens import TunedLensBlock
 from .sae import SaeFeaturesBlock
 from .stages import (
     AttentionBlock,
+    BlockSwitchesBlock,
     ClassifierBlock,
     Decomposition,
     EmbeddingsBlock,
@@ -118,6 +128,13 @@ PART_ANSWERS: tuple[PartAnswer, ...] = (
         "backout and the softcap, with their numbers (the selected position's where one is picked)",
     ),
     PartAnswer(
+        "block_switches",
+        BlockSwitchesBlock,
+        "imported families' block switches only (GPTConfig.switches: GPT-NeoX's parallel block and partial "
+        "rotary, Gemma's GeGLU, sandwich norm, scaled embedding, softcaps and local/global layers, OLMo 2's "
+        "output norms and q/k norm): each in words with its numbers, and this prompt's numbers for it",
+    ),
+    PartAnswer(
         "sae_features",
         SaeFeaturesBlock,
         "models with an SAE (GET /api/v1/saes) only: the SAE's features active at the selected position, "
@@ -141,6 +158,7 @@ class ForwardRequest(StrictRequest):
             "anyOf": [
                 {"required": ["text"], "properties": {"text": {"minLength": 1}}},
                 {"required": ["ids"], "properties": {"ids": {"type": "array"}}},
+                {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
             ]
         }
     )
@@ -160,6 +178,9 @@ class ForwardRequest(StrictRequest):
         "`text` is then ignored. Each id must be below the loaded model's vocab_size, "
         "and there may be at most n_ctx of them (see /api/v1/health)",
     )
+    messages: list[ChatMessage] | None = messages_field()
+    add_generation_prompt: bool = GENERATION_PROMPT_FIELD
+    bos: bool | None = BOS_FIELD
     include: list[ForwardPart] = Field(  # type: ignore[valid-type]
         default_factory=lambda: ["attention", "next_token"],
         description="which stages of the trace to return (GET /api/v1/forward/parts lists them, and which "
@@ -189,6 +210,9 @@ class TraceHeader(BaseModel):
     model: str
     tokens: list[TokenPiece]
     truncated: int = Field(0, description="tokens dropped from the front when truncate was asked for")
+    chat_text: str | None = Field(
+        None, description="messages: the chat template's text the tokens are the encoding of (null for a text prompt)"
+    )
     n_layer: int
     n_head: int
     d_model: int

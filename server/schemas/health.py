@@ -26,18 +26,58 @@ _SHAPE = config_fields(
     ("vocab_size", "n_ctx", "n_layer", "n_head", "d_model", "d_mlp", "norm", "gelu"), required=True, loose=True
 )
 _MODERN = config_fields(
-    ("pos", "norm_type", "mlp", "n_kv_head", "window", "window_pattern", "n_expert", "top_k_experts", "softcap"),
+    (
+        "pos",
+        "norm_type",
+        "mlp",
+        "n_kv_head",
+        "head_dim",
+        "window",
+        "window_pattern",
+        "window_last_full",
+        "n_expert",
+        "top_k_experts",
+        "softcap",
+        "qk_norm",
+        "qk_norm_all",
+        "parallel",
+        "rotary_dim",
+        "attn_scale",
+        "attn_softcap",
+        "embed_scale",
+        "rope_base",
+        "rope_local_base",
+    ),
     loose=True,
     describe={
         "pos": dict(description="positions: 'learned' rows (GPT-2), 'rope' (rotary) or 'none'"),
         "norm_type": dict(description="'layernorm' or 'rmsnorm'"),
-        "mlp": dict(description="'gelu' (GPT-2's MLP), 'swiglu' or 'relu2' (nanochat: relu(x W_up)^2)"),
+        "mlp": dict(
+            description="'gelu' (GPT-2's MLP), 'swiglu', 'geglu' (Gemma) or 'relu2' (nanochat: relu(x W_up)^2)"
+        ),
+        "head_dim": dict(description="each head's size when set apart from d_model / n_head (0: d_model / n_head)"),
         "n_kv_head": dict(description="key/value heads; fewer than n_head means grouped-query attention"),
         "window": dict(description="sliding-window attention: keys each query sees (0: all earlier ones)"),
         "window_pattern": dict(
             description="per-layer windows, tiled: 'S' layers use window, 'L' see all ('': every layer window)"
         ),
-        "softcap": dict(description="logits = softcap tanh(z / softcap) (nanochat: 15); 0: none"),
+        "softcap": dict(description="logits = softcap tanh(z / softcap) (nanochat: 15, Gemma 2: 30); 0: none"),
+        "window_last_full": dict(description="the last layer sees every key whatever window_pattern says (nanochat)"),
+        "qk_norm": dict(description="an RMSNorm over q and k before RoPE (Qwen3, Gemma 3, OLMo 2)"),
+        "qk_norm_all": dict(description="qk_norm over every head at once, not head by head (OLMo 2)"),
+        "parallel": dict(description="attention and the MLP both read the block's input (GPT-NeoX)"),
+        "rotary_dim": dict(description="RoPE turns only each head's first rotary_dim channels (0: all; Pythia: 1/4)"),
+        "attn_scale": dict(
+            description="scores = q k^T * attn_scale (0: 1/sqrt(d_head); Gemma: query_pre_attn_scalar^-1/2)"
+        ),
+        "attn_softcap": dict(
+            description="scores = attn_softcap tanh(s / attn_softcap) before the mask (Gemma 2: 50); 0: none"
+        ),
+        "embed_scale": dict(
+            description="each token's W_E row times this as it enters the stream (Gemma: sqrt(d_model))"
+        ),
+        "rope_base": dict(description="RoPE's base (the global layers' where rope_local_base is set)"),
+        "rope_local_base": dict(description="the RoPE base of the windowed layers (Gemma 3: 10,000); 0: rope_base"),
         "n_expert": dict(description="mixture of experts: FFNs per block (0: one dense MLP)"),
         "top_k_experts": dict(description="experts each token is sent to"),
     },
@@ -77,10 +117,32 @@ _ModelInfo = schema_model(
             "(the forward page's stream_extras part shows them)",
         ),
     ),
+    switches=(
+        list[str],
+        Field(
+            default_factory=list,
+            description="the imported families' block switches the model turns on (parallel, rotary_dim, geglu, "
+            "sandwich, norm_out, qk_norm_all, embed_scale, attn_scale, attn_softcap, local_global, rope_local_base, "
+            "softcap; the forward page's block_switches part shows them)",
+        ),
+    ),
+    bos=(
+        list[int],
+        Field(
+            default_factory=list,
+            description="the beginning-of-text token ids a prompt starts with by default (an imported tokenizer's "
+            "config: add_bos_token or its tokenizer.json post-processor); empty for none",
+        ),
+    ),
+    chat_template=(
+        bool,
+        Field(False, description="whether the tokenizer has a chat template (forward takes messages)"),
+    ),
     source=(
         str,
         Field(
             description="'trained' (here, with gptscope train), 'huggingface-gpt2', 'huggingface-llama', "
+            "'huggingface-gpt-neox', 'huggingface-gemma', 'huggingface-phi3', 'huggingface-olmo2', "
             "'nanogpt' or 'nanochat' (imported with gptscope import)"
         ),
     ),

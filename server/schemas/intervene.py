@@ -1,8 +1,17 @@
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from .common import MAX_PROMPT_CHARS, StrictRequest, TokenPiece
+from .common import (
+    BOS_FIELD,
+    GENERATION_PROMPT_FIELD,
+    MAX_PROMPT_CHARS,
+    TEXT_OR_MESSAGES,
+    ChatMessage,
+    StrictRequest,
+    TokenPiece,
+    messages_field,
+)
 from .stages import NextToken
 
 
@@ -17,11 +26,16 @@ class TokenEdit(StrictRequest):
 
 
 class InterveneRequest(StrictRequest):
-    text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    model_config = ConfigDict(json_schema_extra=TEXT_OR_MESSAGES)  # a prompt or a chat
+
+    text: str = Field("", max_length=MAX_PROMPT_CHARS, description="the prompt (or messages)")
+    messages: list[ChatMessage] | None = messages_field()
+    add_generation_prompt: bool = GENERATION_PROMPT_FIELD
     ablate_heads: list[HeadRef] = Field(default_factory=list, description="heads whose output is set to zero")
     ablate_mlps: list[int] = Field(default_factory=list, description="layers whose MLP output is set to zero")
     edits: list[TokenEdit] = Field(default_factory=list, description="replace prompt tokens before running")
     top_k: int = Field(10, ge=1, le=50)
+    bos: bool | None = BOS_FIELD
 
 
 class Compared(BaseModel):

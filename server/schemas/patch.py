@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .arrays import Matrix
-from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .common import BOS_FIELD, MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
 from .intervene import HeadRef
 from .stages import NextToken
 
@@ -47,6 +47,7 @@ class PairRequest(StrictRequest):
         max_length=MAX_PROMPT_CHARS,
         description="the prompt the model gets right; give it or clean_ids; within n_ctx tokens",
     )
+    bos: bool | None = BOS_FIELD
     corrupted: str | None = Field(
         None,
         min_length=1,

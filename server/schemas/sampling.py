@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .common import (
+    BOS_FIELD,
+    GENERATION_PROMPT_FIELD,
+    MAX_PROMPT_CHARS,
+    TEXT_OR_MESSAGES,
+    ChatMessage,
+    StrictRequest,
+    TokenId,
+    TokenPiece,
+    messages_field,
+)
 from .stages import NextToken
 
 MAX_TEMPERATURE = 100.0
@@ -30,9 +40,16 @@ class SamplingSettings(StrictRequest):
 
 
 class NextTokenRequest(SamplingSettings):
-    text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, examples=["ROMEO:\nBut soft, what"])
+    model_config = ConfigDict(json_schema_extra=TEXT_OR_MESSAGES)  # a prompt or a chat
+
+    text: str = Field(
+        "", max_length=MAX_PROMPT_CHARS, examples=["ROMEO:\nBut soft, what"], description="the prompt (or messages)"
+    )
+    messages: list[ChatMessage] | None = messages_field()
+    add_generation_prompt: bool = GENERATION_PROMPT_FIELD
     show: int = Field(20, ge=1, le=200, description="how many of the most likely tokens (at temperature 1) to list")
     truncate: bool = False
+    bos: bool | None = BOS_FIELD
 
 
 class FilteredToken(BaseModel):

@@ -46,7 +46,10 @@ class EmbeddingsBlock(BaseModel):
 
 class LayerNormDetail(BaseModel):
     layer: int
-    which: str = Field(description="ln1 (before attention in a pre-norm model; after the add in post-norm)")
+    which: str = Field(
+        description="ln1 (before attention in a pre-norm model; after the add in post-norm; on attention's output "
+        "in a model that normalises each sublayer's output only, OLMo 2's)"
+    )
     position: int
     kind: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="RMSNorm subtracts no mean and has no shift")
     input: Vector = Field(description="(d,) the vector entering the LayerNorm")
@@ -64,7 +67,13 @@ class HeadDetail(BaseModel):
     layer: int
     head: int
     d_head: int
-    scale: float = Field(description="1 / sqrt(d_head): scores are divided by sqrt(d_head)")
+    scale: float = Field(
+        description="what q k^T is multiplied by: 1 / sqrt(d_head), or the model's own (Gemma: query_pre_attn_scalar^-1/2)"
+    )
+    softcap: float = Field(0.0, description="attention softcap c (Gemma 2): scores = c tanh(s / c); 0 for none")
+    scores_uncapped: Matrix | None = Field(
+        None, description="(T, T) q k^T * scale before the softcap (null without one)"
+    )
     q: Matrix = Field(description="(T, d_head) queries of this head (after RoPE's rotation when `rotated`)")
     k: Matrix = Field(description="(T, d_head) keys of its key/value head (after RoPE's rotation when `rotated`)")
     v: Matrix = Field(description="(T, d_head) values of its key/value head")
@@ -74,7 +83,7 @@ class HeadDetail(BaseModel):
         "n_head / n_kv_head query heads share each one",
     )
     rotated: bool = Field(False, description="q and k are shown after RoPE turned them by their positions")
-    scores: Matrix = Field(description="(T, T) Q K^T / sqrt(d_head), before the mask")
+    scores: Matrix = Field(description="(T, T) Q K^T / sqrt(d_head) (capped, with a softcap), before the mask")
     masked_scores: list[list[float | None]] = Field(description="(T, T) after the causal mask; null stands for -inf")
     pattern: Matrix = Field(description="(T, T) softmax of the masked scores")
     z: Matrix = Field(description="(T, d_head) pattern @ V: the weighted sum of values")
@@ -107,8 +116,9 @@ class MLPLayer(BaseModel):
 class MLPBlock(BaseModel):
     gelu: str = Field(
         description="'exact' x*Phi(x) or 'tanh' approximation, as the model uses; 'silu' for a SwiGLU "
-        "MLP (its gate's activation; post = silu(gate) * value)"
+        "MLP (its gate's activation; post = silu(gate) * value); a GeGLU MLP's gate is the GELU named"
     )
+    gated: bool = Field(False, description="a gated MLP (SwiGLU, GeGLU): post = act(gate) * value")
     curve_x: Vector
     curve_y: Vector = Field(description="the model's GELU at curve_x (drawn under the histograms)")
     layers: list[MLPLayer]
@@ -212,11 +222,14 @@ class RopeBlock(BaseModel):
     layer: int
     head: int
     kv_head: int
-    base: float
+    base: float = Field(description="the RoPE base of this layer (Gemma 3: its local layers have their own)")
+    rotary_dim: int = Field(description="the channels of each head RoPE turns (d_head, or fewer: partial rotary)")
+    scaled: str = Field("none", description="how this layer's frequencies are stretched: none, linear or llama3")
     frequencies: list[float] = Field(
-        description="(d_head/2,) radians per position for each pair of dimensions: base^(-2i/d_head)"
+        description="(rotary_dim/2,) radians per position for each pair of dimensions: base^(-2i/rotary_dim), "
+        "stretched as `scaled` says"
     )
-    angles: Matrix = Field(description="(T, d_head/2) the angle each pair turns by at each position")
+    angles: Matrix = Field(description="(T, rotary_dim/2) the angle each pair turns by at each position")
     q: Matrix = Field(description="(T, d_head) queries before the rotation")
     q_rotated: Matrix
     k: Matrix = Field(description="(T, d_head) keys of the key/value head before the rotation")
@@ -318,3 +331,78 @@ class StreamExtrasBlock(BaseModel):
     value_embeds: list[ValueEmbedLayer] | None = None
     backout: BackoutDetail | None = None
     softcap: SoftcapDetail | None = None
+
+
+# ---- the block switches of GPT-NeoX, Gemma 2 and 3, Phi-3 and OLMo 2 ------------------------------------
+
+
+class SwitchNote(BaseModel):
+    name: str = Field(
+        description="the switch (GPTConfig.switches): parallel, rotary_dim, geglu, sandwich, norm_out, ..."
+    )
+    title: str = Field(description="its name in words")
+    text: str = Field(description="what it does, with this model's numbers")
+
+
+class LayerKind(BaseModel):
+    layer: int
+    window: int = Field(description="the keys each query sees (0: every earlier one: a global layer)")
+    rope_base: float | None = Field(description="the RoPE base this layer turns by (null: no RoPE)")
+    rope_scaled: bool = Field(description="whether its RoPE frequencies are stretched (rope_scaling)")
+
+
+class SublayerNorms(BaseModel):
+    layer: int
+    attn_raw: float = Field(description="|attention's output| at the selected position, before any output norm")
+    attn_added: float = Field(description="|what attention adds to the stream| (after the output norm, if one)")
+    mlp_raw: float | None = Field(description="|the MLP's output| before any output norm (null for experts)")
+    mlp_added: float = Field(description="|what the MLP adds to the stream|")
+    mlp_reads: Literal["block input", "after attention"] = Field(
+        description="which stream the MLP's norm reads: the block's input (parallel) or the stream after attention"
+    )
+    resid_pre: float = Field(description="|the stream entering the block|")
+    resid_post: float = Field(description="|the stream leaving the block|")
+
+
+class ScoreCapLayer(BaseModel):
+    layer: int
+    largest_uncapped: float = Field(
+        description="the largest |q k^T * scale| of any head, over the prompt's allowed cells"
+    )
+    changed_share: float = Field(description="share of the allowed scores the cap moved by more than 10%")
+
+
+class AttnSoftcapDetail(BaseModel):
+    cap: float = Field(description="c: scores = c tanh(s / c) before the mask and the softmax")
+    layers: list[ScoreCapLayer]
+    layer: int = Field(description="the selected layer")
+    head: int = Field(description="the selected head")
+    keys: list[int] = Field(description="the key positions the selected position reads (the mask's allowed ones)")
+    uncapped: Vector = Field(description="[key] the selected head's scores at the selected position, before the cap")
+    capped: Vector = Field(description="[key] ... and after it (the softmax reads these)")
+    curve_x: Vector
+    curve_y: Vector = Field(description="c tanh(x / c) at curve_x")
+
+
+class EmbedScaleDetail(BaseModel):
+    scale: float = Field(description="what each token's row of W_E is multiplied by as it enters the stream")
+    row_norm: Vector = Field(description="[position] |W_E row| of the token")
+    scaled_norm: Vector = Field(description="[position] |scale * W_E row|: the stream entering block 0")
+
+
+class BlockSwitchesBlock(BaseModel):
+    position: int
+    switches: list[SwitchNote] = Field(description="each switch this model's block turns on, with its numbers")
+    layers: list[LayerKind] | None = Field(
+        None, description="local and global layers: each layer's window and RoPE base (null without them)"
+    )
+    sublayers: list[SublayerNorms] | None = Field(
+        None, description="parallel blocks and norms on a sublayer's output: what each sublayer wrote, before and after"
+    )
+    attn_softcap: AttnSoftcapDetail | None = None
+    embed_scale: EmbedScaleDetail | None = None
+    softcap: SoftcapDetail | None = Field(
+        None, description="the logits' softcap (Gemma 2), as nanochat's stage shows it"
+    )
+    rotary_dim: int | None = Field(None, description="partial rotary: the channels of each head RoPE turns")
+    d_head: int

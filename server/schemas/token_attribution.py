@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .common import BOS_FIELD, MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
 
 MAX_STEPS = 1024
 Baseline = Literal["zero", "mean"]
@@ -35,6 +35,7 @@ class TokenAttributionRequest(StrictRequest):
         None, min_length=1, max_length=4096, description="token ids to run instead of a text (`text` is then ignored)"
     )
     truncate: bool = Field(False, description="keep the last n_ctx tokens of a longer prompt instead of refusing it")
+    bos: bool | None = BOS_FIELD
     position: int | None = Field(
         None,
         ge=0,

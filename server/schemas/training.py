@@ -53,7 +53,8 @@ _ModelOverrides = schema_model(
             "d_model": dict(ge=16, le=768),
             "n_ctx": dict(ge=8, le=1024),
             "norm": dict(
-                description="norm placement: before each sublayer (GPT-2), after the residual add (GPT-1), or both (Gemma 2)"
+                description="norm placement: before each sublayer (GPT-2), after the residual add (GPT-1), both (Gemma 2) "
+                "or on each sublayer's output only (OLMo 2)"
             ),
             "dropout": dict(ge=0, lt=1),
             "pos": dict(description="learned position rows, rotary (RoPE) or none"),

@@ -21,6 +21,7 @@ import { panel as heads } from "./panel_heads.js";
 import { panel as mlp } from "./panel_mlp.js";
 import { panel as moe } from "./panel_moe.js";
 import { panel as streamExtras } from "./panel_stream_extras.js";
+import { panel as switches } from "./panel_switches.js";
 import { panel as residual } from "./panel_residual.js";
 import { panel as sampling } from "./panel_sampling.js";
 import { panel as generate } from "./panel_generate.js";
@@ -35,9 +36,9 @@ import { panel as attribution, readAttribution, writeAttribution } from "./panel
 //   parts:     the trace's parts it draws (server/explain/parts.py: PARTS; none: it fetches its own)
 //   init:      once, with `page` below (the shared state and the page's actions); may be async
 //   render:    after every answer; view = { parts (the ones the answer carries), promptChanged,
-//              text, sel, labels, state }
+//              text (the prompt box's), prompt (the request's fields: promptFields), sel, labels, state }
 //   position:  (optional) the selected position moved (sel): drawn at once from what is already here
-const PANELS = [classifier, tokens, embeddingSpace, block, rope, attention, heads, mlp, moe, streamExtras, residual,
+const PANELS = [classifier, tokens, embeddingSpace, block, rope, switches, attention, heads, mlp, moe, streamExtras, residual,
   sampling, generate, intervene, decomposition, attribution, sae];
 
 // The loaded model's key/value heads, as /health's info says (the page shell writes it into #prompt-panel).
@@ -64,7 +65,7 @@ const state = {
   testHead: null,           // stage 4: { layer, head, role } open on the repeated-token test input
 };
 let trace = null;        // the merged trace of the prompt on show
-let shownText = null;    // the prompt that trace belongs to
+let shownText = null;    // the prompt that trace belongs to (its request fields, as JSON: promptFields)
 let labels = [];
 
 // --- URL ------------------------------------------------------------------------------------
@@ -72,6 +73,8 @@ let labels = [];
 function readUrl() {
   const q = pageQuery();
   if (q.has("text")) $("prompt").value = q.get("text");
+  if ($("chat")) $("chat").checked = q.get("chat") === "1";
+  if ($("bos")) $("bos").checked = q.get("bos") !== "0";
   const shape = $("prompt-panel").dataset;   // the loaded model's shape, as /api/v1/health reports it
   state.layer = Math.min(whole(q.get("layer"), 0), Math.max(0, (+shape.nLayer || 1) - 1));
   state.head = Math.min(whole(q.get("head"), 0), Math.max(0, (+shape.nHead || 1) - 1));
@@ -109,6 +112,8 @@ function readUrl() {
 // Only settings that differ from the defaults are written, so a plain view stays a short URL.
 function writeUrl() {
   const q = new URLSearchParams({ text: $("prompt").value, layer: state.layer, head: state.head });
+  if ($("chat")?.checked) q.set("chat", "1");
+  if ($("bos") && !$("bos").checked) q.set("bos", "0");
   if (state.position !== null) q.set("position", state.position);
   if (state.target !== null) q.set("target", state.target);
   if (state.feature) q.set("feature", state.feature);
@@ -128,6 +133,30 @@ function writeUrl() {
   setPageQuery(q);
 }
 
+// --- the prompt ---------------------------------------------------------------------------------
+
+// The prompt as the API takes it: the text, or (#chat ticked: a model with a chat template) its lines as
+// messages, which the model's template renders; and the BOS switch (#bos unticked: no beginning-of-text
+// token, where the model's tokenizer adds one).
+function promptFields() {
+  const text = $("prompt").value;
+  const fields = $("chat")?.checked ? { messages: chatMessages(text) } : { text };
+  if ($("bos") && !$("bos").checked) fields.bos = false;
+  return fields;
+}
+
+// "user: hi" starts a message of that role; a line without a role continues the message before it.
+function chatMessages(text) {
+  const out = [];
+  for (const line of text.split("\n")) {
+    const m = /^(system|user|assistant):\s?(.*)$/i.exec(line);
+    if (m) out.push({ role: m[1].toLowerCase(), content: m[2] });
+    else if (out.length) out[out.length - 1].content += `\n${line}`;
+    else if (line) out.push({ role: "user", content: line });
+  }
+  return out;
+}
+
 // --- the one /forward request ---------------------------------------------------------------
 
 let pending = new Set();
@@ -143,14 +172,15 @@ function requestForward(parts, ms = 250) {
 async function runForward(signal) {
   if (inflight) for (const p of inflight.parts) pending.add(p);   // it was just aborted: keep what it was asked for
   inflight = null;
-  const text = $("prompt").value;
-  if (!text) return;
+  if (!$("prompt").value) return;
+  const prompt = promptFields();
+  const text = JSON.stringify(prompt);   // the prompt's identity: a new one (or a switch flipped) is a new trace
   const parts = text !== shownText ? ALL_PARTS : ALL_PARTS.filter((p) => pending.has(p));
   pending = new Set();
   if (!parts.length) return;
   const mine = { parts };
   inflight = mine;
-  const body = { text, include: parts, layer: state.layer, head: state.head, top_k: 10 };
+  const body = { ...prompt, include: parts, layer: state.layer, head: state.head, top_k: 10 };
   if (state.position !== null) body.position = state.position;
   if (state.target !== null) body.target = state.target;
   if (state.sae) body.sae = state.sae;
@@ -159,7 +189,7 @@ async function runForward(signal) {
     const res = await apiPost("/forward", body, signal);
     if (inflight === mine) inflight = null;
     showError(null);
-    apply(res, parts, text);
+    apply(res, parts, text, prompt);
   } catch (err) {
     if (isAbort(err)) return;
     if (inflight === mine) inflight = null;
@@ -177,7 +207,7 @@ function selectedPosition() {
   return trace ? trace.position : 0;
 }
 
-function apply(res, parts, text) {
+function apply(res, parts, text, prompt) {
   const promptChanged = text !== shownText;
   if (promptChanged || !trace) trace = res;
   else {
@@ -195,12 +225,21 @@ function apply(res, parts, text) {
   fillSelect($("head"), range(trace.n_head), state.head);
   fillSelect($("position"), labels.map((t, i) => [String(i), `${i}: ${t}${i === T - 1 ? " (last)" : ""}`]), trace.position);
   const sel = { layer: state.layer, head: state.head, position: trace.position };
-  const view = { parts, promptChanged, text, sel, labels, state };
+  const view = { parts, promptChanged, text: $("prompt").value, prompt, sel, labels, state };
+  showChatText(trace.chat_text);
   for (const p of PANELS) p.render?.(trace, view);
   markPosition();
   writeUrl();
   document.body.dataset.ready = "1";
   document.body.dataset.parts = parts.join(",");
+}
+
+// A chat's text as the model's template wrote it (its special tokens are the token strip's grey ones).
+function showChatText(chat) {
+  const box = $("chat-text");
+  if (!box) return;
+  box.hidden = !chat;
+  box.textContent = chat || "";
 }
 
 // --- selection --------------------------------------------------------------------------------
@@ -263,6 +302,7 @@ export async function init() {
     state.target = null;
     requestForward(ALL_PARTS);
   });
+  for (const id of ["chat", "bos"]) $(id)?.addEventListener("change", () => requestForward(ALL_PARTS, 0));
   $("layer").addEventListener("change", (e) => selectHead(+e.target.value, state.head));
   $("head").addEventListener("change", (e) => selectHead(state.layer, +e.target.value));
   $("position").addEventListener("change", (e) => selectPosition(+e.target.value));

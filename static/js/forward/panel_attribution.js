@@ -124,8 +124,9 @@ function fillChoices(list) {
   fill($("ta-contrast"), "nothing (the logit alone)", cfg.contrast);
 }
 
+// The trace's own token ids (its BOS, a chat's template tokens): the positions are the forward page's.
 function body() {
-  const b = { text, steps: cfg.steps, baseline: cfg.baseline };
+  const b = { ids: tokens.map((t) => t.id), steps: cfg.steps, baseline: cfg.baseline };
   if (cfg.every) b.every_position = true;
   else b.position = position;
   if (cfg.target !== null) b.target = cfg.target;

@@ -9,7 +9,7 @@ import { MONO, OKABE } from "../lib/palette.js";
 import { PROB_TICKS, draw } from "../lib/plot.js";
 
 let shape = { n_layer: 0, n_head: 0 };
-let text = "";
+let prompt = null;   // the prompt as the API takes it: { text } or { messages }, and bos (main.js: promptFields)
 let tokens = [];
 let cfg = { heads: [], mlps: [], edits: [] };   // heads: [[l,h]], mlps: [l], edits: [[pos,id,text]]
 let result = null;
@@ -36,10 +36,10 @@ function interveneConfig() {
 }
 
 // A new trace: model shape and prompt tokens. Edits are dropped when the prompt itself changed.
-export function setInterveneTrace(trace, newText) {
+export function setInterveneTrace(trace, newPrompt) {
   shape = { n_layer: trace.n_layer, n_head: trace.n_head };
-  if (text && newText !== text) cfg.edits = [];
-  text = newText;
+  if (prompt && JSON.stringify(newPrompt) !== JSON.stringify(prompt)) cfg.edits = [];
+  prompt = newPrompt;
   tokens = trace.tokens;
   cfg.heads = cfg.heads.filter(([l, h]) => l < shape.n_layer && h < shape.n_head);
   cfg.mlps = cfg.mlps.filter((l) => l < shape.n_layer);
@@ -172,9 +172,9 @@ function requestSoon(ms = 150) {
 
 async function run(signal) {
   const panel = $("intervene-panel");
-  if (!text) return;
+  if (!prompt) return;
   const body = {
-    text, top_k: 10,
+    ...prompt, top_k: 10,
     ablate_heads: cfg.heads.map(([layer, head]) => ({ layer, head })),
     ablate_mlps: [...cfg.mlps],
     edits: cfg.edits.map(([position, id]) => ({ position, id })),
@@ -227,5 +227,5 @@ export const panel = {
   init: ({ state, writeUrl }) => initIntervene({ heads: state.heads, mlps: state.mlps, edits: state.edits }, {
     onConfigChange: (c) => { state.heads = c.heads; state.mlps = c.mlps; state.edits = c.edits; writeUrl(); },
   }),
-  render: (trace, view) => { if (view.promptChanged) setInterveneTrace(trace, view.text); },
+  render: (trace, view) => { if (view.promptChanged) setInterveneTrace(trace, view.prompt); },
 };

@@ -1,7 +1,8 @@
 // Stage 5: the distribution of real MLP pre-activations per layer over the model's GELU curve,
 // and the neurons that fire most for the selected token. Data: the `mlp` part of POST /api/v1/forward.
-// A SwiGLU MLP (`mlp.gelu` is "silu"): the histograms are the gate's pre-activations under the SiLU
-// curve, and a neuron's output is silu(gate) × value. (A mixture-of-experts model has no `mlp`: panel_moe.)
+// A SwiGLU MLP (`mlp.gelu` is "silu"; GeGLU, Gemma's: `mlp.gated` with a GELU): the histograms are the
+// gate's pre-activations under the SiLU (GELU) curve, and a neuron's output is act(gate) × value.
+// (A mixture-of-experts model has no `mlp`: panel_moe.)
 import { $ } from "../lib/dom.js";
 import { addDownloads } from "../lib/downloads.js";
 import { later } from "../lib/draw_queue.js";
@@ -19,8 +20,9 @@ export function initMlp() {
   addDownloads($("mlp-top-plot"), "mlp-top-neurons", () => part);
 }
 
-const swiglu = () => part && part.gelu === "silu";
-const actName = () => (swiglu() ? "SiLU" : "GELU");
+const swiglu = () => part && (part.gated || part.gelu === "silu");   // any gated MLP: SwiGLU or GeGLU
+const actName = () => (part && part.gelu === "silu" ? "SiLU" : "GELU");
+const act = () => actName().toLowerCase();
 
 export function renderMlp(trace, tokenLabelsList) {
   if (!trace.mlp) return;
@@ -28,10 +30,10 @@ export function renderMlp(trace, tokenLabelsList) {
   labels = tokenLabelsList;
   const m = part;
   const T = trace.tokens ? trace.tokens.length : labels.length;
-  $("mlp-panel").dataset.kind = swiglu() ? "swiglu" : "gelu";
+  $("mlp-panel").dataset.kind = !swiglu() ? "gelu" : act() === "silu" ? "swiglu" : "geglu";
   $("mlp-shapes").innerHTML = swiglu()
-    ? `<b>SwiGLU</b>: two projections <b>d</b> = ${trace.d_model} → <b>d<sub>mlp</sub></b> = ${m.d_mlp}, a gate and a value; ` +
-      `each neuron outputs silu(gate) × value, and W<sub>down</sub> maps d<sub>mlp</sub> → <b>d</b> = ${trace.d_model} at each of the ` +
+    ? `<b>${act() === "silu" ? "SwiGLU" : "GeGLU"}</b>: two projections <b>d</b> = ${trace.d_model} → <b>d<sub>mlp</sub></b> = ${m.d_mlp}, a gate and a value; ` +
+      `each neuron outputs ${act()}(gate) × value, and W<sub>down</sub> maps d<sub>mlp</sub> → <b>d</b> = ${trace.d_model} at each of the ` +
       `<b>T</b> = ${T} positions. The histograms count the gate's T × d<sub>mlp</sub> pre-activations.`
     : `<b>d</b> = ${trace.d_model} → <b>d<sub>mlp</sub></b> = ${m.d_mlp} → <b>d</b> = ${trace.d_model} at each of the ` +
       `<b>T</b> = ${T} positions; GELU variant: ${m.gelu === "tanh" ? "the tanh approximation" : "exact x·Φ(x)"}. ` +
@@ -89,7 +91,7 @@ function drawHistograms() {
       hovertemplate: `layer ${L.layer}<br>bin from %{x}<br>count %{y}<extra></extra>`,
     });
     data.push({
-      type: "scatter", mode: "lines", x: m.curve_x, y: m.curve_y, xaxis: xa, yaxis: yg, name: swiglu() ? "SiLU (the gate)" : "GELU",
+      type: "scatter", mode: "lines", x: m.curve_x, y: m.curve_y, xaxis: xa, yaxis: yg, name: swiglu() ? `${actName()} (the gate)` : "GELU",
       showlegend: j === 0, legendgroup: "g",
       line: { color: OKABE.vermillion, width: 2 }, hovertemplate: `${actName()}(%{x}) = %{y}<extra></extra>`,
     });
@@ -109,7 +111,7 @@ function drawHistograms() {
 function drawTop() {
   const m = part;
   const top = [...m.top_neurons].reverse();
-  const after = swiglu() ? "silu(gate) × value" : "after GELU";
+  const after = swiglu() ? `${act()}(gate) × value` : "after GELU";
   draw($("mlp-top-plot"), [{
     type: "bar", orientation: "h", name: after,
     x: top.map((n) => n.post), y: top.map((n) => `neuron ${n.index}`),
@@ -119,7 +121,7 @@ function drawTop() {
   }], {
     height: 60 + 28 * top.length,
     title: { text: `layer ${m.layer}, position ${m.position} “${labels[m.position] ?? ""}”: top ${top.length} of ${m.d_mlp} neurons`, x: 0, xanchor: "left", font: { size: 12 } },
-    xaxis: { title: { text: swiglu() ? "silu(gate) × value" : "value after GELU" }, rangemode: "tozero" },
+    xaxis: { title: { text: swiglu() ? `${act()}(gate) × value` : "value after GELU" }, rangemode: "tozero" },
     yaxis: { automargin: true, tickfont: { family: MONO } },
     margin: { l: 10, r: 120, t: 36, b: 40 },
   }, "mlp-top-neurons");

@@ -10,7 +10,7 @@ import { MONO, OKABE } from "../lib/palette.js";
 import { PROB_TICKS, SLANTED_TICK_PX, clearPlot, draw, tokenAxis } from "../lib/plot.js";
 
 let settings = { temperature: 1, top_k: null, top_p: null };
-let text = "";
+let prompt = null;   // the prompt as the API takes it: { text } or { messages }, and bos (main.js: promptFields)
 let result = null;
 let loss = null;
 let nextTokens = null;
@@ -66,8 +66,8 @@ export function renderNext(trace) {
 }
 
 // A new prompt: fetch its filtered distribution.
-export function setSamplingText(t) {
-  text = t;
+export function setSamplingPrompt(p) {
+  prompt = p;
   requestSoon(0);
 }
 
@@ -78,11 +78,11 @@ function requestSoon(ms = 120) {
 
 async function fetchDistribution(signal) {
   const panel = $("sampling-plot");
-  if (!text) return;
+  if (!prompt) return;
   const sent = { ...settings };
   panel.dataset.state = "loading";
   try {
-    result = await apiPost("/next-token", { text, ...sent, show: 20 }, signal);
+    result = await apiPost("/next-token", { ...prompt, ...sent, show: 20 }, signal);
     setNote($("sampling-note"), "");
     later("sampling", panel, () => {
       drawSampling();
@@ -185,6 +185,6 @@ export const panel = {
   }),
   render: (trace, view) => {
     if (view.parts.includes("next_token") || view.parts.includes("prompt_loss")) renderNext(trace);
-    if (view.promptChanged) setSamplingText(view.text);
+    if (view.promptChanged) setSamplingPrompt(view.prompt);
   },
 };
