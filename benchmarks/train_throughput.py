@@ -118,7 +118,6 @@ def main() -> None:
     a = p.parse_args()
 
     native = native_precision("cpu")
-    recipe = trainer.RECIPES["cpu"]
     rows = []
     paths = ["fp32"] if a.skip_bf16 else ["fp32", "bf16"]
     for prec in paths:
@@ -137,7 +136,7 @@ def main() -> None:
         json.dumps(
             {
                 "native": {"precision": native.precision, "why": native.why},
-                "recipe": recipe,
+                "recipe": {path: trainer.RECIPES[f"cpu-{path}"] for path in paths},
                 "threads": torch.get_num_threads(),
                 "updates": rows,
                 "optimizer_step": optimizer_step_ms(),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .schedules import sample_steps, transformer, warmup_cosine
+from .schedules import sample_steps, transformer, warmup_cosine, warmup_stable_decay
 
 # --------------------------------------------------------------------------------------------
 # Learning-rate schedules
@@ -41,13 +41,17 @@ def lr_curve(
     max_lr: float = 2.5e-4,
     total_steps: int = 100_000,
     min_lr: float = 0.0,
+    cooldown: float = 0.4,
 ) -> list[float]:
-    """The learning rate at each step: kind 'transformer' (Vaswani et al.) or 'warmup_cosine'
-    (GPT-1 and this project's trainer), by the very functions in model.schedules."""
+    """The learning rate at each step: kind 'transformer' (Vaswani et al.), 'warmup_cosine' (GPT-1 and
+    this project's trainer) or 'warmup_stable_decay' (the trainer's wsd), by the very functions in
+    model.schedules."""
     if kind == "transformer":
         return [transformer(s, d_model, warmup) for s in steps]
     if kind == "warmup_cosine":
         return [warmup_cosine(s, max_lr, warmup, total_steps, min_lr) for s in steps]
+    if kind == "warmup_stable_decay":
+        return [warmup_stable_decay(s, max_lr, warmup, total_steps, cooldown, min_lr) for s in steps]
     raise ValueError(f"unknown schedule kind {kind!r}")
 
 

@@ -22,6 +22,23 @@ def warmup_cosine(step: int, max_lr: float, warmup: int, total_steps: int, min_l
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
+def warmup_stable_decay(
+    step: int, max_lr: float, warmup: int, total_steps: int, cooldown: float, min_lr: float = 0.0
+) -> float:
+    """Linear warmup to max_lr as in warmup_cosine, then max_lr held constant, then a straight line
+    down to min_lr over the last `cooldown` share of total_steps (the "warmup-stable-decay" or
+    trapezoidal schedule). The decay starts at round(total_steps * (1 - cooldown)), never before the
+    end of warmup."""
+    if warmup > 0 and step < warmup:
+        return max_lr * (step + 1) / warmup
+    if step >= total_steps:
+        return min_lr
+    start = max(warmup, round(total_steps * (1.0 - cooldown)))
+    if step < start:
+        return max_lr
+    return max_lr + (min_lr - max_lr) * (step - start) / max(1, total_steps - start)
+
+
 def transformer(step: int, d_model: int = 512, warmup: int = 4000) -> float:
     """The original Transformer's schedule: d_model^-0.5 * min(t^-0.5, t * warmup^-1.5), t >= 1.
     With d_model 512 and warmup 4,000 it peaks near 7.0e-4 at step 4,000."""

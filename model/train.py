@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -49,22 +49,46 @@ from .bpe import train_bpe
 from .gpt import GPT, PRESETS, GPTConfig, preset_config
 from .muon import Muon
 from .precision import native_precision
-from .schedules import warmup_cosine
+from .schedules import warmup_cosine, warmup_stable_decay
 from .tokenizers import PUBLIC_ENCODINGS, encoding_from_spec
 
-# The best recipe we know for a run of minutes on each kind of device: what `gptscope train` and
-# the app use for every field not given. The CPU recipe won the 150-s benchmark sweep (docs/benchmarks.md) (Muon
-# for the blocks' matrices: 2.015 bits/char against AdamW's 2.13); the GPU one is a scaled-up
-# guess that has not been benchmarked here (no GPU was available). `precision` is not part of
-# a recipe: model/precision.py measures what the device computes natively.
+SCHEDULES = ("cosine", "wsd")
+SCHEDULE_KINDS = ("warmup_cosine", "warmup_stable_decay")  # their names in checkpoint.json
+DEFAULT_COOLDOWN = 0.4  # wsd's share of the run spent decaying, where neither the config nor the recipe says
+
+# The best recipe we know for a run of minutes on each path a run can take: what `gptscope train`
+# and the app use for every field not given. A path is the device and the precision it computes in
+# (model/precision.py measures that; GPTSCOPE_PRECISION or --precision forces it), because what is
+# fast differs: a CPU without bf16 units multiplies float32 only. benchmarks/sweep_recipe.py
+# measured the CPU paths (docs/benchmarks.md: each change in 150 s of wall-clock, scored on the
+# held-out plays); RECIPE_WHY says what it found, and the trainer prints it.
+_CPU = dict(preset="cpu", batch_size=8, max_lr=5e-3, optimizer="muon", muon_lr=0.02, schedule="cosine")
 RECIPES: dict[str, dict] = {
-    "cpu": dict(preset="cpu", batch_size=8, max_lr=5e-3, optimizer="muon", muon_lr=0.02),
-    "cuda": dict(preset="cpu", batch_size=64, max_lr=3e-3, optimizer="muon", muon_lr=0.02),
+    "cpu-fp32": dict(_CPU),
+    "cpu-bf16": dict(_CPU),
+    "cuda": dict(preset="cpu", batch_size=64, max_lr=3e-3, optimizer="muon", muon_lr=0.02, schedule="cosine"),
+}
+RECIPE_WHY: dict[str, str] = {
+    "cpu-fp32": "the best of the 150-s sweep on the fp32 path within run-to-run noise (1.98 bits/char, 0.77x "
+    "nanoGPT's baby recipe side by side): no batch, rate, schedule, shape, vocabulary or torch.compile beat it by more",
+    "cpu-bf16": "the best of the 150-s sweep on a CPU with bf16 units: Muon 2.015 bits/char against AdamW's 2.134",
+    "cuda": "a scaled-up guess, not benchmarked (no GPU was available)",
 }
 
 
-def recipe_for(device: torch.device) -> dict:
-    return {**RECIPES["cuda" if device.type == "cuda" else "cpu"], "precision": native_precision(device.type).precision}
+def recipe_path(device: torch.device, precision: str | None = None) -> str:
+    """The recipe's key for a run on `device` in `precision` (None: what the device computes natively)."""
+    if device.type == "cuda":
+        return "cuda"
+    return f"cpu-{precision or native_precision(device.type).precision}"
+
+
+def recipe_for(device: torch.device, precision: str | None = None) -> dict:
+    """Every field of the path's recipe, its precision included."""
+    return {
+        **RECIPES[recipe_path(device, precision)],
+        "precision": precision or native_precision(device.type).precision,
+    }
 
 
 @dataclass
@@ -81,7 +105,12 @@ class TrainConfig:
     max_lr: float | None = None
     min_lr_ratio: float = 0.1  # cosine ends at max_lr * min_lr_ratio
     warmup_steps: int = 30  # (never longer than max_steps)
+    # the rate after warmup: 'cosine' down to max_lr * min_lr_ratio, or 'wsd' (warmup-stable-decay):
+    # constant, then a straight line down to it over the last `cooldown` share of the run
+    schedule: str | None = None
+    cooldown: float | None = None  # (wsd only)
     weight_decay: float = 0.1
+    compile: bool = False  # torch.compile the model for training (its compile time counts in a time budget)
     optimizer: str | None = None  # adamw, or muon: Muon for the blocks' weight matrices, AdamW for the rest
     muon_lr: float | None = None  # Muon's peak rate (its updates are orthogonalised, so on another scale)
     beta1: float = 0.9
@@ -108,8 +137,9 @@ class TrainConfig:
             self.warmup_steps = min(self.warmup_steps, self.max_steps)
 
     def with_recipe(self, device: torch.device) -> tuple[TrainConfig, dict]:
-        """A copy with every None field taken from the device's recipe, and the fields it filled."""
-        filled = {k: v for k, v in recipe_for(device).items() if getattr(self, k) is None}
+        """A copy with every None field taken from the recipe of its path (the device, and the precision
+        given or else native), and the fields it filled."""
+        filled = {k: v for k, v in recipe_for(device, self.precision).items() if getattr(self, k) is None}
         return replace(self, **filled), filled
 
     def validate(self) -> None:
@@ -119,6 +149,10 @@ class TrainConfig:
             raise ConfigError("max_steps", "must be >= 1")
         if self.time_budget is not None and not 0 < self.time_budget < 7 * 24 * 3600:
             raise ConfigError("time_budget", "must be a positive number of seconds, less than a week")
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise ConfigError("schedule", f"unknown schedule {self.schedule!r}; choose one of {list(SCHEDULES)}")
+        if self.cooldown is not None and not 0 < self.cooldown <= 1:
+            raise ConfigError("cooldown", "must be in (0, 1]: the share of the run the rate decays over")
         if self.max_lr is not None and not self.max_lr > 0:
             raise ConfigError("max_lr", "must be > 0")
         if self.preset is not None and self.preset not in PRESETS:
@@ -434,13 +468,16 @@ class Trainer:
         if tc.preset is None or tc.batch_size is None or tc.max_lr is None:
             raise AssertionError("with_recipe fills every field left None")
         self.preset, self.batch_size, self.max_lr = tc.preset, tc.batch_size, tc.max_lr  # typed: never None
+        self.cooldown = tc.cooldown if tc.cooldown is not None else DEFAULT_COOLDOWN
         why = native_precision(self.device.type).why if "precision" in filled else "precision given"
         self.numerics = f"{tc.precision} ({why})"
         if self.dd.main and progress:
             if filled:
+                path = recipe_path(self.device, tc.precision)
                 print(
-                    f"recipe for {self.device.type} (fields not given): "
-                    + ", ".join(f"{k}={v}" for k, v in filled.items()),
+                    f"recipe for {path} (fields not given): "
+                    + ", ".join(f"{k}={v}" for k, v in filled.items())
+                    + f"\n  why: {RECIPE_WHY[path]}",
                     file=sys.stderr,
                 )
             print(
@@ -501,6 +538,8 @@ class Trainer:
             self.ddp_model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.dd.local_rank] if self.device.type == "cuda" else None
             )
+        if tc.compile:  # compiled on the first update (inside a time budget's clock), cached on disk by inductor
+            self.ddp_model = cast(torch.nn.Module, torch.compile(self.ddp_model))  # an OptimizedModule
         # fused AdamW (one kernel over all tensors) runs on CPUs too: 0.7 ms a step for the cpu preset
         # against 5.5 ms for the loop over tensors
         self.opts = make_optimizers(self.model, tc, fused=True)
@@ -590,10 +629,10 @@ class Trainer:
         return bool(self.eval_every) and (self.step % self.eval_every == 0 or self.step == self.total_steps)
 
     def lr(self, step: int) -> float:
-        tc = self.tc
-        return warmup_cosine(
-            step, self.max_lr, tc.warmup_steps, self.total_steps or 10**9, self.max_lr * tc.min_lr_ratio
-        )
+        tc, total, min_lr = self.tc, self.total_steps or 10**9, self.max_lr * self.tc.min_lr_ratio
+        if tc.schedule == "wsd":
+            return warmup_stable_decay(step, self.max_lr, tc.warmup_steps, total, self.cooldown, min_lr)
+        return warmup_cosine(step, self.max_lr, tc.warmup_steps, total, min_lr)
 
     def update(self) -> None:
         """One optimiser step. Its numbers stay on the device until log() reads them."""
@@ -693,11 +732,12 @@ class Trainer:
                 "step": self.step,
                 "final": final,
                 "schedule": {
-                    "kind": "warmup_cosine",
+                    "kind": "warmup_stable_decay" if tc.schedule == "wsd" else "warmup_cosine",
                     "max_lr": tc.max_lr,
                     "min_lr": self.max_lr * tc.min_lr_ratio,
                     "warmup": tc.warmup_steps,
                     "total_steps": self.total_steps or self.step,
+                    **({"cooldown": self.cooldown} if tc.schedule == "wsd" else {}),
                 },
                 "evals": self.evals,
                 "uniform_loss": math.log(self.cfg.vocab_size),
@@ -818,7 +858,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-lr", type=float, default=d.max_lr, help="peak learning rate; default: the device's recipe")
     p.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio)
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+    p.add_argument(
+        "--schedule",
+        default=d.schedule,
+        choices=list(SCHEDULES),
+        help="after warmup: cosine down to max_lr * min-lr-ratio, or wsd (constant, then linear down over the "
+        "last --cooldown share of the run); default: the device's recipe",
+    )
+    p.add_argument("--cooldown", type=float, default=d.cooldown, help="wsd: the share of the run spent decaying")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model for training (compilation counts inside --time-budget; inductor caches it on disk)",
+    )
     p.add_argument(
         "--optimizer",
         default=d.optimizer,

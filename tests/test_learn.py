@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from gptscope.model import formulas as C
 from gptscope.model.gpt import count_params, preset_config
-from gptscope.model.schedules import transformer, warmup_cosine
+from gptscope.model.schedules import transformer, warmup_cosine, warmup_stable_decay
 
 
 def get(client, path: str, **params) -> dict:
@@ -34,7 +34,14 @@ def at(body: dict, step: int) -> float:
 
 def test_transformer_schedule_peaks_near_7e4_at_4000_and_falls_to_1_4e4(client):
     b = get(client, "/schedules/lr", kind="transformer")
-    assert b["params"] == {"d_model": 512, "warmup": 4000, "total_steps": 100_000, "max_lr": None, "min_lr": None}
+    assert b["params"] == {
+        "d_model": 512,
+        "warmup": 4000,
+        "total_steps": 100_000,
+        "max_lr": None,
+        "min_lr": None,
+        "cooldown": None,
+    }
     assert b["peak"]["step"] == 4000
     assert b["peak"]["lr"] == pytest.approx(7.0e-4, rel=0.01)  # 512^-0.5 * 4000^-0.5 = 6.988e-4
     assert b["peak"]["lr"] == max(b["lr"])
@@ -63,25 +70,33 @@ def test_schedule_parameters_are_query_fields(client):
     assert t["peak"] == {"step": 8000, "lr": pytest.approx(transformer(8000, 1024, 8000))}
 
 
+def planned(rec: dict, step: int) -> float:
+    """The rate of the recorded schedule at a step, by the function the trainer calls for its kind."""
+    if rec["kind"] == "warmup_stable_decay":
+        return warmup_stable_decay(
+            step, rec["max_lr"], rec["warmup"], rec["total_steps"], rec["cooldown"], rec["min_lr"]
+        )
+    return warmup_cosine(step, rec["max_lr"], rec["warmup"], rec["total_steps"], rec["min_lr"])
+
+
 def check_model_schedule(client, service) -> float:
-    """kind=model is gptscope.model.schedules.warmup_cosine with the checkpoint's recorded parameters, beside
-    the rates the trainer set; returns the largest gap between the two, as the API reports it."""
+    """kind=model is the schedule function the trainer called (warmup_cosine or warmup_stable_decay) with
+    the checkpoint's recorded parameters, beside the rates the trainer set; returns the largest gap
+    between the two, as the API reports it."""
     rec = service.meta.schedule
     b = get(client, "/schedules/lr", kind="model")
     assert b["checkpoint_schedule"] == rec
-    assert b["function"] == "gptscope.model.schedules.warmup_cosine"
+    assert b["function"] == f"gptscope.model.schedules.{rec['kind']}"
+    assert b["params"]["cooldown"] == rec.get("cooldown")
     for step, lr in [*list(zip(b["step"], b["lr"]))[:: max(1, len(b["step"]) // 25)], (b["step"][-1], b["lr"][-1])]:
-        assert lr == warmup_cosine(step, rec["max_lr"], rec["warmup"], rec["total_steps"], rec["min_lr"])
+        assert lr == planned(rec, step)
     hist = service.history
     # a long history comes back thinned to at most 4,000 points, first and last update kept
     by_step = {h["step"] - 1: h["lr"] for h in hist}  # update k used the schedule's step k - 1
     assert len(b["history"]["step"]) == min(len(hist), 4000)
     assert b["history"]["step"][0] == 0 and b["history"]["step"][-1] == hist[-1]["step"] - 1
     assert b["history"]["lr"] == [by_step[s] for s in b["history"]["step"]]
-    gap = max(
-        abs(h["lr"] - warmup_cosine(h["step"] - 1, rec["max_lr"], rec["warmup"], rec["total_steps"], rec["min_lr"]))
-        for h in hist
-    )  # over every update, not only the points sent
+    gap = max(abs(h["lr"] - planned(rec, h["step"] - 1)) for h in hist)  # over every update, not only those sent
     assert b["history_max_abs_diff"] == pytest.approx(gap, abs=1e-15)
     # an edited parameter changes the curve but not the recorded history
     e = get(client, "/schedules/lr", kind="model", max_lr=rec["max_lr"] / 2)
@@ -90,9 +105,10 @@ def check_model_schedule(client, service) -> float:
     return b["history_max_abs_diff"]
 
 
-def test_model_schedule_of_a_fixed_length_run_is_exactly_the_rates_the_trainer_set(tmp_path):
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_model_schedule_of_a_fixed_length_run_is_exactly_the_rates_the_trainer_set(tmp_path, schedule):
     """The schedule /learn plots is the function the trainer called: for a run of --max-steps the
-    recorded rates equal the curve to the last bit."""
+    recorded rates equal the curve to the last bit, for a cosine and for warmup-stable-decay."""
     from fastapi.testclient import TestClient
 
     from gptscope.model.train import TrainConfig, train
@@ -109,6 +125,9 @@ def test_model_schedule_of_a_fixed_length_run_is_exactly_the_rates_the_trainer_s
             batch_size=4,
             max_steps=40,
             warmup_steps=5,
+            schedule=schedule,
+            cooldown=0.3 if schedule == "wsd" else None,
+            min_lr_ratio=0.0 if schedule == "wsd" else 0.1,
             precision="fp32",
             device="cpu",
             overrides={"n_ctx": 32, "d_model": 32, "n_head": 2},
@@ -119,6 +138,31 @@ def test_model_schedule_of_a_fixed_length_run_is_exactly_the_rates_the_trainer_s
     app = create_app(Settings(checkpoint=tmp_path / "run", data_dir=tmp_path / "data", allow_hosts=["testserver"]))
     with TestClient(app) as c:
         assert check_model_schedule(c, app.state.models.served) == 0.0
+        b = get(c, "/schedules/lr", kind="model")
+    lr = dict(zip(b["step"], b["lr"]))
+    if schedule == "wsd":  # held at the peak from warmup's end to step 28 = round(40 * 0.7), then a line to 0
+        assert {lr[s] for s in (4, 5, 20, 28)} == {b["peak"]["lr"]} and lr[40] == 0.0
+        assert lr[34] == pytest.approx(b["peak"]["lr"] * 6 / 12)
+
+
+def test_warmup_stable_decay_shape():
+    """Warmup as the cosine's, the plateau, and a straight line down over the last share; the decay
+    never starts inside warmup."""
+    f = [warmup_stable_decay(s, 1.0, 10, 100, 0.25, 0.1) for s in range(101)]
+    assert f[0] == pytest.approx(0.1) and f[9] == 1.0 and set(f[10:76]) == {1.0}
+    steps = [b - a for a, b in itertools.pairwise(f[75:])]
+    assert all(d == pytest.approx(-0.9 / 25) for d in steps) and f[100] == pytest.approx(0.1)
+    assert warmup_stable_decay(10, 1.0, 10, 12, 0.9, 0.0) == 1.0  # 12 * 0.1 < warmup: decay starts at 10
+    assert warmup_stable_decay(500, 1.0, 10, 100, 0.25, 0.1) == 0.1
+
+
+@pytest.mark.parametrize("bad", [{"schedule": "linear"}, {"cooldown": 0.0}, {"cooldown": 1.5}])
+def test_trainer_refuses_an_unknown_schedule_or_cooldown_by_name(bad):
+    from gptscope.model.train import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError) as e:
+        TrainConfig(max_steps=1, **bad).validate()
+    assert e.value.field == next(iter(bad))
 
 
 def test_model_schedule_of_the_builtin_model_matches_its_history(client, service):

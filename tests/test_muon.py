@@ -10,7 +10,7 @@ import torch
 
 from gptscope.model import precision
 from gptscope.model.muon import Muon, orthogonalise
-from gptscope.model.train import TrainConfig, make_optimizers, recipe_for, train
+from gptscope.model.train import RECIPE_WHY, RECIPES, TrainConfig, make_optimizers, recipe_for, train
 
 SHAPES = [(48, 16), (16, 48), (24, 24), (64, 32)]  # tall, wide, square: the iteration transposes tall ones
 
@@ -106,7 +106,9 @@ def test_a_forced_path_wins_and_a_bad_value_is_refused(monkeypatch, choice_cache
         precision.native_precision.cache_clear()
         c = precision.native_precision("cpu")
         assert c.precision == forced and c.why == f"forced by {precision.ENV}={forced}" and c.slowdown is None
-        assert recipe_for(torch.device("cpu"))["precision"] == forced
+        assert recipe_for(torch.device("cpu")) == {**RECIPES[f"cpu-{forced}"], "precision": forced}
+        other = "fp32" if forced == "bf16" else "bf16"  # a precision given picks its own path's recipe
+        assert recipe_for(torch.device("cpu"), other) == {**RECIPES[f"cpu-{other}"], "precision": other}
     monkeypatch.setenv(precision.ENV, "fp16")
     precision.native_precision.cache_clear()
     with pytest.raises(ValueError, match=precision.ENV):
@@ -157,6 +159,7 @@ def test_the_run_prints_and_records_its_choice(tmp_path, monkeypatch, capsys, ch
     )
     err = capsys.readouterr().err
     assert "precision=fp32" in err  # filled in by the recipe
+    assert "recipe for cpu-fp32 (fields not given)" in err and f"why: {RECIPE_WHY['cpu-fp32']}" in err
     assert f"muon orthogonalisation: fp32 (forced by {precision.ENV}=fp32)" in err
     assert res.meta.precision == f"fp32 (forced by {precision.ENV}=fp32)"
     assert res.meta.train_config["precision"] == "fp32" and res.meta.train_config["optimizer"] == "muon"

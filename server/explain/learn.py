@@ -14,7 +14,8 @@ import torch
 from gptscope.model import formulas
 from gptscope.model import lessons as model_lessons
 from gptscope.model.gpt import PRESETS, GPTConfig, count_params
-from gptscope.model.schedules import warmup_cosine
+from gptscope.model.schedules import warmup_cosine, warmup_stable_decay
+from gptscope.model.train import SCHEDULE_KINDS
 
 from ..schemas import learn as schemas
 from ..service import ModelService
@@ -70,18 +71,22 @@ def lr_schedule(
         p = {**GPT1_DEFAULTS, **{k: v for k, v in given.items() if k in GPT1_DEFAULTS}}
     else:  # model
         schedule = service.meta.schedule
-        if not isinstance(schedule, dict) or schedule.get("kind") != "warmup_cosine":
-            raise query_error("kind", "the loaded model's checkpoint.json records no warmup_cosine schedule")
+        if not isinstance(schedule, dict) or schedule.get("kind") not in SCHEDULE_KINDS:
+            raise query_error(
+                "kind", "the loaded model's checkpoint.json records no warmup_cosine or warmup_stable_decay schedule"
+            )
         recorded = schedule
         p = {k: recorded[k] for k in ("max_lr", "min_lr", "warmup", "total_steps")}
         p.update({k: v for k, v in given.items() if k in p})
+        if recorded["kind"] == "warmup_stable_decay":
+            p["cooldown"] = float(recorded.get("cooldown", 0.4))
     if p["warmup"] > p["total_steps"]:
         raise query_error(
             "warmup", f"{p['warmup']} is more than total_steps={p['total_steps']}; warmup must fit in the run"
         )
     if "max_lr" in p and p["min_lr"] > p["max_lr"]:
         raise query_error(
-            "min_lr", f"{p['min_lr']:g} is above max_lr={p['max_lr']:g}; the cosine decays from max_lr down to min_lr"
+            "min_lr", f"{p['min_lr']:g} is above max_lr={p['max_lr']:g}; the schedule decays from max_lr down to min_lr"
         )
 
     total, w = int(p["total_steps"]), int(p["warmup"])
@@ -91,6 +96,25 @@ def lr_schedule(
         function = "gptscope.model.schedules.transformer"
         formula = "lr(t) = d_model^-0.5 * min(t^-0.5, t * warmup^-1.5), t = max(step, 1)"
         params = schemas.ScheduleParams(d_model=p["d_model"], warmup=w, total_steps=total)
+    elif "cooldown" in p:  # the trainer's wsd
+        lr = formulas.lr_curve(
+            "warmup_stable_decay",
+            steps,
+            max_lr=p["max_lr"],
+            warmup=w,
+            total_steps=total,
+            min_lr=p["min_lr"],
+            cooldown=p["cooldown"],
+        )
+        function = "gptscope.model.schedules.warmup_stable_decay"
+        formula = (
+            "lr = max_lr * (step + 1) / warmup while step < warmup; then max_lr until "
+            "s = max(warmup, round(total_steps * (1 - cooldown))); then a straight line from max_lr at s "
+            "to min_lr at total_steps"
+        )
+        params = schemas.ScheduleParams(
+            warmup=w, max_lr=p["max_lr"], min_lr=p["min_lr"], total_steps=total, cooldown=p["cooldown"]
+        )
     else:
         lr = formulas.lr_curve(
             "warmup_cosine", steps, max_lr=p["max_lr"], warmup=w, total_steps=total, min_lr=p["min_lr"]
@@ -124,14 +148,16 @@ def _history(service: ModelService, p: dict, recorded: dict) -> tuple[schemas.Lr
     if not recs:
         return None, None
     diff = None
-    if all(p[k] == recorded[k] for k in p):  # the curve is the recorded schedule: how close was training to it?
-        diff = max(
-            abs(
-                float(r["lr"])
-                - warmup_cosine(int(r["step"]) - 1, p["max_lr"], p["warmup"], p["total_steps"], p["min_lr"])
-            )
-            for r in recs
-        )
+    if all(p[k] == recorded.get(k, p[k]) for k in p):  # the curve is the recorded schedule: how close was training?
+
+        def planned(step: int) -> float:
+            if "cooldown" in p:
+                return warmup_stable_decay(
+                    step, p["max_lr"], int(p["warmup"]), int(p["total_steps"]), p["cooldown"], p["min_lr"]
+                )
+            return warmup_cosine(step, p["max_lr"], int(p["warmup"]), int(p["total_steps"]), p["min_lr"])
+
+        diff = max(abs(float(r["lr"]) - planned(int(r["step"]) - 1)) for r in recs)
     if len(recs) > HISTORY_POINTS:
         idx = sorted({round(i * (len(recs) - 1) / (HISTORY_POINTS - 1)) for i in range(HISTORY_POINTS)})
         recs = [recs[i] for i in idx]

@@ -4,6 +4,7 @@ import math
 
 from gptscope import __version__
 from gptscope.model.gpt import count_params
+from gptscope.model.train import SCHEDULE_KINDS
 
 from ..schemas.health import ClassifierInfo, Health, ModelInfo
 from ..service import ModelService
@@ -38,7 +39,7 @@ def model_info(service: ModelService) -> ModelInfo:
         uniform_loss=round(math.log(cfg.vocab_size), VALUE),
         command=str(meta.command or ""),
         source=str((meta.source or {}).get("kind", "trained")),
-        schedule=(meta.schedule or {}).get("kind") == "warmup_cosine",
+        schedule=(meta.schedule or {}).get("kind") in SCHEDULE_KINDS,
         pos=cfg.pos,
         norm_type=cfg.norm_type,
         mlp=cfg.mlp,

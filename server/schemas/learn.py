@@ -19,6 +19,9 @@ class ScheduleParams(BaseModel):
     max_lr: float | None = Field(None, description="warmup_cosine only: the peak learning rate")
     min_lr: float | None = Field(None, description="warmup_cosine only: where the cosine ends")
     total_steps: int = Field(description="the last step plotted (warmup_cosine: where the cosine reaches min_lr)")
+    cooldown: float | None = Field(
+        None, description="warmup_stable_decay only: the share of total_steps over which the rate falls to min_lr"
+    )
 
 
 class SchedulePoint(BaseModel):

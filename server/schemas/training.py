@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 
 from gptscope.model.gpt import preset_config
-from gptscope.model.train import RECIPES, StepRecord, TrainConfig
+from gptscope.model.train import StepRecord, TrainConfig, recipe_for
 
 from .common import StrictRequest
 from .config import config_fields, schema_model
@@ -72,8 +73,9 @@ class ModelOverrides(_ModelOverrides):  # type: ignore[misc,valid-type]  # a cla
     """Architecture changes on top of the preset (the experiments use these)."""
 
 
-# The app trains on the CPU: a request's defaults are the CPU recipe, the one `gptscope train` uses.
-CPU_RECIPE = RECIPES["cpu"]
+# The app trains on the CPU: a request's defaults are the recipe of this machine's CPU path (fp32 or
+# bf16, as model/precision.py measures it once per process), the one `gptscope train` uses here.
+CPU_RECIPE = recipe_for(torch.device("cpu"))
 
 
 class TrainingRequest(StrictRequest):

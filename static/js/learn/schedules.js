@@ -125,7 +125,7 @@ function showNoSchedule(why) {
 async function loadModel(signal) {
   // /health's `schedule` (the page's data-recorded) says there is none: nothing to ask the API
   if (mpanel.dataset.recorded === "no") {
-    showNoSchedule("the loaded model's checkpoint.json records no warmup_cosine schedule");
+    showNoSchedule("the loaded model's checkpoint.json records no schedule of our trainer");
     return;
   }
   let body;
@@ -142,7 +142,7 @@ async function loadModel(signal) {
   mpanel.dataset.schedule = "recorded";
   recorded = body.checkpoint_schedule;
   fillFields(recorded);
-  const data = [curveTrace(body, OKABE.blue, "solid", "schedule (gptscope.model.schedules.warmup_cosine)")];
+  const data = [curveTrace(body, OKABE.blue, "solid", `schedule (${body.function})`)];
   if (body.history) {
     data.push({
       x: body.history.step, y: body.history.lr, type: "scatter", mode: "markers", name: "rate the trainer set",
@@ -156,7 +156,10 @@ async function loadModel(signal) {
     yaxis: { title: { text: "learning rate" }, exponentformat: "e", rangemode: "tozero" },
   });
   const r = recorded;
-  let text = `Recorded in checkpoint.json: warm up over ${int(r.warmup)} updates to ${sci(r.max_lr, 2)}, then a cosine ` +
+  const decay = r.kind === "warmup_stable_decay"
+    ? `then hold it, and fall in a straight line over the last ${Math.round(100 * r.cooldown)}% of the run`
+    : "then a cosine";
+  let text = `Recorded in checkpoint.json: warm up over ${int(r.warmup)} updates to ${sci(r.max_lr, 2)}, ${decay} ` +
     `down to ${sci(r.min_lr, 2)} at step ${int(r.total_steps)}.`;
   if (body.history && body.history_max_abs_diff !== null) {
     text += " Across every recorded update the rate the trainer set differs from the curve by at most " +
