@@ -14,7 +14,6 @@ import torch
 from gptscope.model import formulas
 from gptscope.model import lessons as model_lessons
 from gptscope.model.gpt import PRESETS, GPTConfig, count_params
-from gptscope.model.schedules import warmup_cosine, warmup_stable_decay
 from gptscope.model.train import SCHEDULE_KINDS
 
 from ..schemas import learn as schemas
@@ -157,15 +156,8 @@ def _history(service: ModelService, p: dict, recorded: dict) -> tuple[schemas.Lr
         return None, None
     diff = None
     if all(p[k] == recorded.get(k, p[k]) for k in p):  # the curve is the recorded schedule: how close was training?
-
-        def planned(step: int) -> float:
-            if "cooldown" in p:
-                return warmup_stable_decay(
-                    step, p["max_lr"], int(p["warmup"]), int(p["total_steps"]), p["cooldown"], p["min_lr"]
-                )
-            return warmup_cosine(step, p["max_lr"], int(p["warmup"]), int(p["total_steps"]), p["min_lr"])
-
-        diff = max(abs(float(r["lr"]) - planned(int(r["step"]) - 1)) for r in recs)
+        planned = _curve("model", p, [int(r["step"]) - 1 for r in recs])[0]  # update k used the schedule's step k - 1
+        diff = max(abs(float(r["lr"]) - want) for r, want in zip(recs, planned))
     if len(recs) > HISTORY_POINTS:
         idx = sorted({round(i * (len(recs) - 1) / (HISTORY_POINTS - 1)) for i in range(HISTORY_POINTS)})
         recs = [recs[i] for i in idx]
