@@ -43,8 +43,10 @@ _state: dict = {"test": "(collecting)", "stopped": None, "sigint_changed_by": []
 # ---- memory --------------------------------------------------------------------------------------
 
 
-def tree_rss_mb(root: int) -> float:
-    """Resident memory of `root` and every process below it, in MB (from /proc)."""
+def process_table() -> tuple[dict[int, list[int]], dict[int, int]]:
+    """Every process's children and resident bytes, from each /proc/PID/stat (the parent field:
+    /proc/PID/task/TID/children needs a kernel built with CONFIG_PROC_CHILDREN and lists one thread's
+    children only)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for d in os.listdir("/proc"):
@@ -57,6 +59,12 @@ def tree_rss_mb(root: int) -> float:
             rss[int(d)] = int(fields[21]) * PAGE
         except (OSError, ValueError, IndexError):
             continue
+    return children, rss
+
+
+def tree_rss_mb(root: int) -> float:
+    """Resident memory of `root` and every process below it, in MB (from /proc)."""
+    children, rss = process_table()
     below, frontier = {root}, [root]
     while frontier:
         for child in children.get(frontier.pop(), []):
@@ -206,12 +214,8 @@ def pytest_keyboard_interrupt(excinfo) -> None:
 
 def process_report(config) -> dict:
     alive = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon)
-    try:
-        children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
-    except OSError:
-        children = []
     names = []
-    for c in children:
+    for c in sorted(process_table()[0].get(os.getpid(), [])):
         try:
             names.append(Path(f"/proc/{c}/comm").read_text().strip() + f" ({c})")
         except OSError:

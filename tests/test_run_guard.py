@@ -101,7 +101,8 @@ def pytest_unconfigure(config):
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
     assert "2 passed" in out
-    assert "forgotten-thread" in out and "sleep (" in out and "left threads or processes running" in out
+    for named in ("forgotten-thread", "sleep (", "left threads or processes running"):
+        assert named in out, f"{named!r} is not in the inner run's output:\n{out[-4000:]}"
 
     clean = inner_run(tmp_path, "def test_ok():\n    pass\n", "-n", "0")
     assert clean.returncode == 0 and "0 non-daemon threads [], 0 child processes" in clean.stdout
