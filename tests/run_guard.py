@@ -198,8 +198,11 @@ def pytest_configure(config) -> None:
 
 def pytest_runtest_logstart(nodeid, location) -> None:
     # (in the main thread, where a handler can be set) the ceiling's stop needs Python's SIGINT handler
+    # (an xdist worker can start with SIGINT ignored, as execnet leaves Ctrl-C to the controller: not a
+    # test's doing, so not reported)
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        _state["sigint_changed_by"].append(f"{_state['test']} ({signal.getsignal(signal.SIGINT)!r})")
+        if _state["test"] != "(collecting)" or "PYTEST_XDIST_WORKER" not in os.environ:
+            _state["sigint_changed_by"].append(f"{_state['test']} ({signal.getsignal(signal.SIGINT)!r})")
         signal.signal(signal.SIGINT, signal.default_int_handler)
     _state["test"] = nodeid
 
