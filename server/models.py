@@ -17,9 +17,11 @@ import torch
 
 from gptscope.model import checkpoint as ckpt
 
-from . import lenses, saes, transcoders
 from .config import Settings
+from .lenses import LENSES
+from .saes import SAES
 from .service import LRU, ModelService, freeze_heap
+from .transcoders import TRANSCODERS
 
 KEEP_MODELS = 8  # read-only models kept loaded beside the served one (compare's sides, snapshots)
 
@@ -51,9 +53,8 @@ class ModelRegistry:
         """Give a ModelService (loaded here, or handed to create_app by a test) the settings' threads
         and its SAE, transcoder and tuned-lens folders."""
         service.threads = self.settings.threads_for(service.model.num_params())
-        saes.attach(service, self.settings.data_dir)
-        service.transcoder_folders = transcoders.folders_for(service.path, self.settings.data_dir)
-        service.lens_folders = lenses.folders_for(service.path, self.settings.data_dir)
+        for store in (SAES, TRANSCODERS, LENSES):
+            store.attach(service, self.settings.data_dir)
         return service
 
     @property

@@ -46,11 +46,10 @@ class ModelService:
         # the generation stepper's last KV cache and the ids it holds: the next step's request
         # repeats them plus one token, so only that token needs the model (see kv_prefix)
         self._kv: tuple[list[int], KVCache] | None = None
-        # the folders holding SAEs trained on this model, the first for new ones (server/saes.py
-        # sets them: the built-in model's own folder is package data, never written)
-        self.sae_folders: list[Path] = [self.path / "saes"]
-        self.transcoder_folders: list[Path] = [self.path / "transcoders"]  # likewise (server/transcoders.py)
-        self.lens_folders: list[Path] = [self.path / "lenses"]  # and its tuned lenses' (server/lenses.py)
+        # the folders holding what was trained on this model (SAEs, transcoder sets, tuned lenses) by
+        # kind, the first for new ones (server/artefacts.py sets them: the built-in model's own folder
+        # is package data, never written)
+        self.artefact_folders: dict[str, list[Path]] = {}
         # results worked out from this model (per_model below): they go when the model goes
         self.memo: dict[str, LRU] = {}
         self.memo_lock = threading.Lock()

@@ -29,19 +29,19 @@ import pytest
 from fastapi import params
 
 from gptscope.background_server import BackgroundServer
-from gptscope.server import transcoders
 from gptscope.server.app import create_app
 from gptscope.server.attribution_jobs import GRAPHS
 from gptscope.server.circuit_jobs import SEARCHES
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 from gptscope.server.finetune_jobs import FinetuneManager
 from gptscope.server.jobs import JobRunner
-from gptscope.server.lenses import lens_runner
+from gptscope.server.lenses import LENSES
 from gptscope.server.runs import RunManager
-from gptscope.server.saes import sae_runner
+from gptscope.server.saes import SAES
 from gptscope.server.schemas.common import StrictRequest
 from gptscope.server.service import ModelService
 from gptscope.server.token_attribution_jobs import ATTRIBUTIONS
+from gptscope.server.transcoders import TRANSCODERS
 
 MAX_EXAMPLES = 10
 SEED = int(os.environ.get("GPTSCOPE_FUZZ_SEED", "17"))
@@ -134,11 +134,11 @@ def served():
     app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=data), service=service)
     app.state.runs = idle(RunManager(Path(data)))
     app.state.finetune = idle(FinetuneManager(Path(data)))
-    app.state.sae_jobs = idle(sae_runner())
+    app.state.sae_jobs = idle(SAES.runner())
     app.state.circuit_jobs = idle(SEARCHES.runner())
     app.state.attribution_jobs = idle(GRAPHS.runner())
-    app.state.transcoder_jobs = idle(transcoders.runner())
-    app.state.lens_jobs = idle(lens_runner())
+    app.state.transcoder_jobs = idle(TRANSCODERS.runner())
+    app.state.lens_jobs = idle(LENSES.runner())
     app.state.token_attribution_jobs = idle(ATTRIBUTIONS.runner())
     server = BackgroundServer(app).start()
     yield server, service

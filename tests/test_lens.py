@@ -16,6 +16,7 @@ import torch
 from gptscope.model import tuned_lens as tl
 from gptscope.model.gpt import GPT, GPTConfig, preset_config
 from gptscope.server.config import BUILTIN_CHECKPOINT
+from gptscope.server.lenses import LENSES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = BUILTIN_CHECKPOINT / "lenses" / "tuned-s0"
@@ -43,7 +44,7 @@ def identity(client):
     # the model `client` serves now (an earlier test may have served another and then the built-in
     # again, and the session's `service` may have been given another app's folders since)
     service = client.app.state.models.served
-    folder = identity_lens(service, service.lens_folders[0] / "zz-identity")
+    folder = identity_lens(service, LENSES.folders(service)[0] / "zz-identity")
     yield folder.name
     shutil.rmtree(folder)
 
@@ -105,7 +106,7 @@ def test_training_lowers_the_held_out_kl_at_every_stage_but_the_last(client):
     listed = {lens["name"] for lens in client.get("/api/v1/lenses").json()["lenses"]}
     assert "test-short" in listed
     assert client.post("/api/v1/lenses", json={"name": "test-short"}).json()["detail"][0]["loc"][-1] == "name"
-    shutil.rmtree(Path(client.app.state.models.served.lens_folders[0]) / "test-short")
+    shutil.rmtree(LENSES.folders(client.app.state.models.served)[0] / "test-short")
 
 
 def test_the_shipped_lens_beats_the_logit_lens_at_every_stage_but_the_last(client):

@@ -13,6 +13,7 @@ from gptscope.server import models as models_mod
 from gptscope.server.app import create_app
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
 from gptscope.server.models import ModelRegistry, model_bytes
+from gptscope.server.saes import SAES
 from gptscope.server.service import ModelService
 
 RUN = "0123456789ab"  # a run id as the app makes them
@@ -97,4 +98,4 @@ def test_compare_and_snapshots_load_through_the_registry_with_the_settings(tmp_p
     kept = app.state.models.kept()
     assert {s.path for s in kept} == {BUILTIN_CHECKPOINT, snapshot}
     assert all(s.threads == 3 and s.device == torch.device("cpu:0") for s in kept)
-    assert all(s.sae_folders[0].is_relative_to(tmp_path) for s in kept)  # where their SAEs are written
+    assert all(SAES.folders(s)[0].is_relative_to(tmp_path) for s in kept)  # where their SAEs are written

@@ -22,7 +22,7 @@ from gptscope.model import attribution as at
 from gptscope.model import sae as sae_mod
 from gptscope.model import transcoders as tc_mod
 
-from .. import transcoders as store
+from ..artefacts import Training
 from ..errors import InputError
 from ..jobs import Job, answer_fields
 from ..schemas.attribution import (
@@ -42,6 +42,7 @@ from ..schemas.attribution import (
 )
 from ..schemas.patch import TokenRef
 from ..service import ModelService
+from ..transcoders import TRANSCODERS as store
 from . import sae as explain_sae
 from .common import given_ids, next_tokens, prompt_ids, token_text
 from .digits import FINE, SECONDS, VALUE
@@ -74,18 +75,10 @@ def set_info(loaded: tc_mod.LoadedSet) -> TranscoderSet:
 
 
 def listing(service: ModelService) -> TranscoderList:
-    found = []
-    for _name, path in store.listing(service):
-        try:
-            loaded = store.load(path)
-            if store.misfit(service, loaded) is None:
-                found.append(set_info(loaded))
-        except (sae_mod.SAEError, KeyError, TypeError, ValueError):
-            continue  # a set that cannot be read, or cannot read the served model, is not offered
-    return TranscoderList(sets=found, write_folder=str(service.transcoder_folders[0]))
+    return TranscoderList(sets=store.views(service, set_info), write_folder=str(store.folders(service)[0]))
 
 
-def job_status(job: Job[store.SetTraining]) -> TranscoderJob:
+def job_status(job: Job[Training]) -> TranscoderJob:
     state, last = job.state, job.state.last
     q = (state.meta or {}).get("quality")
     return TranscoderJob(

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from gptscope.model.tuned_lens import LoadedLens
 
-from .. import lenses as store
+from ..artefacts import Training
 from ..jobs import Job, answer_fields
+from ..lenses import LENSES as store
 from ..schemas.lens import LensFigures, LensInfo, LensJob, LensList, LensStageFigures
 from ..service import ModelService
 from .digits import FINE
@@ -44,16 +45,10 @@ def info(loaded: LoadedLens) -> LensInfo:
 
 def listing(service: ModelService) -> LensList:
     """Every lens of the served model that loads and fits it, with its figures."""
-    out = []
-    for name, _path in store.listing(service):
-        try:
-            out.append(info(store.get(service, name)))
-        except ValueError:  # a folder that cannot be read or does not fit is left out of the list
-            continue
-    return LensList(lenses=out)
+    return LensList(lenses=store.views(service, info))
 
 
-def job_status(job: Job[store.LensTraining]) -> LensJob:
+def job_status(job: Job[Training]) -> LensJob:
     state, last = job.state, job.state.last
     return LensJob(
         **answer_fields(job),

@@ -18,7 +18,8 @@ from typing import Any
 
 from gptscope.model.gpt import GPTConfig, hook_name
 
-from .. import lenses, saes
+from ..lenses import LENSES
+from ..saes import SAES
 from ..schemas.forward import PART_ANSWERS, PartAnswer
 from ..service import ModelService
 from . import stages, switches
@@ -157,7 +158,7 @@ PARTS: tuple[Part, ...] = (
         "tuned_lens",
         hooks=_streams,
         build=stages.tuned_lens,
-        applies=lambda s: bool(lenses.listing(s)),
+        applies=lambda s: bool(LENSES.listing(s)),
     ),
     Part(
         "next_token",
@@ -211,7 +212,7 @@ PARTS: tuple[Part, ...] = (
         "sae_features",
         hooks=lambda cfg, sel: each_layer(cfg, "hook_resid_post"),
         build=stages.sae_features,
-        applies=lambda s: bool(saes.listing(s)),
+        applies=lambda s: bool(SAES.listing(s)),
         stale_on=("position",),
     ),
     Part(

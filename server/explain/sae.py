@@ -12,9 +12,10 @@ from gptscope.model import sae as sae_mod
 from gptscope.model.gpt import GPT
 from gptscope.model.sae import LoadedSAE
 
-from .. import saes as store
+from ..artefacts import Training
 from ..errors import InputError
 from ..jobs import Job, answer_fields
+from ..saes import SAES as store
 from ..schemas.sae import (
     ActiveFeature,
     FeatureDetail,
@@ -64,24 +65,16 @@ def info(loaded: LoadedSAE) -> SaeInfo:
 
 
 def listing(service: ModelService) -> SaeList:
-    found = []
-    for _name, path in store.listing(service):
-        try:
-            loaded = store.load(path)
-            if store.misfit(service, loaded) is None:
-                found.append(info(loaded))
-        except (sae_mod.SAEError, KeyError, TypeError, ValueError):
-            continue  # an SAE that cannot be read, or cannot read the served model, is not offered
-    return SaeList(saes=found, write_folder=str(service.sae_folders[0]))
+    return SaeList(saes=store.views(service, info), write_folder=str(store.folders(service)[0]))
 
 
-def job_status(job: Job[store.SaeTraining]) -> SaeJob:
+def job_status(job: Job[Training]) -> SaeJob:
     state, last = job.state, job.state.last
     return SaeJob(
         **answer_fields(job),
         phase="evaluating" if state.phase == "evaluating" else "training",
         sae=state.name,
-        layer=state.layer,
+        layer=state.config.layer,
         progress=float(last.get("progress", 0.0)),
         step=job.progress.done,
         tokens=int(last.get("tokens", 0)),

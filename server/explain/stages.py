@@ -30,7 +30,8 @@ from gptscope.model.gpt import (
     rope_frequencies,
 )
 
-from .. import lenses, saes
+from ..lenses import LENSES
+from ..saes import SAES
 from ..schemas.arrays import Arr
 from ..schemas.lens import TunedLensBlock
 from ..schemas.sae import SaeFeaturesBlock
@@ -335,7 +336,7 @@ def logit_lens(t: Trace) -> LogitLensBlock:
 
 def tuned_lens(t: Trace) -> TunedLensBlock:
     """The same through a tuned lens's translators (model/tuned_lens.py): at its start, exactly the logit lens."""
-    loaded = lenses.get(t.service, t.sel.lens)
+    loaded = LENSES.get(t.service, t.sel.lens)
     q = loaded.meta["quality"]
     return TunedLensBlock(
         **_lens(t, lambda s, i: loaded.lens.logits(t.model, s, i)),
@@ -604,7 +605,7 @@ def classifier(t: Trace) -> ClassifierBlock:
 
 def sae_features(t: Trace) -> SaeFeaturesBlock:
     """The SAE's features active at the selected position (the stream at its layer, encoded)."""
-    loaded = saes.get(t.service, t.sel.sae)
+    loaded = SAES.get(t.service, t.sel.sae)
     x = t.act("hook_resid_post", loaded.sae.cfg.layer)  # (T, d)
     return active_features(t.service, loaded, x, t.ids, t.sel.position)
 

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Depends, Path, Request
 
 from gptscope.model.transcoders import TranscoderTrainConfig
 
-from .. import transcoders as store
+from ..artefacts import Training
 from ..attribution_jobs import GRAPHS
 from ..deps import Runs, Service
 from ..explain import attribution as explain_attribution
 from ..jobs import Answered, JobRunner, Route, analysis_routes, job_routes
+from ..saes import corpus_for
 from ..schemas.attribution import (
     AttributionJob,
     AttributionRequest,
@@ -27,6 +28,7 @@ from ..schemas.attribution import (
 )
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
 from ..schemas.sae import SAE_NAME
+from ..transcoders import TRANSCODERS as store
 from ..wire import Binary, answer, responses
 
 router = APIRouter(tags=["attribution"])
@@ -49,11 +51,11 @@ def transcoder_sets(service: Service) -> TranscoderList:
     return explain_attribution.listing(service)
 
 
-def get_training(request: Request) -> JobRunner[store.SetTraining]:
+def get_training(request: Request) -> JobRunner[Training]:
     return request.app.state.transcoder_jobs
 
 
-Training = Annotated[JobRunner[store.SetTraining], Depends(get_training)]
+Training = Annotated[JobRunner[Training], Depends(get_training)]
 CONFLICT = {409: {"model": ErrorResponse, "description": "a transcoder training job is already going"}}
 
 
@@ -65,7 +67,6 @@ CONFLICT = {409: {"model": ErrorResponse, "description": "a transcoder training 
     summary="Train a transcoder set (one per MLP) on the served model, in the background",
 )
 def train_set(req: TranscoderTrainRequest, jobs: Training, runs: Runs, service: Service) -> TranscoderJob:
-    from ..saes import corpus_for
 
     tc = TranscoderTrainConfig(**req.model_dump(exclude={"name", "corpus"}))
     corpus = corpus_for(service, req.corpus, runs.corpus_path)

@@ -8,22 +8,23 @@ from fastapi import APIRouter, Depends, Request
 
 from gptscope.model.tuned_lens import LensTrainConfig
 
-from .. import lenses as store
-from .. import saes
+from ..artefacts import Training
 from ..deps import Runs, Service
 from ..explain import lens as explain_lens
 from ..jobs import JobRunner, Route, job_routes
+from ..lenses import LENSES as store
+from ..saes import corpus_for
 from ..schemas.common import ERROR_RESPONSES, ErrorResponse
 from ..schemas.lens import LensInfo, LensJob, LensList, LensTrainRequest
 
 router = APIRouter(tags=["lens"])
 
 
-def get_jobs(request: Request) -> JobRunner[store.LensTraining]:
+def get_jobs(request: Request) -> JobRunner[Training]:
     return request.app.state.lens_jobs
 
 
-Jobs = Annotated[JobRunner[store.LensTraining], Depends(get_jobs)]
+Jobs = Annotated[JobRunner[Training], Depends(get_jobs)]
 CONFLICT = {409: {"model": ErrorResponse, "description": "a tuned-lens training job is already going"}}
 
 
@@ -45,7 +46,7 @@ def list_lenses(service: Service) -> LensList:
 )
 def start(req: LensTrainRequest, jobs: Jobs, runs: Runs, service: Service) -> LensJob:
     tc = LensTrainConfig(**req.model_dump(exclude={"name", "corpus"}))
-    corpus = saes.corpus_for(service, req.corpus, runs.corpus_path)
+    corpus = corpus_for(service, req.corpus, runs.corpus_path)
     return explain_lens.job_status(store.start_training(jobs, service, tc, req.name, corpus))
 
 

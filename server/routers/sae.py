@@ -8,21 +8,23 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from gptscope.model.sae import SAETrainConfig
 
-from .. import saes as store
+from ..artefacts import Training
 from ..deps import Runs, Service
 from ..explain import sae as explain_sae
 from ..jobs import JobRunner, Route, job_routes
+from ..saes import SAES as store
+from ..saes import corpus_for
 from ..schemas.common import ERROR_RESPONSES, ErrorResponse
 from ..schemas.sae import FeatureDetail, FeatureList, SaeInfo, SaeJob, SaeList, SaeTrainRequest, SortKey
 
 router = APIRouter(tags=["sae"])
 
 
-def get_jobs(request: Request) -> JobRunner[store.SaeTraining]:
+def get_jobs(request: Request) -> JobRunner[Training]:
     return request.app.state.sae_jobs
 
 
-Jobs = Annotated[JobRunner[store.SaeTraining], Depends(get_jobs)]
+Jobs = Annotated[JobRunner[Training], Depends(get_jobs)]
 CONFLICT = {409: {"model": ErrorResponse, "description": "an SAE training job is already going"}}
 
 
@@ -40,7 +42,7 @@ def list_saes(service: Service) -> SaeList:
 )
 def start(req: SaeTrainRequest, jobs: Jobs, runs: Runs, service: Service) -> SaeJob:
     fields = req.model_dump(exclude={"name", "corpus"})
-    corpus = store.corpus_for(service, req.corpus, runs.corpus_path)
+    corpus = corpus_for(service, req.corpus, runs.corpus_path)
     return explain_sae.job_status(store.start_training(jobs, service, SAETrainConfig(**fields), req.name, corpus))
 
 
