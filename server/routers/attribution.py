@@ -55,7 +55,7 @@ def get_training(request: Request) -> JobRunner[Training]:
     return request.app.state.transcoder_jobs
 
 
-Training = Annotated[JobRunner[Training], Depends(get_training)]
+SetJobs = Annotated[JobRunner[Training], Depends(get_training)]
 CONFLICT = {409: {"model": ErrorResponse, "description": "a transcoder training job is already going"}}
 
 
@@ -66,8 +66,7 @@ CONFLICT = {409: {"model": ErrorResponse, "description": "a transcoder training 
     responses={**ERROR_RESPONSES, **CONFLICT},
     summary="Train a transcoder set (one per MLP) on the served model, in the background",
 )
-def train_set(req: TranscoderTrainRequest, jobs: Training, runs: Runs, service: Service) -> TranscoderJob:
-
+def train_set(req: TranscoderTrainRequest, jobs: SetJobs, runs: Runs, service: Service) -> TranscoderJob:
     tc = TranscoderTrainConfig(**req.model_dump(exclude={"name", "corpus"}))
     corpus = corpus_for(service, req.corpus, runs.corpus_path)
     return explain_attribution.job_status(store.start_training(jobs, service, tc, req.name, corpus))
