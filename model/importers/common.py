@@ -52,6 +52,8 @@ def config_from(label: str, values: Callable[[], dict]) -> GPTConfig:
     prefixed with `label` (the map is built inside the check, so its own refusals read the same)."""
     try:
         return GPTConfig.from_dict(values())
+    except ImportFailed:
+        raise  # it names its field already
     except ValueError as e:
         raise ImportFailed(f"{label}: {e}") from None
 
@@ -205,6 +207,27 @@ def hf_flag(raw: dict, key: str, default: bool = False) -> bool:
     if not isinstance(v, bool):
         raise ImportFailed(f"config.json field {key} is {v!r}; it must be true or false")
     return v
+
+
+def hf_sizes(raw: dict, kv_heads: bool = True) -> dict[str, Any]:
+    """The sizes every decoder's config.json gives under the same names (vocabulary, context, layers,
+    heads, width, MLP width; with `kv_heads`, the key/value heads: the query heads' number when it
+    names none), and no dropout at inference."""
+    n_head = hf_int(raw, "num_attention_heads")
+    sizes: dict[str, Any] = dict(
+        vocab_size=hf_int(raw, "vocab_size"),
+        n_ctx=hf_int(raw, "max_position_embeddings"),
+        n_layer=hf_int(raw, "num_hidden_layers"),
+        n_head=n_head,
+        d_model=hf_int(raw, "hidden_size"),
+        d_mlp=hf_int(raw, "intermediate_size"),
+        dropout=0.0,
+    )
+    if kv_heads:
+        sizes["n_kv_head"] = (
+            hf_int(raw, "num_key_value_heads") if raw.get("num_key_value_heads") is not None else n_head
+        )
+    return sizes
 
 
 def check_fields(raw: dict, model_type: str, family: str, architecture: str, allowed: Collection[str]) -> None:

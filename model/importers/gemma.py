@@ -28,8 +28,10 @@ from .common import (
     hf_int,
     hf_number,
     hf_rope,
+    hf_sizes,
     read_json,
 )
+from .llama import llama_names
 
 GEMMA_FAMILY = {"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
 MODEL_TYPES = tuple(GEMMA_FAMILY)
@@ -160,15 +162,8 @@ def gemma_config(raw: dict) -> GPTConfig:
     return config_from(
         "config.json",
         lambda: dict(
-            vocab_size=hf_int(raw, "vocab_size"),
-            n_ctx=hf_int(raw, "max_position_embeddings"),
-            n_layer=n_layer,
-            n_head=n_head,
-            d_model=d,
-            d_mlp=hf_int(raw, "intermediate_size"),
-            n_kv_head=hf_int(raw, "num_key_value_heads") if raw.get("num_key_value_heads") is not None else n_head,
+            **hf_sizes(raw),
             head_dim=hs,
-            dropout=0.0,
             bias=False,
             qkv_bias=bias,
             attn_out_bias=bias,
@@ -194,45 +189,17 @@ def _gain(t):
     return t + 1.0
 
 
+GEMMA_NORMS = {  # the sandwich: a norm before and after each sublayer
+    "ln1": "input_layernorm",
+    "ln1_post": "post_attention_layernorm",
+    "ln2": "pre_feedforward_layernorm",
+    "ln2_post": "post_feedforward_layernorm",
+}
+
+
 def gemma_names(cfg: GPTConfig) -> dict[str, list[Piece]]:
-    d, dm, hs, V = cfg.d_model, cfg.d_mlp, cfg.d_head, cfg.vocab_size
-    q, kv = cfg.n_head * hs, cfg.n_kv_head * hs
-    m: dict[str, list[Piece]] = {
-        "wte.weight": [("model.embed_tokens.weight", (V, d))],
-        "ln_final.weight": [("model.norm.weight", (d,), _gain)],
-    }
-    for i in range(cfg.n_layer):
-        hf, ours = f"model.layers.{i}.", f"blocks.{i}."
-        attn = hf + "self_attn."
-        for mine, theirs in (
-            ("ln1", "input_layernorm"),
-            ("ln1_post", "post_attention_layernorm"),
-            ("ln2", "pre_feedforward_layernorm"),
-            ("ln2_post", "post_feedforward_layernorm"),
-        ):
-            m[ours + f"{mine}.weight"] = [(hf + f"{theirs}.weight", (d,), _gain)]
-        m[ours + "attn.c_attn.weight"] = [
-            (attn + f"{x}_proj.weight", (w, d)) for x, w in (("q", q), ("k", kv), ("v", kv))
-        ]
-        if cfg.qkv_bias:
-            m[ours + "attn.c_attn.bias"] = [
-                (attn + f"{x}_proj.bias", (w,)) for x, w in (("q", q), ("k", kv), ("v", kv))
-            ]
-        m[ours + "attn.c_proj.weight"] = [(attn + "o_proj.weight", (d, q))]
-        if cfg.attn_out_bias:
-            m[ours + "attn.c_proj.bias"] = [(attn + "o_proj.bias", (d,))]
-        if cfg.qk_norm:
-            m[ours + "attn.q_norm.weight"] = [(attn + "q_norm.weight", (hs,), _gain)]
-            m[ours + "attn.k_norm.weight"] = [(attn + "k_norm.weight", (hs,), _gain)]
-        for mine, theirs, shape in (
-            ("c_gate", "gate_proj", (dm, d)),
-            ("c_fc", "up_proj", (dm, d)),
-            ("c_proj", "down_proj", (d, dm)),
-        ):
-            m[ours + f"mlp.{mine}.weight"] = [(hf + f"mlp.{theirs}.weight", shape)]
-    if not cfg.tie_weights:
-        m["lm_head.weight"] = [("lm_head.weight", (V, d))]
-    return m
+    """The LLaMA layout (llama_names) with Gemma's four norms a block, each stored w read as 1 + w."""
+    return llama_names(cfg, GEMMA_NORMS, _gain)
 
 
 def convert_hf_gemma(folder: Path) -> Converted:

@@ -9,7 +9,10 @@ other is refused by name. The weights are stored in the file's own half precisio
 float32."""
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 from ..gpt import GPTConfig
 from .common import (
@@ -24,6 +27,7 @@ from .common import (
     hf_int,
     hf_number,
     hf_rope,
+    hf_sizes,
     read_json,
 )
 
@@ -101,20 +105,12 @@ def llama_config(raw: dict) -> GPTConfig:
         raise ImportFailed(f"config.json field model_type is {mt!r}; not a model of the LLaMA family")
     check_fields(raw, mt, "LLaMA-family", LLAMA_FAMILY[mt], {*LLAMA_FIELDS[mt], *LLAMA_INERT})
     check_values(raw, {"hidden_act": "silu", "rope_interleaved": False, "is_encoder_decoder": False})
-    n_head, n_layer = hf_int(raw, "num_attention_heads"), hf_int(raw, "num_hidden_layers")
     attention_bias = hf_flag(raw, "attention_bias")
     return config_from(
         "config.json",
         lambda: dict(
-            vocab_size=hf_int(raw, "vocab_size"),
-            n_ctx=hf_int(raw, "max_position_embeddings"),
-            n_layer=n_layer,
-            n_head=n_head,
-            d_model=hf_int(raw, "hidden_size"),
-            d_mlp=hf_int(raw, "intermediate_size"),
-            n_kv_head=hf_int(raw, "num_key_value_heads") if raw.get("num_key_value_heads") is not None else n_head,
+            **hf_sizes(raw),
             head_dim=hf_int(raw, "head_dim") if raw.get("head_dim") is not None else 0,
-            dropout=0.0,
             bias=False,
             qkv_bias=mt == "qwen2" or attention_bias,  # Qwen2 always has them
             attn_out_bias=attention_bias,
@@ -125,27 +121,39 @@ def llama_config(raw: dict) -> GPTConfig:
             mlp="swiglu",
             ln_eps=hf_number(raw, "", "rms_norm_eps", 1e-6),
             tie_weights=hf_flag(raw, "tie_word_embeddings", False),
-            window=_llama_window(raw, mt, n_layer),
+            window=_llama_window(raw, mt, hf_int(raw, "num_hidden_layers")),
             causal=True,
             **hf_rope(raw),
         ),
     )
 
 
-def llama_names(cfg: GPTConfig) -> dict[str, list[Piece]]:
+# a block's norms: gptscope's name -> the Hugging Face layer's (Llama's, before each sublayer)
+LLAMA_NORMS = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
+
+
+def llama_names(
+    cfg: GPTConfig, norms: dict[str, str] = LLAMA_NORMS, gain: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> dict[str, list[Piece]]:
     """gptscope parameter -> the Hugging Face tensors it is made of, with the shape each must have
-    (several are stacked along the first axis: W_Q, W_K, W_V into c_attn). Both use nn.Linear."""
+    (several are stacked along the first axis: W_Q, W_K, W_V into c_attn). Both use nn.Linear. The
+    LLaMA layout, which OLMo 2 and Gemma share with other `norms` in a block (and Gemma's `gain`,
+    read from every stored norm weight)."""
     d, dm, hs, V = cfg.d_model, cfg.d_mlp, cfg.d_head, cfg.vocab_size
     q, kv = cfg.n_head * hs, cfg.n_kv_head * hs
+
+    def norm(name: str, shape: tuple[int, ...]) -> list[Piece]:
+        return [(name, shape, gain) if gain else (name, shape)]
+
     m: dict[str, list[Piece]] = {
         "wte.weight": [("model.embed_tokens.weight", (V, d))],
-        "ln_final.weight": [("model.norm.weight", (d,))],
+        "ln_final.weight": norm("model.norm.weight", (d,)),
     }
     for i in range(cfg.n_layer):
         hf, ours = f"model.layers.{i}.", f"blocks.{i}."
         attn = hf + "self_attn."
-        m[ours + "ln1.weight"] = [(hf + "input_layernorm.weight", (d,))]
-        m[ours + "ln2.weight"] = [(hf + "post_attention_layernorm.weight", (d,))]
+        for mine, theirs in norms.items():
+            m[ours + f"{mine}.weight"] = norm(hf + f"{theirs}.weight", (d,))
         m[ours + "attn.c_attn.weight"] = [
             (attn + f"{x}_proj.weight", (w, d)) for x, w in (("q", q), ("k", kv), ("v", kv))
         ]
@@ -156,9 +164,9 @@ def llama_names(cfg: GPTConfig) -> dict[str, list[Piece]]:
         m[ours + "attn.c_proj.weight"] = [(attn + "o_proj.weight", (d, q))]
         if cfg.attn_out_bias:
             m[ours + "attn.c_proj.bias"] = [(attn + "o_proj.bias", (d,))]
-        if cfg.qk_norm:
-            m[ours + "attn.q_norm.weight"] = [(attn + "q_norm.weight", (hs,))]
-            m[ours + "attn.k_norm.weight"] = [(attn + "k_norm.weight", (hs,))]
+        if cfg.qk_norm:  # over each head's q and k, or (qk_norm_all) over all of q and all of k
+            m[ours + "attn.q_norm.weight"] = norm(attn + "q_norm.weight", (q,) if cfg.qk_norm_all else (hs,))
+            m[ours + "attn.k_norm.weight"] = norm(attn + "k_norm.weight", (kv,) if cfg.qk_norm_all else (hs,))
         for mine, theirs, shape in (
             ("c_gate", "gate_proj", (dm, d)),
             ("c_fc", "up_proj", (dm, d)),

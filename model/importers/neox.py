@@ -24,9 +24,9 @@ from .common import (
     config_from,
     convert_hf,
     hf_flag,
-    hf_int,
     hf_number,
     hf_rope,
+    hf_sizes,
     read_json,
 )
 
@@ -91,13 +91,7 @@ def neox_config(raw: dict) -> GPTConfig:
     return config_from(
         "config.json",
         lambda: dict(
-            vocab_size=hf_int(raw, "vocab_size"),
-            n_ctx=hf_int(raw, "max_position_embeddings"),
-            n_layer=hf_int(raw, "num_hidden_layers"),
-            n_head=hf_int(raw, "num_attention_heads"),
-            d_model=hf_int(raw, "hidden_size"),
-            d_mlp=hf_int(raw, "intermediate_size"),
-            dropout=0.0,
+            **hf_sizes(raw, kv_heads=False),
             bias=True,
             norm="pre",
             norm_type="layernorm",

@@ -18,11 +18,12 @@ from .common import (
     config_from,
     convert_hf,
     hf_flag,
-    hf_int,
     hf_number,
     hf_rope,
+    hf_sizes,
     read_json,
 )
+from .llama import llama_names
 
 MODEL_TYPES = ("olmo2",)
 ARCHITECTURE = "Olmo2ForCausalLM"
@@ -48,19 +49,11 @@ def olmo2_config(raw: dict) -> GPTConfig:
     """GPTConfig from an Olmo2ForCausalLM's config.json; any field gptscope does not compute is refused."""
     check_fields(raw, "olmo2", "OLMo 2", ARCHITECTURE, OLMO2_FIELDS)
     check_values(raw, {"hidden_act": "silu"})
-    n_head = hf_int(raw, "num_attention_heads")
     bias = hf_flag(raw, "attention_bias")
     return config_from(
         "config.json",
         lambda: dict(
-            vocab_size=hf_int(raw, "vocab_size"),
-            n_ctx=hf_int(raw, "max_position_embeddings"),
-            n_layer=hf_int(raw, "num_hidden_layers"),
-            n_head=n_head,
-            d_model=hf_int(raw, "hidden_size"),
-            d_mlp=hf_int(raw, "intermediate_size"),
-            n_kv_head=hf_int(raw, "num_key_value_heads") if raw.get("num_key_value_heads") is not None else n_head,
-            dropout=0.0,
+            **hf_sizes(raw),
             bias=False,
             qkv_bias=bias,
             attn_out_bias=bias,
@@ -77,38 +70,8 @@ def olmo2_config(raw: dict) -> GPTConfig:
 
 
 def olmo2_names(cfg: GPTConfig) -> dict[str, list[Piece]]:
-    d, dm, hs, V = cfg.d_model, cfg.d_mlp, cfg.d_head, cfg.vocab_size
-    q, kv = cfg.n_head * hs, cfg.n_kv_head * hs
-    m: dict[str, list[Piece]] = {
-        "wte.weight": [("model.embed_tokens.weight", (V, d))],
-        "ln_final.weight": [("model.norm.weight", (d,))],
-    }
-    for i in range(cfg.n_layer):
-        hf, ours = f"model.layers.{i}.", f"blocks.{i}."
-        attn = hf + "self_attn."
-        m[ours + "ln1.weight"] = [(hf + "post_attention_layernorm.weight", (d,))]  # on attention's output
-        m[ours + "ln2.weight"] = [(hf + "post_feedforward_layernorm.weight", (d,))]  # on the MLP's output
-        m[ours + "attn.c_attn.weight"] = [
-            (attn + f"{x}_proj.weight", (w, d)) for x, w in (("q", q), ("k", kv), ("v", kv))
-        ]
-        if cfg.qkv_bias:
-            m[ours + "attn.c_attn.bias"] = [
-                (attn + f"{x}_proj.bias", (w,)) for x, w in (("q", q), ("k", kv), ("v", kv))
-            ]
-        m[ours + "attn.c_proj.weight"] = [(attn + "o_proj.weight", (d, q))]
-        if cfg.attn_out_bias:
-            m[ours + "attn.c_proj.bias"] = [(attn + "o_proj.bias", (d,))]
-        m[ours + "attn.q_norm.weight"] = [(attn + "q_norm.weight", (q,))]
-        m[ours + "attn.k_norm.weight"] = [(attn + "k_norm.weight", (kv,))]
-        for mine, theirs, shape in (
-            ("c_gate", "gate_proj", (dm, d)),
-            ("c_fc", "up_proj", (dm, d)),
-            ("c_proj", "down_proj", (d, dm)),
-        ):
-            m[ours + f"mlp.{mine}.weight"] = [(hf + f"mlp.{theirs}.weight", shape)]
-    if not cfg.tie_weights:
-        m["lm_head.weight"] = [("lm_head.weight", (V, d))]
-    return m
+    """The LLaMA layout (llama_names) with a block's norms on its sublayers' outputs."""
+    return llama_names(cfg, {"ln1": "post_attention_layernorm", "ln2": "post_feedforward_layernorm"})
 
 
 def convert_hf_olmo2(folder: Path) -> Converted:

@@ -21,9 +21,9 @@ from .common import (
     config_from,
     convert_hf,
     hf_flag,
-    hf_int,
     hf_number,
     hf_rope,
+    hf_sizes,
     read_json,
 )
 
@@ -61,18 +61,10 @@ def phi3_config(raw: dict) -> GPTConfig:
     window = raw.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise ImportFailed(f"config.json field sliding_window is {window!r}; it must be a positive integer or null")
-    n_head = hf_int(raw, "num_attention_heads")
     return config_from(
         "config.json",
         lambda: dict(
-            vocab_size=hf_int(raw, "vocab_size"),
-            n_ctx=hf_int(raw, "max_position_embeddings"),
-            n_layer=hf_int(raw, "num_hidden_layers"),
-            n_head=n_head,
-            d_model=hf_int(raw, "hidden_size"),
-            d_mlp=hf_int(raw, "intermediate_size"),
-            n_kv_head=hf_int(raw, "num_key_value_heads") if raw.get("num_key_value_heads") is not None else n_head,
-            dropout=0.0,
+            **hf_sizes(raw),
             bias=False,
             norm="pre",
             norm_type="rmsnorm",
