@@ -139,10 +139,22 @@ def test_model_schedule_of_a_fixed_length_run_is_exactly_the_rates_the_trainer_s
     with TestClient(app) as c:
         assert check_model_schedule(c, app.state.models.served) == 0.0
         b = get(c, "/schedules/lr", kind="model")
+        edited = c.get("/api/v1/schedules/lr", params={"kind": "model", "cooldown": 0.5})
     lr = dict(zip(b["step"], b["lr"]))
     if schedule == "wsd":  # held at the peak from warmup's end to step 28 = round(40 * 0.7), then a line to 0
         assert {lr[s] for s in (4, 5, 20, 28)} == {b["peak"]["lr"]} and lr[40] == 0.0
         assert lr[34] == pytest.approx(b["peak"]["lr"] * 6 / 12)
+        # another cooldown: the fall starts at step 20 = round(40 * 0.5); the recorded rates stay as they were
+        e = edited.json()
+        lr2 = dict(zip(e["step"], e["lr"]))
+        assert (
+            e["params"]["cooldown"] == 0.5
+            and lr2[20] == b["peak"]["lr"]
+            and lr2[30] == pytest.approx(lr[40] + b["peak"]["lr"] / 2)
+        )
+        assert e["history"] == b["history"] and e["history_max_abs_diff"] is None
+    else:  # a cosine has no cooldown to edit
+        assert edited.status_code == 422 and edited.json()["detail"][0]["loc"] == ["query", "cooldown"]
 
 
 def test_warmup_stable_decay_shape():

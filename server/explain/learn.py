@@ -14,7 +14,7 @@ import torch
 from gptscope.model import formulas
 from gptscope.model import lessons as model_lessons
 from gptscope.model.gpt import PRESETS, GPTConfig, count_params
-from gptscope.model.train import SCHEDULE_KINDS
+from gptscope.model.train import DEFAULT_COOLDOWN, SCHEDULE_KINDS
 
 from ..schemas import learn as schemas
 from ..service import ModelService
@@ -57,6 +57,7 @@ def lr_schedule(
     total_steps: int | None,
     min_lr: float | None,
     points: int,
+    cooldown: float | None = None,
 ) -> schemas.ScheduleResponse:
     asked = dict(d_model=d_model, warmup=warmup, max_lr=max_lr, total_steps=total_steps, min_lr=min_lr)
     given: dict[str, float] = {k: v for k, v in asked.items() if v is not None}
@@ -78,7 +79,11 @@ def lr_schedule(
         p = {k: recorded[k] for k in ("max_lr", "min_lr", "warmup", "total_steps")}
         p.update({k: v for k, v in given.items() if k in p})
         if recorded["kind"] == "warmup_stable_decay":
-            p["cooldown"] = float(recorded.get("cooldown", 0.4))
+            p["cooldown"] = float(cooldown if cooldown is not None else recorded.get("cooldown", DEFAULT_COOLDOWN))
+    if cooldown is not None and "cooldown" not in p:
+        raise query_error(
+            "cooldown", "only a warmup_stable_decay schedule has a cooldown: the loaded model's recorded one"
+        )
     if p["warmup"] > p["total_steps"]:
         raise query_error(
             "warmup", f"{p['warmup']} is more than total_steps={p['total_steps']}; warmup must fit in the run"

@@ -50,6 +50,15 @@ def lr_schedule(
         int | None, Query(ge=1, le=100_000_000, description="last step (default 100,000; model: its own)")
     ] = None,
     min_lr: Annotated[float | None, Query(ge=0, le=10, description="warmup_cosine end value (gpt1 0)")] = None,
+    cooldown: Annotated[
+        float | None,
+        Query(
+            gt=0,
+            le=1,
+            description="model whose schedule is warmup_stable_decay: the share of the run the rate falls over "
+            "(default: its recorded one)",
+        ),
+    ] = None,
     points: Points = 400,
 ) -> schemas.ScheduleResponse:
     return learn.lr_schedule(
@@ -60,6 +69,7 @@ def lr_schedule(
         max_lr=max_lr,
         total_steps=total_steps,
         min_lr=min_lr,
+        cooldown=cooldown,
         points=points,
     )
 

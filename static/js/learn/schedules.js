@@ -95,11 +95,16 @@ async function loadPublished(signal) {
 
 const mform = $("model-schedule-form");
 const mpanel = $("model-schedule-box");
-const fields = { max_lr: "m-max-lr", warmup: "m-warmup", min_lr: "m-min-lr", total_steps: "m-total" };
+const fields = { max_lr: "m-max-lr", warmup: "m-warmup", min_lr: "m-min-lr", total_steps: "m-total", cooldown: "m-cooldown" };
 let recorded = null;
 
+// the recorded schedule's fields (a cosine one has no cooldown: that field stays empty and hidden)
 function fillFields(schedule, always = false) {
-  for (const [k, id] of Object.entries(fields)) if (always || $(id).value === "") $(id).value = schedule[k];
+  for (const [k, id] of Object.entries(fields)) {
+    if (!(k in schedule)) continue;
+    if (always || $(id).value === "") $(id).value = schedule[k];
+  }
+  $("m-cooldown-label").hidden = !("cooldown" in schedule);
 }
 
 // The API refuses kind=model (naming the field `kind`) when checkpoint.json records no schedule:
