@@ -316,3 +316,24 @@ def test_an_imported_gpt2_is_offered_the_indirect_object_sentence(tmp_path):
     ckpt.save(tmp_path, m, {"name": "gpt2-like", "tokenizer": {"kind": "tiktoken", "name": "gpt2"}, "step": 0})
     got = patch_pairs.pairs(ModelService(tmp_path))
     assert [(p.name, p.answer_text, p.wrong_text, p.tokens) for p in got] == [("indirect-object", " Mary", " John", 14)]
+
+
+def test_a_model_with_no_pair_of_its_own_borrows_those_its_tokenizer_cuts_alike(service, monkeypatch):
+    """A tokenizer no pair was written for (an imported Llama's, say: here the built-in BPE under
+    another name) is offered every written pair it cuts into equal counts with one-token answers,
+    each said to be borrowed; with no such pair it is offered none (the pages then ask for one)."""
+    from gptscope.server.explain import patch_pairs
+
+    own = {p.name: p for p in patch_pairs.pairs(service)}
+    monkeypatch.setattr(patch_pairs, "_tokenizer", lambda s: "hf")
+    borrowed = {p.name: p for p in patch_pairs.pairs(service)}
+    # the built-in BPE cuts " Mary" in two: the indirect-object sentence does not fit it
+    assert list(borrowed) == list(own) == ["dead-caesar", "long-live-king"]
+    for name, p in borrowed.items():
+        assert (p.clean, p.answer, p.tokens) == (own[name].clean, own[name].answer, own[name].tokens)
+        assert (
+            p.description
+            == own[name].description + " (written for the built-in model's BPE; this model's cuts it alike)"
+        )
+    monkeypatch.setattr(patch_pairs, "PAIRS", tuple(p for p in patch_pairs.PAIRS if p.name == "indirect-object"))
+    assert patch_pairs.pairs(service) == []

@@ -1,5 +1,7 @@
 """Ready-made clean/corrupted pairs for activation patching, offered when the loaded model's
-tokenizer is the one they were written for and cuts both prompts into the same number of tokens.
+tokenizer is the one they were written for and cuts both prompts into the same number of tokens
+(and each answer into one). A model with none of its own (an imported Llama, say) is offered the
+pairs written for other tokenizers that its own cuts so, said to be borrowed.
 
 The built-in model's pair was found by a search over speaker-style templates and the plays' names
 that are one token in its vocabulary (tests/test_patch.py checks that the model solves it: the clean
@@ -68,27 +70,27 @@ def _tokenizer(service: ModelService) -> str:
 
 def pairs(service: ModelService) -> list[PatchPair]:
     """The pairs written for the loaded model's tokenizer whose prompts have equal token counts and
-    whose answers are one token each."""
-    out = []
-    enc, kind = service.encoding, _tokenizer(service)
-    for p in PAIRS:
-        clean, corrupted = enc.encode_ordinary(p.clean), enc.encode_ordinary(p.corrupted)
-        answer, wrong = enc.encode_ordinary(p.answer), enc.encode_ordinary(p.wrong)
-        if p.tokenizer != kind or len(clean) != len(corrupted) or len(clean) > service.model.cfg.n_ctx:
-            continue
-        if len(answer) != 1 or len(wrong) != 1:
-            continue
-        out.append(
-            PatchPair(
-                name=p.name,
-                description=p.description,
-                clean=p.clean,
-                corrupted=p.corrupted,
-                answer=answer[0],
-                wrong=wrong[0],
-                answer_text=token_text(service, answer[0]),
-                wrong_text=token_text(service, wrong[0]),
-                tokens=len(clean),
-            )
-        )
-    return out
+    whose answers are one token each; with none, those written for another tokenizer that fit it."""
+    kind = _tokenizer(service)
+    own = [q for p in PAIRS if p.tokenizer == kind and (q := _fit(service, p, borrowed=False))]
+    return own or [q for p in PAIRS if p.tokenizer != kind and (q := _fit(service, p, borrowed=True))]
+
+
+def _fit(service: ModelService, p: Pair, borrowed: bool) -> PatchPair | None:
+    enc = service.encoding
+    clean, corrupted = enc.encode_ordinary(p.clean), enc.encode_ordinary(p.corrupted)
+    answer, wrong = enc.encode_ordinary(p.answer), enc.encode_ordinary(p.wrong)
+    if len(clean) != len(corrupted) or len(clean) > service.model.cfg.n_ctx or len(answer) != 1 or len(wrong) != 1:
+        return None
+    written = "the built-in model's BPE" if p.tokenizer == "bpe" else "GPT-2's tokenizer"
+    return PatchPair(
+        name=p.name,
+        description=p.description + (f" (written for {written}; this model's cuts it alike)" if borrowed else ""),
+        clean=p.clean,
+        corrupted=p.corrupted,
+        answer=answer[0],
+        wrong=wrong[0],
+        answer_text=token_text(service, answer[0]),
+        wrong_text=token_text(service, wrong[0]),
+        tokens=len(clean),
+    )

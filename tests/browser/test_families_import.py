@@ -6,7 +6,8 @@ import`, served in turn. The forward page draws the family's own section (its sw
 prompt's numbers) and every other page loads with no console error; where an analysis cannot define
 its units on the family's block (edge circuits on a parallel or output-normed block), its page says
 why, naming it, and the refused request's 422 is the only console message. A Llama-3-shaped folder's
-prompt starts with its BOS token, and a two-message chat renders through its template onto the page."""
+prompt starts with its BOS token, a two-message chat renders through its template onto the page, and
+/patch and /circuits, with no ready-made pair that fits its tokenizer, ask for a corrupted prompt."""
 
 from __future__ import annotations
 
@@ -143,4 +144,9 @@ def test_a_llama3_prompt_starts_with_its_bos_and_a_chat_shows_its_special_tokens
                             "<|start_header_id|>", "<|end_header_id|>"]  # fmt: skip
         page.uncheck("#bos")  # a chat's template writes its own BOS: the switch leaves it
         page.wait_for_function("!new URLSearchParams(location.search).has('bos') === false")
+        # no ready-made pair fits its tokenizer: /patch and /circuits ask for a corrupted prompt, sending nothing
+        for path in ("/patch", "/circuits"):
+            page.goto(f"{url}{path}")
+            page.wait_for_function("document.getElementById('pair-note').textContent.startsWith('No ready-made pair')")
+            assert page.is_hidden("#error") and page.input_value("#clean") == page.input_value("#corrupted")
         assert page.console_errors == []

@@ -7,16 +7,27 @@ import { $, el } from "./dom.js";
 import { pct, visible } from "./format.js";
 import { renderTokens } from "./tokens.js";
 
+// The two prompts are one text: a model with no ready-made pair starts so (the page asks for a
+// corrupted prompt instead of sending a pair the API can only refuse).
+export const samePrompts = () => $("clean").value === $("corrupted").value;
+const ASK = "No ready-made pair fits this model's tokenizer: change a token or two of the corrupted prompt, keeping " +
+  "as many tokens as the clean one, and the sweep starts as you type.";
+
 // Fill #pair with the ready-made pairs (the one the #clean and #corrupted prompts hold selected) and
-// its description in #pair-note; choosing one puts its prompts in the form and calls onPick(pair).
+// its description in #pair-note (or, while the prompts are one text, what to do); choosing one puts
+// its prompts in the form and calls onPick(pair).
 export async function loadPairs(onPick) {
   const pairs = await apiGet("/patch/pairs");
   const sel = $("pair");
   sel.append(...pairs.map((p) => new Option(`${p.name} (${p.tokens} tokens)`, p.name)));
   const same = pairs.find((p) => p.clean === $("clean").value && p.corrupted === $("corrupted").value);
   sel.value = same ? same.name : "";
-  const note = () => { const p = pairs.find((x) => x.name === sel.value); $("pair-note").textContent = p ? p.description : ""; };
+  const note = () => {
+    const p = pairs.find((x) => x.name === sel.value);
+    $("pair-note").textContent = p ? p.description : samePrompts() ? ASK : "";
+  };
   note();
+  for (const id of ["clean", "corrupted"]) $(id).addEventListener("input", note);
   sel.addEventListener("change", () => {
     const p = pairs.find((x) => x.name === sel.value);
     note();
