@@ -7,7 +7,7 @@
 import { ApiError, isAbort, latest, showError } from "../lib/api.js";
 import { $, setNote } from "../lib/dom.js";
 import { runJob, showProgress } from "../lib/jobs.js";
-import { loadPairs, samePrompts } from "../lib/pair.js";
+import { askedForPair, loadPairs } from "../lib/pair.js";
 import { real, setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
 import { renderGraph } from "./graph.js";
@@ -73,7 +73,7 @@ async function search(signal) {
     showError(null);
     await apply(res);
   } catch (err) {
-    if (!isAbort(err)) showError(err);
+    if (!isAbort(err)) showError(askedForPair(err) ? null : err);  // (#pair-note asks for a corrupted prompt)
   } finally {
     if (!signal.aborted) delete document.body.dataset.busy;
   }
@@ -104,5 +104,5 @@ export function init() {
   for (const id of ["metric", "exact", "rank-by", "steps", "target"]) $(id).addEventListener("change", () => request());
   stageNavigation();
   loadPairs((p) => { Object.assign(state, { answer: p.answer, wrong: p.wrong }); request(); }).catch(showError);
-  if (!samePrompts()) request();  // one text twice (no ready-made pair fits): #pair-note asks for a corrupted one
+  request();
 }

@@ -2,14 +2,17 @@
 // (GET /api/v1/patch/pairs) in the form's #pair select, the two prompts' tokens with the positions
 // where they differ outlined, the metric in words, and the two runs' most likely next tokens, a click
 // on one choosing the answer (clean) or the wrong token (corrupted). Every number is the answer's.
-import { apiGet } from "./api.js";
+import { ApiError, apiGet } from "./api.js";
 import { $, el } from "./dom.js";
 import { pct, visible } from "./format.js";
 import { renderTokens } from "./tokens.js";
 
-// The two prompts are one text: a model with no ready-made pair starts so (the page asks for a
-// corrupted prompt instead of sending a pair the API can only refuse).
+// The two prompts are one text: a model with no ready-made pair starts so, and the page asks for a
+// corrupted prompt (#pair-note) where the API refuses the pair for that alone (a model whose block
+// the analysis cannot run at all is refused first, and that refusal is shown as any error is).
 export const samePrompts = () => $("clean").value === $("corrupted").value;
+export const askedForPair = (err) => err instanceof ApiError && err.status === 422 && samePrompts()
+  && Array.isArray(err.detail) && err.detail.every((d) => (d.loc || []).at(-1) === "corrupted");
 const ASK = "No ready-made pair fits this model's tokenizer: change a token or two of the corrupted prompt, keeping " +
   "as many tokens as the clean one, and the sweep starts as you type.";
 

@@ -6,7 +6,7 @@
 import { apiPost, isAbort, latest, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { runJob, showProgress } from "../lib/jobs.js";
-import { loadPairs, samePrompts } from "../lib/pair.js";
+import { askedForPair, loadPairs } from "../lib/pair.js";
 import { setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
 import { cellAt, cellName, cellOf, initPatchViews, renderCell, renderPrompts, renderSweeps } from "./views.js";
@@ -58,7 +58,7 @@ async function sweep(signal) {
     showError(null);
     apply(result);
   } catch (err) {
-    if (!isAbort(err)) showError(err);
+    if (!isAbort(err)) showError(askedForPair(err) ? null : err);  // (#pair-note asks for a corrupted prompt)
   } finally {
     if (!signal.aborted) delete document.body.dataset.busy;
   }
@@ -126,5 +126,5 @@ export function init() {
   stageNavigation({ h: () => move(0, -1), ArrowLeft: () => move(0, -1), l: () => move(0, 1), ArrowRight: () => move(0, 1),
     "[": () => move(-1, 0), "]": () => move(1, 0) });
   loadPairs((p) => { Object.assign(state, { answer: p.answer, wrong: p.wrong, cell: null, heads: [] }); request(); }).catch(showError);
-  if (!samePrompts()) request();  // one text twice (no ready-made pair fits): #pair-note asks for a corrupted one
+  request();
 }
