@@ -29,9 +29,10 @@ NODE_XY = """(id) => { const gd = document.getElementById('graph-plot');
     if (i >= 0) { const fl = gd._fullLayout; const r = gd.getBoundingClientRect();
       return [r.left + fl._size.l + fl.xaxis.l2p(t.x[i]), r.top + fl._size.t + fl.yaxis.l2p(t.y[i])]; } }
   return null; }"""
-NODES = (
-    "() => document.getElementById('graph-plot').data.filter((t) => t.mode === 'markers').flatMap((t) => t.customdata)"
-)
+NODES = """() => document.getElementById('graph-plot').data.filter((t) => t.mode === 'markers')
+  .flatMap((t) => t.customdata).filter((c) => typeof c === 'string')"""  # (an edge's middle marker has none)
+MIDDLES = """() => document.getElementById('graph-plot').data.filter((t) => t.name === 'edges (their middles)')
+  .flatMap((t) => t.text)"""
 EDGES = """() => document.getElementById('graph-plot').data.filter((t) => t.mode === 'lines' && t.customdata)
   .flatMap((t) => t.customdata.filter((c, i) => c && i % 3 === 0))"""
 
@@ -64,6 +65,14 @@ def assert_edges(page, expected):
     got = sorted(tuple(e) for e in page.evaluate(EDGES))
     assert [(s, t) for s, t, _ in got] == [(s, t) for s, t, _ in expected]
     assert all(math.isclose(a[2], b[2], rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(got, expected, strict=True))
+
+    # each drawn edge's middle hovers its weight, and whether it raises or lowers its target
+    def fmt(w: float) -> str:  # format.js's decimal (JavaScript's toExponential writes e-4 where Python writes e-04)
+        return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{w:.2e}") if w and not 1e-3 <= abs(w) < 1e5 else f"{w:.4f}"
+
+    texts = page.evaluate(MIDDLES)
+    assert sorted(re.search(r"weight (\S+):", t).group(1) for t in texts) == sorted(fmt(w) for _, _, w in expected)
+    assert all(("raises" in t) == (not re.search(r"weight -", t)) for t in texts)
 
 
 def job_result(page, live_url) -> dict:

@@ -1,5 +1,6 @@
 // The attribution graph drawn with Plotly: the edges as lines under the nodes (one trace per sign
-// and width band, not hoverable), then one trace of nodes per kind: features (dots), error nodes
+// and width band; an invisible marker at each one's middle gives its ends and weight on hover), then
+// one trace of nodes per kind: features (dots), error nodes
 // (grey diamonds), tokens (squares), the target logit (a star), supernodes (hexagons). x is the
 // column, y the position with the prompt's tokens as its labels; a node's size follows its
 // influence, an edge's width its |weight| and its colour its sign. Hover gives a node's numbers; a
@@ -60,6 +61,19 @@ function edgeTraces(view) {
     line: { color: SIGNS[key[0]][0], width: WIDTHS[+key.slice(1)] }, ...t }));
 }
 
+// An invisible marker at each drawn edge's middle: its hover names the edge's two ends and its weight
+// (a sum where a supernode merged several of the answer's edges). Its customdata is no node id, so a
+// click or hover on it leaves the page's node handlers alone.
+function edgeMiddles(view) {
+  const name = (n) => htmlText(n.kind === "supernode" ? `${n.name} (supernode)` : n.node.label);
+  const ends = view.edges.map((e) => [view.byId.get(e.source), view.byId.get(e.target)]);
+  return { type: "scatter", mode: "markers", name: "edges (their middles)", showlegend: false,
+    x: ends.map(([a, b]) => (a.x + b.x) / 2), y: ends.map(([a, b]) => (a.y + b.y) / 2), customdata: view.edges.map(() => null),
+    text: view.edges.map((e, i) => `${name(ends[i][0])} → ${name(ends[i][1])}<br>weight ${decimal(e.weight, 4)}: ` +
+      `${e.weight >= 0 ? "raises" : "lowers"} its target${e.count > 1 ? `<br>the sum of ${e.count} edges of the answer` : ""}`),
+    hovertemplate: "%{text}<extra></extra>", marker: { size: 9, opacity: 0 } };
+}
+
 function nodeTraces(view, tokens, pinned) {
   const top = Math.max(1e-9, ...view.nodes.filter((n) => n.kind !== "logit").map(drawnInfluence));
   const size = (n) => (n.kind === "logit" ? 22 : 6 + 18 * Math.sqrt(Math.min(1, drawnInfluence(n) / top)));
@@ -93,7 +107,7 @@ export function drawAttributionGraph(res, blocks, groups, pinned, { onClick, onH
   const height = Math.max(440, Math.min(1400, 140 + 28 * res.tokens.length));
   gd.dataset.edges = String(view.edges.length);
   gd.dataset.nodes = String(view.nodes.length);
-  const done = chart(gd, [...edgeTraces(view), ...nodeTraces(view, res.tokens, pinned), ...signLegend()], {
+  const done = chart(gd, [...edgeTraces(view), edgeMiddles(view), ...nodeTraces(view, res.tokens, pinned), ...signLegend()], {
     height, hovermode: "closest", showlegend: true, margin: { l: 20, r: 16, t: 16, b: 48 },
     hoverlabel: { font: { family: MONO, size: 12 }, align: "left" }, ...axes(res, blocks, height),
   });
