@@ -9,6 +9,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from gptscope.model import checkpoint as ckpt
 from gptscope.model import corpus as corpus_mod
 from gptscope.server.app import create_app
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
@@ -149,12 +150,30 @@ def test_uploads_that_are_not_text_empty_or_too_big_write_nothing(tclient, monke
         ({"max_steps": 5, "preset": "gpt2"}, "preset"),
         ({"max_steps": 5, "vocab_size": 10}, "vocab_size"),
         ({"max_steps": 5, "overrides": {"n_layer": 99}}, "overrides"),
+        ({"max_steps": 5, "schedule": "linear"}, "schedule"),
+        ({"max_steps": 5, "schedule": "wsd", "cooldown": 0}, "cooldown"),
+        ({"max_steps": 5, "schedule": "wsd", "cooldown": 1.5}, "cooldown"),
     ],
 )
 def test_bad_training_requests(tclient, payload, field):
     r = tclient.post("/api/v1/training", json={**FAST, **payload})
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"][1] == field
+
+
+def test_a_warmup_stable_decay_run_from_the_app_records_its_schedule(tclient):
+    """schedule="wsd" with a cooldown share trains with it: checkpoint.json records the schedule, and
+    the rates the trainer set hold at the peak, then fall in a line over the last half."""
+    req = {**FAST, "max_steps": 20, "warmup_steps": 2, "schedule": "wsd", "cooldown": 0.5, "snapshots": [], "seed": 77}
+    r = tclient.post("/api/v1/training", json=req)
+    assert r.status_code == 202, r.text
+    body = wait(tclient, r.json()["id"])
+    assert body["status"] == "done" and body["request"]["schedule"] == "wsd" and body["request"]["cooldown"] == 0.5
+    schedule = ckpt.read_meta(tclient.app.state.runs.runs_dir / r.json()["id"]).schedule
+    assert schedule["kind"] == "warmup_stable_decay" and schedule["cooldown"] == 0.5
+    lr = [h["lr"] for h in body["history"]]  # update k used the schedule's step k - 1
+    peak = schedule["max_lr"]
+    assert lr[1:10] == [peak] * 9 and lr[10] == peak and peak > lr[12] > lr[16] > lr[19]
 
 
 def test_exactly_one_of_steps_or_time(tclient):

@@ -8,7 +8,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 
 from gptscope.model.gpt import preset_config
-from gptscope.model.train import StepRecord, TrainConfig, recipe_for
+from gptscope.model.train import DEFAULT_COOLDOWN, StepRecord, TrainConfig, recipe_for
 
 from .common import StrictRequest
 from .config import config_fields, schema_model
@@ -140,6 +140,19 @@ class TrainingRequest(StrictRequest):
         CPU_RECIPE["muon_lr"], gt=0, le=1, allow_inf_nan=False, description="Muon's peak learning rate"
     )
     warmup_steps: int = Field(30, ge=0, le=MAX_STEPS)
+    schedule: Literal["cosine", "wsd"] = Field(
+        CPU_RECIPE["schedule"],
+        description="the rate after warmup: cosine, down to a tenth of the peak at the last update; or wsd "
+        "(warmup-stable-decay), held at the peak, then a straight line down to a tenth over the last `cooldown` "
+        "share of the run",
+    )
+    cooldown: float = Field(
+        DEFAULT_COOLDOWN,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="wsd: the share of the run over which the rate falls (a cosine run does not read it)",
+    )
     snapshots: list[float] = Field(
         default_factory=lambda: [0.0, 0.01, 0.1, 0.5, 1.0],
         max_length=12,

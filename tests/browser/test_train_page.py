@@ -26,6 +26,7 @@ SHORT = {
     "seed": 1337,
     "max_lr": 0.003,
     "warmup_steps": 30,
+    "schedule": "cosine",
     "optimizer": "adamw",
     "muon_lr": 0.02,
     "vocab_size": 300,
@@ -154,6 +155,11 @@ def builtin_after(browser, live_url):
 def test_a_short_run_draws_its_curves_while_it_trains(page, live_url, screenshot):
     open_page(page, live_url)
     assert page.is_visible("#progress-empty")  # nothing trained yet in this data folder
+    # the cooldown share is asked only for warmup-stable-decay (its default the API's)
+    assert page.input_value("#schedule") == "cosine" and page.is_hidden("#cooldown-label")
+    page.select_option("#schedule", "wsd")
+    assert page.is_visible("#cooldown-label") and page.input_value("#cooldown") == "0.4"
+    page.select_option("#schedule", "cosine")
     set_form(page, SHORT["max_steps"])
     resp = start(page)
     assert resp.request.post_data_json == SHORT

@@ -107,5 +107,6 @@ export async function startRun(request) {
 export function describeRequest(req) {
   const len = req.max_steps ? `${int(req.max_steps)} steps` : `${req.time_budget} s budget`;
   const over = Object.entries(req.overrides || {}).filter(([, v]) => v !== null && v !== undefined).map(([k, v]) => `${k}=${v}`);
-  return [req.corpus, req.preset, ...over, `vocab ${int(req.vocab_size)}`, len, `lr ${req.max_lr}`, `warmup ${req.warmup_steps}`, `seed ${req.seed}`].join(" · ");
+  return [req.corpus, req.preset, ...over, `vocab ${int(req.vocab_size)}`, len, `lr ${req.max_lr}`, `warmup ${req.warmup_steps}`,
+    ...(req.schedule === "wsd" ? [`wsd, cooldown ${req.cooldown}`] : []), `seed ${req.seed}`].join(" · ");
 }

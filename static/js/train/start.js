@@ -92,6 +92,12 @@ function fillForm({ request: schema, overrides }) {
   setNumber($("muon-lr"), field(schema, "muon_lr"));
   showMuonRate();
   setNumber($("warmup"), field(schema, "warmup_steps"));
+  const sched = field(schema, "schedule");
+  const schedWords = { cosine: "cosine to a tenth of the peak", wsd: "hold, then a straight fall (warmup-stable-decay)" };
+  $("schedule").replaceChildren(...(sched.enum || ["cosine", "wsd"]).map((s) => el("option", { value: s, text: schedWords[s] || s })));
+  $("schedule").value = sched.default || "cosine";
+  setNumber($("cooldown"), field(schema, "cooldown"));
+  showCooldown();
   setNumber($("vocab-size"), field(schema, "vocab_size"));
   setNumber($("batch-size"), field(schema, "batch_size"));
   $("snapshots").value = PAGE_DEFAULTS.snapshots.join(", ");
@@ -99,6 +105,10 @@ function fillForm({ request: schema, overrides }) {
 
 function showMuonRate() {
   $("muon-lr-label").hidden = $("optimizer").value !== "muon";
+}
+
+function showCooldown() {
+  $("cooldown-label").hidden = $("schedule").value !== "wsd";
 }
 
 async function loadCorpora(select) {
@@ -207,9 +217,10 @@ function readRequest() {
   const req = {
     corpus: $("corpus").value, preset: $("preset").value, seed: num("seed"), max_lr: num("max-lr"),
     optimizer: $("optimizer").value, muon_lr: num("muon-lr"),
-    warmup_steps: num("warmup"), vocab_size: num("vocab-size"), batch_size: num("batch-size"),
+    warmup_steps: num("warmup"), schedule: $("schedule").value, vocab_size: num("vocab-size"), batch_size: num("batch-size"),
     snapshots: $("snapshots").value.split(/[,\s]+/).filter((s) => s !== "").map(Number),
   };
+  if (req.schedule === "wsd") req.cooldown = num("cooldown");
   if ($("len-steps").checked) req.max_steps = num("max-steps");
   else req.time_budget = num("time-budget");
   const over = readOverrides();
@@ -284,6 +295,7 @@ export async function init() {
   $("upload-btn").addEventListener("click", upload);
   $("corpus").addEventListener("change", describeCorpus);
   $("optimizer").addEventListener("change", showMuonRate);
+  $("schedule").addEventListener("change", showCooldown);
   $("upload-file").addEventListener("change", () => {
     const f = $("upload-file").files[0];
     if (f && !$("upload-name").value) {
