@@ -52,9 +52,18 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "warmup0": ("no warmup", ["--warmup-steps", "0"]),
     "warmup100": ("warmup 100 updates", ["--warmup-steps", "100"]),
     "cos-to-0": ("cosine to 0", ["--min-lr-ratio", "0"]),
-    "wsd20": ("constant, then linear to 0 over the last 20%", ["--schedule", "wsd", "--cooldown", "0.2"]),
-    "wsd40": ("constant, then linear to 0 over the last 40%", ["--schedule", "wsd", "--cooldown", "0.4"]),
-    "wsd60": ("constant, then linear to 0 over the last 60%", ["--schedule", "wsd", "--cooldown", "0.6"]),
+    "wsd20": (
+        "constant, then linear to a tenth of the peak over the last 20%",
+        ["--schedule", "wsd", "--cooldown", "0.2"],
+    ),
+    "wsd40": (
+        "constant, then linear to a tenth of the peak over the last 40%",
+        ["--schedule", "wsd", "--cooldown", "0.4"],
+    ),
+    "wsd60": (
+        "constant, then linear to a tenth of the peak over the last 60%",
+        ["--schedule", "wsd", "--cooldown", "0.6"],
+    ),
 }
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .schedules import sample_steps, transformer, warmup_cosine, warmup_stable_decay
+from .schedules import DEFAULT_COOLDOWN, sample_steps, transformer, warmup_cosine, warmup_stable_decay
 
 # --------------------------------------------------------------------------------------------
 # Learning-rate schedules
@@ -41,7 +41,7 @@ def lr_curve(
     max_lr: float = 2.5e-4,
     total_steps: int = 100_000,
     min_lr: float = 0.0,
-    cooldown: float = 0.4,
+    cooldown: float = DEFAULT_COOLDOWN,
 ) -> list[float]:
     """The learning rate at each step: kind 'transformer' (Vaswani et al.), 'warmup_cosine' (GPT-1 and
     this project's trainer) or 'warmup_stable_decay' (the trainer's wsd), by the very functions in

@@ -1,12 +1,17 @@
 """Learning-rate schedules as pure functions of the step.
 
-The trainer calls `warmup_cosine` for every update, and the API plots the very same function, so
-the curve a person sees is the one the model was trained with.
+The trainer calls `warmup_cosine` (or, with --schedule wsd, `warmup_stable_decay`) for every
+update, and the API plots the very same function, so the curve a person sees is the one the model
+was trained with.
 """
 
 from __future__ import annotations
 
 import math
+
+SCHEDULES = ("cosine", "wsd")  # the trainer's names (--schedule)
+SCHEDULE_KINDS = ("warmup_cosine", "warmup_stable_decay")  # their functions' names, as checkpoint.json records them
+DEFAULT_COOLDOWN = 0.4  # wsd's share of the run spent decaying, where neither the config nor the recipe says
 
 
 def warmup_cosine(step: int, max_lr: float, warmup: int, total_steps: int, min_lr: float = 0.0) -> float:

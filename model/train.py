@@ -49,12 +49,8 @@ from .bpe import train_bpe
 from .gpt import GPT, PRESETS, GPTConfig, preset_config
 from .muon import Muon
 from .precision import native_precision
-from .schedules import warmup_cosine, warmup_stable_decay
+from .schedules import DEFAULT_COOLDOWN, SCHEDULES, warmup_cosine, warmup_stable_decay
 from .tokenizers import PUBLIC_ENCODINGS, encoding_from_spec
-
-SCHEDULES = ("cosine", "wsd")
-SCHEDULE_KINDS = ("warmup_cosine", "warmup_stable_decay")  # their names in checkpoint.json
-DEFAULT_COOLDOWN = 0.4  # wsd's share of the run spent decaying, where neither the config nor the recipe says
 
 # The best recipe we know for a run of minutes on each path a run can take: what `gptscope train`
 # and the app use for every field not given. A path is the device and the precision it computes in
@@ -66,7 +62,7 @@ _CPU = dict(preset="cpu", batch_size=8, max_lr=5e-3, optimizer="muon", muon_lr=0
 RECIPES: dict[str, dict] = {
     "cpu-fp32": dict(_CPU),
     "cpu-bf16": dict(_CPU),
-    "cuda": dict(preset="cpu", batch_size=64, max_lr=3e-3, optimizer="muon", muon_lr=0.02, schedule="cosine"),
+    "cuda": dict(_CPU, batch_size=64, max_lr=3e-3),
 }
 RECIPE_WHY: dict[str, str] = {
     "cpu-fp32": "the best of the 150-s sweep on the fp32 path within run-to-run noise (1.98 bits/char, 0.77x "

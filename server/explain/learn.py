@@ -14,7 +14,7 @@ import torch
 from gptscope.model import formulas
 from gptscope.model import lessons as model_lessons
 from gptscope.model.gpt import PRESETS, GPTConfig, count_params
-from gptscope.model.train import DEFAULT_COOLDOWN, SCHEDULE_KINDS
+from gptscope.model.schedules import DEFAULT_COOLDOWN, SCHEDULE_KINDS
 
 from ..schemas import learn as schemas
 from ..service import ModelService

@@ -4,7 +4,7 @@ import math
 
 from gptscope import __version__
 from gptscope.model.gpt import count_params
-from gptscope.model.train import SCHEDULE_KINDS
+from gptscope.model.schedules import SCHEDULE_KINDS
 
 from ..schemas.health import ClassifierInfo, Health, ModelInfo
 from ..service import ModelService

@@ -16,9 +16,11 @@ from .config import config_fields, schema_model
 class ScheduleParams(BaseModel):
     d_model: int | None = Field(None, description="transformer only: the width in d_model^-0.5")
     warmup: int = Field(description="updates of warmup: the step where the rate peaks")
-    max_lr: float | None = Field(None, description="warmup_cosine only: the peak learning rate")
-    min_lr: float | None = Field(None, description="warmup_cosine only: where the cosine ends")
-    total_steps: int = Field(description="the last step plotted (warmup_cosine: where the cosine reaches min_lr)")
+    max_lr: float | None = Field(None, description="warmup_cosine and warmup_stable_decay: the peak learning rate")
+    min_lr: float | None = Field(None, description="warmup_cosine and warmup_stable_decay: where the decay ends")
+    total_steps: int = Field(
+        description="the last step plotted (warmup_cosine and warmup_stable_decay: where the decay reaches min_lr)"
+    )
     cooldown: float | None = Field(
         None, description="warmup_stable_decay only: the share of total_steps over which the rate falls to min_lr"
     )

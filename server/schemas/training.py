@@ -8,7 +8,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 
 from gptscope.model.gpt import preset_config
-from gptscope.model.train import DEFAULT_COOLDOWN, StepRecord, TrainConfig, recipe_for
+from gptscope.model.schedules import DEFAULT_COOLDOWN
+from gptscope.model.train import StepRecord, TrainConfig, recipe_for
 
 from .common import StrictRequest
 from .config import config_fields, schema_model
