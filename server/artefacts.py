@@ -94,9 +94,6 @@ class ArtefactStore(Generic[L]):
         """One folder, loaded once per version of its JSON."""
         return self._cache(str(path), (path / self.meta_file).stat().st_mtime)
 
-    def clear(self) -> None:
-        self._cache.cache_clear()  # type: ignore[attr-defined]
-
     def listing(self, service: ModelService) -> list[tuple[str, Path]]:
         """(name, folder) of every one trained on the served model's weights, by name; a name in two
         folders is the first folder's."""

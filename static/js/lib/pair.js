@@ -10,7 +10,7 @@ import { renderTokens } from "./tokens.js";
 // The two prompts are one text: a model with no ready-made pair starts so, and the page asks for a
 // corrupted prompt (#pair-note) where the API refuses the pair for that alone (a model whose block
 // the analysis cannot run at all is refused first, and that refusal is shown as any error is).
-export const samePrompts = () => $("clean").value === $("corrupted").value;
+const samePrompts = () => $("clean").value === $("corrupted").value;
 export const askedForPair = (err) => err instanceof ApiError && err.status === 422 && samePrompts()
   && Array.isArray(err.detail) && err.detail.every((d) => (d.loc || []).at(-1) === "corrupted");
 const ASK = "No ready-made pair fits this model's tokenizer: change a token or two of the corrupted prompt, keeping " +
