@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import httpx
+from common import WORDS, prompt_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,49 +138,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     meta = ckpt.read_meta(a.checkpoint)
     enc = encoding_from_spec(meta.tokenizer or {})
-    words = [
-        "But",
-        "soft",
-        "what",
-        "light",
-        "through",
-        "yonder",
-        "window",
-        "breaks",
-        "It",
-        "is",
-        "the",
-        "east",
-        "and",
-        "Juliet",
-        "is",
-        "the",
-        "sun",
-        "Arise",
-        "fair",
-        "sun",
-        "and",
-        "kill",
-        "the",
-        "envious",
-        "moon",
-        "who",
-        "is",
-        "already",
-        "sick",
-        "and",
-        "pale",
-        "with",
-        "grief",
-    ]
-    prompt, i = "", 0
-    while len(enc.encode_ordinary(prompt)) < n_tokens:
-        prompt += ("" if not prompt else " ") + words[i % len(words)]
-        i += 1
+    prompt = prompt_of(enc.encode_ordinary, n_tokens)
     ids = enc.encode_ordinary(prompt)
-    while len(ids) > n_tokens:
-        prompt = prompt[:-1]
-        ids = enc.encode_ordinary(prompt)
 
     port = free_port()
     data = Path(tempfile.mkdtemp(prefix="gptscope-bench-"))
@@ -249,7 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "bytes": len(r.content),
                 }
             n_ctx = (meta.config or {})["n_ctx"]
-            long_ids = enc.encode_ordinary(" ".join(words * 60))
+            long_ids = enc.encode_ordinary(" ".join(WORDS * 60))
             for t in (int(x) for x in a.wire_tokens.split(",")):
                 if t <= n_ctx:
                     out[f"wire_{t}_tokens"] = wire_report(

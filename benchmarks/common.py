@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the machine's CPU name, and the best time of repeated runs.
+"""What the benchmark scripts share: the machine's CPU name, the best time of repeated runs, and a
+prompt of a given number of tokens.
 (Imported as `common`: a script's own folder is the first place Python looks.)"""
 
 from __future__ import annotations
@@ -24,3 +25,22 @@ def best(fn: Callable[[], object], repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return min(times)
+
+
+# Romeo's lines, repeated as long as a prompt needs
+ROMEO = (
+    "But soft what light through yonder window breaks It is the east and Juliet is the sun Arise fair sun "
+    "and kill the envious moon who is already sick and pale with grief"
+)
+WORDS = ROMEO.split(" ")
+
+
+def prompt_of(encode: Callable[[str], list[int]], n: int) -> str:
+    """A prompt of exactly n tokens under `encode` (Romeo's words, then cut a character at a time)."""
+    text, i = "", 0
+    while len(encode(text)) < n:
+        text += ("" if not text else " ") + WORDS[i % len(WORDS)]
+        i += 1
+    while len(encode(text)) > n:
+        text = text[:-1]
+    return text
