@@ -52,26 +52,12 @@ STAGES: tuple[Stage, ...] = (
     Stage("attribution", "inputs", "which input tokens the prediction came from"),
     Stage("sae-features", "features", "SAE features at the position"),
 )
+# the forward page's first screen, above the stages (its section `overview-panel`): the whole model,
+# each node opening its stage; a JS panel draws in it as in a stage (`panel = { stage: "overview", ... }`)
+OVERVIEW = "overview"
+OVERVIEW_TEMPLATE = f"forward_{OVERVIEW}.html"
 NUMBERED: tuple[Stage, ...] = tuple(s for s in STAGES if s.numbered)
 STAGE_NO: dict[str, int] = {s.name: i for i, s in enumerate(NUMBERED, 1)}  # a stage's number on the page
-WORDS = (
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-)
 
 
 @dataclass(frozen=True)
@@ -90,7 +76,14 @@ class Page:
 
 # in the nav's order
 PAGES: tuple[Page, ...] = (
-    Page("forward", "/", "index.html", "Forward pass", "/api/v1/forward", tuple(s.template for s in STAGES)),
+    Page(
+        "forward",
+        "/",
+        "index.html",
+        "Forward pass",
+        "/api/v1/forward",
+        (OVERVIEW_TEMPLATE, *(s.template for s in STAGES)),
+    ),
     Page("tokenizer", "/tokenizer", "tokenizer.html", "Tokenizer", "/api/v1/tokenize"),
     Page("learn", "/learn", "learn.html", "Learning", "/api/v1/curves"),
     Page("train", "/train", "train.html", "Training", "/api/v1/checkpoints"),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gptscope.server.explain.parts import NAMES
-from gptscope.server.pages import PAGE_NAMES, PAGES, PANEL, STAGE_NO, STAGES, panels
+from gptscope.server.pages import OVERVIEW, PAGE_NAMES, PAGES, PANEL, STAGE_NO, STAGES, panels
 
 ROOT = Path(__file__).resolve().parents[1]
 FORWARD = ROOT / "static" / "js" / "forward"
@@ -90,7 +90,7 @@ def test_every_part_is_drawn_by_one_registered_panel_of_a_declared_stage():
     assert sorted(table) == sorted(modules), "a panel_*.js missing from main.js's PANELS (or listed twice)"
     drawn = [part for m in modules.values() for part in m["parts"]]
     assert sorted(drawn) == sorted(NAMES), "every part of PARTS drawn by exactly one panel"
-    stages = [s.name for s in STAGES]
+    stages = [OVERVIEW, *(s.name for s in STAGES)]  # the first screen's panel, then the stages'
     for file, m in modules.items():
         assert m["stage"] in stages, (file, m["stage"])
     assert {m["stage"] for m in modules.values()} == set(stages), "a stage without a panel"
@@ -111,4 +111,4 @@ def test_every_stage_has_its_section_and_its_number(client):
         assert f'<h2 id="s{n}-h">{n} · ' in html, stage
         assert f'<li><a href="#{stage.name}-panel" data-stage="{n}" title="{stage.title}">' in html, stage
     sections = PANEL.findall(html)
-    assert sections == ["prompt", *(s.name for s in STAGES if s.numbered)], sections
+    assert sections == ["prompt", OVERVIEW, *(s.name for s in STAGES if s.numbered)], sections

@@ -34,6 +34,10 @@ def test_embed_mode_shows_one_panel_without_the_header(client):
     html = client.get("/", params={"text": "ROMEO:", "embed": "attention"}).text
     assert '<header class="topbar">' not in html and 'data-embed="attention"' in html
     assert "main > :not(#attention-panel):not(.export-note) { display: none !important; }" in html
+    # the forward page's first screen, the model at a glance, is a panel too (show("forward", stage="overview"))
+    html = client.get("/", params={"text": "ROMEO:", "embed": "overview"}).text
+    assert 'data-embed="overview"' in html and 'id="overview-svg"' in html
+    assert "main > :not(#overview-panel):not(.export-note) { display: none !important; }" in html
     bad = client.get("/", params={"embed": '"><script>alert(1)</script>'}).text  # not a panel name: ignored
     assert "<script>alert" not in bad and '<header class="topbar">' in bad
 
@@ -131,4 +135,4 @@ def test_export_refuses_an_unknown_page_or_panel_by_name(client):
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "panel"]
     r = client.get("/api/v1/export", params={"page": "forward", "panel": "atention"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "panel"]
-    assert "its panels: prompt, classifier, tokens" in r.json()["detail"][0]["msg"]
+    assert "its panels: prompt, overview, classifier, tokens" in r.json()["detail"][0]["msg"]

@@ -22,7 +22,7 @@ from ..lenses import LENSES
 from ..saes import SAES
 from ..schemas.forward import PART_ANSWERS, PartAnswer
 from ..service import ModelService
-from . import stages, switches
+from . import overview, stages, switches
 from .stages import Selection
 
 Hooks = Callable[[GPTConfig, Selection], Iterable[str]]
@@ -107,6 +107,12 @@ def _nanochat_stream(s: ModelService) -> bool:
 
 
 PARTS: tuple[Part, ...] = (
+    Part(
+        "overview",
+        hooks=lambda cfg, sel: overview.hooks(cfg),
+        build=overview.overview,
+        stale_on=("position",),
+    ),
     Part(
         "embeddings",
         hooks=lambda cfg, sel: ["hook_embed", "hook_pos_embed"],

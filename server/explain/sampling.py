@@ -24,9 +24,10 @@ from ..schemas.sampling import (
 )
 from ..schemas.stages import NextToken
 from ..service import ModelService
-from .common import given_ids, request_prompt, rounded, token_text
+from .common import check_index, given_ids, request_prompt, rounded, token_text
 from .digits import COARSE, FINE, VALUE
 from .sae import steering_sae
+from .stages import final_stream
 from .tokens import token_pieces
 
 
@@ -41,12 +42,25 @@ def _entropy(p: torch.Tensor) -> float:
     return round(float(-(p * p.log()).sum()), VALUE)
 
 
+def position_logits(service: ModelService, ids: list[int], position: int | None) -> torch.Tensor:
+    """The logits (V,) after `position` of the prompt (None: the last). Only that position's row is unembedded
+    (the widest matmul), and an earlier one's as the forward trace's `at_position` makes it, so /next-token
+    and the trace's next_token part give the same digits."""
+    pos = len(ids) - 1 if position is None else check_index(position, len(ids), "position")
+    x = torch.tensor([ids], device=service.device)
+    with service.run() as m:
+        if pos == len(ids) - 1:
+            return m(x, last_only=True)[0][0, -1]
+        name = final_stream(m.cfg)
+        with m.capture([name]) as cache:
+            m.hidden(x)
+        return m.unembed(m.ln_final(cache[name][:, pos : pos + 1]))[0, 0]
+
+
 def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenResponse:
     _check_top_k(service, req)
     ids, _, _ = request_prompt(service, req.text, req.messages, req.add_generation_prompt, req.bos, req.truncate)
-    with service.run() as m:  # (the last position's logits only: the unembedding is the widest matmul)
-        logits, _ = m(torch.tensor([ids], device=service.device), last_only=True)
-    last = logits[0, -1].float()
+    last = position_logits(service, ids, req.position).float()
     f = filter_logits(last, req.temperature, req.top_k, req.top_p)
     order = torch.argsort(f.probs_raw, descending=True, stable=True)[: req.show]
     cands = [

@@ -15,6 +15,7 @@ API_AREAS = (
     "health",
     "tokenize",
     "forward",
+    "overview",
     "sampling",
     "embeddings",
     "intervene",

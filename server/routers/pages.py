@@ -32,7 +32,7 @@ from ..deps import Service
 from ..explain import patch_pairs
 from ..explain.model_info import model_info
 from ..explain.tokens import encoding_names
-from ..pages import NUMBERED, PAGES, STAGE_NO, STAGES, WORDS, Page
+from ..pages import NUMBERED, PAGES, STAGE_NO, STAGES, Page
 from ..schemas.attribution import AttributionRequest
 from ..schemas.circuits import CircuitRequest
 from ..service import ModelService
@@ -40,7 +40,7 @@ from ..service import ModelService
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 # what base.html's nav and the forward page's stages are made from
-templates.env.globals.update(PAGES=PAGES, STAGES=STAGES, STAGE_NO=STAGE_NO, NUMBERED=NUMBERED, WORDS=WORDS)
+templates.env.globals.update(PAGES=PAGES, STAGES=STAGES, STAGE_NO=STAGE_NO, NUMBERED=NUMBERED)
 
 # In the corpus's format (speaker line, then the speech), ending mid-line so the model's first
 # guess is a word: the built-in model says " more" (Henry V, in the training split).

@@ -24,6 +24,7 @@ from .common import (
     messages_field,
 )
 from .lens import TunedLensBlock
+from .overview import OverviewBlock
 from .sae import SaeFeaturesBlock
 from .stages import (
     AttentionBlock,
@@ -54,6 +55,13 @@ class PartAnswer:
 
 
 PART_ANSWERS: tuple[PartAnswer, ...] = (
+    PartAnswer(
+        "overview",
+        OverviewBlock,
+        "the model at a glance at the selected position: what each block's attention, heads and MLP wrote, "
+        "which earlier token each head weighs most, and a walk from the text to the next token in plain words "
+        "with this prompt's numbers (the diagram's nodes: GET /api/v1/architecture)",
+    ),
     PartAnswer(
         "embeddings",
         EmbeddingsBlock,

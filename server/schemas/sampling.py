@@ -50,6 +50,12 @@ class NextTokenRequest(SamplingSettings):
     show: int = Field(20, ge=1, le=200, description="how many of the most likely tokens (at temperature 1) to list")
     truncate: bool = False
     bos: bool | None = BOS_FIELD
+    position: int | None = Field(
+        None,
+        ge=0,
+        description="the distribution after this position of the prompt (0-based; default the last), what the "
+        "model predicts there for the token that follows it; below the prompt's token count",
+    )
 
 
 class FilteredToken(BaseModel):

@@ -25,7 +25,8 @@ import pytest
 
 from gptscope.server.config import BUILTIN_CHECKPOINT, KEEP_ALIVE_S, Settings
 
-pytest.register_assert_rewrite("exporting")  # its asserts (live_exports, check_offline) say what failed
+# their asserts (live_exports, check_offline, walk_through) say what failed
+pytest.register_assert_rewrite("exporting", "overview_checks")
 from exporting import captured_bands  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -63,11 +63,12 @@ PROBE = """(id) => {
 # whose boxes overlap (other than an axis overlaying another) draw over each other; tick labels in a
 # margin too small for them are cut off; and a legend placed by hand can sit on an axis's title or
 # tick labels. Then what reads badly on a page (issue #49): two text labels of a figure drawn on top
-# of each other, or one point labelled twice (one label just above the other); a download bar that
-# is not directly above its own figure (nor just beside it, on its right), or shown for a hidden
-# figure; a figure that draws on less
-# than WIDE_SHARE of its card's width while nothing else stands in the rest of its row; and (BANDS)
-# a blank band taller than BAND_PX between two cards of the page.
+# of each other (a Plotly figure's annotations and trace texts, or any text of an SVG the page draws
+# itself: the forward page's overview, a head view), or one point labelled twice (one label just
+# above the other); a download bar that is not directly above its own figure (nor just beside it, on
+# its right), or shown for a hidden figure; a figure that draws on less than WIDE_SHARE of its card's
+# width while nothing else stands in the rest of its row; and (BANDS) a blank band taller than
+# BAND_PX between two cards of the page.
 WIDE_SHARE = 0.6
 BAND_PX = 64  # the cards stand 1rem apart; the hole a sticky bar leaves in a full-page shot is 100-140 px
 
@@ -125,6 +126,7 @@ LAYOUT_FAULTS = f"""(ids) => {{
     barPlace(gd, id, faults);
     widthUsed(gd, id, faults);
     const fl = gd._fullLayout;
+    if (!fl) svgLabelsApart(gd, id, faults);
     if (!fl || !fl._plots) continue;
     for (const k of Object.keys(gd.layout)) if (/^[xy]axis1$/.test(k)) faults.push(`${{id}}: layout.${{k}} (Plotly reads ${{k.slice(0, 5)}})`);
     const boxes = Object.values(fl._plots)
@@ -188,6 +190,17 @@ LAYOUT_FAULTS = f"""(ids) => {{
       if (b.right > drawn.right + 8 || b.left < drawn.left - 8) return;   // something beside it
     }}
     faults.push(`${{id}}: draws on ${{Math.round((100 * (drawn.right - drawn.left)) / inner)}}% of its card's width, the rest of its row empty`);
+  }}
+
+  // a figure drawn by the page itself (an SVG: the forward page's overview, a head view, a graph):
+  // two of its text labels drawn over each other (Plotly figures inside it are labelsApart's)
+  function svgLabelsApart(f, id, faults) {{
+    const labels = [...f.querySelectorAll("svg text")]
+      .filter((t) => t.textContent.trim() && !t.closest(".js-plotly-plot") && t.checkVisibility())
+      .map((t) => [t.textContent, box(t)]).filter(([, b]) => b.width > 0);
+    for (let i = 0; i < labels.length; i++)
+      for (let j = i + 1; j < labels.length; j++)
+        if (meets(labels[i][1], labels[j][1])) faults.push(`${{id}}: the labels “${{labels[i][0]}}” and “${{labels[j][0]}}” are drawn on top of each other`);
   }}
 
   // two of the figure's text labels (annotations, trace texts) drawn over each other, or one point

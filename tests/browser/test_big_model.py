@@ -4,7 +4,8 @@ The first test opens the forward page on GPT-2 small's whole shape (width 768) a
 stage: no task may cost the tab's main thread a second of CPU time. The others use width 96 (so the
 fixture builds in a second): every stage draws what the API returns, the 144 small attention maps are canvases painted
 as they scroll into view, axes carry thinned labels, and /learn, /tokenizer and /train work with
-this model.
+this model. A 24-layer x 16-head model (width 64, a character vocabulary) checks that the overview
+still lays out its first screen and that its walk goes through every step.
 
 Timings measured here (the longest task, each drawing, the page's node count) are written to
 test-artifacts/big-model-timings.json."""
@@ -25,10 +26,12 @@ from urllib.parse import urlencode
 
 import pytest
 from exporting import layout_faults
+from overview_checks import walk_through
 
 pytestmark = pytest.mark.browser
 
 N_LAYER, N_HEAD, T = 12, 12, 128
+DEEP = (24, 16)  # the `deep` fixture's layers and heads: the overview draws most blocks compact
 D_GPT2 = 768  # GPT-2 small's width (the `gpt2_small` fixture; `big` is narrower, see there)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 TIMINGS: dict[str, object] = {}
@@ -154,6 +157,25 @@ def big(tmp_path_factory, serve_app):
 
 
 @pytest.fixture(scope="module")
+def deep(tmp_path_factory, serve_app):
+    """A tiny GPT-2 with 24 layers x 16 heads, as narrow as that allows (width 64), built by transformers
+    with random weights and brought in by `gptscope import` as GPT-2's own folders are: more blocks
+    than the overview can draw whole at 1440 px. Builds and imports in a few seconds."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from gptscope.model import importers
+
+    torch.manual_seed(0)
+    hf = transformers.GPT2Config(n_layer=DEEP[0], n_head=DEEP[1], n_embd=64, n_positions=64)
+    root = tmp_path_factory.mktemp("deep")
+    transformers.GPT2LMHeadModel(hf).save_pretrained(root / "hf")
+    folder, _ = importers.import_model(root / "hf", "deep-gpt2", root / "data")
+    with serve_app(folder, tmp_path_factory.mktemp("deep-data")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def gpt2_small(tmp_path_factory, serve_app):
     """GPT-2 small's whole shape, width 768 included (124,439,808 parameters): the embeddings,
     LayerNorm, q/k/v and projection panels draw T x 768 (and T x 2,304) heatmaps, as they would for
@@ -193,9 +215,10 @@ def api(page, url: str, path: str, body: dict | None = None) -> dict:
 
 
 def open_forward(page, url: str, **params) -> float:
-    """Open / on the 128-token prompt; returns the seconds until the page had applied the trace."""
+    """Open / on the 128-token prompt, every stage shown under the overview (stage=all); returns the
+    seconds until the page had applied the trace."""
     t0 = time.monotonic()
-    page.goto(f"{url}/?{urlencode({'text': PROMPT, **params})}")
+    page.goto(f"{url}/?{urlencode({'text': PROMPT, 'stage': 'all', **params})}")
     page.wait_for_selector('body[data-ready="1"]', state="attached")
     page.evaluate("document.activeElement && document.activeElement.blur()")
     return time.monotonic() - t0
@@ -653,6 +676,38 @@ def test_generation_stepper_with_144_heads(bpage, big):
     assert_thinned(page, "gen-attn-plot", "x", n=T + 1, gap_px=SLANTED_GAP_PX)
     assert page.evaluate("document.getElementById('gen-attn-plot').layout.height") < 1400
     assert errors_of(page) == []
+
+
+def test_24_blocks_of_16_heads_fit_the_overviews_first_screen(page, deep):
+    """A tiny GPT-2 import of 24 x 16: every block drawn (the selected one whole, 23 compact), no label on
+    another, the probabilities still on the first screen; a click on a compact block's attention makes
+    it the whole one; the walk goes through every step (a part a compact block does not draw lights
+    up its block)."""
+    page.set_viewport_size({"width": 1440, "height": 900})
+    text = "To be, or not to be, that is the question."
+    page.goto(f"{deep}/?{urlencode({'text': text})}")
+    page.wait_for_selector('body[data-overview="1"]', state="attached")
+    page.wait_for_selector('#overview-probs[data-state="ready"]', state="attached")
+    blocks = "#overview-svg g.ov-block"
+    assert page.locator(blocks).count() == DEEP[0]
+    assert page.locator(f"{blocks}.compact").count() == DEEP[0] - 1
+    assert page.get_attribute(f"{blocks}.full", "data-layer") == "0"
+    assert page.locator("#overview-svg .ov-head-cell").count() == DEEP[0] * DEEP[1]
+    assert layout_faults(page) == []
+    on_screen = """(sel) => [...document.querySelectorAll(sel)].every((e) => { const r = e.getBoundingClientRect();
+        return r.width > 0 && r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight && r.right <= innerWidth; })"""
+    for sel in (blocks, "#overview-probs", '#overview-svg [data-node="probs"]'):
+        assert page.evaluate(on_screen, sel), sel
+    # a compact block's attention: the first click selects that layer and draws its block whole
+    page.locator(f'{blocks}.compact [data-node="block.17.attn"]').click(position={"x": 2, "y": 2})
+    page.wait_for_selector(f'{blocks}.full[data-layer="17"]', state="attached")
+    assert page.locator(f"{blocks}.compact").count() == DEEP[0] - 1
+    assert page.input_value("#layer") == "17" and page.evaluate("document.body.dataset.openStage") == ""
+    assert layout_faults(page) == []
+    assert page.evaluate(on_screen, "#overview-probs")
+    assert errors_of(page) == []
+    steps = walk_through(page, deep, {"text": text})
+    assert any(s["lit"][0].startswith("block.") and s["lit"][0].count(".") == 1 for s in steps), steps
 
 
 # --- the other pages ------------------------------------------------------------------------------

@@ -13,11 +13,13 @@ import re
 
 from exporting import MAX_EXPORT_BYTES, check_offline, live_exports
 
-# Each page in a state that draws every panel it has for the built-in model: the forward page one
-# generation step on (?steps=1: replayed on load, so the exported file replays it too), /patch with a
-# head's positions swept and one cell picked (?heads, ?cell), as a click there would leave the URL.
+# Each page in a state that draws every panel it has for the built-in model: the forward page with
+# every stage shown under its overview (?stage=all) and one generation step on (?steps=1: replayed on
+# load, so the exported file replays it too), /patch with a head's positions swept and one cell picked
+# (?heads, ?cell), as a click there would leave the URL.
 PAGES = [
-    ("/?steps=1", 23, {"gen-attn-plot", "sae-active-plot", "sae-l0-plot"}),  # the forward page: every stage's figures
+    # the forward page: the overview and every stage's figures
+    ("/?steps=1&stage=all", 24, {"overview-svg", "gen-attn-plot", "sae-active-plot", "sae-l0-plot"}),
     ("/compare", 8, set()),
     ("/patch?heads=0.1&cell=head:0:1", 6, {"hp-plot", "cell-plot"}),
 ]
@@ -40,11 +42,19 @@ def test_get_export_gives_the_same_kind_of_file_for_tools(live_url):
     """GET /api/v1/export makes a panel's file with the page's own exporter (a headless Chromium)."""
     import httpx
 
-    r = httpx.get(f"{live_url}/api/v1/export", params={"page": "learn", "panel": "gelu", "x_max": 3}, timeout=300)
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-    assert r.text.startswith("<!doctype html>") and 'id="gptscope-plotly"' in r.text
-    assert len(r.content) <= MAX_EXPORT_BYTES
-    b64 = re.search(r'id="gptscope-bundle">([A-Za-z0-9+/=]+)<', r.text).group(1)
-    bundle = json.loads(gzip.decompress(base64.b64decode(b64)))
+    def exported(**params) -> dict:
+        r = httpx.get(f"{live_url}/api/v1/export", params=params, timeout=300)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), r.text[:500]
+        assert r.text.startswith("<!doctype html>") and 'id="gptscope-plotly"' in r.text
+        assert len(r.content) <= MAX_EXPORT_BYTES
+        b64 = re.search(r'id="gptscope-bundle">([A-Za-z0-9+/=]+)<', r.text).group(1)
+        return json.loads(gzip.decompress(base64.b64decode(b64)))
+
+    bundle = exported(page="learn", panel="gelu", x_max=3)
     assert bundle["attrs"]["data-embed"] == "gelu" and "x_max=3" in bundle["search"]
     assert any(k.startswith("GET /curves/gelu?") for k in bundle["answers"])
+    # the forward page's overview: the diagram's architecture, the trace and the probabilities go with it
+    bundle = exported(page="forward", panel="overview", text="ROMEO:\nBut soft")
+    assert bundle["attrs"]["data-embed"] == "overview" and "text=ROMEO" in bundle["search"]
+    asked = " ".join(bundle["answers"])
+    assert "GET /architecture" in asked and "/forward" in asked and "/next-token" in asked, list(bundle["answers"])

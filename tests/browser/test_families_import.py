@@ -3,11 +3,13 @@
 One tiny model per family (GPT-NeoX/Pythia, Gemma 2, Gemma 3, Phi-3, OLMo 2: 2-3 layers of width 64,
 random weights, tests/hf_families.py), built by `transformers` offline and imported with `gptscope
 import`, served in turn. The forward page draws the family's own section (its switches, with the
-prompt's numbers) and every other page loads with no console error; where an analysis cannot define
-its units on the family's block (edge circuits on a parallel or output-normed block), its page says
-why, naming it, and the refused request's 422 is the only console message. A Llama-3-shaped folder's
-prompt starts with its BOS token, a two-message chat renders through its template onto the page, and
-/patch and /circuits, with no ready-made pair that fits its tokenizer, ask for a corrupted prompt."""
+prompt's numbers), the overview's walk goes through every step on GPT-NeoX's parallel block, Gemma 2's
+sandwich norms and Llama 3's block, and every other page loads with no console error; where an
+analysis cannot define its units on the family's block (edge circuits on a parallel or output-normed
+block), its page says why, naming it, and the refused request's 422 is the only console message. A
+Llama-3-shaped folder's prompt starts with its BOS token, a two-message chat renders through its
+template onto the page, and /patch and /circuits, with no ready-made pair that fits its tokenizer, ask
+for a corrupted prompt."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 from apihelp import api_json
 from exporting import layout_faults
 from hf_families import BOS, PROMPT, build
+from overview_checks import walk_through
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -31,6 +34,8 @@ PAIR = urlencode(
 )
 # edge circuits refuse these blocks by name (model/circuits.py: check_config)
 NO_EDGES = {"pythia": "parallel block", "gemma2": "sandwich norm", "gemma3": "sandwich norm", "olmo2": "OLMo 2"}
+# the families whose overview's walk is gone through step by step (GPT-NeoX's parallel block, Gemma 2's sandwich)
+WALKED = {"pythia", "gemma2"}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +69,7 @@ def drawn(page, plot_id: str) -> None:
 def family_section(page, url: str, arch: str) -> None:
     """The forward page: the family's section lists its switches and draws its numbers."""
     info = api_json(page, url, "GET", "/health")["info"]
-    ready(page, url, f"/?{urlencode({'text': PROMPT, 'layer': 1})}")
+    ready(page, url, f"/?{urlencode({'text': PROMPT, 'layer': 1, 'stage': 'all'})}")  # every stage, stacked
     page.wait_for_selector('#switches-panel[data-ready="1"]', state="attached", timeout=30_000)
     notes = page.eval_on_selector_all("#sw-notes dt", "ds => ds.map(d => d.dataset.switch)")
     assert notes == info["switches"] and notes, arch
@@ -122,6 +127,8 @@ def test_every_page_loads_on_each_family(page, imported, serve_app, arch, screen
         family_section(page, url, arch)
         if arch == "gemma2":  # (the family with the most switches)
             screenshot(page, "family-gemma2-forward")
+        if arch in WALKED:
+            walk_through(page, url, {"text": PROMPT})
         allowed = other_pages(page, url, arch)
     assert [e for e in page.console_errors if not any(a in e for a in allowed)] == []
 
@@ -145,6 +152,7 @@ def test_a_llama3_prompt_starts_with_its_bos_and_a_chat_shows_its_special_tokens
         page.uncheck("#bos")  # a chat's template writes its own BOS: the switch leaves it
         page.wait_for_function("!new URLSearchParams(location.search).has('bos') === false")
         assert page.console_errors == []
+        walk_through(page, url, {"text": PROMPT})  # the overview's walk on a Llama block (RMSNorm, SwiGLU, GQA)
         # no ready-made pair fits its tokenizer: /patch and /circuits ask for a corrupted prompt (the API's
         # refusal of one text twice, a 422 in the console, is not shown as an error)
         for path in ("/patch", "/circuits"):

@@ -55,7 +55,7 @@ def test_the_features_page_draws_the_figures_the_list_and_a_feature(page, live_u
 
 
 def test_stage_11_shows_the_features_at_the_position_and_steers_generation(page, live_url):
-    page.goto(f"{live_url}/?{urlencode({'text': PROMPT, 'position': 3})}")
+    page.goto(f"{live_url}/?{urlencode({'text': PROMPT, 'position': 3, 'stage': 'all'})}")
     page.wait_for_selector('#sae-features-panel[data-state="ready"]', state="attached")
     api = api_json(
         page, live_url, "POST", "/forward", data={"text": PROMPT, "include": ["sae_features"], "position": 3}

@@ -145,7 +145,7 @@ def go_stage(page, n: int) -> None:
 
 
 def test_keyboard_walks_the_twelve_stages_and_every_plot_gets_drawn(page, live_url, screenshot):
-    open_page(page, live_url)
+    open_page(page, live_url, {"text": PROMPT, "stage": "all"})  # every stage, one after the other
     help_text = page.text_content("#key-help")
     assert "j" in help_text and "k" in help_text and "next/previous stage" in help_text
     for i, sid in enumerate(STAGES, start=1):
@@ -177,6 +177,54 @@ def test_keyboard_walks_the_twelve_stages_and_every_plot_gets_drawn(page, live_u
     page.wait_for_selector('body[data-drawn="1"]', state="attached")
     screenshot(page, "forward-stages-all")
     assert page.locator("#mlp-hist-plot.js-plotly-plot").count() == 1 and layout_faults(page) == []
+    assert page.console_errors == []
+
+
+def shown_stages(page) -> list[str]:
+    return page.eval_on_selector_all("section.stage", "ss => ss.filter((s) => s.checkVisibility()).map((s) => s.id)")
+
+
+def test_the_keys_open_one_stage_at_a_time_under_the_overview(page, live_url):
+    """Without ?stage=all the page shows one stage at a time: j / k and the digits open the next, the
+    previous or that stage alone (and name it in the URL), Esc goes back to the overview."""
+    open_page(page, live_url)
+    assert shown_stages(page) == []
+
+    def opened(key: str, i: int) -> None:
+        sid = STAGES[i - 1]
+        page.keyboard.press(key)
+        page.wait_for_function("(id) => document.activeElement && document.activeElement.id === id", arg=sid)
+        assert shown_stages(page) == [sid], key
+        assert query_of(page.url)["stage"] == sid.removesuffix("-panel")
+        assert page.evaluate("document.body.dataset.stage") == str(i)
+        assert page.get_attribute(f'#stage-nav a[data-stage="{i}"]', "aria-current") == "step"
+        # the stage is on screen, just under the sticky bar (or the page scrolled to its end)
+        page.wait_for_function(
+            """(id) => { const top = document.getElementById(id).getBoundingClientRect().top;
+            const bar = document.getElementById('selection-bar').getBoundingClientRect().bottom;
+            const end = document.scrollingElement.scrollHeight - innerHeight;
+            return (0 <= top && top <= bar + 40) || scrollY >= end - 2; }""",
+            arg=sid,
+            timeout=5_000,
+        )
+
+    for i in (1, 2, 3):
+        opened("j", i)
+    opened("0", 10)
+    opened("j", 11)
+    opened("j", 12)
+    opened("j", 12)  # past the last stage: stays there
+    opened("k", 11)
+    opened("3", 3)
+    # Esc: back to the overview, no stage open, none in the URL
+    page.keyboard.press("Escape")
+    page.wait_for_function("document.body.dataset.openStage === ''")
+    assert shown_stages(page) == [] and "stage" not in query_of(page.url)
+    assert page.evaluate("document.getElementById('overview-svg').getBoundingClientRect().bottom") <= 900
+    # typing in the prompt never opens a stage
+    page.focus("#prompt")
+    page.keyboard.press("j")
+    assert page.evaluate("document.activeElement.id") == "prompt" and shown_stages(page) == []
     assert page.console_errors == []
 
 

@@ -30,7 +30,8 @@ def wait_ready(page) -> None:
     page.wait_for_selector('body[data-ready="1"]', state="attached")
 
 
-def open_page(page, live_url: str, query: str = "") -> None:
+def open_page(page, live_url: str, query: str = "?stage=all") -> None:
+    """Open / (with every stage shown under the overview, one after the other: stage=all)."""
     page.goto(f"{live_url}/{query}")
     wait_ready(page)
 
@@ -142,8 +143,8 @@ def test_forward_page_shows_the_api_trace(page, live_url, screenshot):
     assert page.locator("#next-plot .bars .point").count() == 10
     assert nxt["y"][-1].startswith(f"“{visible(api['next_token'][0]['text'])}”")
 
-    # The URL already carries the prompt and the default layer/head.
-    assert query_of(page.url) == {"text": PROMPT, "layer": "0", "head": "0"}
+    # The URL already carries the prompt and the default layer/head (and that every stage is shown).
+    assert query_of(page.url) == {"text": PROMPT, "layer": "0", "head": "0", "stage": "all"}
 
     screenshot(page, "index-forward-page")
     assert layout_faults(page) == []
@@ -165,14 +166,14 @@ def test_layer_and_head_selects_redraw_and_live_in_the_url(page, live_url, scree
     )
     assert_attention_matches(page, api, 0, head)
     assert plot_trace(page, "attention-plot")["z"] != before
-    assert query_of(page.url) == {"text": PROMPT, "layer": "0", "head": str(head)}
+    assert query_of(page.url) == {"text": PROMPT, "layer": "0", "head": str(head), "stage": "all"}
 
     page.select_option("#layer", str(layer))
     page.wait_for_function(
         "(l) => document.getElementById('attention-plot').layout.title.text.startsWith(`Layer ${l},`)", arg=layer
     )
     assert_attention_matches(page, api, layer, head)
-    assert query_of(page.url) == {"text": PROMPT, "layer": str(layer), "head": str(head)}
+    assert query_of(page.url) == {"text": PROMPT, "layer": str(layer), "head": str(head), "stage": "all"}
 
     # Reloading (or sharing) that URL restores prompt, layer and head.
     url = page.url

@@ -17,7 +17,7 @@ CAESAR_ID, EDWARD_ID = 1188, 1580
 
 
 def test_the_lenses_and_the_token_attribution_draw_from_the_api(page, live_url):
-    params = {"text": CAESAR, "lens": "tuned-s0", "ig_target": CAESAR_ID}
+    params = {"text": CAESAR, "lens": "tuned-s0", "ig_target": CAESAR_ID, "stage": "all"}  # stages 6 and 11
     page.goto(f"{live_url}/?{urlencode(params)}")
     page.wait_for_selector('body[data-ready="1"]', state="attached")
     body = {"text": CAESAR, "include": ["logit_lens", "tuned_lens"], "lens": "tuned-s0"}

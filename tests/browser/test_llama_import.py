@@ -98,7 +98,7 @@ def test_forward_page_draws_the_modern_block_and_all_270_heads(page, llama, scre
         "tokenizer.json",
     )
     layer, head = 29, 8
-    ready(page, llama, f"/?{urlencode({'text': PROMPT, 'layer': layer, 'head': head})}")
+    ready(page, llama, f"/?{urlencode({'text': PROMPT, 'layer': layer, 'head': head, 'stage': 'all'})}")
     full = api(
         page, llama, "/forward", {"text": PROMPT, "include": ["rope", "head_detail"], "layer": layer, "head": head}
     )

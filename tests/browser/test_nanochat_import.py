@@ -4,7 +4,8 @@ The model is the checkpoint nanochat's own code wrote for the import's parity te
 (tests/data/nanochat/92d63d4: random weights, 4 layers of width 24, its tokenizer.pkl), imported with
 `gptscope import`. Each page loads and logs no console error; the forward page draws nanochat's own
 stages (the smear, the lambdas, the value embeddings, the backout, the softcap) with the model's
-numbers, and its self-check splits the logit before the cap and shows the cap beside it."""
+numbers, its self-check splits the logit before the cap and shows the cap beside it, and the
+overview's walk goes through every step."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from urllib.parse import urlencode
 import pytest
 from apihelp import api_json
 from exporting import layout_faults
+from overview_checks import walk_through
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -47,7 +49,7 @@ def drawn(page, plot_id: str) -> None:
 
 
 def test_forward_page_draws_nanochats_own_stages(page, nanochat, screenshot):
-    ready(page, nanochat, f"/?{urlencode({'text': PROMPT, 'layer': 1})}")
+    ready(page, nanochat, f"/?{urlencode({'text': PROMPT, 'layer': 1, 'stage': 'all'})}")  # every stage, stacked
     full = api_json(page, nanochat, "POST", "/forward", data={"text": PROMPT, "include": ["stream_extras"]})
     x = full["stream_extras"]
     page.wait_for_selector('#stream-extras-panel[data-ready="1"]', state="attached", timeout=60_000)
@@ -71,6 +73,8 @@ def test_forward_page_draws_nanochats_own_stages(page, nanochat, screenshot):
     screenshot(page, "nanochat-import-forward")
     assert layout_faults(page) == []
     assert page.console_errors == []
+    # the overview's walk, in nanochat's words (its mix, smear and backout in the diagram)
+    walk_through(page, nanochat, {"text": PROMPT})
 
 
 @pytest.mark.parametrize(

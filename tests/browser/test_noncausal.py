@@ -51,7 +51,7 @@ def forward(page, url: str, **extra) -> dict:
 
 
 def open_forward(page, url: str, **params) -> None:
-    page.goto(f"{url}/?{urlencode({'text': PROMPT, **params})}")
+    page.goto(f"{url}/?{urlencode({'text': PROMPT, 'stage': 'all', **params})}")  # every stage, stacked
     page.wait_for_selector('body[data-ready="1"]', state="attached")
 
 

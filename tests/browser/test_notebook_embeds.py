@@ -1,5 +1,6 @@
-"""The embed URLs that examples/tour.ipynb displays, loaded in real Chromium against the live app:
-each shows its one panel, drawn, with no page header and no other panel, and no console error."""
+"""The embed URLs that examples/tour.ipynb displays (and the forward page's overview, as
+show("forward", stage="overview") embeds it), loaded in real Chromium against the live app: each
+shows its one panel, drawn, with no page header and no other panel, and no console error."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ TEXT = (
 RUN = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": "embed-small", "max_steps": 20, "seed": 3}
 
 
-def test_every_embed_url_of_the_tour_shows_its_panel_alone(tour_embeds, live_url, page, screenshot):
-    srcs = tour_embeds
-    assert len(srcs) >= 5
+def test_every_embed_url_of_the_tour_shows_its_panel_alone(tour_embeds, live_url, page, screenshot, monkeypatch):
+    from gptscope import notebook
+
+    assert len(tour_embeds) >= 5
+    # and the forward page's overview, as show("forward", stage="overview", ...) embeds it
+    monkeypatch.setattr(notebook, "_base_url", live_url)
+    srcs = [*tour_embeds, notebook.url("forward", stage="overview", text="ROMEO:\nBut soft")]
     for src in srcs:
         parts = urlsplit(src)
         name = parse_qs(parts.query)["embed"][0]

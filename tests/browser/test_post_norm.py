@@ -55,7 +55,7 @@ def test_every_page_of_a_post_norm_model_loads_without_a_fault(page, post_norm_u
     health = page.request.get(f"{url}/api/v1/health").json()
     assert health["info"]["norm"] == "post"
     for path in (
-        "/?" + urlencode({"text": LINES[0][:24]}),
+        "/?" + urlencode({"text": LINES[0][:24], "stage": "all"}),  # the overview and every stage
         "/tokenizer",
         "/learn",
         "/train",

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from exporting import check_offline, layout_faults, live_exports, page_path
+from overview_checks import walk_through
 
 pytestmark = pytest.mark.browser
 
@@ -69,9 +70,10 @@ def heads_api(page, url: str, text: str) -> dict:
 
 
 def open_page(page, url: str, params: dict) -> dict:
-    """Open / and return the first /forward request the page sent (its JSON body)."""
+    """Open / with every stage shown (stage=all) and return the first /forward request the page sent
+    (its JSON body)."""
     with page.expect_request(lambda r: r.url.endswith("/api/v1/forward") and r.method == "POST") as req:
-        page.goto(f"{url}/?{urlencode(params)}")
+        page.goto(f"{url}/?{urlencode({**params, 'stage': 'all'})}")
     page.wait_for_selector('body[data-ready="1"]', state="attached")
     page.evaluate("document.activeElement && document.activeElement.blur()")
     return req.value.post_data_json
@@ -566,13 +568,15 @@ def test_mixture_of_experts_panel_matches_the_api(page, moe, screenshot):
     page.locator("#moe-box").scroll_into_view_if_needed()
     screenshot(page, "forward-mixture-of-experts")
     assert page.console_errors == []
+    # the overview's walk through a block of experts (its MLP node names the experts chosen here)
+    walk_through(page, moe, {"text": MODERN_PROMPT})
 
 
 def test_the_rope_and_experts_panels_export_to_files_that_work_with_no_network(browser, page, moe, tmp_path):
     """The panels only such a model shows (the built-in model's export test cannot reach them): the
     block panel with RoPE's three figures and the MLP panel with the experts' three, exported by their
     HTML buttons and opened from disk with every request refused, answer a hover as the live page."""
-    path = "/?" + urlencode({"text": MODERN_PROMPT})
+    path = "/?" + urlencode({"text": MODERN_PROMPT, "stage": "all"})
     done, skipped = live_exports(page, moe, path, tmp_path, panels={"block", "mlp"})
     figures = {fig for fig, *_ in done}
     assert {"rope-angles-plot", "rope-q-plot", "rope-distance-plot"} <= figures, (figures, skipped)

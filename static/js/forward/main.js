@@ -11,6 +11,8 @@ import { $ } from "../lib/dom.js";
 import { tokenLabels } from "../lib/format.js";
 import { pageQuery, real, setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
+import { panel as overview } from "./panel_overview.js";
+import { allStages, closeStage, initStageView, openIndex, openNth } from "./stage_view.js";
 import { panel as classifier } from "./panel_classifier.js";
 import { panel as tokens } from "./panel_embeddings.js";
 import { panel as embeddingSpace } from "./panel_embedding_space.js";
@@ -38,7 +40,8 @@ import { panel as attribution, readAttribution, writeAttribution } from "./panel
 //   render:    after every answer; view = { parts (the ones the answer carries), promptChanged,
 //              text (the prompt box's), prompt (the request's fields: promptFields), sel, labels, state }
 //   position:  (optional) the selected position moved (sel): drawn at once from what is already here
-const PANELS = [classifier, tokens, embeddingSpace, block, rope, switches, attention, heads, mlp, moe, streamExtras, residual,
+//   layer:     (optional) the selected layer or head changed (drawn at once; the parts it makes stale follow)
+const PANELS = [overview, classifier, tokens, embeddingSpace, block, rope, switches, attention, heads, mlp, moe, streamExtras, residual,
   sampling, generate, intervene, decomposition, attribution, sae];
 
 // The loaded model's key/value heads, as /health's info says (the page shell writes it into #prompt-panel).
@@ -63,6 +66,8 @@ const state = {
   lens: null,               // stage 6's tuned lens on show, by name (null: the logit lens)
   attribution: null,        // the attribution stage's settings (panel_attribution.js reads and writes their URL)
   testHead: null,           // stage 4: { layer, head, role } open on the repeated-token test input
+  stage: null,              // the stage open under the overview (stage_view.js); "all": every stage, stacked
+  walk: null,               // the walk's step on show (1-based; walk.js), null: closed
 };
 let trace = null;        // the merged trace of the prompt on show
 let shownText = null;    // the prompt that trace belongs to (its request fields, as JSON: promptFields)
@@ -107,6 +112,9 @@ function readUrl() {
     const m = /^(\d+):(\d+)$/.exec(item);
     if (m) state.edits.push([+m[1], +m[2], null]);
   }
+  const stage = q.get("stage");
+  state.stage = stage === "all" || document.getElementById(`${stage}-panel`)?.classList.contains("stage") ? stage : null;
+  state.walk = whole(q.get("walk")) || null;
 }
 
 // Only settings that differ from the defaults are written, so a plain view stays a short URL.
@@ -130,6 +138,8 @@ function writeUrl() {
   if (ablate.length) q.set("ablate", ablate.join(","));
   if (state.edits.length) q.set("edit", state.edits.map(([p, id]) => `${p}:${id}`).join(","));
   if (state.testHead) q.set("test_head", `${state.testHead.layer}.${state.testHead.head}:${state.testHead.role}`);
+  if (state.stage) q.set("stage", state.stage);
+  if (state.walk) q.set("walk", state.walk);
   setPageQuery(q);
 }
 
@@ -256,6 +266,7 @@ function selectHead(layer, head) {
   $("layer").value = String(layer);
   $("head").value = String(head);
   if (trace) setAttentionSelection({ layer, head, position: selectedPosition() });
+  for (const p of PANELS) p.layer?.({ layer, head });
   writeUrl();
   requestForward(layerChanged ? [...DEPENDS.layer, ...DEPENDS.head] : DEPENDS.head, 120);
 }
@@ -287,6 +298,12 @@ export async function init() {
   const page = {
     state, nKvHead: N_KV_HEAD, writeUrl, selectHead, selectPosition, requestForward,
     refresh: (field) => requestForward(DEPENDS[field], 0),   // what a change of that selection field makes stale
+    prompt: promptFields,
+    // a token added at the end of the prompt (the overview's "add a token"): a new trace, at its last position
+    appendText: (text) => { $("prompt").value += text; state.position = null; state.target = null; requestForward(ALL_PARTS, 0); },
+    // temperature / top-k / top-p, shared by the overview and the sampling stage: `from` says who moved them
+    samplingListeners: [],
+    setSampling: (s, from) => { Object.assign(state, s); writeUrl(); for (const f of page.samplingListeners) f(s, from); },
   };
   for (const p of PANELS) {
     try {
@@ -310,7 +327,10 @@ export async function init() {
     const span = e.target.closest(".tok");
     if (span) selectPosition(+span.dataset.index);
   });
-  stageNavigation({ h: () => selectPosition(selectedPosition() - 1), l: () => selectPosition(selectedPosition() + 1) });
+  initStageView(page);
+  stageNavigation({ h: () => selectPosition(selectedPosition() - 1), l: () => selectPosition(selectedPosition() + 1),
+    Escape: () => { if (document.body.dataset.openStage) closeStage(); } },
+  { active: () => !allStages(), current: openIndex, open: openNth });
   // (a classifier's default prompt, a test-half input framed by its special tokens, comes with the page)
   requestForward(ALL_PARTS, 0);
 }

@@ -176,13 +176,26 @@ function drawLoss(labels) {
   }, "prompt-loss");
 }
 
+// The overview moved the settings: the same sliders here, and the distribution again.
+function setSettings(s) {
+  settings = { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p };
+  $("temperature").value = String(settings.temperature);
+  $("top-k").value = String(settings.top_k ?? 0);
+  $("top-p").value = String(settings.top_p ?? 1);
+  showValues();
+  requestSoon();
+}
+
 // Stage 7, for main.js's table.
 export const panel = {
   stage: "next",
   parts: ["next_token", "prompt_loss"],
-  init: (page) => initSampling({ temperature: page.state.temperature, top_k: page.state.top_k, top_p: page.state.top_p }, {
-    onChange: (s) => { Object.assign(page.state, s); page.writeUrl(); },
-  }),
+  init: (page) => {
+    page.samplingListeners.push((s, from) => { if (from !== "sampling") setSettings(s); });
+    initSampling({ temperature: page.state.temperature, top_k: page.state.top_k, top_p: page.state.top_p }, {
+      onChange: (s) => page.setSampling(s, "sampling"),
+    });
+  },
   render: (trace, view) => {
     if (view.parts.includes("next_token") || view.parts.includes("prompt_loss")) renderNext(trace);
     if (view.promptChanged) setSamplingPrompt(view.prompt);

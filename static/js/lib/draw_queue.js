@@ -17,6 +17,8 @@ export function later(key, node, fn) {
 function distance(node) {
   const embed = document.body.dataset.embed;
   if (embed && !node.closest(`#${embed}-panel`)) return Infinity;
+  const stage = node.closest("section.stage");   // a closed stage (the forward page shows one at a time)
+  if (stage && !stage.checkVisibility()) return Infinity;
   const r = node.getBoundingClientRect();
   if (r.bottom < 0) return -r.bottom;
   if (r.top > innerHeight) return r.top - innerHeight;

@@ -102,6 +102,12 @@ export function draw(gd, data, layout, name) {
   return done;
 }
 
+// Fit every plot under `root` to its box again: one drawn while its section was hidden (a closed
+// stage of the forward page) was laid out at Plotly's default width.
+export function resizePlots(root) {
+  for (const gd of root.querySelectorAll(".js-plotly-plot")) if (gd._fullLayout) Plotly.Plots.resize(gd);
+}
+
 // Remove a plot (its panel has nothing to show).
 export function clearPlot(gd) {
   Plotly.purge(gd);

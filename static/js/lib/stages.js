@@ -26,7 +26,7 @@ function currentStage() {
 // near it (drawNearby) can make a panel above it taller and push it down the screen. Any other
 // scroll (the user's wheel, keys or scrollbar; a script's scrollIntoView) or a click ends that.
 let settling = null;
-function alignStage(s) {
+export function alignStage(s) {
   settling?.();
   let at = scrollY;
   const align = () => {
@@ -65,17 +65,22 @@ function goToStage(i) {
   drawNearby();
 }
 
-// `keys`: the page's own keys, { key: handler } (e.g. { h: back, l: forward }).
-export function stageNavigation(keys = {}) {
+// `keys`: the page's own keys, { key: handler } (e.g. { h: back, l: forward }). `opener`: a page that
+// shows one stage at a time (the forward page) opens them itself while opener.active() is true:
+// opener.current() is the open one's index (-1: none), opener.open(i) opens the i-th.
+export function stageNavigation(keys = {}, opener = null) {
   document.addEventListener("keydown", (e) => {
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const t = e.target;
     if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
     const k = e.key;
     const digit = /^[0-9]$/.test(k) ? (k === "0" ? 9 : +k - 1) : null;
-    if (k === "j" || k === "J") goToStage(currentStage() + 1);
-    else if (k === "k" || k === "K") goToStage(Math.max(0, currentStage() - 1));
-    else if (digit !== null && digit < stages().length) goToStage(digit);
+    const one = opener?.active();
+    const go = one ? opener.open : goToStage;
+    const at = one ? opener.current() : currentStage();
+    if (k === "j" || k === "J") go(at + 1);
+    else if (k === "k" || k === "K") go(Math.max(0, at - 1));
+    else if (digit !== null && digit < stages().length) go(digit);
     else if (Object.hasOwn(keys, k)) keys[k]();
     else return;
     e.preventDefault();
