@@ -169,8 +169,18 @@ def panels(page: str) -> list[str]:
     return re.findall(r'<section[^>]*\bid="([a-z0-9-]+)-panel"', html)
 
 
+# panels shown by their own name: show("overview", text=...) is show("forward", stage="overview", text=...)
+BY_PANEL = {"overview": ("forward", "overview")}
+
+
+def _page_and_panel(page: str, stage: str | None) -> tuple[str, str | None]:
+    return BY_PANEL[page] if page in BY_PANEL and stage is None else (page, stage)
+
+
 def url(page: str, stage: str | None = None, **state) -> str:
-    """The page's URL with `state` as its query; with `stage`, in embed mode showing that panel."""
+    """The page's URL with `state` as its query; with `stage`, in embed mode showing that panel
+    ("overview" alone: the forward page's first screen, the model at a glance)."""
+    page, stage = _page_and_panel(page, stage)
     if page not in PAGES:
         raise ValueError(f"unknown page {page!r}; choose one of {', '.join(PAGES)}")
     query = {k: _state(v) for k, v in state.items() if v is not None}
@@ -229,6 +239,7 @@ def show(
 ):
     """Display one panel of a page in the notebook, and return its URL.
 
+    show("overview", text=...) (the whole model at a glance, the forward page's first screen);
     show("forward", text=..., stage="attention", layer=1, head=2); show("tokenizer", text=...,
     encoding="gpt2", stage="merges"); show("learn", stage="gelu"); show("train", run=ID,
     stage="progress"); show("compare", a="builtin", b=RUN_ID, text=..., stage="chars").
@@ -238,6 +249,7 @@ def show(
     """
     from IPython.display import HTML, IFrame, display
 
+    page, stage = _page_and_panel(page, stage)
     mode = embed_mode(embed)
     if mode == "static" and stage is None:
         if embed == "static":

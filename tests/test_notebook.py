@@ -81,6 +81,10 @@ def test_a_panel_name_that_the_page_lacks_is_refused_naming_the_panels(monkeypat
         notebook.url("forward", stage="attention", text="a b", layer=1, truncate=True)
         == "http://127.0.0.1:1/?text=a+b&layer=1&truncate=true&embed=attention"
     )
+    # the model at a glance by its own name: the forward page's overview panel
+    monkeypatch.setattr(notebook, "panels", lambda page: ["prompt", "overview", "tokens"])
+    assert notebook.url("overview", text="a b") == notebook.url("forward", stage="overview", text="a b")
+    assert notebook.url("overview", text="a b").endswith("/?text=a+b&embed=overview")
 
 
 def test_embed_mode_is_static_where_the_browser_cannot_reach_the_kernels_loopback(monkeypatch):
