@@ -33,7 +33,6 @@ import ipaddress
 import json
 import re
 import threading
-from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
@@ -99,6 +98,18 @@ def own_origin(host: str, scope) -> str:
         host = "::1"
     port = served_port(scope) or 80
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+def cookie_value(header: str, name: str) -> str | None:
+    """The value of cookie `name` in a Cookie header, whatever the other cookies hold: the browser
+    sends every cookie of the host, another local app's too, and http.cookies.SimpleCookie stops at
+    the first it cannot parse (a JSON or spaced value), which would lock the reader out."""
+    for part in header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key.strip() == name:
+            value = value.strip()
+            return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
+    return None
 
 
 def _cookie_name(scope) -> str:
@@ -187,24 +198,22 @@ class GuardMiddleware:
                 return 403, f"cross-site request refused (Sec-Fetch-Site: {site})"
         return None
 
-    def _token_given(self, headers: dict[str, str], scope) -> tuple[bool, bool]:
-        """(the request carries the right token, it came as the query parameter)."""
+    def _token_given(self, headers: dict[str, str], scope) -> tuple[bool, bool, bool]:
+        """(the request carries the right token, it has a ?token= parameter, that parameter is the right
+        token). The parameter is looked at first: whatever else came with it, it leaves the URL."""
         assert self.token is not None
+        right = self.token.encode()
+        params = [v for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1")) if k == TOKEN_PARAM]
+        in_query = bool(params) and any(hmac.compare_digest(v.encode(), right) for v in params)
+        if in_query:
+            return True, True, True
         auth = headers.get("authorization", "")
-        if auth[:7].lower() == "bearer " and hmac.compare_digest(auth[7:].strip().encode(), self.token.encode()):
-            return True, False
-        cookies = SimpleCookie()
-        try:
-            cookies.load(headers.get("cookie", ""))
-        except Exception:  # a malformed Cookie header carries no token
-            cookies = SimpleCookie()
-        kept = cookies.get(_cookie_name(scope))
-        if kept is not None and hmac.compare_digest(kept.value.encode(), self.token.encode()):
-            return True, False
-        for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
-            if k == TOKEN_PARAM and hmac.compare_digest(v.encode(), self.token.encode()):
-                return True, True
-        return False, False
+        if auth[:7].lower() == "bearer " and hmac.compare_digest(auth[7:].strip().encode(), right):
+            return True, bool(params), False
+        kept = cookie_value(headers.get("cookie", ""), _cookie_name(scope))
+        if kept is not None and hmac.compare_digest(kept.encode(), right):
+            return True, bool(params), False
+        return False, bool(params), False
 
     def _set_cookie(self, scope) -> tuple[bytes, bytes]:
         return b"set-cookie", f"{_cookie_name(scope)}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode()
@@ -247,7 +256,7 @@ class GuardMiddleware:
     async def _door(self, scope, headers: dict[str, str], send):
         """With a token: None when the request may go on (scope then without ?token, and a send that
         sets the cookie where the token came in the URL), or False once it has been answered."""
-        ok, in_query = self._token_given(headers, scope)
+        ok, in_query, query_right = self._token_given(headers, scope)
         if not ok:
             await self._refuse(
                 send,
@@ -262,7 +271,8 @@ class GuardMiddleware:
         rest = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), True)]
         rest = [(k, v) for k, v in rest if k != TOKEN_PARAM]
         query = urlencode(rest)
-        cookie = self._set_cookie(scope)
+        # the cookie only for the right token (a wrong ?token= beside a good cookie just leaves the URL)
+        cookie = self._set_cookie(scope) if query_right else None
         if scope["method"] in ("GET", "HEAD") and not scope["path"].startswith("/api/"):
             # a page: to itself without the token (out of the address bar, history and Referer)
             location = (scope.get("root_path", "") + scope["path"]) + (f"?{query}" if query else "")
@@ -270,14 +280,18 @@ class GuardMiddleware:
                 {
                     "type": "http.response.start",
                     "status": 303,
-                    "headers": [(b"location", location.encode("latin-1")), (b"content-length", b"0"), cookie],
+                    "headers": [
+                        (b"location", location.encode("latin-1")),
+                        (b"content-length", b"0"),
+                        *([cookie] if cookie else []),
+                    ],
                 }
             )
             await send({"type": "http.response.body", "body": b""})
             return False
 
         async def send_with_cookie(message):
-            if message["type"] == "http.response.start":
+            if message["type"] == "http.response.start" and cookie:
                 message = {**message, "headers": [*message.get("headers", []), cookie]}
             await send(message)
 

@@ -363,6 +363,44 @@ def test_the_token_in_a_url_becomes_a_strict_httponly_cookie_and_leaves_the_url(
         assert c.get("/api/v1/health").status_code == 200
 
 
+def test_the_token_cookie_is_found_whatever_other_cookies_the_browser_sends(exposed):
+    """Another local app's cookies come along (the browser sends every cookie of the host): a JSON value,
+    a value with spaces or a comma stopped http.cookies.SimpleCookie before it reached the token's."""
+    from gptscope.server.security import cookie_value
+
+    for others in ('prefs={"theme":"dark"}', "note=a b c", "list=1,2,3", "x", '"odd"=1', "a=\\"):
+        for header in (f"{others}; gptscope-token-80={TOKEN}", f'gptscope-token-80="{TOKEN}"; {others}'):
+            assert cookie_value(header, "gptscope-token-80") == TOKEN, header
+            r = exposed.get("/api/v1/health", headers={"Cookie": header})
+            assert r.status_code == 200, (header, r.text[:200])
+        r = exposed.get("/api/v1/health", headers={"Cookie": f"{others}; gptscope-token-8000={TOKEN}"})
+        assert r.status_code == 401  # another port's cookie still opens nothing
+    assert cookie_value("gptscope-token-80x=1; gptscope-token-8=2", "gptscope-token-80") is None
+
+
+def test_a_token_in_the_url_always_leaves_it_even_with_the_cookie_set(service, tmp_path, renders):
+    """?token= is answered with the redirect that takes it out of the address bar even when the cookie
+    already lets the request in (it was checked first, and the URL kept the token); a wrong ?token=
+    beside a good cookie leaves the URL too, without setting a cookie."""
+    from fastapi.testclient import TestClient
+
+    from gptscope.server.app import create_app
+    from gptscope.server.config import Settings
+
+    app = create_app(Settings(host="0.0.0.0", token=TOKEN, data_dir=tmp_path), service=service)
+    with TestClient(app, follow_redirects=False) as c:
+        c.cookies.set("gptscope-token-80", TOKEN)
+        for token, cookie_set in ((TOKEN, True), ("wrong-token-000000000", False)):
+            r = c.get("/", params={"text": "ROMEO:", "token": token})
+            assert r.status_code == 303, r.text[:200]
+            assert r.headers["location"] == "/?text=ROMEO%3A"
+            assert ("set-cookie" in r.headers) == cookie_set
+        r = c.get("/api/v1/health", params={"token": "wrong-token-000000000"})  # the API: taken off, answered
+        assert r.status_code == 200 and "set-cookie" not in r.headers
+    with TestClient(app, follow_redirects=False) as c:  # no cookie: a wrong ?token= opens nothing
+        assert c.get("/", params={"token": "wrong-token-000000000"}).status_code == 401
+
+
 def test_loopback_needs_no_token_and_an_exposed_server_must_have_one(service, tmp_path, client):
     from gptscope.server.app import create_app
     from gptscope.server.config import Settings
