@@ -468,6 +468,50 @@ def test_bad_folders_are_refused_by_name_and_leave_nothing(
     assert not list((tmp_path / "data").glob("models/.*")) if (tmp_path / "data").exists() else True
 
 
+@pytest.mark.parametrize("name", ["chat_template.jinja", "tokenizer.json", "config.json", "model.safetensors"])
+def test_a_file_linked_to_outside_the_folder_is_refused_and_never_read(built, tmp_path, name):
+    """A hostile folder's files may be links: chat_template.jinja linked to a secret elsewhere was read at
+    import and its text shown in every chat's chat_text. A link out of the folder is refused by name;
+    the file it points to is never read."""
+    bad = tmp_path / "linked"
+    shutil.copytree(built["llama"][2], bad)
+    secret = tmp_path / "elsewhere" / name
+    secret.parent.mkdir()
+    if name == "chat_template.jinja":
+        secret.write_text("SECRET {{ messages }}", encoding="utf-8")
+    else:
+        shutil.copy(bad / name, secret)
+        (bad / name).unlink()
+    (bad / name).unlink(missing_ok=True)
+    (bad / name).symlink_to(secret)
+    with pytest.raises(
+        importers.ImportFailed, match=rf"{re.escape(name)} in .* is a link to .*outside the model folder"
+    ):
+        importers.import_model(bad, "linked", tmp_path / "data")
+    assert data_models(tmp_path / "data") == []
+
+
+def test_a_hugging_face_cache_snapshot_imports_through_its_links(built, tmp_path):
+    """The Hugging Face cache keeps a snapshot's files as links into the repository's blobs
+    (snapshots/<rev>/<file> -> ../../blobs/<hash>): those links are followed, and a loop of links is
+    refused by name."""
+    repo = tmp_path / "models--org--tiny"
+    snap, blobs = repo / "snapshots" / "0123abc", repo / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    for i, f in enumerate(sorted(p for p in built["llama"][2].iterdir() if p.is_file())):
+        shutil.copy(f, blobs / f"blob{i}")
+        (snap / f.name).symlink_to(Path("..") / ".." / "blobs" / f"blob{i}")
+    dest, _ = importers.import_model(snap, "cached", tmp_path / "data")
+    assert data_models(tmp_path / "data") == ["cached"]
+    weights = lambda folder: sorted(p.name for p in folder.glob("weights-*.safetensors"))  # noqa: E731 (named by their hash)
+    assert weights(dest) == weights(built["llama"][3])  # the same tensors as the plain folder's import
+    (snap / "config.json").unlink()
+    (snap / "config.json").symlink_to(snap / "config.json")  # a link to itself
+    with pytest.raises(importers.ImportFailed, match=r"config\.json"):
+        importers.import_model(snap, "loop", tmp_path / "data")
+
+
 def test_a_folder_without_tokenizer_json_is_refused(built, tmp_path):
     bad = tmp_path / "notok"
     shutil.copytree(built["llama"][2], bad)

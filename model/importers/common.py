@@ -36,9 +36,31 @@ class Converted:
     dtype: torch.dtype = torch.float32  # how the weights are stored (they are computed in float32)
 
 
+def contained(path: Path, root: Path | None = None) -> Path:
+    """A file of a model folder (`root`, by default the file's own folder), as it may be read: where it
+    is a link, it must lead to a file inside that folder, or (a Hugging Face cache's snapshot,
+    snapshots/<rev>/<file> -> ../../blobs/<hash>) to the cache's blobs. A hostile folder's
+    chat_template.jinja linked to a file elsewhere would otherwise be read at import and shown in
+    every chat's text; so would a config, a tokenizer or weights."""
+    root = path.parent if root is None else root
+    try:
+        real, home = path.resolve(), root.resolve()
+    except (OSError, RuntimeError) as e:  # a loop of links
+        raise ImportFailed(f"{path.name} in {root} cannot be followed: {e}") from None
+    allowed = [home]
+    if root.parent.name == "snapshots":
+        allowed.append((root.parent.parent / "blobs").resolve())
+    if not any(real.is_relative_to(a) for a in allowed):
+        raise ImportFailed(
+            f"{path.relative_to(root) if path.is_relative_to(root) else path.name} in {root} is a link to {real}, "
+            f"outside the model folder; gptscope reads only the folder's own files"
+        )
+    return path
+
+
 def read_json(path: Path) -> dict:
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
+        d = json.loads(contained(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ImportFailed(f"{path.name} is not readable JSON: {e}") from None
     if not isinstance(d, dict):
@@ -98,7 +120,7 @@ def plain_file(folder: Path, name: object, label: str) -> Path:
 
 def load_safetensors(p: Path) -> dict[str, torch.Tensor]:
     try:
-        return load_file(str(p))
+        return load_file(str(contained(p)))
     except (SafetensorError, OSError) as e:
         raise ImportFailed(f"{p.name} is not a readable safetensors file: {e}") from None
 
@@ -378,7 +400,7 @@ def read_chat_template(folder: Path, tok_cfg: dict) -> str | None:
         t = named.get("default")
     if t is None and (folder / "chat_template.jinja").is_file():
         try:
-            t = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+            t = contained(folder / "chat_template.jinja").read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise ImportFailed(f"chat_template.jinja is not readable: {e}") from None
     if t is not None and not isinstance(t, str):
@@ -418,7 +440,7 @@ def hf_tokenizer(folder: Path, vocab_size: int, family: str = "Llama-family") ->
     }
     config = {k: v for k, v in config.items() if v is not None}
     try:
-        text = p.read_text(encoding="utf-8")
+        text = contained(p).read_text(encoding="utf-8")
         enc = HFEncoding(text, name=folder.name, config=config)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ImportFailed(f"tokenizer.json is not readable: {e}") from None

@@ -30,7 +30,7 @@ from ..bpe import BPEMerges
 from ..checkpoint import CheckpointMeta
 from ..gpt import GPT, NANOCHAT_EPS, GPTConfig, has_value_embed
 from ..tokenizers import PACKAGED, encoding_from_spec
-from .common import Converted, ImportFailed, config_from, read_json
+from .common import Converted, ImportFailed, config_from, contained, read_json
 from .nanogpt import unpickler_reason
 
 # The nanochat commits whose checkpoints this module reads (karpathy/nanochat, short hashes, oldest first):
@@ -310,7 +310,7 @@ def convert_nanochat(path: Path, tokenizer: Path | None = None) -> Converted:
     if not isinstance(mc, dict):
         raise ImportFailed(f"{meta_file.name} has no model_config (nanochat's GPTConfig as a dict)")
     cfg = nanochat_config(mc, meta_file.name)
-    sd = _load_state(model_file)
+    sd = _load_state(contained(model_file))
     check_tensors(sd, cfg, model_file.name)
     tok_path = tokenizer or find_tokenizer(folder)
     spec = read_tokenizer(tok_path, cfg.vocab_size)
