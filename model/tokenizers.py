@@ -297,6 +297,42 @@ def lowest_rank_merges(
 HFMergeStep = tuple[int, int, str, str, list[str]]
 
 
+class TokenizerFailed(ValueError):
+    """The tokenizers library failed on a text: a Rust panic, e.g. a tokenizer.json Split regex that
+    backtracks past the regex engine's limit."""
+
+
+def _guarded(call: Any) -> Any:
+    """call(), its Rust panic (pyo3's PanicException, a BaseException that every `except Exception`
+    misses: the server answered a text/plain 500) turned into TokenizerFailed naming the tokenizer."""
+    try:
+        return call()
+    except BaseException as e:
+        if type(e).__name__ != "PanicException":
+            raise
+        first = (str(e).strip().splitlines() or ["a panic"])[0]
+        raise TokenizerFailed(f"the model's tokenizer (its tokenizer.json) failed on this text: {first}") from None
+
+
+class _Guarded:
+    """A tokenizers.Tokenizer whose encode and decode go through _guarded; everything else as it is."""
+
+    def __init__(self, tok: Any) -> None:
+        object.__setattr__(self, "_tok", tok)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tok, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._tok, name, value)
+
+    def encode(self, *args: Any, **kw: Any) -> Any:
+        return _guarded(lambda: self._tok.encode(*args, **kw))
+
+    def decode(self, *args: Any, **kw: Any) -> Any:
+        return _guarded(lambda: self._tok.decode(*args, **kw))
+
+
 class HFEncoding:
     """A Hugging Face tokenizer.json run by the `tokenizers` library, with the methods of
     tiktoken.Encoding the app calls. `encode_ordinary` reads special tokens written in the text as
@@ -311,7 +347,10 @@ class HFEncoding:
         # tokenizer_config.json's add_bos_token, bos_token, eos_token and chat_template (model/importers)
         self.config: dict = dict(config or {})
         try:  # two copies, so no request ever flips a setting another one is using
-            self._plain, self._special = Tokenizer.from_str(json_text), Tokenizer.from_str(json_text)
+            self._plain, self._special = (
+                _Guarded(Tokenizer.from_str(json_text)),
+                _Guarded(Tokenizer.from_str(json_text)),
+            )
             spec = json.loads(json_text)
         except Exception as e:  # tokenizers raises a bare Exception on a malformed file
             raise ValueError(f"tokenizer.json is not a tokenizer the tokenizers library reads: {e}") from None
@@ -449,9 +488,9 @@ class HFEncoding:
                 return
             pts = PreTokenizedString(text[lo:hi])
             if norm is not None:
-                pts.normalize(lambda n: norm.normalize(n))
+                _guarded(lambda: pts.normalize(lambda n: norm.normalize(n)))
             if pre is not None:
-                pre.pre_tokenize(pts)
+                _guarded(lambda: pre.pre_tokenize(pts))
             for piece, (a, b), _ in pts.get_splits(offset_referential="original", offset_type="char"):
                 out.append((lo + a, lo + b, piece))
 

@@ -9,6 +9,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from gptscope.model.tokenizers import TokenizerFailed
+
 log = logging.getLogger("gptscope")
 
 
@@ -59,6 +61,15 @@ def install(app: FastAPI) -> None:
             content={
                 "detail": [{"loc": [exc.where, *exc.field.split(".")], "msg": exc.message, "type": "value_error"}]
             },
+        )
+
+    @app.exception_handler(TokenizerFailed)
+    async def _tokenizer_failed(_request: Request, exc: TokenizerFailed) -> JSONResponse:
+        # a model's own tokenizer.json at fault on this text (a Rust panic in `tokenizers`): the text's
+        # field, and the message names the tokenizer
+        return JSONResponse(
+            status_code=422,
+            content={"detail": [{"loc": ["body", "text"], "msg": _safe(str(exc)), "type": "value_error"}]},
         )
 
     @app.exception_handler(NotFound)

@@ -512,6 +512,31 @@ def test_a_hugging_face_cache_snapshot_imports_through_its_links(built, tmp_path
         importers.import_model(snap, "loop", tmp_path / "data")
 
 
+def test_a_tokenizer_that_panics_on_a_text_is_a_422_naming_it(built, tmp_path):
+    """A tokenizer.json Split regex that backtracks ((a|aa)+$) makes the Rust tokenizer panic on a long
+    run of a's: pyo3's PanicException is no Exception, and the answer was a text/plain 500. Now every
+    endpoint that reads the text answers a JSON 422 naming the tokenizer, and the server goes on."""
+    folder = tmp_path / "panics"
+    shutil.copytree(built["smollm"][2], folder)
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    split = {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated", "invert": False}
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, spec["pre_tokenizer"]]}
+    (folder / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    dest, _ = importers.import_model(folder, "panics", tmp_path / "data")  # its sample text is harmless
+    app = create_app(Settings(checkpoint=dest, allow_hosts=["testserver"], data_dir=tmp_path / "data"))
+    hostile = "a" * 60 + "b"
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for path, body in (
+            ("/api/v1/forward", {"text": hostile}),
+            ("/api/v1/tokenize", {"text": hostile, "encoding": "model"}),
+            ("/api/v1/next-token", {"text": hostile}),
+        ):
+            r = client.post(path, json=body)
+            assert r.status_code == 422 and r.headers["content-type"].startswith("application/json"), (path, r.text)
+            assert "tokenizer.json" in r.json()["detail"][0]["msg"], (path, r.json())
+        assert client.post("/api/v1/forward", json={"text": "ROMEO: But soft"}).status_code == 200
+
+
 def test_a_folder_without_tokenizer_json_is_refused(built, tmp_path):
     bad = tmp_path / "notok"
     shutil.copytree(built["llama"][2], bad)
