@@ -148,10 +148,17 @@ REFUSED = [
     ("{{ ''.__class__.__mro__ }}", "sandbox refuses"),  # no attribute starting with _
     ("{{ raise_exception('System role not supported') }}", "refuses these messages: System role not supported"),
     ("{% for m in messages %}{{ m.content | nosuchfilter }}{% endfor %}", "cannot be rendered"),
+    # bounded as it renders (issue #59: these answered 500, or took gigabytes before the cap was checked)
+    ("{% for i in range(10**9) %}x{% endfor %}", "asks for too much: Range too big"),
+    ("{{ 'a' * 10**12 }}", "makes a str of 1,000,000,000,000 items with *"),
+    ("{{ 2 ** 100000 }}", "a number of more than 4,096 bits"),
+    ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "wrote more than 200,000 characters"),
 ]
 
 
-@pytest.mark.parametrize("template,words", REFUSED, ids=["append", "dunder", "raise", "filter"])
+@pytest.mark.parametrize(
+    "template,words", REFUSED, ids=["append", "dunder", "raise", "filter", "range", "times", "power", "output"]
+)
 def test_a_template_the_sandbox_refuses_is_a_422_naming_the_template(tmp_path, tokenizers_, template, words):
     folder = checkpoint(tmp_path / "bad", tokenizers_[0], {"bos_token": BOS, "chat_template": template})
     app = create_app(Settings(checkpoint=folder, allow_hosts=["testserver"], data_dir=tmp_path / "data"))
@@ -163,6 +170,24 @@ def test_a_template_the_sandbox_refuses_is_a_422_naming_the_template(tmp_path, t
         assert words in detail, detail
     with pytest.raises(ChatTemplateError):
         render(template, CHAT)
+
+
+def test_a_template_that_runs_away_without_writing_is_stopped_in_time(monkeypatch):
+    """Three nested loops of 100,000 that write nothing kept a thread busy until shutdown: the clock is
+    read on every line the template runs, and the thread's own tracing is given back afterwards."""
+    import sys
+    import time
+
+    from gptscope.model import chat
+
+    monkeypatch.setattr(chat, "MAX_RENDER_S", 0.3)
+    nested = "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}{% endfor %}{% endfor %}{% endfor %}"
+    before, t0 = sys.gettrace(), time.monotonic()
+    with pytest.raises(ChatTemplateError, match=r"ran longer than 0.3 s"):
+        render(nested, CHAT)
+    assert time.monotonic() - t0 < 1.5
+    assert sys.gettrace() is before
+    assert render("{% for m in messages %}{{ m.content }}{% endfor %}", CHAT) == "".join(m["content"] for m in CHAT)
 
 
 def test_a_model_without_a_template_refuses_messages(client):
