@@ -5,6 +5,7 @@ from a GPT2Config with random weights: nothing is downloaded."""
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 from pathlib import Path
@@ -194,6 +195,36 @@ def test_nanogpt_logits_match_transformers(gpt2_enc, tmp_path, padded):
         ids = gpt2_enc.encode_ordinary(text)
         ours = c.model(torch.tensor([ids]))[0][0]
         assert torch.allclose(ours, hf_logits(m, ids), atol=1e-4, rtol=0), text
+
+
+def test_nanogpt_sizes_are_checked_against_the_tensors_before_a_model_is_built(tmp_path):
+    """A tiny ckpt.pt whose model_args name a huge model (n_embd 4096, a million layers) cost gigabytes
+    before its tensors were looked at, and one without transformer.wte.weight ended in a KeyError
+    traceback: each is refused by name at once, building nothing."""
+    import resource
+    import time
+
+    base = to_nanogpt(hf_model(vocab_size=96, n_layer=1, n_head=2, n_embd=8, n_positions=16))
+    cases = [
+        (dict(n_embd=4096), r"transformer\.wte\.weight in ckpt\.pt has shape \(96, 8\); model_args need \(96, 4096\)"),
+        (dict(n_layer=1_000_000), r"n_layer is 1,000,000, but ckpt\.pt holds blocks 0 to 0 \(1 of them\)"),
+        (dict(block_size=1 << 20), r"transformer\.wpe\.weight in ckpt\.pt has shape \(16, 8\)"),
+        ("no-wte", r"tensor transformer\.wte\.weight is missing from ckpt\.pt"),
+    ]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for args, message in cases:
+        obj = copy.deepcopy(base)
+        if args == "no-wte":
+            del obj["model"]["_orig_mod.transformer.wte.weight"]
+        else:
+            obj["model_args"].update(args)
+        torch.save(obj, tmp_path / "ckpt.pt")
+        t0 = time.monotonic()
+        with pytest.raises(importers.ImportFailed, match=message):
+            importers.import_model(tmp_path / "ckpt.pt", "huge", tmp_path / "data", meta_pkl=None)
+        assert time.monotonic() - t0 < 5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 200_000  # KiB: nothing of that size built
+    assert data_models(tmp_path / "data") == []
 
 
 def char_meta(chars: str) -> dict:

@@ -161,11 +161,32 @@ def _nanogpt_tokenizer(cfg: GPTConfig, meta_pkl: Path | None, sd: dict) -> tuple
     return cfg, {"kind": "tiktoken", "name": "gpt2"}
 
 
+def check_sizes(cfg: GPTConfig, sd: dict, source: str) -> None:
+    """model_args' sizes against the tensors, before a model of that size is built: a 1.4 KB ckpt.pt
+    naming n_embd 4096 (or a million layers) cost gigabytes before its tensors were looked at."""
+    for name, want in (
+        ("transformer.wte.weight", (cfg.vocab_size, cfg.d_model)),
+        ("transformer.wpe.weight", (cfg.n_ctx, cfg.d_model)),
+    ):
+        t = sd.get(name)
+        if t is None:
+            raise ImportFailed(f"tensor {name} is missing from {source}")
+        if tuple(t.shape) != want:
+            raise ImportFailed(f"tensor {name} in {source} has shape {tuple(t.shape)}; model_args need {want}")
+    blocks = {int(m.group(1)) for k in sd if (m := re.match(r"transformer\.h\.(\d+)\.", k))}
+    if blocks != set(range(cfg.n_layer)):
+        raise ImportFailed(
+            f"ckpt.pt model_args field n_layer is {cfg.n_layer:,}, but {source} holds blocks "
+            f"{min(blocks, default=0)} to {max(blocks, default=-1)} ({len(blocks):,} of them)"
+        )
+
+
 def convert_nanogpt(path: Path, meta_pkl: Path | None = None) -> Converted:
     obj = _torch_load_safely(path)
     cfg = nanogpt_config(obj["model_args"])
     # torch.compile'd runs save names with an "_orig_mod." prefix (nanoGPT's sample.py strips it too)
     sd = {k.removeprefix("_orig_mod."): v for k, v in obj["model"].items() if isinstance(v, torch.Tensor)}
+    check_sizes(cfg, sd, path.name)
     if (
         "lm_head.weight" in sd
         and "transformer.wte.weight" in sd
