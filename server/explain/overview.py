@@ -89,7 +89,7 @@ def family(cfg: GPTConfig, source: dict | None = None) -> str:
 
 def _family_of_switches(cfg: GPTConfig) -> str:
     named = (
-        (any(e != "softcap" for e in cfg.extras), "nanochat"),  # (a softcap alone: Gemma 2's)
+        (cfg.nanochat_stream, "nanochat"),
         (cfg.norm == "post", "GPT-1 (post-norm)"),
         (bool(cfg.attn_softcap), "Gemma 2"),
         (bool(cfg.rope_local_base), "Gemma 3"),
@@ -382,6 +382,16 @@ def tool_nodes(cfg: GPTConfig, n_saes: int) -> list[ArchNode]:
         ),
         ("attribution", "which inputs", "T tokens", "which input tokens the prediction came from"),
     ]
+    if cfg.switches:  # an imported family's block: each of its switches in words
+        tools.insert(
+            0,
+            (
+                "switches",
+                "this family's block",
+                f"{len(cfg.switches)} switch{'es' if len(cfg.switches) > 1 else ''}",
+                "what this family's block does differently, each switch in words with this prompt's numbers",
+            ),
+        )
     if n_saes:
         tools.append(
             (

@@ -23,6 +23,7 @@ STEP = """() => {
     lit: [...document.querySelectorAll("#overview-svg .walk-on")]
       .filter((e) => e.getBoundingClientRect().width > 0).map((e) => e.dataset.node || e.dataset.block),
     open: document.body.dataset.openStage,
+    wants: document.getElementById("walk").dataset.stage,
     shown: [...document.querySelectorAll("section.stage")].filter((s) => s.checkVisibility()).map((s) => s.id),
     urlWalk: q.get("walk"),
     urlStage: q.get("stage"),
@@ -47,7 +48,7 @@ def check_step(page, i: int, errors_before: int, layout: bool = True) -> dict:
     assert s["title"], where
     assert re.search(r"\d", s["caption"]), (where, s["caption"])
     assert s["lit"], (where, "no node of the diagram is highlighted")
-    assert s["open"] and s["shown"] == [f"{s['open']}-panel"], (where, s)
+    assert s["open"] and s["open"] == s["wants"] and s["shown"] == [f"{s['open']}-panel"], (where, s)
     assert s["urlWalk"] == str(i) and s["urlStage"] == s["open"], (where, s)
     if layout:
         faults = layout_faults(page)

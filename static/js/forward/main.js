@@ -12,7 +12,7 @@ import { tokenLabels } from "../lib/format.js";
 import { pageQuery, real, setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
 import { panel as overview } from "./panel_overview.js";
-import { allStages, closeStage, initStageView, openIndex, openNth } from "./stage_view.js";
+import { allStages, closeStage, initStageView, openSection, openThis } from "./stage_view.js";
 import { panel as classifier } from "./panel_classifier.js";
 import { panel as tokens } from "./panel_embeddings.js";
 import { panel as embeddingSpace } from "./panel_embedding_space.js";
@@ -330,7 +330,7 @@ export async function init() {
   initStageView(page);
   stageNavigation({ h: () => selectPosition(selectedPosition() - 1), l: () => selectPosition(selectedPosition() + 1),
     Escape: () => { if (document.body.dataset.openStage) closeStage(); } },
-  { active: () => !allStages(), current: openIndex, open: openNth });
+  { active: () => !allStages(), current: openSection, open: openThis });
   // (a classifier's default prompt, a test-half input framed by its special tokens, comes with the page)
   requestForward(ALL_PARTS, 0);
 }

@@ -6,12 +6,11 @@
 import { $ } from "../lib/dom.js";
 import { drawNearby } from "../lib/draw_queue.js";
 import { resizePlots } from "../lib/plot.js";
-import { alignStage } from "../lib/stages.js";
+import { alignStage, markNav, stages } from "../lib/stages.js";
 
 let page = null;
 let from = null;   // the node the open stage was opened from: where "back" returns
 
-const sections = () => [...document.querySelectorAll("section.stage")];
 const nameOf = (sec) => sec.id.replace(/-panel$/, "");
 export const allStages = () => document.body.classList.contains("all-stages");
 const reduced = () => matchMedia("(prefers-reduced-motion: reduce)").matches;
@@ -28,16 +27,6 @@ function zoom(a, b) {
   anim.oncancel = () => box.remove();
 }
 
-function markNav(name) {
-  const list = sections().filter((s) => s.dataset.stage);
-  document.querySelectorAll("#stage-nav a").forEach((a) => {
-    if (a.getAttribute("href") === `#${name}-panel`) a.setAttribute("aria-current", "step");
-    else a.removeAttribute("aria-current");
-  });
-  const i = list.findIndex((s) => nameOf(s) === name);
-  document.body.dataset.stage = String(i + 1);
-}
-
 // Open stage `name` (its section #<name>-panel); `node`: where the zoom starts. scroll false: open it
 // without moving the page (the walk keeps the overview in view).
 export function openStage(name, node = null, { scroll = true } = {}) {
@@ -46,16 +35,16 @@ export function openStage(name, node = null, { scroll = true } = {}) {
   if (allStages()) {
     alignStage(sec);
     sec.focus({ preventScroll: true });
-    markNav(name);
+    markNav(sec);
     drawNearby();
     return;
   }
-  for (const s of sections()) s.classList.toggle("open", s === sec);
+  for (const s of stages()) s.classList.toggle("open", s === sec);
   document.body.dataset.openStage = name;
   from = node || from;
   page.state.stage = name;
   page.writeUrl();
-  markNav(name);
+  markNav(sec);
   resizePlots(sec);
   if (scroll) {
     const start = node?.getBoundingClientRect();
@@ -74,7 +63,7 @@ export function closeStage() {
   const back = from?.isConnected ? from : document.querySelector(`#overview-svg [data-stage="${name}"]`);
   const start = sec?.getBoundingClientRect();
   if (!allStages()) {
-    for (const s of sections()) s.classList.remove("open");
+    for (const s of stages()) s.classList.remove("open");
     document.body.dataset.openStage = "";
     page.state.stage = null;
     page.writeUrl();
@@ -89,17 +78,9 @@ export function closeStage() {
   markNav(null);
 }
 
-// The stage that j / k step from: the open one (or, reading every stage, the one on screen: -1).
-export function openIndex() {
-  const name = document.body.dataset.openStage;
-  return sections().findIndex((s) => nameOf(s) === name);
-}
-
-export const openNth = (i) => {
-  const list = sections();
-  const sec = list[Math.max(0, Math.min(list.length - 1, i))];
-  if (sec) openStage(nameOf(sec));
-};
+// For lib/stages.js's keys: the open section.stage (null: none), and opening one.
+export const openSection = () => document.getElementById(`${document.body.dataset.openStage}-panel`);
+export const openThis = (sec) => openStage(nameOf(sec));
 
 function setAll(on) {
   document.body.classList.toggle("all-stages", on);
@@ -111,7 +92,7 @@ function setAll(on) {
 
 export function initStageView(p) {
   page = p;
-  for (const sec of sections()) {
+  for (const sec of stages()) {
     const back = document.createElement("button");
     back.type = "button";
     back.className = "stage-back plain";

@@ -40,6 +40,7 @@ function show() {
   $("walk-back").disabled = at === 0;
   $("walk-next").textContent = at === steps.length - 1 ? "finish" : "next →";
   highlight(s.node);
+  box.dataset.stage = s.stage;   // the stage this step opens (the API's)
   openStage(s.stage, null, { scroll: false });
   document.body.dataset.walkStep = String(at + 1);
 }
