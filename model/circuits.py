@@ -122,7 +122,7 @@ NORMED = {
 def check_config(cfg: GPTConfig) -> None:
     """Raise ValueError unless the writers of this config add up into a residual stream that each
     reader reads on its own (a softcap on the logits alone is read through: `unembed`)."""
-    if any(e != "softcap" for e in cfg.extras):
+    if cfg.nanochat_stream:
         raise ValueError(
             f"edges need a residual stream that is a plain sum; nanochat's block ({', '.join(cfg.extras)}) scales "
             "and mixes the stream between blocks, reads the tokens again and caps the logits, and gptscope "

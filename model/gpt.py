@@ -289,6 +289,11 @@ class GPTConfig:
         return [k for k, v in on.items() if v]
 
     @property
+    def nanochat_stream(self) -> bool:
+        """nanochat's stream pieces besides the logits' softcap (a softcap alone is Gemma 2's too)."""
+        return any(e != "softcap" for e in self.extras)
+
+    @property
     def switches(self) -> list[str]:
         """The differences from GPT-2's and LLaMA's blocks that the imported families turn on, by name
         (the forward page's switches stage); the final softcap here only without nanochat's stream pieces

@@ -96,7 +96,7 @@ def hook_names(n_layer: int) -> list[str]:
 
 def check_config(cfg: GPTConfig) -> None:
     """Raise ValueError for a block whose patched runs this module cannot restart from a block's stream."""
-    if any(e != "softcap" for e in cfg.extras):  # (a softcap on the logits alone is patched through: `unembed`)
+    if cfg.nanochat_stream:  # (a softcap on the logits alone is patched through: `unembed`)
         raise ValueError(
             f"patching restarts a run from a block's stream, and nanochat's block ({', '.join(cfg.extras)}) also "
             "reads x0, the tokens and the middle block's stream there; gptscope does not patch it yet"

@@ -51,7 +51,7 @@ CHUNK_MACS = 2e10  # and at most about this many multiply-adds of the blocks (a 
 
 def check_model(cfg: GPTConfig) -> None:
     """Raise ValueError when the input of this config is more than W_E's rows."""
-    if any(e != "softcap" for e in cfg.extras):  # (a softcap on the logits alone is f's own: `unembed`)
+    if cfg.nanochat_stream:  # (a softcap on the logits alone is f's own: `unembed`)
         raise ValueError(
             f"token attribution interpolates the input embeddings; nanochat's block ({', '.join(cfg.extras)}) also "
             "reads the tokens through its value embeddings and smears each embedding into the next, so the input "

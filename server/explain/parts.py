@@ -103,7 +103,7 @@ HEAD_HOOKS = (
 
 def _nanochat_stream(s: ModelService) -> bool:
     """nanochat's stream pieces besides the softcap (a softcap alone, Gemma 2's, is the switches' part)."""
-    return any(e != "softcap" for e in s.model.cfg.extras)
+    return s.model.cfg.nanochat_stream
 
 
 PARTS: tuple[Part, ...] = (
