@@ -53,11 +53,11 @@ const plus = (x, y) => svgEl("g", { class: "ov-add" }, svgEl("circle", { cx: x, 
 function drawHead(svg, boxes) {
   for (const b of boxes) {
     svg.append(nodeBox(b.node, b));
-    if (b.node.id === "tokens") svg.append(line(b.x + b.w / 2, b.y + b.h, b.x + b.w / 2, STREAM_Y - 20, "ov-wire ov-arrow"));
+    if (b.node.id === "tokens") svg.append(line(b.x + b.w / 2, b.y + b.h, b.x + b.w / 2, STREAM_Y - 20, "ov-wire"));
     if (b.node.id === "pos") {
       const ax = b.joins ? b.x + b.w + 8 : b.x + b.w / 2;
       if (b.joins) {
-        svg.append(line(b.x + b.w, b.y + b.h / 2, ax, b.y + b.h / 2), line(ax, b.y + b.h / 2, ax, STREAM_Y + 7, "ov-wire ov-arrow"));
+        svg.append(line(b.x + b.w, b.y + b.h / 2, ax, b.y + b.h / 2), line(ax, b.y + b.h / 2, ax, STREAM_Y + 7, "ov-wire"));
         svg.append(plus(ax, STREAM_Y));
       } else svg.append(line(b.x + b.w / 2, b.y, b.x + b.w / 2, STREAM_Y + 20, "ov-wire ov-dashed"));
     }
@@ -73,8 +73,8 @@ function drawFullBlock(svg, { block, x, w }) {
   const title = `block ${block.layer}${block.window ? ` · window ${block.window}` : ""}${block.parallel ? " · parallel" : ""}`;
   g.append(label(p.title.x, p.title.y, title, "ov-title", p.frame.w - 12, "start", `block ${block.layer}`));
   const top = p.attn.y + p.attn.h;
-  g.append(line(p.xr1, STREAM_Y, p.xr1, top), line(p.xw1, top, p.xw1, STREAM_Y - 7, "ov-wire ov-arrow"));
-  g.append(line(p.xr2, STREAM_Y, p.xr2, p.mlp.y), line(p.xw2, p.mlp.y, p.xw2, STREAM_Y + 7, "ov-wire ov-arrow"));
+  g.append(line(p.xr1, STREAM_Y, p.xr1, top), line(p.xw1, top, p.xw1, STREAM_Y - 7, "ov-wire"));
+  g.append(line(p.xr2, STREAM_Y, p.xr2, p.mlp.y), line(p.xw2, p.mlp.y, p.xw2, STREAM_Y + 7, "ov-wire"));
   g.append(branchNode(block.attention.op, p.attn, block, true));
   g.append(branchNode(block.mlp.op, p.mlp, block, false));
   const norms = [[block.attention.norm_in, p.attnNormIn], [block.attention.norm_out, p.attnNormOut],
@@ -149,7 +149,7 @@ function drawCompactBlock(svg, { block, x, w }, showNumber) {
 function drawTail(svg, boxes) {
   for (const b of boxes) {
     svg.append(nodeBox(b.node, b, { cls: b.node.id === "probs" ? "ov-probs-node" : "" }));
-    if (b.node.id === "sample") svg.append(line(b.x + b.w / 2, STREAM_Y + 20, b.x + b.w / 2, b.y, "ov-wire ov-arrow"));
+    if (b.node.id === "sample") svg.append(line(b.x + b.w / 2, STREAM_Y + 20, b.x + b.w / 2, b.y, "ov-wire"));
   }
 }
 

@@ -94,5 +94,3 @@ export function renderWalk(overview) {
   show();
   if (first && at !== null && $("walk").getBoundingClientRect().bottom > innerHeight) inView();   // opened from the URL
 }
-
-export const walking = () => at !== null;
