@@ -27,7 +27,7 @@ from ..service import ModelService
 from .common import check_index, given_ids, request_prompt, rounded, token_text
 from .digits import COARSE, FINE, VALUE
 from .sae import steering_sae
-from .stages import final_stream
+from .stages import final_stream, logits_at
 from .tokens import token_pieces
 
 
@@ -54,7 +54,7 @@ def position_logits(service: ModelService, ids: list[int], position: int | None)
         name = final_stream(m.cfg)
         with m.capture([name]) as cache:
             m.hidden(x)
-        return m.unembed(m.ln_final(cache[name][:, pos : pos + 1]))[0, 0]
+        return logits_at(m, cache[name], pos)
 
 
 def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenResponse:

@@ -126,9 +126,13 @@ class Trace:
     def at_position(self) -> torch.Tensor:
         """The selected position's logits (V,), computed the same way whatever else was asked for (a
         one-row matmul rounds differently from the full one: every panel must show the same digits)."""
-        m, pos = self.model, self.sel.position
-        final = self.act(final_stream(self.cfg))[pos : pos + 1]
-        return m.unembed(m.ln_final(final[None]))[0, 0]
+        return logits_at(self.model, self.act(final_stream(self.cfg))[None], self.sel.position)
+
+
+def logits_at(m: GPT, final: torch.Tensor, pos: int) -> torch.Tensor:
+    """The logits (V,) of position `pos` from the final stream (1, T, d): its one row through the final
+    norm and the unembedding, the one way every answer computes a position's logits."""
+    return m.unembed(m.ln_final(final[:, pos : pos + 1]))[0, 0]
 
 
 def final_stream(cfg: GPTConfig) -> str:
