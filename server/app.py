@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from gptscope import __version__
 from gptscope.model import corpus as corpus_mod
 
-from . import contract, errors
+from . import contract, errors, memory
 from .attribution_jobs import GRAPHS
 from .circuit_jobs import SEARCHES
 from .config import STATIC_DIR, Settings
@@ -81,6 +81,7 @@ def create_app(
     )
     app.add_middleware(ServerTiming)  # outermost: the time it reports includes the guard and compression
     app.state.settings = settings
+    memory.BUDGET.configure(settings.memory_budget)  # one budget for the process (server/memory.py)
     app.state.door_token = door_token
     app.state.models = ModelRegistry(settings, own_process)  # every model the app loads
     app.state.runs = RunManager(settings.data_dir)

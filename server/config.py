@@ -47,6 +47,10 @@ LARGE_MODEL_PARAMS = 20_000_000  # from here on a request uses every core (see S
 # the client always closes an idle connection first.
 KEEP_ALIVE_S = 75
 
+# The interpreter's switch interval in `gptscope serve` (Python's default: 5 ms): how long a thread
+# running Python keeps the GIL while another waits for it (see cli.cmd_serve).
+SWITCH_INTERVAL_S = 0.0005
+
 
 ALL_CORES = max(1, os.cpu_count() or 1)
 
@@ -82,6 +86,10 @@ class Settings(BaseSettings):
     # Bytes of weights kept loaded beside the served model (compare's sides, a run's snapshots;
     # server/models.py): the least recently used model goes first when one more would not fit.
     model_cache_bytes: int = 2 * 1024**3
+    # Bytes that the work going at once may take beyond the loaded models and caches (server/memory.py):
+    # every request and job that grows with what it is asked estimates its peak first and is refused
+    # (422) when it could never fit, or waits for room. 0: 4 GiB, or half the machine's memory if less.
+    memory_budget: int = 0
 
     # The door beyond loopback (server/security.py): bound to an address other machines reach, every
     # request must carry this token; `gptscope serve` makes one when none is given. insecure_no_token

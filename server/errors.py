@@ -26,6 +26,11 @@ class NotFound(LookupError):
     """A named run, checkpoint or snapshot that does not exist; becomes a 404."""
 
 
+class Busy(Exception):
+    """The work's memory is held by other work going now (server/memory.py); becomes a 503 with
+    Retry-After naming what holds it."""
+
+
 class Conflict(Exception):
     """The request clashes with the app's state (a run is already going); becomes a 409 whose JSON
     carries `extra` beside the detail."""
@@ -71,6 +76,11 @@ def install(app: FastAPI) -> None:
             status_code=422,
             content={"detail": [{"loc": ["body", "text"], "msg": _safe(str(exc)), "type": "value_error"}]},
         )
+
+    @app.exception_handler(Busy)
+    async def _busy(_request: Request, exc: Busy) -> JSONResponse:
+        # the memory budget is held by other work (server/memory.py): a transient refusal, retried later
+        return JSONResponse(status_code=503, content={"detail": _safe(str(exc))}, headers={"Retry-After": "10"})
 
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, exc: NotFound) -> JSONResponse:

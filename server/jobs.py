@@ -3,7 +3,8 @@ edge circuits.
 
 A kind of work is a function `work(job)`: it does the work, keeps `job.progress` and its own
 `job.state` up to date as it goes, and raises its kind's Cancelled once `job.cancel` is set. A
-`JobRunner` starts it in a daemon thread, keeps the job by a 12-hex-digit id, refuses a second start
+`JobRunner` starts it in a daemon thread once the process' memory budget holds the bytes it says it
+needs (server/memory.py: "queued" until then), keeps the job by a 12-hex-digit id, refuses a second start
 with a 409 naming the job going (or, for a kind that says so, cancels the old one), sets the status,
 error and finish time, cancels a job and waits for its thread, and at shutdown stops every job
 before torch can be left mid-update. `run_here` runs the same function in the foreground (the
@@ -25,20 +26,21 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 import torch
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 
+from . import memory
 from .config import ALL_CORES
 from .errors import Conflict, NotFound
 from .explain.digits import SECONDS
-from .schemas.common import NOT_FOUND
+from .schemas.common import NOT_FOUND, JobStatus
 from .wire import Binary, answer, responses
 
-Status = Literal["starting", "running", "done", "cancelled", "failed"]
-ACTIVE = ("starting", "running")  # the statuses of a job still going
+Status = JobStatus
+ACTIVE = ("queued", "starting", "running")  # the statuses of a job still going
 JOB_ID = re.compile(r"^[0-9a-f]{12}$")
 # Torch threads of a job's own thread: every core, as `gptscope train` uses. Torch's intra-op
 # thread count belongs to the thread that sets it; requests set their own (ModelService.run), so
@@ -108,12 +110,16 @@ class JobRunner(Generic[S]):
     def listing(self) -> list[Job[S]]:
         return list(self.jobs.values())
 
-    def start(self, work: Work[S], state: S, total: int | None = None) -> Job[S]:
-        """Register a job for `state` and run work(job) in a daemon thread on JOB_THREADS torch threads."""
+    def start(self, work: Work[S], state: S, total: int | None = None, need: memory.Need | None = None) -> Job[S]:
+        """Register a job for `state` and run work(job) in a daemon thread on JOB_THREADS torch threads,
+        once the memory budget has `need`'s bytes free (a 422 at once when it never could; the job
+        waits as "queued" while other work holds them)."""
+        if need is not None:
+            memory.BUDGET.check(need, job=True)
         with self.lock:
             self._make_room()
             job = self._register(state, total)
-        job.thread = threading.Thread(target=self._in_thread, args=(job, work), name=f"{self.route}-{job.id}")
+        job.thread = threading.Thread(target=self._in_thread, args=(job, work, need), name=f"{self.route}-{job.id}")
         job.thread.daemon = True
         job.thread.start()
         return job
@@ -147,16 +153,26 @@ class JobRunner(Generic[S]):
                 del self.jobs[old_id]
         return job
 
-    def _in_thread(self, job: Job[S], work: Work[S]) -> None:
+    def _in_thread(self, job: Job[S], work: Work[S], need: memory.Need | None) -> None:
         torch.set_num_threads(JOB_THREADS)
-        self._run(job, work)
+        self._run(job, work, need)
+        memory.give_back()  # what the job freed goes back to the system, not to a grown heap
 
-    def _run(self, job: Job[S], work: Work[S]) -> Exception | None:
-        """work(job), its end recorded: done, cancelled, or failed with the error (returned)."""
+    def _run(self, job: Job[S], work: Work[S], need: memory.Need | None = None) -> Exception | None:
+        """work(job) once `need` is held, its end recorded: done, cancelled, or failed with the error (returned)."""
+
+        def queued() -> None:
+            job.status = "queued"
+
         try:
-            work(job)
+            with memory.BUDGET.hold(
+                need, job=True, label=f"{self.noun} {job.id}", cancel=job.cancel.is_set, queued=queued
+            ):
+                if job.status == "queued":
+                    job.status = self.first_status
+                work(job)
             job.status = "done"
-        except self.cancelled:
+        except (self.cancelled, memory.Cancelled):
             job.status = "cancelled"
         except Exception as e:
             job.status, job.error = "failed", f"{type(e).__name__}: {e}"
@@ -300,7 +316,8 @@ class Analysis(Generic[A]):
     def start(self, runner: JobRunner[Answered[A]], service: Any, req: BaseModel) -> Job[Answered[A]]:
         """Plan it (its 422s at once), then compute it in the background, cancelling an older one."""
         plan = self.plan(service, req, limit=self.job_limit)
-        return runner.start(partial(self._work, service=service, plan=plan), Answered(), plan.total)
+        need = getattr(plan, "need", None)  # the plan's peak bytes (server/memory.py), when it estimates them
+        return runner.start(partial(self._work, service=service, plan=plan), Answered(), plan.total, need)
 
     def _work(self, job: Job[Answered[A]], service: Any, plan: Any) -> None:
         def progress(done: int, _total: int) -> None:

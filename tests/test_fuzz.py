@@ -123,7 +123,7 @@ ALLOWED: dict[tuple[str, str], str] = {
 def idle(runner: JobRunner) -> JobRunner:
     """The runner, accepting every job and doing none (no torch thread left running at exit)."""
     start = runner.start
-    runner.start = lambda work, state, total=None: start(lambda job: None, state, total)
+    runner.start = lambda work, state, total=None, need=None: start(lambda job: None, state, total, need)
     return runner
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import BOS_FIELD, MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .common import BOS_FIELD, MAX_PROMPT_CHARS, JobStatus, StrictRequest, TokenId, TokenPiece
 from .patch import TokenRef
 from .sae import SAE_NAME, FeatureDetail
 from .stages import NextToken
@@ -141,7 +141,7 @@ class AttributionResponse(BaseModel):
 
 class AttributionJob(BaseModel):
     id: str
-    status: Literal["running", "done", "failed", "cancelled"]
+    status: JobStatus
     done: int = Field(description="features whose incoming edges are computed so far")
     total: int = Field(description="features whose incoming edges the graph needs (at most)")
     elapsed: float
@@ -208,7 +208,7 @@ class TranscoderTrainRequest(StrictRequest):
 
 class TranscoderJob(BaseModel):
     id: str
-    status: Literal["running", "done", "failed", "cancelled"]
+    status: JobStatus
     phase: Literal["training", "evaluating"]
     transcoders: str = Field(description="the set it writes (listed in GET /api/v1/transcoders once done)")
     progress: float = Field(description="0..1: of the token count or the time budget, whichever ends it first")

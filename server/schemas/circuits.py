@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .arrays import Vector
-from .common import TokenPiece
+from .common import JobStatus, TokenPiece
 from .patch import PairRequest, PatchMetric
 from .stages import NextToken
 
@@ -141,7 +141,7 @@ class CircuitResponse(BaseModel):
 
 class CircuitJob(BaseModel):
     id: str
-    status: Literal["running", "done", "failed", "cancelled"]
+    status: JobStatus
     done: int = Field(description="graph runs finished so far")
     total: int = Field(description="graph runs the answer needs (about: the circuit's search may take a few fewer)")
     elapsed: float = Field(description="seconds since the job started")

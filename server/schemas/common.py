@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import types
 import typing
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# A background job's status, every kind alike (server/jobs.py): "queued" while the memory budget
+# has no room for it yet (server/memory.py), "starting" before a training run's first step.
+JobStatus = Literal["queued", "starting", "running", "done", "cancelled", "failed"]
 MAX_PROMPT_CHARS = 20_000  # the longest prompt text any endpoint takes
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from .common import StrictRequest, TokenPiece
+from .common import JobStatus, StrictRequest, TokenPiece
 from .stages import ClassifierBlock
 
 Method = Literal["finetune", "finetune_no_lm", "scratch", "probe"]
@@ -111,7 +111,7 @@ class Progress(BaseModel):
 
 class FinetuneJob(BaseModel):
     id: str
-    status: Literal["running", "done", "failed", "cancelled"]
+    status: JobStatus
     task: str
     checkpoint: str = Field(description="the pretrained model")
     labels: list[str]

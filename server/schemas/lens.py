@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import StrictRequest
+from .common import JobStatus, StrictRequest
 from .sae import SAE_NAME
 from .stages import LogitLensBlock
 
@@ -65,7 +65,7 @@ class LensTrainRequest(StrictRequest):
 
 class LensJob(BaseModel):
     id: str
-    status: Literal["running", "done", "failed", "cancelled"]
+    status: JobStatus
     phase: Literal["training", "evaluating"]
     lens: str = Field(description="the name of the lens it writes (listed in GET /api/v1/lenses once done)")
     progress: float = Field(description="0..1: of the token count or the time budget, whichever ends it first")

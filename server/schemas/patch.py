@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .arrays import Matrix
-from .common import BOS_FIELD, MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .common import BOS_FIELD, MAX_PROMPT_CHARS, JobStatus, StrictRequest, TokenId, TokenPiece
 from .intervene import HeadRef
 from .stages import NextToken
 
@@ -168,7 +168,7 @@ class PatchResponse(BaseModel):
 
 class PatchJob(BaseModel):
     id: str
-    status: Literal["running", "done", "failed", "cancelled"]
+    status: JobStatus
     done: int = Field(description="patched runs finished so far")
     total: int = Field(description="patched runs the sweep needs (0 when all come from the cache)")
     elapsed: float = Field(description="seconds since the job started")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import StrictRequest, TokenPiece
+from .common import JobStatus, StrictRequest, TokenPiece
 
 SAE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 SortKey = Literal["index", "density", "max_act", "mean_act"]
@@ -91,7 +91,7 @@ class SaeTrainRequest(StrictRequest):
 
 class SaeJob(BaseModel):
     id: str
-    status: Literal["running", "done", "failed", "cancelled"]
+    status: JobStatus
     phase: Literal["training", "evaluating"]
     sae: str = Field(description="the name of the SAE it writes (listed in GET /api/v1/saes once done)")
     layer: int

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import BOS_FIELD, MAX_PROMPT_CHARS, StrictRequest, TokenId, TokenPiece
+from .common import BOS_FIELD, MAX_PROMPT_CHARS, JobStatus, StrictRequest, TokenId, TokenPiece
 
 MAX_STEPS = 1024
 Baseline = Literal["zero", "mean"]
@@ -107,7 +107,7 @@ class TokenAttributionResponse(BaseModel):
 
 class TokenAttributionJob(BaseModel):
     id: str
-    status: Literal["starting", "running", "done", "cancelled", "failed"]
+    status: JobStatus
     error: str | None
     elapsed: float
     done: int = Field(description="runs of the prompt made so far (each occluded token, each point of a path)")

@@ -11,7 +11,7 @@ from gptscope.model.gpt import preset_config
 from gptscope.model.schedules import DEFAULT_COOLDOWN
 from gptscope.model.train import StepRecord, TrainConfig, recipe_for
 
-from .common import StrictRequest
+from .common import JobStatus, StrictRequest
 from .config import config_fields, schema_model
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -185,7 +185,7 @@ class EvalPoint(BaseModel):
 
 class TrainingStatus(BaseModel):
     id: str
-    status: Literal["starting", "running", "done", "cancelled", "failed"]
+    status: JobStatus
     request: TrainingRequest
     step: int
     total_steps: int | None

@@ -1,6 +1,7 @@
 // The /features page's SAE panel (its quality figures, each beside its baseline, the losses and
 // the training curve) and the training form (POST /api/v1/saes, then its job polled until done).
 import { apiGet, apiPost } from "../lib/api.js";
+import { going } from "../lib/jobs.js";
 import { $, el, setNote } from "../lib/dom.js";
 import { addDownloads } from "../lib/downloads.js";
 import { decimal, duration, grouped, pct } from "../lib/format.js";
@@ -68,24 +69,24 @@ function showJob(j) {
   job = j;
   $("sae-bar").style.width = `${Math.round(100 * j.progress)}%`;
   $("sae-progress").setAttribute("aria-valuenow", String(Math.round(100 * j.progress)));
-  const what = j.phase === "evaluating" && j.status === "running" ? "evaluating on held-out text" : j.status;
+  const what = j.phase === "evaluating" && j.status === "running" ? "evaluating on held-out text" : j.status === "queued" ? "queued: waiting for memory other work holds" : j.status;
   $("sae-job").textContent = `${j.sae}: ${what} · step ${j.step} · ${grouped(j.tokens)} tokens · ` +
     (j.fvu === null ? "" : `unexplained variance ${decimal(j.fvu, 3)} · L0 ${decimal(j.l0, 1)} · dead ${j.dead} · `) +
     `${duration(j.elapsed)}` + (j.error ? ` · ${j.error}` : "");
-  $("sae-start").disabled = j.status === "running";
-  $("sae-cancel").disabled = j.status !== "running";
+  $("sae-start").disabled = going(j);
+  $("sae-cancel").disabled = !going(j);
   $("train-sae-panel").dataset.state = j.status;
 }
 
 async function poll() {
-  if (job?.status !== "running") return;
+  if (!going(job)) return;
   try {
     showJob(await apiGet(`/saes/jobs/${job.id}`));
   } catch (err) {
     setNote($("sae-train-note"), `Could not follow the job: ${err.message}`, "error");
     return;
   }
-  if (job.status === "running") setTimeout(poll, 1000);
+  if (going(job)) setTimeout(poll, 1000);
   else if (job.status === "done") onDone(job.sae);
 }
 

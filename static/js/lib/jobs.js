@@ -7,6 +7,11 @@ import { int } from "./format.js";
 
 const POLL_MS = 150;
 
+// A job still going: "queued" (waiting for the server's memory budget, server/memory.py), "starting"
+// (a training run before its first step) or "running"; every other status is its end.
+export const GOING = new Set(["queued", "starting", "running"]);
+export const going = (job) => !!job && GOING.has(job.status);
+
 const pause = (ms, signal) => new Promise((ok, fail) => {
   const t = setTimeout(ok, ms);
   signal.addEventListener("abort", () => { clearTimeout(t); fail(new DOMException("aborted", "AbortError")); }, { once: true });
@@ -17,7 +22,8 @@ export function showProgress(job, units) {
   $("progress-box").hidden = false;
   $("progress").max = Math.max(1, job.total);
   $("progress").value = job.done;
-  $("progress-text").textContent = `${int(job.done)} / ${int(job.total)} ${units} · ${job.elapsed.toFixed(1)} s`;
+  const counted = `${int(job.done)} / ${int(job.total)} ${units} · ${job.elapsed.toFixed(1)} s`;
+  $("progress-text").textContent = job.status === "queued" ? `queued: waiting for memory other work holds · ${counted}` : counted;
 }
 
 // POST `path` (the job form, e.g. "/patch/jobs") with `body`, then GET `path/{id}` until the job ends,
@@ -27,7 +33,7 @@ export function showProgress(job, units) {
 export async function runJob(path, body, signal, onProgress, noun = "job") {
   let job = await apiPost(path, body, signal);
   onProgress(job);
-  while (job.status === "running") {
+  while (going(job)) {
     await pause(POLL_MS, signal);
     job = await apiGet(`${path}/${job.id}`, signal);
     onProgress(job);

@@ -77,7 +77,7 @@ function row(g, statusById, picked) {
     el("td", { class: "num", text: int(c.params) }),
     el("td", { class: "num", text: g.final && g.final.val_loss !== null ? decimal(g.final.val_loss, 4) : "—" }),
     el("td", {}, g.final ? [serveButton(g.final.name, g.final.loaded), " ", compareLink(g.final.name)]
-      : el("span", { class: "muted small", text: st && st.status === "running" ? "still training" : "no final checkpoint" })),
+      : el("span", { class: "muted small", text: st && st.status === "queued" ? "queued: waiting for memory" : st && st.status === "running" ? "still training" : "no final checkpoint" })),
     snapCell(g, picked));
 }
 

@@ -10,6 +10,7 @@ import { $, el, setNote } from "../lib/dom.js";
 import { addDownloads } from "../lib/downloads.js";
 import { panelShown } from "../lib/embed.js";
 import { decimal, int, pct } from "../lib/format.js";
+import { going } from "../lib/jobs.js";
 import { OKABE } from "../lib/palette.js";
 import { PROB_TICKS, chart } from "../lib/plot.js";
 import { refresh as refreshCheckpoints, updateBadge } from "./checkpoints.js";
@@ -178,9 +179,9 @@ async function cancel() {
 }
 
 function syncButtons() {
-  const running = jobs.some((j) => j.status === "running") || (shown && shown.status === "running");
+  const running = jobs.some(going) || going(shown);
   $("ft-start").disabled = !!running;
-  $("ft-cancel").disabled = !(shown && shown.status === "running");
+  $("ft-cancel").disabled = !going(shown);
 }
 
 // --- jobs -----------------------------------------------------------------------------------
@@ -199,7 +200,7 @@ async function loadJobs(select = null) {
 function show(job) {
   const changed = !shown || shown.id !== job.id;
   // a job that has just saved its classifier: the checkpoints table (panel 5) lists it now
-  if (!changed && shown.status === "running" && job.status !== "running" && job.saved_as) refreshCheckpoints();
+  if (!changed && going(shown) && !going(job) && job.saved_as) refreshCheckpoints();
   shown = job;
   urlSet("job", job.id);
   const opt = [...$("ft-job").options].find((o) => o.value === job.id);
@@ -209,7 +210,7 @@ function show(job) {
   render(job, changed);
   syncButtons();
   clearTimeout(pollTimer);
-  if (job.status === "running") pollTimer = setTimeout(() => poll(job.id), POLL_MS);
+  if (going(job)) pollTimer = setTimeout(() => poll(job.id), POLL_MS);
 }
 
 async function poll(id) {

@@ -14,6 +14,7 @@ const LAYER_COLOURS = [OKABE.blue, OKABE.orange, OKABE.green, OKABE.purple, OKAB
   OKABE.yellow, OKABE.grey];
 
 const STATUS_TEXT = {
+  queued: "queued: waiting for memory other work holds (it starts when that ends)",
   starting: "starting: reading the corpus and learning its tokenizer",
   running: "training",
   done: "done",
@@ -148,7 +149,7 @@ function drawStats(run) {
   const bar = $("run-progress");
   bar.max = b.total_steps || 1;
   bar.value = b.total_steps ? b.step : 0;
-  if (b.status === "starting" || (b.status === "running" && !b.total_steps)) bar.removeAttribute("value");
+  if (b.status === "queued" || b.status === "starting" || (b.status === "running" && !b.total_steps)) bar.removeAttribute("value");
   const parts = [`step ${int(b.step)} / ${b.total_steps ? int(b.total_steps) : "?"}`];
   if (b.tokens_per_s !== null) parts.push(`${int(b.tokens_per_s)} tokens/s`);
   if (b.precision) parts.push(`computing in ${b.precision}`);
