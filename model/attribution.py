@@ -36,7 +36,8 @@ positions, d width, F features per transcoder, N active features, V vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import cast
@@ -44,17 +45,62 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
-from .gpt import GPT, Block, LayerNorm, RMSNorm, hook_name
+from .gpt import GPT, Block, GPTConfig, LayerNorm, RMSNorm, hook_name
+from .patching import Cancelled
+from .sae import SAEConfig
 from .transcoders import Transcoder
 
 ROWS = 128  # targets per batched backward pass, at most ...
 ROW_BYTES = 256 * 2**20  # ... and fewer where their activations would hold more than this
 FLOATS_KEPT = 24  # numbers the backward pass keeps per row, block, position and unit of width (measured: ~16)
+CHUNK = 2**18  # cells of the graph's matrix that influence and prune read at a time (a cancel is asked between)
 
 
 def rows_per_batch(cfg, T: int) -> int:
     """Targets per batched backward pass for a model of this config on T positions."""
     return max(1, min(ROWS, ROW_BYTES // (FLOATS_KEPT * 4 * cfg.n_layer * T * cfg.d_model)))
+
+
+# ---- the memory a graph takes ----------------------------------------------------------------------------
+
+EDGE_BYTES = 200  # one listed edge: prune's (column, row, weight) tuple, its numbers and its place in the list
+CHUNK_BYTES = 64  # the chunked passes' buffers per cell of a block: keys, digits, masks, float64 weights
+OVERHEAD = 32 * 2**20  # what a graph's run takes whatever its size (torch's buffers, Python's objects)
+
+
+def most_active(cfg: GPTConfig, tc: SAEConfig, T: int) -> int:
+    """The most features that can be active on T positions: TopK's k per block and position (ReLU: all)."""
+    return cfg.n_layer * T * (tc.k if tc.activation == "topk" else tc.d_sae)
+
+
+def peak_bytes(
+    cfg: GPTConfig, tc: SAEConfig, T: int, max_rows: int, max_edges: int | None = None, item: int = 4
+) -> int:
+    """An upper bound of the bytes that trace, build and prune take at their peak beyond the model and its
+    transcoders, for T positions, up to max_rows rows and max_edges listed edges (None: every one), the
+    model's numbers `item` bytes each. Measured on the built-in model (VmHWM): 1.1-1.4x the real peak for
+    a long prompt and up to 1,024 rows (where the graph dominates), more for a small graph, where the
+    room for one batch's backward pass (below) is most of it.
+
+    The sum of: the trace (every head's pattern, the stream's reads and writes per block, the transcoders'
+    activations, each active feature's decoder row); the graph's matrix (R = rows + 1 by C = T + N + L*T
+    columns, N active features at most) twice, the graph and a copy of its size (influence's normalised
+    matrix, then prune's scores, in place; or build's graph while a batch's rows are added to it); the
+    largest batch's backward pass (FLOATS_KEPT numbers per row, block, position and unit of width, the
+    patterns its product with the values keeps per row, its edges from every active feature; measured: 20
+    a unit at 64 tokens, 28 at 255, every row into the last block), counted beside the graph's copy since
+    the allocator keeps what the batches freed; the chunked passes' buffers; the listed edges."""
+    L, d, F = cfg.n_layer, cfg.d_model, tc.d_sae
+    N = most_active(cfg, tc, T)
+    R, C = min(max_rows, N) + 1, T + N + L * T
+    graph = R * C * item
+    per_block = T * (tc.k if tc.activation == "topk" else F)  # one block's active features, at most
+    trace = item * (3 * L * cfg.n_head * T * T + 12 * L * T * d + L * T * (3 * F + 2 * cfg.d_mlp) + 2 * N * d) + 32 * N
+    rows = min(rows_per_batch(cfg, T), R - 1)  # build's batch: at most rows_per_batch, and max_rows
+    batch = rows * (FLOATS_KEPT * L * T * d + 3 * L * cfg.n_head * T * T + T * per_block + N) * item
+    passes = min(CHUNK, R * C) * CHUNK_BYTES
+    listed = min(R * C, max_edges if max_edges is not None else R * C) * (EDGE_BYTES + 16)
+    return trace + 2 * graph + batch + passes + listed + OVERHEAD
 
 
 # ---- the prompt's run, as the replacement model reads it -------------------------------------------
@@ -314,23 +360,21 @@ def build(
     round the ROWS features of largest influence on the target (by the edges known so far) whose
     inputs are not computed yet, up to max_rows of them (a feature with no influence never is); each
     batch holds the features of one block, so the frozen model runs only up to it. on_rows(done,
-    total) after each batch, cancel() before each."""
-    from .patching import Cancelled
-
+    total) after each round, cancel() before each batch (True stops with Cancelled)."""
     T, N = len(tr.ids), len(tr.act)
     g = Graph(target, torch.zeros(0, dtype=torch.long), edges_into(model, codes, tr, [target]))
     budget = min(max_rows, N)
     done = torch.zeros(N, dtype=torch.bool)
     while int(done.sum()) < budget:
-        if cancel is not None and cancel():
-            raise Cancelled()
-        infl = influence(g, tr)[0][T : T + N].masked_fill(done, -1.0)
+        _check(cancel)
+        infl = influence(g, tr, cancel)[0][T : T + N].masked_fill(done, -1.0)
         best = torch.argsort(-infl, stable=True)[: min(rows_per_batch(model.cfg, T), budget - int(done.sum()))]
         best = best[infl[best] > 0]
         if not len(best):
             break
         done[best] = True
         for li in tr.layer[best].unique().tolist():  # one block's features per batch
+            _check(cancel)
             picked = best[tr.layer[best] == li]
             tgts = [Target(li, int(tr.position[i]), int(tr.feature[i])) for i in picked]
             new = edges_into(model, codes, tr, tgts)
@@ -353,21 +397,41 @@ class Pruned:
     token_influence: torch.Tensor  # (T,)
     error_influence: torch.Tensor  # (L * T,)
     kept_share: float  # the kept features' share of all features' influence
-    edges: list[tuple[int, int, float]]  # (source column, target row, weight) kept, between kept nodes
+    edges: list[tuple[int, int, float]]  # (source column, target row, weight) of the kept edges, largest
+    # influence first: every one, or the max_edges largest
     edge_share: float  # the kept edges' share of the kept nodes' edge influence
+    kept_edges: int  # how many edges are kept, listed or not
+    columns: torch.Tensor  # the columns (tokens, features, errors) with a kept edge, listed or not, ascending
 
 
-def influence(g: Graph, tr: Trace) -> tuple[torch.Tensor, torch.Tensor]:
+def _check(cancel: Callable[[], bool] | None) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled()
+
+
+def _row_chunks(M: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
+    """(first row, view) for blocks of M's rows (R, C) of about CHUNK cells: writing a view writes M."""
+    step = max(1, CHUNK // max(1, M.size(1)))
+    for a in range(0, M.size(0), step):
+        yield a, M[a : a + step]
+
+
+def influence(g: Graph, tr: Trace, cancel: Callable[[], bool] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(columns' influence on the target (T + N + L*T,), the normalised matrix (R, columns)): each row's
-    absolute weights as shares of their sum, and every path's product of shares, summed."""
-    A = g.matrix(tr).abs()
-    A = A / A.sum(1, keepdim=True).clamp_min(1e-12)
+    absolute weights as shares of their sum, and every path's product of shares, summed. cancel() is
+    asked between the steps (True stops with Cancelled)."""
+    A = g.matrix(tr)
+    for _, a in _row_chunks(A):  # in place, a block of rows at a time: one matrix besides the graph's
+        _check(cancel)
+        a.abs_()
+        a.div_(a.sum(1, keepdim=True).clamp_min(1e-12))
     T = len(tr.ids)
     col_of_row = torch.cat([torch.tensor([-1]), T + g.rows])  # row r's node as a column (-1: the target)
     total = torch.zeros(A.size(1), dtype=A.dtype)
     weight = torch.zeros(A.size(0), dtype=A.dtype)
     weight[0] = 1.0  # how much each row's node matters: the target fully, then by the paths into it
     for _ in range(model_depth(tr) + 2):
+        _check(cancel)
         reach = weight @ A  # (columns,)
         total += reach
         weight = reach[col_of_row.clamp_min(0)] * (col_of_row >= 0)
@@ -380,11 +444,101 @@ def model_depth(tr: Trace) -> int:
     return int(tr.scale1.size(0))
 
 
-def prune(g: Graph, tr: Trace, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Pruned:
-    """Keep the features carrying `node_threshold` of the features' influence, and the edges between
-    kept nodes (and into the target) carrying `edge_threshold` of those edges' influence."""
+# ---- the largest cells of a matrix, without sorting it -----------------------------------------------
+# A cut of a matrix S (R, C) with no negative cell, its cells taken largest first (ties: in the flattened
+# order, as a stable sort would): every cell whose key is above `key` and the first `ties` equal to it,
+# `count` cells in all. A float's key is its bit pattern as an integer, in the same order for numbers that
+# are not negative, so the cut is found digit by digit (DIGIT bits a pass over S, a block of rows at a
+# time) instead of by sorting S, which took seconds per 27M cells, twice S's memory, and no cancel.
+
+KEY_TYPES = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+DIGIT = 11
+
+
+@dataclass(frozen=True)
+class Cut:
+    key: int
+    ties: int
+    count: int
+
+
+def _keys(a: torch.Tensor) -> torch.Tensor:
+    return a.contiguous().view(KEY_TYPES[a.element_size()])
+
+
+def _select(S: torch.Tensor, want: float, by_sum: bool, cancel: Callable[[], bool] | None) -> Cut | None:
+    """by_sum: the fewest largest cells whose sum reaches `want`; else the `want` largest. None when
+    S falls short of it."""
+    high, prefix, left, above = S.element_size() * 8 - 1, 0, float(want), 0
+    count = torch.zeros(0)
+    while high > 0:
+        width = min(DIGIT, high)
+        shift = high - width
+        count, total = torch.zeros(2**width, dtype=torch.float64), torch.zeros(2**width, dtype=torch.float64)
+        for _, a in _row_chunks(S):
+            _check(cancel)
+            k = _keys(a).flatten()
+            on = (k >> high) == prefix  # the cells that the digits found so far leave
+            digit = (k[on] >> shift) & (2**width - 1)
+            count += torch.bincount(digit, minlength=2**width)
+            if by_sum:
+                total += torch.bincount(digit, weights=a.flatten()[on].double(), minlength=2**width)
+        amount = total if by_sum else count
+        upward = amount.flip(0).cumsum(0).flip(0)  # what the bins from b upward hold
+        hit = torch.nonzero(upward >= left).flatten()
+        if not len(hit):
+            return None
+        b = int(hit[-1])
+        left -= float(upward[b] - amount[b])
+        above += int(count[b + 1 :].sum())
+        prefix, high = (prefix << width) | b, shift
+    value = float(torch.tensor([prefix]).to(KEY_TYPES[S.element_size()]).view(S.dtype))
+    ties = max(1, min(int(count[prefix & (2**width - 1)]), math.ceil(left / value if by_sum else left)))
+    return Cut(prefix, ties, above + ties)
+
+
+def _collect(S: torch.Tensor, cut: Cut, cancel: Callable[[], bool] | None, flat: bool) -> tuple:
+    """The cut's cells: (the columns with one (C,) bool, their sum in float64, and with `flat` their
+    indices into S.flatten(), ascending, else None)."""
+    columns, total, found, ties = torch.zeros(S.size(1), dtype=torch.bool), 0.0, [], cut.ties
+    for start, a in _row_chunks(S):
+        _check(cancel)
+        k = _keys(a)
+        take = k > cut.key
+        if ties:
+            eq = torch.nonzero((k == cut.key).flatten()).flatten()[:ties]
+            take.view(-1)[eq] = True
+            ties -= len(eq)
+        columns |= take.any(0)
+        total += float(a[take].double().sum())
+        if flat:
+            found.append(torch.nonzero(take.flatten()).flatten() + start * S.size(1))
+    return columns, total, torch.cat(found) if flat else None
+
+
+def _weights(e: Edges, T: int, N: int, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """The graph's weights at (rows, cols) of its matrix, read from its parts."""
+    w = torch.empty(len(rows), dtype=e.tokens.dtype)
+    for lo, hi, part in ((0, T, e.tokens), (T, T + N, e.features), (T + N, None, e.errors.flatten(1))):
+        at = (cols >= lo) & (cols < hi) if hi is not None else cols >= lo
+        w[at] = part[rows[at], cols[at] - lo]
+    return w
+
+
+def prune(
+    g: Graph,
+    tr: Trace,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+    max_edges: int | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> Pruned:
+    """Keep the features carrying `node_threshold` of the features' influence, and the fewest edges between
+    kept nodes (and into the target), largest first, carrying `edge_threshold` of those edges' influence (an
+    edge of no influence never is); list the `max_edges` of largest influence (None: all). The graph's matrix
+    is read in blocks of rows, cancel() asked between them (True stops with Cancelled)."""
     T, N = len(tr.ids), len(tr.act)
-    total, A = influence(g, tr)
+    total, A = influence(g, tr, cancel)
     feats = total[T : T + N]
     share = feats / feats.sum().clamp_min(1e-12)
     order = torch.argsort(-share, stable=True)
@@ -396,14 +550,11 @@ def prune(g: Graph, tr: Trace, node_threshold: float = 0.8, edge_threshold: floa
     keep_col[T + kept] = True
     keep_col[T + N :] = True
     row_node = torch.cat([torch.tensor([True]), torch.isin(g.rows, kept)])
-    weight = torch.cat([torch.ones(1), total[T + g.rows]])  # each row node's own influence
-    score = A * weight[:, None] * row_node[:, None] * keep_col[None, :]
-    flat = score.flatten()
-    order_e = torch.argsort(-flat, stable=True)
-    cum_e = torch.cumsum(flat[order_e], 0) / flat.sum().clamp_min(1e-12)
-    n_e = int((cum_e < edge_threshold).sum()) + 1 if float(flat.sum()) > 0 else 0
-    M = g.matrix(tr)
-    edges = [(int(i % A.size(1)), int(i // A.size(1)), float(M.flatten()[i])) for i in order_e[:n_e]]
+    weight = torch.cat([torch.ones(1), total[T + g.rows]]) * row_node  # each kept row node's own influence
+    for start, a in _row_chunks(A):  # A becomes every edge's influence, in place (it is not needed again)
+        _check(cancel)
+        a.mul_(weight[start : start + len(a), None]).mul_(keep_col)
+    edges, n_e, edge_share, columns = _kept_edges(g, tr, A, edge_threshold, max_edges, cancel)
     return Pruned(
         features=kept,
         influence=share,
@@ -411,8 +562,32 @@ def prune(g: Graph, tr: Trace, node_threshold: float = 0.8, edge_threshold: floa
         error_influence=total[T + N :] / total.sum().clamp_min(1e-12),
         kept_share=float(share[kept].sum()) if N else 1.0,
         edges=edges,
-        edge_share=float(flat[order_e[:n_e]].sum() / flat.sum().clamp_min(1e-12)) if n_e else 1.0,
+        edge_share=edge_share,
+        kept_edges=n_e,
+        columns=columns,
     )
+
+
+def _kept_edges(
+    g: Graph, tr: Trace, score: torch.Tensor, threshold: float, max_edges: int | None, cancel
+) -> tuple[list[tuple[int, int, float]], int, float, torch.Tensor]:
+    """prune's edges from every edge's influence `score` (R, C): (the listed edges, how many are kept,
+    their share, the columns with one)."""
+    mass = sum(float(a.sum(dtype=torch.float64)) for _, a in _row_chunks(score))
+    if mass <= 0:
+        return [], 0, 1.0, torch.zeros(0, dtype=torch.long)
+    cut = _select(score, threshold * mass, True, cancel) or Cut(0, 0, int((score > 0).sum()))  # short: all > 0
+    listed = cut.count if max_edges is None else min(cut.count, max_edges)
+    columns, kept_sum, found = _collect(score, cut, cancel, flat=listed == cut.count)
+    if found is None:
+        top = _select(score, listed, False, cancel)
+        assert top is not None
+        found = _collect(score, top, cancel, flat=True)[2]
+    found = found[torch.sort(score.flatten()[found], descending=True, stable=True).indices]
+    rows, cols = found // score.size(1), found % score.size(1)
+    w = _weights(g.edges, len(tr.ids), len(tr.act), rows, cols)
+    edges = list(zip(cols.tolist(), rows.tolist(), w.tolist()))
+    return edges, cut.count, kept_sum / mass, torch.nonzero(columns).flatten()
 
 
 # ---- interventions on the real model ---------------------------------------------------------------

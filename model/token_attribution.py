@@ -125,6 +125,36 @@ def chunk_tokens(model: GPT) -> int:
     return max(1, min(TOKENS_PER_CHUNK, int(CHUNK_MACS // max(per_token, 1))))
 
 
+def pass_points(chunk: int, n: int, steps: int) -> int:
+    """Points of a row's path in one batched pass (`gradients`) of a row that reads n tokens."""
+    return min(steps, max(1, chunk // n))
+
+
+OVERHEAD = 32 * 2**20  # what a run takes whatever its size (torch's buffers, Python's objects)
+
+
+def peak_bytes(cfg: GPTConfig, T: int, n_rows: int, steps: int, chunk: int, item: int = 4) -> int:
+    """An upper bound of the bytes `attribute` takes at its peak beyond the model, for n_rows rows of a
+    T-token prompt at `steps` points, `chunk` token-positions a pass (chunk_tokens), the model's numbers
+    `item` bytes each. The steps add passes, not memory: a pass holds at most `chunk` token-positions (or
+    one row's n), and its backward pass keeps, per token-position and block, about 12 numbers of the
+    stream's width, 4 of the MLP's (6 gated; times the experts a token visits) and 6 of every head's
+    attention row (measured on the built-in model, VmHWM: 5,800 to 6,100 numbers per token-position and
+    block at 128 tokens, where this says 8,400; 7,700 to 8,900 at 256, where it says 11,500; the whole
+    peak within 1.2-1.5x of the estimate from 16 to 256 tokens). Beside the larger of that pass and
+    prepare's (every head's pattern of the prompt kept for rollout, occlusion's passes without gradients,
+    the rows' logits), what every row keeps: the input and baseline rows, occlusion, rollout, the results."""
+    L, d, nh, V = cfg.n_layer, cfg.d_model, cfg.n_head, cfg.vocab_size
+    mlp = cfg.d_mlp * (6 if cfg.gated else 4) * (cfg.top_k_experts if cfg.n_expert else 1)
+    points = pass_points(chunk, T, steps)  # the longest row reads T tokens (a causal model's last position)
+    tokens = points * T
+    grad = tokens * L * (12 * d + mlp + 6 * nh * T) * item + 2 * points * V * item
+    occluded = min(T, max(1, chunk // T)) * T  # token-positions of one occlusion pass
+    prepare = (L * nh * T * T + occluded * (8 * d + mlp + 4 * nh * T) + 2 * n_rows * V) * item + 3 * T * T * 8
+    kept = (2 * T * d + T * n_rows + T * T + 4 * n_rows * T) * item
+    return kept + max(grad, prepare) + OVERHEAD
+
+
 def span(cfg: GPTConfig, position: int, T: int) -> int:
     """How many tokens position `position` reads: a causal model's prefix, else all T."""
     return position + 1 if cfg.causal else T
@@ -156,7 +186,7 @@ def gradients(
     n = span(model.cfg, row.position, len(ids))
     ids_r, x_r, b_r = ids[:n], x[:n], base[:n]
     total = torch.zeros_like(x_r)
-    per = max(1, chunk_tokens(model) // n)
+    per = pass_points(chunk_tokens(model), n, len(alphas))
     for a in alphas.split(per):
         with pace.step(len(a)):
             rows_in = (b_r + a[:, None, None] * (x_r - b_r)).requires_grad_(True)

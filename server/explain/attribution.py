@@ -3,9 +3,12 @@ the transcoder sets and their features). Every number comes from model/attributi
 model/transcoders.py, or from the statistics saved with the set.
 
 `plan` checks a request against the served model and its transcoder set (the architecture, the
-prompt, the target tokens, the memory of the graph) before anything runs; `compute` traces the
-prompt, computes the incoming edges of the target and of the features that matter most (the units
-its progress counts), prunes the graph by influence and builds the answer.
+prompt, the target tokens) before anything runs, and estimates the memory its graph and answer take at
+their peak (`need`, server/memory.py: more than the budget is a 422 naming `max_rows`, or the prompt
+when even one row would not fit); `compute` traces the prompt, computes the incoming edges of the
+target and of the features that matter most (the units its progress counts), prunes the graph by
+influence and builds the answer, asking `cancel` all along. The plain endpoint holds the need around
+its work (`attribution`), a job's runner around the job.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import torch
 from gptscope.model import attribution as at
 from gptscope.model import sae as sae_mod
 from gptscope.model import transcoders as tc_mod
+from gptscope.model.patching import Cancelled
 
+from .. import memory
 from ..artefacts import Training
 from ..errors import InputError
 from ..jobs import Job, answer_fields
@@ -48,7 +53,10 @@ from .common import given_ids, next_tokens, prompt_ids, token_text
 from .digits import FINE, SECONDS, VALUE
 from .tokens import token_pieces
 
-MATRIX_BYTES = 512 * 2**20  # the graph's weights (rows computed x every node) may take up to this
+# The answer's own memory beside the graph's (model/attribution.py's peak_bytes), per node and per edge:
+# its object, its label, and its JSON on the way out (measured: ~1,700 and ~1,000 bytes).
+ANSWER_NODE_BYTES = 3_000
+ANSWER_EDGE_BYTES = 1_500
 MAX_SYNC_ROWS = 1024  # the plain POST computes up to this many features' inputs (a few seconds)
 MAX_JOB_ROWS = 8192
 
@@ -129,6 +137,7 @@ class Plan:
     ids: list[int]
     loaded: tc_mod.LoadedSet
     total: int  # features whose inputs may be computed (the progress' units)
+    need: memory.Need  # the peak bytes of the graph and its answer
 
 
 def _ids(service: ModelService, text: str | None, ids: list[int] | None, bos: bool | None = None) -> list[int]:
@@ -159,24 +168,45 @@ def plan(service: ModelService, req: AttributionRequest, limit: float | None = N
     loaded = store.get(service, req.transcoders)
     ids = _ids(service, req.text, req.ids, req.bos)
     _check_tokens(service, req.token, req.wrong)
-    cfg, c = service.model.cfg, loaded.codes[0].cfg
-    T = len(ids)
-    most_active = cfg.n_layer * T * (c.k if c.activation == "topk" else c.d_sae)
-    need = (min(req.max_rows, most_active) + 1) * (T + most_active + cfg.n_layer * T) * 4 * 3
-    if need > MATRIX_BYTES:
-        per = need / T
-        raise InputError(
-            "text" if req.text is not None else "ids",
-            f"the prompt has {T} tokens; its graph's weights could take {need / 2**20:,.0f} MiB on this model and set "
-            f"(at most {MATRIX_BYTES // 2**20} MiB): at most about {int(MATRIX_BYTES / per)} tokens, or a smaller max_rows",
-        )
     if req.max_rows > limit:
         raise InputError(
             "max_rows",
             f"this endpoint computes the inputs of up to {int(limit):,} features; for more start it as a job, "
             f"POST /api/v1/attribution/jobs (up to {MAX_JOB_ROWS:,})",
         )
-    return Plan(req, ids, loaded, min(req.max_rows, most_active))
+    most_active = at.most_active(service.model.cfg, loaded.codes[0].cfg, len(ids))
+    need = graph_need(service, loaded, req, len(ids), job=limit > MAX_SYNC_ROWS)
+    return Plan(req, ids, loaded, min(req.max_rows, most_active), need)
+
+
+def peak_bytes(service: ModelService, loaded: tc_mod.LoadedSet, T: int, max_rows: int, max_edges: int) -> int:
+    """The graph's peak (model/attribution.py's peak_bytes) and its answer's: every node it may list (the
+    logit, every active feature, the tokens and the error nodes) and max_edges edges."""
+    cfg, c = service.model.cfg, loaded.codes[0].cfg
+    item = service.model.lm_head.weight.element_size()
+    nodes = 1 + at.most_active(cfg, c, T) + T + cfg.n_layer * T
+    answer = nodes * ANSWER_NODE_BYTES + max_edges * ANSWER_EDGE_BYTES
+    return at.peak_bytes(cfg, c, T, max_rows, max_edges, item) + answer
+
+
+def graph_need(
+    service: ModelService, loaded: tc_mod.LoadedSet, req: AttributionRequest, T: int, job: bool
+) -> memory.Need:
+    """The request's peak bytes, named by the field to make smaller: max_rows while one row would fit the
+    budget (with the most that fit), else the prompt."""
+    what = f"this attribution graph ({T:,} tokens, up to {req.max_rows:,} rows)"
+    prompt = "text" if req.text is not None else "ids"
+    need = peak_bytes(service, loaded, T, req.max_rows, req.max_edges)
+    room = memory.BUDGET.limit(job)
+    if peak_bytes(service, loaded, T, 1, req.max_edges) > room:
+        return memory.Need(need, prompt, what, "a shorter prompt")
+    lo, hi = 1, req.max_rows  # the most rows that fit: peak_bytes grows with them
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if peak_bytes(service, loaded, T, mid, req.max_edges) <= room else (lo, mid - 1)
+    return memory.Need(
+        need, "max_rows", what, f"a smaller max_rows (up to about {lo:,} fit this prompt) or a shorter prompt"
+    )
 
 
 def compute(
@@ -189,15 +219,24 @@ def compute(
     req, codes = p.req, p.loaded.codes
     with service.run() as m:
         tr = at.trace(m, codes, p.ids)
-        token = int(tr.logits.argmax()) if req.token is None else req.token
-        target = at.Target(None, len(p.ids) - 1, up=token, down=req.wrong)
-        graph = at.build(m, codes, tr, target, req.max_rows, on_chunk, cancel)
-    pruned = at.prune(graph, tr, req.node_threshold, req.edge_threshold)
-    return _answer(service, p, tr, graph, pruned, token, time.perf_counter() - t0)
+    token = int(tr.logits.argmax()) if req.token is None else req.token
+    target = at.Target(None, len(p.ids) - 1, up=token, down=req.wrong)
+    # the build reads the weights and the trace (no module is called, no hook fires), so it runs outside
+    # the model's lock: other requests answer meanwhile, however long a graph of 8,192 rows takes
+    with torch.inference_mode():
+        graph = at.build(service.model, codes, tr, target, req.max_rows, on_chunk, cancel)
+    if graph.edges.features.numel() * graph.edges.features.element_size() >= memory.GIVE_BACK_BYTES:
+        memory.give_back()  # the batches' freed activations back to the system before prune copies a big graph
+    pruned = at.prune(graph, tr, req.node_threshold, req.edge_threshold, req.max_edges, cancel)
+    return _answer(service, p, tr, graph, pruned, token, time.perf_counter() - t0, cancel)
 
 
 def attribution(service: ModelService, req: AttributionRequest) -> AttributionResponse:
-    return compute(service, plan(service, req))
+    """The plain endpoint: the plan, then its work once the memory budget holds its need (before the
+    model's lock is asked for)."""
+    p = plan(service, req)
+    with memory.hold(p.need):
+        return compute(service, p)
 
 
 def _feature_label(service: ModelService, p: Plan, layer: int, f: int) -> str:
@@ -205,9 +244,10 @@ def _feature_label(service: ModelService, p: Plan, layer: int, f: int) -> str:
     return f"L{layer} #{f}" + (f" {' · '.join(repr(t) for t in labels[:3])}" if labels else "")
 
 
-def _nodes(service: ModelService, p: Plan, tr: at.Trace, graph: at.Graph, pr: at.Pruned, token: int):
+def _nodes(service: ModelService, p: Plan, tr: at.Trace, graph: at.Graph, pr: at.Pruned, token: int, cancel=None):
     """The answer's nodes (logit, kept features, then the errors and tokens that keep an edge) and a map
-    from the graph's columns (tokens, features, errors) and rows to their index."""
+    from the graph's columns (tokens, features, errors) and rows to their index; cancel() is asked before
+    each feature's (its label is the slow part)."""
     T, N, L = len(tr.ids), len(tr.act), tr.scale1.size(0)
     row_of = {int(f): r + 1 for r, f in enumerate(graph.rows)}
     e = graph.edges
@@ -223,6 +263,7 @@ def _nodes(service: ModelService, p: Plan, tr: at.Trace, graph: at.Graph, pr: at
     ]  # fmt: skip
     col: dict[int, int] = {}
     for f in pr.features.tolist():
+        _check(cancel)
         r = row_of.get(f)
         col[T + f] = len(nodes)
         layer, pos, idx = int(tr.layer[f]), int(tr.position[f]), int(tr.feature[f])
@@ -234,8 +275,7 @@ def _nodes(service: ModelService, p: Plan, tr: at.Trace, graph: at.Graph, pr: at
                 constant=None if r is None else round(float(e.constant[r]), VALUE),
             )
         )  # fmt: skip
-    used = {c for c, _, _ in pr.edges}
-    for c in sorted(used):
+    for c in pr.columns.tolist():  # ascending
         if c < T or c >= T + N:
             col[c] = len(nodes)
             if c < T:
@@ -258,16 +298,21 @@ def _nodes(service: ModelService, p: Plan, tr: at.Trace, graph: at.Graph, pr: at
     return nodes, col, rows
 
 
+def _check(cancel: Callable[[], bool] | None) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled()
+
+
 def _answer(
-    service, p: Plan, tr: at.Trace, graph: at.Graph, pr: at.Pruned, token: int, seconds: float
+    service, p: Plan, tr: at.Trace, graph: at.Graph, pr: at.Pruned, token: int, seconds: float, cancel=None
 ) -> AttributionResponse:
-    nodes, col, rows = _nodes(service, p, tr, graph, pr, token)
-    edges = [
+    nodes, col, rows = _nodes(service, p, tr, graph, pr, token, cancel)
+    _check(cancel)
+    kept = [
         GraphEdge(source=col[c], target=rows[r], weight=round(w, VALUE))
-        for c, r, w in pr.edges
+        for c, r, w in pr.edges[: p.req.max_edges]  # (prune lists max_edges at most, largest first)
         if c in col and r in rows
     ]
-    kept = edges[: p.req.max_edges]
     value = float(graph.edges.value[0])
     real = float(tr.logits[token] - (tr.logits[p.req.wrong] if p.req.wrong is not None else 0.0))
     T = len(tr.ids)
@@ -285,7 +330,7 @@ def _answer(
         kept_features=len(pr.features),
         kept_share=round(pr.kept_share, FINE),
         edge_share=round(pr.edge_share, FINE),
-        edges_cut=len(edges) - len(kept),
+        edges_cut=pr.kept_edges - len(kept),
         error_influence=round(float(pr.error_influence.sum()), FINE),
         token_influence=round(float(pr.token_influence[:T].sum()), FINE),
         seconds=round(seconds, SECONDS),

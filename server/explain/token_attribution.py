@@ -2,8 +2,10 @@
 by integrated gradients on the input embeddings (model/token_attribution.py), with gradient x input,
 occlusion and attention rollout beside it. One position's prediction is answered in the request; every
 position's (a matrix) may be more work than a request, so it is an Analysis (server/jobs.py): `plan`
-checks the request and counts its runs of the prompt, `compute` makes them a batched pass at a time, the
-model's lock held per pass."""
+checks the request, counts its runs of the prompt and estimates its peak memory (`need`, server/memory.py:
+more than the budget is a 422 naming the prompt, or every_position when one position would fit), `compute`
+makes the runs a batched pass at a time, the model's lock held per pass and `cancel` asked before each. The
+plain endpoint holds the need around its work (`attribute`), a job's runner around the job."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import torch
 
 from gptscope.model import token_attribution as ta
 
+from .. import memory
 from ..errors import InputError
 from ..schemas.token_attribution import (
     AttributionRow,
@@ -36,6 +39,11 @@ from .tokens import token_pieces
 # (POST /api/v1/token-attribution/jobs) up to MAX_JOB_MACS (every position of a full context, 8.8e12).
 MAX_SYNC_MACS = 300e9
 MAX_JOB_MACS = 10e12
+# The answer's memory beside the work's (model/token_attribution.py's peak_bytes): per number of a row's four
+# lists (T each) and per row, as objects and JSON on the way out (measured: ~55 bytes a number).
+ANSWER_VALUE_BYTES = 100
+ANSWER_ROW_BYTES = 2_000
+POSITIONS_PER_UNEMBED = 256  # plan's top predictions: positions unembedded at a time
 
 BASELINES = {
     "zero": "every token's input embedding (its row of W_E) replaced by zeros; a learned position embedding is kept",
@@ -79,6 +87,7 @@ class Plan:
     dropped: int
     rows: list[ta.Row]
     total: int
+    need: memory.Need  # the peak bytes of the work and its answer
 
 
 def request_ids(service: ModelService, req: TokenAttributionRequest) -> tuple[list[int], int]:
@@ -128,16 +137,44 @@ def plan(service: ModelService, req: TokenAttributionRequest, limit: float | Non
     else:
         positions = [T - 1 if req.position is None else check_index(req.position, T, "position")]
     _check_work(service, req, ids, positions, MAX_SYNC_MACS if limit is None else limit)
-    if req.target is not None:
-        targets = [req.target] * len(positions)
-    else:
-        with service.run() as m:
-            logits, _ = m(torch.tensor([ids], device=service.device))
-        targets = [int(logits[0, p].argmax()) for p in positions]
-        if not req.every_position and req.contrast == targets[0]:
-            raise InputError("contrast", f"contrast is the top prediction ({targets[0]}); choose another token")
+    job = limit is not None and limit > MAX_SYNC_MACS
+    need = attribution_need(service, req, T, len(positions), job)
+    memory.BUDGET.check(need, job)  # (a 422 before the forward pass below, when it could never fit)
+    targets = [req.target] * len(positions) if req.target is not None else top_predictions(service, ids, positions)
+    if req.target is None and not req.every_position and req.contrast == targets[0]:
+        raise InputError("contrast", f"contrast is the top prediction ({targets[0]}); choose another token")
     rows = [ta.Row(p, t, req.contrast) for p, t in zip(positions, targets)]
-    return Plan(req, ids, dropped, rows, ta.runs(T, len(rows), req.steps))
+    return Plan(req, ids, dropped, rows, ta.runs(T, len(rows), req.steps), need)
+
+
+def top_predictions(service: ModelService, ids: list[int], positions: list[int]) -> list[int]:
+    """The model's top prediction at each position: one forward pass, unembedded POSITIONS_PER_UNEMBED
+    positions at a time (the logits of every position at once take T x V numbers)."""
+    out: list[int] = []
+    with service.run() as m:
+        h = m.hidden(torch.tensor([ids], device=service.device))[0]  # (T, d)
+        for a in range(0, len(positions), POSITIONS_PER_UNEMBED):
+            at = torch.tensor(positions[a : a + POSITIONS_PER_UNEMBED], device=h.device)
+            out += m.unembed(h[at]).argmax(-1).tolist()
+    return out
+
+
+def peak_bytes(service: ModelService, T: int, n_rows: int, steps: int) -> int:
+    """The work's peak (model/token_attribution.py's peak_bytes) and its answer's."""
+    model = service.model
+    item = model.lm_head.weight.element_size()
+    work = ta.peak_bytes(model.cfg, T, n_rows, steps, ta.chunk_tokens(model), item)
+    return work + n_rows * (4 * T * ANSWER_VALUE_BYTES + ANSWER_ROW_BYTES)
+
+
+def attribution_need(service: ModelService, req: TokenAttributionRequest, T: int, n_rows: int, job: bool):
+    """The request's peak bytes, named by the field to change: every_position while one position would fit
+    the budget, else the prompt."""
+    what = f"this token attribution ({T:,} tokens, {n_rows:,} position(s))"
+    need = peak_bytes(service, T, n_rows, req.steps)
+    if n_rows > 1 and peak_bytes(service, T, 1, req.steps) <= memory.BUDGET.limit(job):
+        return memory.Need(need, "every_position", what, "one position (every_position false) or a shorter prompt")
+    return memory.Need(need, "text" if req.ids is None else "ids", what, "a shorter prompt")
 
 
 def _values(v: torch.Tensor, T: int) -> list[float | None]:
@@ -210,4 +247,8 @@ def compute(
 
 
 def attribute(service: ModelService, req: TokenAttributionRequest) -> TokenAttributionResponse:
-    return compute(service, plan(service, req))
+    """The plain endpoint: the plan, then its work once the memory budget holds its need (before the
+    model's lock is asked for)."""
+    p = plan(service, req)
+    with memory.hold(p.need):
+        return compute(service, p)
