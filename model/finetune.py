@@ -33,10 +33,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import checkpoint as ckpt
-from .gpt import GPT
+from .gpt import GPT, GPTConfig, count_params
 from .schedules import warmup_cosine
 from .tasks import Example, Task
 from .tokenizers import with_special_tokens
+from .train import F32, RUNTIME_BYTES, activation_bytes
 
 SPECIAL_TOKENS = {"start": "<|start|>", "delimiter": "<|delim|>", "extract": "<|extract|>"}
 METHODS = ("finetune", "finetune_no_lm", "scratch", "probe")
@@ -443,6 +444,51 @@ def run_cell(
         tmp.write_text(json.dumps(result))
         tmp.replace(path)
     return {**result, "cached": False}, (clf if keep_model else None)
+
+
+# --- memory: a job's peak bytes, estimated before it starts ------------------------------------
+
+EVAL_BATCH = 64  # examples per forward pass of evaluate and last_hidden
+# One encoded example: at most 2 x MAX_TEXT_TOKENS + 3 token ids as a list of Python ints (36 bytes
+# each), the list, its label and its row of a batch
+EXAMPLE_BYTES = (2 * MAX_TEXT_TOKENS + 3) * 36 + 256
+
+
+def job_memory(cfg: GPTConfig, methods: list[str], n_examples: int, keep: bool, loaded: bool) -> dict[str, int]:
+    """The peak bytes of a fine-tuning job on a base GPT of cfg, in parts (their sum is the peak): "model"
+    (the base when it was loaded for the job, `loaded`; the largest cell's classifier with its gradients
+    and AdamW's two moments, or a probe's frozen one and its features, beside the biggest batch's
+    activations; with `keep`, the classifier kept for saving, which lives on through the later cells and
+    its save: the file's bytes and the copy loaded back), "task" (n_examples encoded) and "runtime"."""
+    grown = replace(cfg, vocab_size=cfg.vocab_size + len(SPECIAL_TOKENS))
+    weights = count_params(grown)["total"] * F32
+    T = min(cfg.n_ctx, 2 * MAX_TEXT_TOKENS + 3)
+    evaluate = activation_bytes(grown, EVAL_BATCH, T, train=False)
+    cells = [
+        weights + max(evaluate, 2 * n_examples * cfg.d_model * F32)
+        if method == "probe"
+        else 4 * weights + max(activation_bytes(grown, RECIPE.batch_size, T), evaluate)
+        for method in methods
+    ]
+    base = count_params(cfg)["total"] * F32 if loaded else 0
+    model = base + max(cells) + (weights if keep else 0)
+    return {"model": model, "task": n_examples * EXAMPLE_BYTES, "runtime": RUNTIME_BYTES}
+
+
+def memory_need(
+    cfg: GPTConfig, methods: list[str], n_examples: int, keep: bool, loaded: bool, limit: int
+) -> tuple[int, str, str]:
+    """(a job's peak bytes, the request field whose change needs less, what to ask for instead) for a
+    job that may hold `limit` bytes."""
+    parts = job_memory(cfg, methods, n_examples, keep, loaded)
+    total = sum(parts.values())
+    if parts["task"] > parts["model"]:
+        return total, "task", "a task with fewer examples"
+    probe = sum(job_memory(cfg, ["probe"], n_examples, False, loaded).values())
+    alone = (
+        f", or methods ['probe'] alone (it trains W_y only: about {probe / 2**20:,.0f} MiB)" if probe <= limit else ""
+    )
+    return total, "checkpoint", f"a smaller checkpoint{alone}"
 
 
 # --- a classifier as a checkpoint ----------------------------------------------------------------

@@ -38,9 +38,9 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn as nn
@@ -49,7 +49,8 @@ from safetensors.torch import save as st_save
 
 from . import artefact
 from . import checkpoint as ckpt
-from .gpt import GPT, LayerNorm, RMSNorm, hook_name
+from .gpt import GPT, GPTConfig, LayerNorm, RMSNorm, hook_name
+from .train import activation_bytes, artefact_memory, artefact_peak, largest_fitting
 
 CFG_FILE = "cfg.json"  # SAELens's names
 WEIGHTS_FILE = "sae_weights.safetensors"
@@ -330,6 +331,61 @@ def eval_bytes(d: int, n_ctx: int, d_sae: int, sequences: int, per_token: float)
     chunk = CHUNK_COPIES * min(n, codes_chunk(d_sae)) * d_sae * 4
     peak = max(2 * x, x + 3 * CODE_BYTES * codes + chunk, 4 * x + (CODE_BYTES + 8) * codes)
     return int(weights + peak)
+
+
+LM_CHUNK = 8  # held-out sequences per forward pass of lm_losses
+# eval_bytes counts quality's own tensors from the code; the peak resident memory (VmHWM) of whole
+# evaluations on the built-in model measured up to 1.45x it (feature_stats' sorting of the codes,
+# sparse_codes' chunks): a job's estimate takes this much of it
+EVAL_MARGIN = 1.5
+STREAM_CHUNK = 16  # sequences per forward pass of the stream (ActivationStream, stream_of)
+
+
+def job_memory(tc: SAETrainConfig, cfg: GPTConfig, corpus_size: int) -> dict[str, int]:
+    """The bytes of an SAE job on a model of cfg over a text of corpus_size bytes, in parts: "train"
+    (train_bytes, beside the model's forward pass of a chunk of the stream), "evaluate" (eval_bytes with
+    EVAL_MARGIN, beside lm_losses' forward passes with their logits) and what every artefact job holds
+    (model/train.py's artefact_memory: the model's copy, the token ids, runtime). Training and
+    evaluation come one after the other: peak_bytes counts the larger of the two."""
+    d, T, F = cfg.d_model, cfg.n_ctx, tc.expansion * cfg.d_model
+    train = train_bytes(d, T, F, tc.batch_tokens) + activation_bytes(cfg, STREAM_CHUNK, T, False, logits=False)
+    per_token = codes_per_token(tc.activation, tc.k, F)
+    lm = activation_bytes(cfg, min(LM_CHUNK, tc.ce_sequences), T, train=False)
+    evaluate = int(EVAL_MARGIN * eval_bytes(d, T, F, tc.eval_sequences, per_token)) + lm
+    return {"train": train, "evaluate": evaluate, "lm_losses": lm, **artefact_memory(cfg, corpus_size)}
+
+
+def peak_bytes(tc: SAETrainConfig, cfg: GPTConfig, corpus_size: int) -> int:
+    """The most memory an SAE job takes (job_memory's parts: the larger of training and evaluation)."""
+    p = job_memory(tc, cfg, corpus_size)
+    return artefact_peak(p, max(p["train"], p["evaluate"]))
+
+
+def memory_need(tc: SAETrainConfig, cfg: GPTConfig, corpus_size: int, limit: int) -> tuple[int, str, str]:
+    """(an SAE job's peak bytes, the setting whose smaller value needs the most less, what to ask for
+    instead: the largest value of it that fits `limit`, as validate's messages name them)."""
+    p = job_memory(tc, cfg, corpus_size)
+    total = peak_bytes(tc, cfg, corpus_size)
+    if p["corpus"] > max(p["train"], p["evaluate"], p["model"]):
+        return total, "corpus", "a smaller corpus"
+    if p["evaluate"] > p["train"]:
+        name, lo = ("ce_sequences", 1) if 2 * p["lm_losses"] > p["evaluate"] else ("eval_sequences", 1)
+    else:
+        steps = STEP_COPIES * tc.batch_tokens * tc.expansion * cfg.d_model * 4
+        name, lo = ("batch_tokens", 64) if steps > p["train"] / 2 else ("expansion", 8)
+    best = largest_fitting(
+        lambda n: peak_bytes(replace(tc, **cast(dict[str, Any], {name: n})), cfg, corpus_size) <= limit,
+        lo,
+        getattr(tc, name),
+    )
+    if best is None:
+        return (
+            total,
+            name,
+            "smaller settings (expansion, batch_tokens, eval_sequences, ce_sequences) or a smaller model",
+        )
+    F = (best if name == "expansion" else tc.expansion) * cfg.d_model
+    return total, name, f"{name} at most {best:,} (an SAE of {F:,} features on this model)"
 
 
 class ActivationStream:

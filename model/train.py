@@ -46,7 +46,7 @@ from tqdm import tqdm
 from . import checkpoint as ckpt
 from . import corpus as corpus_mod
 from .bpe import train_bpe
-from .gpt import GPT, PRESETS, GPTConfig, preset_config
+from .gpt import GPT, PRESETS, GPTConfig, count_params, preset_config
 from .muon import Muon
 from .precision import native_precision
 from .schedules import DEFAULT_COOLDOWN, SCHEDULES, warmup_cosine, warmup_stable_decay
@@ -410,6 +410,189 @@ def prepared_data(corpus: corpus_mod.Corpus, tc: TrainConfig, tok_spec: dict | N
         while len(_prepared) > 1 and sum(d.nbytes for d in _prepared.values()) > PREPARED_CACHE_BYTES:
             _prepared.pop(next(iter(_prepared)))
     return data
+
+
+# ---- memory: a run's peak bytes, estimated before it starts ---------------------------------------
+#
+# The server refuses or queues a run whose memory would not fit its budget (server/memory.py) from
+# these estimates, made before any work. Counted from the code (float32 unless said; B sequences of T
+# tokens, P parameters), then checked against the peak resident memory (VmHWM) of real runs: the
+# estimates are upper bounds, within about 2x of what runs measured (tests/test_memory_training.py).
+
+MiB = 2**20
+F32 = 4
+SCORE_COPIES = 5  # (B, heads, T, T) tensors attention written out holds in training (dropout: SDPA's math
+# path, measured 4.0 copies at its peak; the softcapped path); the fused kernel keeps none
+LOGIT_COPIES = 5  # (B, T, V) tensors at the loss's backward: the logits, their float copy (bf16), the
+# log-softmax and the two gradients
+RUNTIME_BYTES = 32 * MiB  # what any job's thread adds: torch's per-thread buffers, allocator arenas
+PUBLIC_VOCAB = {"gpt2": 50257, "cl100k_base": 100277, "o200k_base": 200019}  # PUBLIC_ENCODINGS' n_vocab
+# Making a text ready, per byte of it: reading and splitting it, then the largest of three steps, one
+# after the other: training a BPE on it (the pre-tokens, their counts and pairs: 108 bytes per byte on a
+# text of random punctuation, 18 on the built-in plays, which are not hostile), encoding it (a list of
+# Python ints, then uint32) and the n-gram losses (int64 copies, the pairs' keys and their sort), these
+# two per token, at most one per byte (every token is at least one byte). Measured whole (VmHWM): 118
+# bytes per byte for the punctuation, 53 for the plays with a 260-token BPE (a token per byte), 48 for
+# the punctuation with o200k_base.
+TEXT_BYTES_PER_BYTE = 8
+BPE_BYTES_PER_BYTE = {"uploaded": 144, "builtin": 32}
+ENCODE_BYTES_PER_TOKEN = 40
+NGRAM_BYTES_PER_TOKEN = 48
+KEPT_BYTES_PER_TOKEN = 12  # the token ids kept while training: uint32 (the prepared cache) and int64
+
+
+def block_floats(cfg: GPTConfig, train: bool = True) -> int:
+    """Floats per token one block keeps for the backward pass (train); in inference, a bound on what
+    it holds at once. Fast mode: the fused attention kernel's scores never exist (attention_score_bytes)."""
+    d, dm = cfg.d_model, cfg.d_mlp
+    q, kv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    attn = q + 2 * kv + 2 * q + d  # q, k, v; the kernel's output and its copy W_O reads; W_O's output
+    attn += 2 * q if cfg.n_kv_head != cfg.n_head else 0  # k and v repeated for every query head
+    attn += 3 * (q + kv) if cfg.pos == "rope" else 0  # the turned q and k, and the products that turn them
+    attn += 2 * (q + kv) if cfg.qk_norm else 0
+    attn += 3 * kv if cfg.value_embed else 0
+    per_unit = {"gelu": 2, "relu2": 3}.get(cfg.mlp, 4)  # before and after the activation (gated: gate, value)
+    experts = cfg.top_k_experts if cfg.n_expert else 1
+    mlp = experts * (per_unit * dm + 3 * d) + 3 * cfg.n_expert  # (experts: each token's copies, the router)
+    norms = (6 if cfg.norm == "both" else 4) * d  # each norm's output and the stream after each sublayer
+    dropout = 4 * d if train and cfg.dropout else 0  # each sublayer output's mask and dropped copy
+    return attn + mlp + norms + dropout + (d if cfg.x0_mix else 0)
+
+
+def attention_score_bytes(cfg: GPTConfig, batch: int, seq: int, train: bool = True) -> int:
+    """The (B, heads, T, T) tensors one block's attention holds: none through the fused kernel, whose
+    scores never exist; SCORE_COPIES when they are written out (dropout in training; a softcap)."""
+    written = bool(cfg.attn_softcap) or (train and cfg.dropout > 0)
+    return SCORE_COPIES * batch * cfg.n_head * seq * seq * F32 if written else 0
+
+
+def activation_bytes(cfg: GPTConfig, batch: int, seq: int, train: bool = True, logits: bool = True) -> int:
+    """The most bytes one forward pass of `batch` sequences of `seq` tokens holds, in float32: in
+    training (train=True) what every block keeps for the backward pass plus one block's gradients and
+    the loss's (B, T, V) tensors; in inference one block's tensors and (logits=True) the logits with
+    their float copy and log-softmax (False: a pass that stops at the final norm or before)."""
+    d, tokens = cfg.d_model, batch * seq
+    embed = (2 + cfg.embed_norm + 3 * bool(cfg.smear) + 2 * (train and cfg.dropout > 0)) * d + 2 * d
+    if not train:
+        per_token = block_floats(cfg, False) + embed + (3 * cfg.vocab_size if logits else 0)
+        return tokens * per_token * F32 + attention_score_bytes(cfg, batch, seq, False)
+    head = (LOGIT_COPIES + 2 * bool(cfg.softcap)) * cfg.vocab_size
+    per_token = (cfg.n_layer + 1) * block_floats(cfg) + embed + head
+    return tokens * per_token * F32 + (cfg.n_layer + 1) * attention_score_bytes(cfg, batch, seq)
+
+
+def params_split(model_cfg: GPTConfig) -> tuple[int, int]:
+    """(parameters, of which the blocks' weight matrices: what Muon trains), counted from the config."""
+    counts = count_params(model_cfg)
+    L, matrices = model_cfg.n_layer, counts["attention_weights_per_block"] + counts["mlp_weights_per_block"]
+    return counts["total"], L * matrices
+
+
+def optimizer_bytes(model_cfg: GPTConfig, optimizer: str) -> tuple[int, int]:
+    """(the optimizer's state, the most its step allocates). AdamW: two float32 moments per parameter.
+    Muon: a momentum per matrix, and in its step the Nesterov updates (float32) and their copies it
+    orthogonalises (float32 on the fp32 path, the larger) plus one matrix's iteration; AdamW for the rest."""
+    P, M = params_split(model_cfg)
+    if optimizer != "muon":
+        return 2 * P * F32, 0
+    largest = max(3 * model_cfg.d_model, model_cfg.d_mlp) * model_cfg.d_model
+    return (M + 2 * (P - M)) * F32, (2 * M + 3 * largest) * F32
+
+
+def data_bytes(size: int, tokenizer: str, builtin: bool) -> tuple[int, int]:
+    """(the token ids kept while training, the most making them ready holds besides) for a text of
+    `size` UTF-8 bytes, at most one token per byte."""
+    bpe = BPE_BYTES_PER_BYTE["builtin" if builtin else "uploaded"] if tokenizer == "bpe" else 0
+    ready = TEXT_BYTES_PER_BYTE + max(bpe, ENCODE_BYTES_PER_TOKEN, NGRAM_BYTES_PER_TOKEN)
+    return KEPT_BYTES_PER_TOKEN * size, ready * size
+
+
+def corpus_bytes(spec: str) -> int:
+    """The UTF-8 bytes of a corpus spec: a built-in's play files (its text is at most their size), or
+    the file's size (corpus.load's limit: MAX_CORPUS_BYTES)."""
+    if spec in corpus_mod.BUILTIN:
+        return sum(p.stat().st_size for p in corpus_mod.shakespeare_paths())
+    return Path(spec).stat().st_size
+
+
+def run_model_config(tc: TrainConfig) -> GPTConfig:
+    """The GPT a run of tc builds (its preset with its overrides, the vocabulary its tokenizer gives),
+    without training the tokenizer: a BPE's vocabulary is at most vocab_size."""
+    preset = tc.preset or RECIPES["cpu-fp32"]["preset"]
+    vocab = tc.vocab_size if tc.tokenizer == "bpe" else PUBLIC_VOCAB[tc.tokenizer]
+    return preset_config(preset, **{"vocab_size": vocab, **tc.overrides})
+
+
+def train_memory(tc: TrainConfig, corpus_size: int, builtin: bool = False) -> dict[str, int]:
+    """The peak bytes of a run of tc on a text of corpus_size bytes, in parts: "model" (weights, their
+    gradients, the optimizer's state and step, the snapshots' serialised copies), "batch" (one update's
+    activations: more than an evaluation's forward passes hold), "corpus" (its token ids, making them
+    ready) and "runtime". The run's
+    peak is at most their sum (run_peak_bytes). Fields left None count as the CPU recipe fills them;
+    the precision as the larger of its two paths (bf16 keeps float32 weights and adds their bf16 copies)."""
+    cfg = run_model_config(tc)
+    recipe = RECIPES["cpu-fp32"]
+    B = tc.batch_size or recipe["batch_size"]
+    T = tc.seq_len or cfg.n_ctx
+    P, _ = params_split(cfg)
+    state, step = optimizer_bytes(cfg, tc.optimizer or recipe["optimizer"])
+    bf16_copies = 2 * P if tc.precision != "fp32" else 0  # autocast's bf16 weights, kept for the update
+    snapshot = 2 * max(P * F32, state)  # safetensors' bytes of the largest file, and its parts
+    model = P * F32 + state + max(P * F32 + bf16_copies + step, snapshot)
+    batch = activation_bytes(cfg, B, T) + 4 * B * (T + 1) * 8  # (+ the batch's ids: x, y, their window)
+    kept, ready = data_bytes(corpus_size, tc.tokenizer, builtin)
+    return {"model": model, "batch": batch, "corpus": kept + ready, "runtime": RUNTIME_BYTES}
+
+
+def run_peak_bytes(tc: TrainConfig, corpus_size: int, builtin: bool = False) -> int:
+    """The most memory a run of tc takes beyond what the process held before it (train_memory's sum)."""
+    return sum(train_memory(tc, corpus_size, builtin).values())
+
+
+def artefact_memory(cfg: GPTConfig, corpus_size: int) -> dict[str, int]:
+    """What every job that trains an artefact on a checkpoint (an SAE, a transcoder set, a tuned lens)
+    holds besides its own tensors, in parts: "model", the checkpoint's model loaded for the job (float32
+    weights); "loading", what loading it holds besides, before anything else (the file's bytes and their
+    tensors); "corpus", the text's token ids (int64) and encoding them with the model's tokenizer (no BPE
+    to train); "runtime". A job's peak: artefact_peak."""
+    weights = count_params(cfg)["total"] * F32
+    kept, ready = data_bytes(corpus_size, "encoding", builtin=False)
+    return {"model": weights, "loading": 2 * weights, "corpus": kept + ready, "runtime": RUNTIME_BYTES}
+
+
+def artefact_peak(parts: dict[str, int], own: int) -> int:
+    """An artefact job's peak from artefact_memory's parts and the most its own tensors hold at once."""
+    return parts["model"] + parts["runtime"] + max(parts["loading"], parts["corpus"] + own)
+
+
+def largest_fitting(fits: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """The largest n in lo..hi with fits(n), fits falling from true to false once; None when not even lo fits."""
+    if hi < lo or not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def run_memory_need(tc: TrainConfig, corpus_size: int, builtin: bool, limit: int) -> tuple[int, str, str]:
+    """(the peak bytes of a run of tc, the field whose smaller value needs less, what to ask for instead)
+    for a job that may hold `limit` bytes: the largest batch_size that fits, when one does."""
+    parts = train_memory(tc, corpus_size, builtin)
+    total, fixed = sum(parts.values()), parts["corpus"] + parts["runtime"]
+    smaller = "a smaller model (overrides.d_model, n_layer, n_ctx)"
+    corpus = "a smaller corpus" + (" (training its BPE takes the most)" if tc.tokenizer == "bpe" else "")
+    if parts["corpus"] > max(parts["model"], parts["batch"]):
+        return total, "corpus", corpus
+    batch = largest_fitting(
+        lambda b: run_peak_bytes(replace(tc, batch_size=b), corpus_size, builtin) <= limit, 1, tc.batch_size or 1
+    )
+    if batch is not None:
+        field = "batch_size" if parts["batch"] >= parts["model"] else "overrides.d_model"
+        return total, field, f"batch_size at most {batch:,}, or a shorter seq_len, or {smaller}"
+    if fixed + parts["model"] > limit:  # not even a batch of one short sequence would fit
+        return (total, "overrides.d_model", smaller) if parts["model"] >= fixed else (total, "corpus", corpus)
+    return total, "seq_len", f"a shorter seq_len or {smaller}"
 
 
 class BudgetPlan:

@@ -37,9 +37,9 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 from safetensors.torch import save as st_save
@@ -47,8 +47,9 @@ from safetensors.torch import save as st_save
 from . import artefact
 from . import checkpoint as ckpt
 from . import sae as sae_mod
-from .gpt import GPT, Block, hook_name
+from .gpt import GPT, Block, GPTConfig, hook_name
 from .sae import SAE, SAEConfig, SAEError
+from .train import F32, activation_bytes, artefact_memory, artefact_peak, largest_fitting
 
 CONFIG_FILE = "config.json"
 META_FILE = "gptscope_transcoders.json"
@@ -56,6 +57,15 @@ FORMAT = "gptscope-transcoders"
 INPUT_HOOK = "blocks.{layer}.ln2.hook_normalized"  # what each reads (the MLP's input) ...
 OUTPUT_HOOK = "blocks.{layer}.hook_mlp_out"  # ... and writes (the MLP's output)
 MEMORY_LIMIT = 2 * 2**30
+# buffers of every block's (input, output) pairs PairStream holds at its peak: the one being served, and
+# the next one's chunks and their concatenation (its batches index rows: no shuffled copy)
+PAIR_BUFFERS = 3
+# quality's held-out pairs of every block, made chunk by chunk, take about twice their bytes: the forward
+# passes' freed temporaries stay between them (measured 589 MiB resident for 288 MiB of pairs)
+HELD_PAIRS = 2
+# and each sparse_codes call about twice its chunk's CHUNK_COPIES (TopK's sort, the allocator: measured 240
+# MiB for 126)
+HELD_CHUNKS = 2
 
 
 class Transcoder(SAE):
@@ -195,6 +205,62 @@ class TranscoderTrainConfig:
                 raise SAEError(f"{name} {msg} (got {getattr(self, name)})", field=name)
         if model is not None:
             check_model(model)
+
+
+def job_memory(tc: TranscoderTrainConfig, cfg: GPTConfig, corpus_size: int) -> dict[str, int]:
+    """The bytes of a transcoder-set job on a model of cfg over a text of corpus_size bytes, in parts:
+    "train" (every block's transcoder with its gradients, Adam's moments and its start; the stream's
+    buffers of every block's (input, output) pairs, STREAM_FILL sequences each, as model/sae.py counts an
+    SAE's one stream; the batches cut from them; one step's (batch_tokens, F) tensors; the model's
+    forward pass of a chunk), "evaluate" (the held-out pairs of every block, one block's codes and their
+    statistics, all blocks' statistics kept, the replaced runs' forward passes) and what every artefact
+    job holds (model/train.py's artefact_memory)."""
+    d, T, L, F = cfg.d_model, cfg.n_ctx, cfg.n_layer, tc.expansion * cfg.d_model
+    pair = 2 * L * d * F32  # bytes per token of every block's (input, output)
+    weights = L * 2 * d * F * F32
+    stream = PAIR_BUFFERS * sae_mod.STREAM_FILL * T * pair + 3 * tc.batch_tokens * pair
+    step = sae_mod.STEP_COPIES * tc.batch_tokens * F * F32
+    forward = activation_bytes(cfg, sae_mod.STREAM_CHUNK, T, False, logits=False)
+    train = sae_mod.PARAM_COPIES * weights + stream + step + forward
+    n = tc.eval_sequences * T
+    per_token = sae_mod.codes_per_token(tc.activation, tc.k, F)
+    chunk = sae_mod.CHUNK_COPIES * min(n, sae_mod.codes_chunk(F)) * F * F32
+    # one block's codes, the trained set's and the starting one's (as an SAE's), each made in chunks
+    codes = int(sae_mod.EVAL_MARGIN * 3 * sae_mod.CODE_BYTES * n * per_token) + 2 * HELD_CHUNKS * chunk
+    stats = L * (F * (sae_mod.TOP_EXAMPLES * 8 + sae_mod.HIST_BINS * 4 + 16) + n * 4)
+    lm = activation_bytes(cfg, min(sae_mod.LM_CHUNK, tc.ce_sequences), T, train=False)
+    lm += L * sae_mod.LM_CHUNK * T * d * F32  # the MLP inputs the replaced run keeps for the transcoders
+    evaluate = 2 * weights + HELD_PAIRS * n * pair + 4 * n * d * F32 + codes + stats + lm
+    return {"train": train, "evaluate": evaluate, **artefact_memory(cfg, corpus_size)}
+
+
+def peak_bytes(tc: TranscoderTrainConfig, cfg: GPTConfig, corpus_size: int) -> int:
+    """The most memory a transcoder-set job takes (job_memory's parts: the larger of training and evaluation)."""
+    p = job_memory(tc, cfg, corpus_size)
+    return artefact_peak(p, max(p["train"], p["evaluate"]))
+
+
+def memory_need(tc: TranscoderTrainConfig, cfg: GPTConfig, corpus_size: int, limit: int) -> tuple[int, str, str]:
+    """(a transcoder-set job's peak bytes, the setting whose smaller value needs the most less, what to ask
+    for instead: the largest value of it that fits `limit`)."""
+    p = job_memory(tc, cfg, corpus_size)
+    total = peak_bytes(tc, cfg, corpus_size)
+    if p["corpus"] > max(p["train"], p["evaluate"], p["model"]):
+        return total, "corpus", "a smaller corpus"
+    step = sae_mod.STEP_COPIES * tc.batch_tokens * tc.expansion * cfg.d_model * F32
+    weights = sae_mod.PARAM_COPIES * cfg.n_layer * 2 * cfg.d_model * tc.expansion * cfg.d_model * F32
+    if p["evaluate"] > p["train"]:
+        name, lo = "eval_sequences", 1
+    else:
+        name, lo = ("batch_tokens", 64) if step > weights else ("expansion", 2)
+    best = largest_fitting(
+        lambda n: peak_bytes(replace(tc, **cast(dict[str, Any], {name: n})), cfg, corpus_size) <= limit,
+        lo,
+        getattr(tc, name),
+    )
+    if best is None:
+        return total, name, "smaller settings (expansion, batch_tokens, eval_sequences) or a smaller model"
+    return total, name, f"{name} at most {best:,} ({cfg.n_layer} transcoders on this model)"
 
 
 @dataclass

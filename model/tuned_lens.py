@@ -35,7 +35,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -46,6 +46,7 @@ from safetensors.torch import save as st_save
 from . import artefact
 from . import checkpoint as ckpt
 from .gpt import GPT, GPTConfig, hook_name
+from .train import F32, activation_bytes, artefact_memory, artefact_peak, largest_fitting
 
 META_FILE = "gptscope_lens.json"
 WEIGHTS_FILE = "lens.safetensors"
@@ -160,6 +161,51 @@ class LensTrainConfig:
         for name, ok, msg in checks:
             if not ok:
                 raise LensError(f"{name} {msg} (got {getattr(self, name)})", field=name)
+
+
+EVAL_CHUNK = 8  # held-out windows per forward pass of quality
+EVAL_LOGITS = 8  # (tokens, V) float32 tensors quality holds per chunk: the final log-probabilities, both
+# lenses' logits and log-probabilities, KL's exp, difference and product
+
+
+def job_memory(tc: LensTrainConfig, cfg: GPTConfig, corpus_size: int) -> dict[str, int]:
+    """The bytes of a tuned-lens job on a model of cfg over a text of corpus_size bytes, in parts:
+    "train" (the translators with their gradients and Adam's moments; one batch's streams of every stage,
+    the final log-probabilities and their exp; the larger of the model's forward pass and one stage's
+    update, LOGIT_COPIES (tokens, V) tensors), "evaluate" (a chunk's streams and EVAL_LOGITS (tokens, V)
+    tensors beside its forward pass) and what every artefact job holds (model/train.py's artefact_memory)."""
+    d, T, V = cfg.d_model, cfg.n_ctx, cfg.vocab_size
+    stages = len(stream_hooks(cfg))
+    rows = max(1, tc.batch_tokens // T)
+    N = rows * T
+    lens = (stages - 1) * (d * d + d) * F32
+    forward = activation_bytes(cfg, rows, T, train=False)
+    train = 4 * lens + N * stages * d * F32 + 2 * N * V * F32 + max(forward, LOGIT_COPIES * N * V * F32)
+    chunk = min(EVAL_CHUNK, tc.eval_sequences)
+    evaluate = lens + activation_bytes(cfg, chunk, T, train=False) + chunk * T * (stages * d + EVAL_LOGITS * V) * F32
+    return {"train": train, "evaluate": evaluate, **artefact_memory(cfg, corpus_size)}
+
+
+def peak_bytes(tc: LensTrainConfig, cfg: GPTConfig, corpus_size: int) -> int:
+    """The most memory a tuned-lens job takes (job_memory's parts: the larger of training and evaluation)."""
+    p = job_memory(tc, cfg, corpus_size)
+    return artefact_peak(p, max(p["train"], p["evaluate"]))
+
+
+def memory_need(tc: LensTrainConfig, cfg: GPTConfig, corpus_size: int, limit: int) -> tuple[int, str, str]:
+    """(a tuned-lens job's peak bytes, the setting whose smaller value needs the most less, what to ask for
+    instead: the largest value of it that fits `limit`)."""
+    p = job_memory(tc, cfg, corpus_size)
+    total = peak_bytes(tc, cfg, corpus_size)
+    if p["corpus"] > max(p["train"], p["evaluate"], p["model"]):
+        return total, "corpus", "a smaller corpus"
+    name, lo = ("eval_sequences", 1) if p["evaluate"] > p["train"] else ("batch_tokens", 64)
+    best = largest_fitting(
+        lambda n: peak_bytes(replace(tc, **{name: n}), cfg, corpus_size) <= limit, lo, getattr(tc, name)
+    )
+    if best is None:
+        return total, name, "a smaller batch_tokens and eval_sequences, or a smaller model"
+    return total, name, f"{name} at most {best:,} on this model"
 
 
 @dataclass

@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from gptscope.model import checkpoint as ckpt
+from gptscope.model.gpt import GPTConfig
+from gptscope.model.train import corpus_bytes
 
+from . import memory
 from .config import BUILTIN_CHECKPOINT
 from .errors import InputError, NotFound
 from .jobs import Job, JobRunner
@@ -65,6 +68,9 @@ class ArtefactStore(Generic[L]):
     default_name: Callable[[Any], str]  # a name from a train config
     figures_key: str  # the progress reports that carry figures have it ("fvu", "kl")
     cancelled: type[BaseException]  # what training raises once cancelled
+    # (config, the model's config, the text's bytes, the bytes a job may hold) -> (the job's peak bytes,
+    # the request field whose smaller value needs less, what to ask for instead): model/'s memory_need
+    memory_need: Callable[[Any, GPTConfig, int, int], tuple[int, str, str]]
     cache_size: int = 8  # loaded folders kept
     _cache: Callable[[str, float], L] = field(init=False, repr=False)
 
@@ -165,7 +171,8 @@ class ArtefactStore(Generic[L]):
     def start_training(
         self, runner: JobRunner[Training], service: ModelService, tc: Any, name: str | None, corpus: str
     ) -> Job[Training]:
-        """Train one on the served model in the background, once its config and name are checked."""
+        """Train one on the served model in the background, once its config and name are checked and its
+        memory fits the budget (a 422 naming the setting that needs the most, otherwise queued)."""
         try:
             tc.validate(service.model)
         except self.error as e:
@@ -177,7 +184,13 @@ class ArtefactStore(Generic[L]):
         if folder.exists() or name in dict(self.listing(service)):
             raise InputError("name", f"the served model already has a {self.noun} named {name!r}; choose another name")
         work = partial(self.train, checkpoint=service.path, folder=folder)
-        return runner.start(work, Training(name, tc, corpus))
+        return runner.start(work, Training(name, tc, corpus), need=self.need(tc, service.model.cfg, corpus))
+
+    def need(self, tc: Any, cfg: GPTConfig, corpus: str) -> memory.Need:
+        """The memory a job training one of tc on a model of cfg over `corpus` (a built-in's name or an
+        uploaded file's path) takes at its peak: its own tensors, the model's copy it loads, the text."""
+        nbytes, field, hint = self.memory_need(tc, cfg, corpus_bytes(corpus), memory.BUDGET.limit(job=True))
+        return memory.Need(nbytes, field, f"this {self.noun} training job", hint)
 
     def train(
         self,

@@ -20,6 +20,7 @@ from gptscope.model import checkpoint as ckpt
 from gptscope.model import finetune as ft
 from gptscope.model import tasks as tasks_mod
 
+from . import memory
 from .errors import InputError
 from .jobs import Job, JobRunner, Work
 from .schemas.finetune import MAX_CSV_BYTES, TASK_PATTERN, FinetuneRequest
@@ -100,14 +101,17 @@ class FinetuneManager(JobRunner[Comparison]):
 
     # ---- jobs -------------------------------------------------------------------------------
 
-    def finetune(self, req: FinetuneRequest, base: ckpt.Checkpoint, checkpoint_name: str) -> Job[Comparison]:
-        """Start a comparison of `req` on the base checkpoint, once its request is checked."""
+    def finetune(
+        self, req: FinetuneRequest, base: ckpt.Checkpoint, checkpoint_name: str, loaded: bool = False
+    ) -> Job[Comparison]:
+        """Start a comparison of `req` on the base checkpoint (`loaded` for this job, not the served one),
+        once its request is checked and its memory fits the budget."""
         task = self.task(req.task)
         check_request(req, base)
         if req.save_as and (self.models_dir / req.save_as).exists():
             raise InputError("save_as", f"models/{req.save_as} already exists; choose another name")
         state = Comparison(req, checkpoint_name, task)
-        return self.start(self.work(base), state, state.total_cells)
+        return self.start(self.work(base), state, state.total_cells, need=job_need(req, base, task, loaded))
 
     def work(self, base: ckpt.Checkpoint, on_cell: Callable[[dict], None] | None = None) -> Work[Comparison]:
         """The work of a fine-tuning job on `base`, with this data folder's cache and models."""
@@ -131,6 +135,20 @@ def check_request(req: FinetuneRequest, base: ckpt.Checkpoint) -> None:
             raise InputError(name, f"{name} must not repeat a value (got {values})")
     if req.save_as and "finetune" not in req.methods:
         raise InputError("save_as", "save_as saves the `finetune` classifier: include 'finetune' in methods")
+
+
+def job_need(req: FinetuneRequest, base: ckpt.Checkpoint, task: tasks_mod.Task, loaded: bool) -> memory.Need:
+    """The memory a fine-tuning job takes at its peak (model/finetune.py's estimate: the classifiers,
+    their gradients and AdamW's moments, a batch's activations, the task's examples)."""
+    nbytes, field, hint = ft.memory_need(
+        base.model.cfg,
+        list(req.methods),
+        len(task.train) + len(task.test),
+        bool(req.save_as),
+        loaded,
+        memory.BUDGET.limit(job=True),
+    )
+    return memory.Need(nbytes, field, "this fine-tuning job", hint)
 
 
 def _largest(sizes: list[int], n_train: int) -> int:

@@ -35,4 +35,5 @@ LENSES: ArtefactStore[tl.LoadedLens] = ArtefactStore(
     default_name=tl.default_name,
     figures_key="kl",
     cancelled=tl.Cancelled,
+    memory_need=tl.memory_need,
 )

@@ -17,8 +17,17 @@ from pathlib import Path
 
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import corpus as corpus_mod
-from gptscope.model.train import Cancelled, ConfigError, StepRecord, TrainConfig, train
+from gptscope.model.train import (
+    Cancelled,
+    ConfigError,
+    StepRecord,
+    TrainConfig,
+    corpus_bytes,
+    run_memory_need,
+    train,
+)
 
+from . import memory
 from .errors import Conflict, InputError, NotFound
 from .jobs import JOB_ID as RUN_ID
 from .jobs import Job, JobProgress, JobRunner
@@ -174,11 +183,12 @@ class RunManager(JobRunner[TrainingRun]):
         corpus = self.corpus_path(req.corpus)  # raises before anything is written
         tc = train_config(req, corpus, req.name or "run")
         key = self.cache_key(req)
+        need = run_need(tc, corpus)
         with self.lock:  # the same lock as start's: no identical run can finish between the two
             done = [j for j in self.jobs.values() if j.status == "done" and self.cache_key(j.state.request) == key]
             if done and req.corpus in corpus_mod.BUILTIN:  # an uploaded corpus may have been replaced since
                 return replace(done[-1], state=replace(done[-1].state, cached=True))
-            return self.start(partial(train_run, tc=tc, runs_dir=self.runs_dir), TrainingRun(req))
+            return self.start(partial(train_run, tc=tc, runs_dir=self.runs_dir), TrainingRun(req), need=need)
 
     def delete(self, run_id: str, serving: Path) -> None:
         """Forget a run and remove its folder (final checkpoint, snapshots); a run still going is
@@ -206,6 +216,16 @@ def train_config(req: TrainingRequest, corpus: str, name: str) -> TrainConfig:
     except ConfigError as e:
         raise InputError(e.field, e.message) from None
     return tc
+
+
+def run_need(tc: TrainConfig, corpus: str) -> memory.Need:
+    """The memory a run of tc on `corpus` (a built-in's name or an uploaded file's path) takes at its peak
+    (model/train.py's estimate: weights, gradients, optimizer, one batch's activations, the token ids),
+    naming the request field that needs the most and, when one fits the budget, the largest batch_size."""
+    nbytes, field, hint = run_memory_need(
+        tc, corpus_bytes(corpus), corpus in corpus_mod.BUILTIN, memory.BUDGET.limit(job=True)
+    )
+    return memory.Need(nbytes, field, "this training run", hint)
 
 
 def train_run(job: Job[TrainingRun], tc: TrainConfig, runs_dir: Path) -> None:

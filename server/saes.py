@@ -43,6 +43,7 @@ SAES: ArtefactStore[sae_mod.LoadedSAE] = ArtefactStore(
     default_name=sae_mod.default_name,
     figures_key="fvu",
     cancelled=sae_mod.Cancelled,
+    memory_need=sae_mod.memory_need,
     cache_size=16,
 )
 

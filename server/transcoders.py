@@ -41,4 +41,5 @@ TRANSCODERS: ArtefactStore[tc_mod.LoadedSet] = ArtefactStore(
     default_name=tc_mod.default_name,
     figures_key="fvu",
     cancelled=sae_mod.Cancelled,
+    memory_need=tc_mod.memory_need,
 )

@@ -115,6 +115,33 @@ def client(app):
         yield c
 
 
+# A small uploaded corpus, "small": a few lines of proverbs, enough for a tokenizer and a tiny run.
+SMALL_TEXT = (
+    "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+    "All that glitters is not gold. Fortune favours the bold. "
+) * 60
+
+
+@pytest.fixture(scope="module")
+def tclient(tmp_path_factory, service):
+    """A client of an app of its own (its own data folder) holding the corpus "small"; the built-in
+    model served again at the end."""
+    from fastapi.testclient import TestClient
+
+    from gptscope.server.app import create_app
+    from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+
+    app = create_app(
+        Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("data"), allow_hosts=["testserver"]),
+        service=service,
+    )
+    with TestClient(app) as c:
+        r = c.post("/api/v1/corpora", files={"file": ("small.txt", SMALL_TEXT.encode())}, data={"name": "small"})
+        assert r.status_code == 201
+        yield c
+        c.post("/api/v1/model", json={"checkpoint": "builtin"})
+
+
 @pytest.fixture
 def tiny_config() -> GPTConfig:
     from gptscope.model.gpt import GPTConfig

@@ -12,26 +12,9 @@ from fastapi.testclient import TestClient
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import corpus as corpus_mod
 from gptscope.server.app import create_app
-from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+from gptscope.server.config import Settings
 
 FAST = {"preset": "tiny", "vocab_size": 300, "batch_size": 8, "corpus": "small"}
-TEXT = (
-    "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
-    "All that glitters is not gold. Fortune favours the bold. "
-) * 60
-
-
-@pytest.fixture(scope="module")
-def tclient(tmp_path_factory, service):
-    app = create_app(
-        Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("data"), allow_hosts=["testserver"]),
-        service=service,
-    )
-    with TestClient(app) as c:
-        r = c.post("/api/v1/corpora", files={"file": ("small.txt", TEXT.encode())}, data={"name": "small"})
-        assert r.status_code == 201
-        yield c
-        c.post("/api/v1/model", json={"checkpoint": "builtin"})
 
 
 def wait(c, run_id, timeout=120):

@@ -76,7 +76,7 @@ def start(req: FinetuneRequest, jobs: Jobs, runs: Runs, service: Service) -> Fin
             base, name = ckpt.load(path), req.checkpoint
         except ckpt.CheckpointError as e:
             raise InputError("checkpoint", str(e)) from None
-    return explain_finetune.job_status(jobs.finetune(req, base, name))
+    return explain_finetune.job_status(jobs.finetune(req, base, name, loaded=req.checkpoint is not None))
 
 
 job_routes(
