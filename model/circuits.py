@@ -473,6 +473,46 @@ def row_chunks(cfg: GPTConfig, T: int, n_rows: int, writers: bool = True) -> int
     return max(1, min(n_rows, ROW_BYTES // per_row))
 
 
+PASS_MAPS = 4  # (rows, heads, T, T) tensors of one block at once: q k^T, scaled, masked, the pattern
+HEAP = 1.5  # resident bytes per live byte of batched passes: the C heap keeps freed blocks for reuse (measured)
+
+
+def _width(cfg: GPTConfig) -> int:
+    """The widest activation of a block per position: the MLP's, the fused q, k, v, or each head's result."""
+    qkv = (cfg.n_head + 2 * cfg.n_kv_head) * cfg.d_head
+    return max(cfg.d_mlp * max(1, cfg.top_k_experts), 3 * cfg.d_model, qkv, cfg.n_head * cfg.d_model)
+
+
+def graph_run_bytes(cfg: GPTConfig, T: int, n_edges: int, n_rows: int, element: int = 4) -> int:
+    """The peak working memory of `run_weights` over n_rows graph runs that mix edges (the curve, the
+    circuit's bisection), an upper bound: a batch's copy of the writers' outputs and their difference
+    from the corrupted run's (rows x n_up x T x d each), the rows' edge weights, a block's readers'
+    inputs and their norms (rows x readers x T x d), one block's scores and pattern, its widest
+    activations, and the logits; times HEAP."""
+    B = row_chunks(cfg, T, n_rows)
+    n_up = 1 + cfg.n_layer * (cfg.n_head + 1)
+    readers = cfg.n_head + 2 * cfg.n_kv_head + 1
+    per_row = (
+        2 * n_up * T * cfg.d_model
+        + 4 * readers * T * cfg.d_model
+        + PASS_MAPS * cfg.n_head * T * T
+        + 8 * T * _width(cfg)
+        + 3 * n_edges
+        + 3 * cfg.vocab_size
+    )
+    return int(HEAP * B * per_row * element)
+
+
+def exact_bytes(cfg: GPTConfig, T: int, element: int = 4) -> int:
+    """The peak working memory of one batched pass of exact edge scores (`exact`), an upper bound: the
+    writers' clean - corrupted difference (n_up x T x d) and each row's part of it, one block's scores
+    and pattern, its widest activations, a reader's own input, and the logits; times HEAP."""
+    B = max(1, TOKENS_PER_CHUNK // T)
+    n_up = 1 + cfg.n_layer * (cfg.n_head + 1)
+    per_row = 4 * T * cfg.d_model + PASS_MAPS * cfg.n_head * T * T + 8 * T * _width(cfg) + 3 * cfg.vocab_size
+    return int(HEAP * (n_up * T * cfg.d_model + B * per_row) * element)
+
+
 def run_rows(
     model: GPT,
     clean: Run,

@@ -149,6 +149,40 @@ def cost(model: GPT, T: int, runs: Sequence[Sequence[Site]]) -> int:
     return sum((L - block) * (T - pos) for pos, block in (_where(model, r, T) for r in runs))
 
 
+PASS_MAPS = 4  # (rows, heads, positions, T) tensors of one block at once: q k^T, scaled, masked, the pattern
+FRAGMENTED = 2  # batch_bytes' factor for batches of many shapes (see there)
+
+
+def batch_bytes(model: GPT, T: int, runs: Sequence[Sequence[Site]]) -> int:
+    """The peak working memory of `patched` for these runs, before running them (an upper bound): the
+    base run's keys and values as a prefix cache; of its largest batched pass (B rows, each of the
+    positions from its first one on: at most TOKENS_PER_CHUNK, or one row of T), the rows' keys and
+    values joined to the prefix's in a block (B x T each), one block's scores and pattern (rows x
+    positions x T per head), its widest activations with the patch hooks' copies, and the last
+    position's logits of every row with the metric's float32 log-softmax; and a few Python objects a run."""
+    c, size = model.cfg, model.wte.weight.element_size()
+    per_position: dict[int, int] = {}
+    for r in runs:
+        p0 = _where(model, r, T)[0]
+        per_position[p0] = per_position.get(p0, 0) + 1
+    batches = [(min(n, max(1, TOKENS_PER_CHUNK // (T - p0))), T - p0) for p0, n in per_position.items()]
+    B = max((b for b, _ in batches), default=0)
+    tokens = max((b * t for b, t in batches), default=0)
+    kv = c.n_kv_head * c.d_head
+    width = max(c.d_mlp * max(1, c.top_k_experts), 3 * c.d_model, (c.n_head + 2 * c.n_kv_head) * c.d_head)
+    prefix = 2 * c.n_layer * T * kv
+    joined = 4 * B * T * kv
+    maps = PASS_MAPS * c.n_head * tokens * T
+    acts = 8 * tokens * width
+    logits = 3 * B * c.vocab_size * 4  # (float32: the metric's copy)
+    work = (prefix + joined + maps + acts) * size + logits
+    # batches of many shapes (each first position's own) fragment the C heap: glibc keeps freed blocks
+    # under its mmap threshold (which grows to 32 MiB) for reuse, and the resident memory measured up
+    # to about twice the live bytes (a 600-token resid_pre and mlp_out sweep: 167 MiB, 62 MiB with a fixed
+    # threshold)
+    return work * (FRAGMENTED if len(batches) > 1 else 1) + 512 * len(runs)
+
+
 class SharedPrefix(LayerKV):
     """The keys and values of positions 0..length-1, one copy (batch 1) shared by every batch row:
     the base run's, which a patch at a later position cannot change."""

@@ -21,6 +21,7 @@ import torch
 from gptscope.model import circuits as cc
 from gptscope.model import patching as pt
 
+from .. import memory
 from ..errors import InputError
 from ..schemas.circuits import (
     METHODS,
@@ -36,6 +37,7 @@ from ..schemas.circuits import (
 from ..service import ModelService
 from .common import arr, next_tokens
 from .digits import SECONDS, VALUE
+from .forward import ARRAY_JSON, TOKEN_VALUES, VALUE_BYTES
 from .patch import EPS, answer_tokens, check_tokens, metric_of, pair_ids
 from .tokens import token_pieces
 
@@ -54,7 +56,9 @@ GRADIENT_COST = 7.0
 # run_bytes: the built-in model 24 KB a token) are refused over RUN_BYTES each and cached up to
 # RUN_BYTES per model; the gradient pass keeps about GRADIENT_FLOATS numbers per row, position and block
 # for its backward pass (each reader's own input and normalised input, the block's activations),
-# refused over GRADIENT_BYTES; score vectors (4 bytes an edge) are cached up to SCORE_BYTES.
+# refused over GRADIENT_BYTES; score vectors (4 bytes an edge) are cached up to SCORE_BYTES. A request's
+# peak (`need`: both runs, its largest step, the answer) is held in the process' memory budget
+# (server/memory.py) while the plain endpoint computes it, and by its job while that runs.
 RUN_BYTES = 256 * 2**20
 GRADIENT_BYTES = 1024 * 2**20
 SCORE_BYTES = 8 * 2**20
@@ -80,6 +84,7 @@ class Plan:
     wrong: int | None
     named: list[int]
     total: int
+    need: memory.Need | None = None  # its peak memory (server/memory.py), which its job holds
 
     def reduce(self) -> Callable[[torch.Tensor], torch.Tensor]:
         return pt.logprob(self.answer) if self.wrong is None else pt.logit_diff(self.answer, self.wrong)
@@ -179,9 +184,45 @@ def _check_work(service: ModelService, req: CircuitRequest, graph: cc.Graph, nam
     return exact_rows + curve
 
 
-def plan(service: ModelService, req: CircuitRequest, limit: float | None = None) -> Plan:
-    """Check the request (every limit named by its field), then record both prompts."""
-    limit = MAX_SYNC_MACS if limit is None else limit
+@dataclass
+class Checked:
+    """A request checked before either prompt runs: its ids, the graph, the edges named, its graph runs
+    and its memory."""
+
+    clean_ids: list[int]
+    corrupted_ids: list[int]
+    graph: cc.Graph
+    named: list[int]
+    total: int
+    need: memory.Need
+
+
+def need(service: ModelService, req: CircuitRequest, graph: cc.Graph, T: int) -> memory.Need:
+    """The request's peak memory, an upper bound: both prompts' runs, then the largest of its steps
+    (the gradient pass of its rows with the scores' float64 products, a batch of exact scores, a
+    batched graph run of the curve: model/circuits.py), and the answer (every edge's name, ends and
+    scores)."""
+    cfg = service.model.cfg
+    n_up, n_down = len(graph.upstream), len(graph.downstream)
+    rows = req.steps if "eap_ig" in req.methods else 1
+    # the gradient pass: twice _gradient_floats a row and position (measured: up to about 1.6 times, with
+    # the heap's freed blocks and the pass before's), and the scores' float64 products of every reader's
+    # gradient and writer's change
+    gradient = 2 * rows * T * _gradient_floats(cfg) * 4 + 2 * (n_up + n_down) * T * cfg.d_model * 8
+    exact = cc.exact_bytes(cfg, T) if req.exact != "none" or req.exact_edges else 0
+    curve = cc.graph_run_bytes(cfg, T, graph.n_edges, len(cc.curve_sizes(graph.n_edges)))
+    steps = {"steps": gradient, "exact": exact, "curve": curve}
+    answer = graph.n_edges * ((len(req.methods) + 1) * (ARRAY_JSON + 8) + 3 * VALUE_BYTES)
+    answer += 2 * T * TOKEN_VALUES * VALUE_BYTES
+    total = 2 * cc.run_bytes(cfg, T) + max(steps.values()) + answer
+    what = f"these edge scores on {T:,} tokens"
+    if "eap_ig" in req.methods and req.steps > 1 and max(steps, key=lambda k: steps[k]) == "steps":
+        return memory.Need(total, "steps", what, "fewer steps or shorter prompts")
+    return memory.Need(total, "clean" if req.clean is not None else "clean_ids", what, "shorter prompts")
+
+
+def check(service: ModelService, req: CircuitRequest, limit: float) -> Checked:
+    """Every check that needs no run (named by its field), and the memory the request needs."""
     try:
         cc.check_config(service.model.cfg)
     except ValueError as e:
@@ -190,9 +231,21 @@ def plan(service: ModelService, req: CircuitRequest, limit: float | None = None)
     graph = cc.graph_of(service.model.cfg)
     named = _check_request(service, req, graph)
     total = _check_work(service, req, graph, named, len(clean_ids), limit)
-    clean, corrupt = _record(service, clean_ids), _record(service, corrupted_ids)
+    return Checked(clean_ids, corrupted_ids, graph, named, total, need(service, req, graph, len(clean_ids)))
+
+
+def plan(service: ModelService, req: CircuitRequest, limit: float | None = None) -> Plan:
+    """Check the request (every limit named by its field), then record both prompts. The plan's `need`
+    is its peak memory (the job form holds it, server/jobs.py)."""
+    limit = MAX_SYNC_MACS if limit is None else limit
+    return planned(service, req, check(service, req, limit))
+
+
+def planned(service: ModelService, req: CircuitRequest, c: Checked) -> Plan:
+    """The checked request's plan: both prompts recorded (or found in the cache), the metric's tokens."""
+    clean, corrupt = _record(service, c.clean_ids), _record(service, c.corrupted_ids)
     answer, wrong = answer_tokens(clean.logits, corrupt.logits, req)
-    p = Plan(req, graph, clean, corrupt, answer, wrong, named, total)
+    p = Plan(req, c.graph, clean, corrupt, answer, wrong, c.named, c.total, c.need)
     m_clean, m_corr = p.metrics()
     if abs(m_clean - m_corr) < EPS:
         raise InputError(
@@ -367,7 +420,10 @@ def compute(
 
 
 def circuits(service: ModelService, req: CircuitRequest) -> CircuitResponse:
-    return compute(service, plan(service, req))
+    """The plain endpoint's scores: checked, then recorded and computed with its memory held (server/memory.py)."""
+    c = check(service, req, MAX_SYNC_MACS)
+    with memory.hold(c.need):
+        return compute(service, planned(service, req, c))
 
 
 def _node(n: cc.Node) -> CircuitNode:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from gptscope.model.gpt import count_params
 
+from .. import memory
 from ..config import BUILTIN_CHECKPOINT
 from ..errors import InputError
 from ..models import ModelRegistry
@@ -20,7 +21,8 @@ from . import parts as forward_parts
 from . import stages
 from .common import attention_rows, check_index, next_tokens, prompt_ids
 from .digits import FINE, VALUE
-from .forward import run_trace
+from .forward import ARRAY_BINARY, ARRAY_JSON, Plan, run_trace
+from .forward import need as trace_need
 from .model_info import model_info
 from .tokens import token_pieces
 
@@ -54,16 +56,47 @@ def _char_bits(pieces, token_loss: list[float | None], n_chars: int) -> list[flo
     return out
 
 
-def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple[CompareSide, dict]:
+PARTS = ("attention", "logit_lens")  # the forward page's own parts each side runs
+
+
+def _side_plan(svc: ModelService, req: CompareRequest, char: int) -> tuple[Plan, list]:
+    """A side's checked trace (the selected head's pattern and the logit lens, every position's
+    logits) and its token pieces."""
     cfg = svc.model.cfg
     ids, _ = prompt_ids(svc, req.text, truncate=False, bos=req.bos)
     layer = check_index(req.layer, cfg.n_layer, "layer")
     head = check_index(req.head, cfg.n_head, "head")
     pieces = token_pieces(svc.encoding, ids, req.text)
     pos = _token_at_char(pieces, char)
-    # the forward page's own parts, on this side's model: the selected head's pattern and the logit lens
     sel = stages.Selection(layers=[layer], heads=[head], layer=layer, head=head, position=pos)
-    parts = [forward_parts.BY_NAME["attention"], forward_parts.BY_NAME["logit_lens"]]
+    parts = [forward_parts.BY_NAME[p] for p in PARTS]
+    return Plan(ids, 0, None, sel, parts, every_position=True), pieces
+
+
+def services(runs: RunManager, models: ModelRegistry, req: CompareRequest) -> list[ModelService]:
+    """The two checkpoints, loaded (the model cache's memory, not the request's)."""
+    return [models.get(runs.checkpoint_path(name, BUILTIN_CHECKPOINT)) for name in (req.a, req.b)]
+
+
+def need(svcs: list[ModelService], req: CompareRequest, binary: bool = False, where: str = "body") -> memory.Need:
+    """Both sides' traces (forward.py's need: the first side's answer is kept while the second runs)
+    and the two patterns' difference, named by `text`."""
+    n = len(req.text)
+    char = n - 1 if req.char is None else req.char
+    total, T = 0, 0
+    for svc in svcs:
+        plan, _ = _side_plan(svc, req, min(char, n - 1))
+        total += trace_need(svc, plan, binary).bytes
+        T = max(T, len(plan.ids))
+    total += T * T * (ARRAY_BINARY if binary else ARRAY_JSON)
+    return memory.Need(total, "text", f"comparing two models on {T:,} tokens", "a shorter text", where=where)
+
+
+def _side(name: str, svc: ModelService, req: CompareRequest, char: int) -> tuple[CompareSide, dict]:
+    cfg = svc.model.cfg
+    plan, pieces = _side_plan(svc, req, char)
+    ids, sel, parts, pos = plan.ids, plan.sel, plan.parts, plan.sel.position
+    layer, head = sel.layer, sel.head
     with svc.run() as m:
         trace = run_trace(svc, ids, parts, sel, m, every=True)  # every position's loss is drawn
         lens = stages.logit_lens(trace)
@@ -134,8 +167,11 @@ def _params(a: ModelService, b: ModelService) -> ParamComparison:
     )
 
 
-def compare(runs: RunManager, models: ModelRegistry, req: CompareRequest) -> CompareResponse:
-    svcs = [models.get(runs.checkpoint_path(name, BUILTIN_CHECKPOINT)) for name in (req.a, req.b)]
+def compare(
+    runs: RunManager, models: ModelRegistry, req: CompareRequest, svcs: list[ModelService] | None = None
+) -> CompareResponse:
+    """The comparison (`svcs`: the two checkpoints when the caller loaded them already, to hold `need`)."""
+    svcs = svcs or services(runs, models, req)
     n = len(req.text)
     char = n - 1 if req.char is None else req.char
     if char >= n:

@@ -11,6 +11,7 @@ from gptscope.model import corpus as corpus_mod
 from gptscope.model import heads as model_heads
 from gptscope.model.tokenizers import CharEncoding
 
+from .. import memory
 from ..config import LARGE_MODEL_PARAMS
 from ..errors import InputError, NotFound
 from ..models import ModelRegistry
@@ -28,6 +29,7 @@ from ..schemas.heads import (
 from ..service import LRU, ModelService, per_model
 from .common import prompt_ids, token_text
 from .digits import COARSE
+from .forward import FLOAT, pass_bytes
 from .tokens import token_pieces
 from .training import snapshot_path
 
@@ -119,13 +121,31 @@ def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> model
         )
 
 
+def need(service: ModelService, T: int) -> memory.Need:
+    """The peak bytes of scoring a T-token prompt's heads: every head's pattern of every layer
+    captured and stacked (2 x n_layer x n_head x T x T float32), the pass that makes them (every
+    position's logits) and a task loss's log-probabilities (T x V). The repeated random tokens and the
+    random-weight twins are the model's own sizes, whatever the request."""
+    cfg = service.model.cfg
+    maps = 3 * cfg.n_layer * cfg.n_head * T * T * FLOAT  # (and half again: the twins' passes reuse the heap)
+    loss = 2 * T * cfg.vocab_size * FLOAT
+    return memory.Need(
+        maps + pass_bytes(cfg, T, every=True) + loss,
+        "text",
+        f"scoring every head on {T:,} tokens",
+        "a shorter text",
+        where="query",
+    )
+
+
 def heads(service: ModelService, text: str | None, ablate: bool = True) -> HeadsResponse:
     ids, _ = prompt_ids(service, text_for(service, text), truncate=True)
     if len(ids) < 2:
         raise InputError(
             "text", "the prompt needs at least 2 tokens to score attention between positions", where="query"
         )
-    rep_ = _analyse(service, tuple(ids), ablate)
+    with memory.hold(need(service, len(ids))):
+        rep_ = _analyse(service, tuple(ids), ablate)
     rep = repeated(service)
     cfg = service.model.cfg
     return HeadsResponse(

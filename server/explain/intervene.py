@@ -6,11 +6,13 @@ import torch
 
 from gptscope.model.gpt import HookFn, hook_name
 
+from .. import memory
 from ..errors import InputError
 from ..schemas.intervene import Compared, InterveneRequest, InterveneResponse, RunSummary
 from ..service import ModelService
 from .common import next_tokens, request_prompt, token_text
 from .digits import FINE, VALUE
+from .forward import FLOAT, pass_bytes
 from .tokens import token_pieces
 
 
@@ -18,6 +20,18 @@ def _mean_loss(logits: torch.Tensor, ids: list[int]) -> float | None:
     if len(ids) < 2:
         return None
     return round(float(torch.nn.functional.cross_entropy(logits[:-1].float(), torch.tensor(ids[1:]))), VALUE)
+
+
+def need(service: ModelService, req: InterveneRequest, T: int) -> memory.Need:
+    """Two passes of T tokens, one after the other, each keeping every position's logits (T x V) for its
+    loss, and the loss's float32 copy of them."""
+    cfg = service.model.cfg
+    return memory.Need(
+        pass_bytes(cfg, T, every=True) + 3 * T * cfg.vocab_size * FLOAT,
+        "messages" if req.messages is not None else "text",
+        f"this intervention on {T:,} tokens",
+        "a shorter prompt",
+    )
 
 
 def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse:
@@ -55,6 +69,13 @@ def intervene(service: ModelService, req: InterveneRequest) -> InterveneResponse
 
     hooks: list[tuple[str, HookFn]] = [(hook_name("attn.hook_z", li), zero_heads) for li in by_layer]
     hooks += [(hook_name("hook_mlp_out", li), zero) for li in sorted(set(req.ablate_mlps))]
+    with memory.hold(need(service, req, len(ids))):
+        return _compared(service, req, ids, altered_ids, hooks)
+
+
+def _compared(
+    service: ModelService, req: InterveneRequest, ids: list[int], altered_ids: list[int], hooks: list
+) -> InterveneResponse:
     with service.run() as m:
         clean, _ = m(torch.tensor([ids], device=service.device))
         with m.hooks(hooks):

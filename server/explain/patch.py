@@ -21,6 +21,7 @@ import torch
 from gptscope.model import patching as pt
 from gptscope.model.gpt import GPT
 
+from .. import memory
 from ..errors import InputError
 from ..schemas.patch import (
     MEANINGS,
@@ -37,6 +38,7 @@ from ..schemas.patch import (
 from ..service import LRU, ModelService
 from .common import arr, check_index, given_ids, next_tokens, prompt_ids, token_text
 from .digits import FINE, SECONDS, VALUE
+from .forward import ARRAY_JSON, TOKEN_VALUES, VALUE_BYTES
 from .tokens import token_pieces
 
 # The work a request may ask for, in multiply-adds of the blocks it runs (positions computed x blocks
@@ -52,7 +54,9 @@ EPS = 1e-4  # a clean and a corrupted metric closer than this leave the effect u
 # it runs (GPT-2 small: up to 1,027 tokens, its whole context; the built-in model: 33 KB a token, up to
 # 8,128), so a request holds at most two of them; the cache keeps up to RECORD_BYTES of recorded runs and
 # SWEEP_BYTES of finished sweeps (a sweep is rows x columns float32 numbers: GPT-2 small's resid_pre
-# over 1,024 positions is 53 KB), the least recently used dropped first.
+# over 1,024 positions is 53 KB), the least recently used dropped first. A request's peak (`need`: both
+# records, the largest batch of patched runs, the answer) is held in the process' memory budget
+# (server/memory.py) while the plain endpoint records and runs it, and by its job while that runs.
 RECORD_BYTES = 256 * 2**20
 SWEEP_BYTES = 4 * 2**20
 
@@ -118,6 +122,7 @@ class Plan:
     values: dict[str, torch.Tensor] = field(default_factory=dict)  # kind -> its patched metrics (rows x columns)
     todo: list[str] = field(default_factory=list)  # the kinds not in the cache, which compute() adds to values
     total: int = 0  # patched runs to compute
+    need: memory.Need | None = None  # its peak memory (server/memory.py), which its job holds
 
     @property
     def base(self) -> pt.Recorded:
@@ -252,15 +257,34 @@ def _check_cost(
         )
 
 
-def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -> Plan:
-    """Check the request (every limit named by its field), record both prompts, and find what to run;
-    `limit`: the most multiply-adds it may ask for (MAX_SYNC_MACS unless given).
+@dataclass
+class Checked:
+    """A request checked before either prompt runs: its ids, the sweeps' cells, and its memory."""
 
-    The work and the memory are checked before a prompt runs: a sweep's cells and their cost do not
-    depend on the runs, only whether a sweep is cached does (its key holds the answer token, which
-    may come from the clean run). So unless both runs are cached already, every requested sweep
-    counts; with both cached, the sweeps cached too are free."""
-    limit = MAX_SYNC_MACS if limit is None else limit
+    clean_ids: list[int]
+    corrupted_ids: list[int]
+    rows: dict[str, list[list[pt.Site]]]
+    need: memory.Need
+
+
+def need(service: ModelService, req: PatchRequest, T: int, rows: dict[str, list[list[pt.Site]]]) -> memory.Need:
+    """The sweep's peak memory, an upper bound: both prompts' recorded runs, the patched runs' largest
+    batch (model/patching.py batch_bytes, every requested sweep counted as if none were cached), and
+    the answer's rows x columns numbers (patched and effect) with both prompts' tokens."""
+    model = service.model
+    runs = [[s] for k in rows for row in rows[k] for s in row]
+    answer = 2 * len(runs) * ARRAY_JSON + 2 * T * TOKEN_VALUES * VALUE_BYTES
+    return memory.Need(
+        2 * pt.record_bytes(model, T) + pt.batch_bytes(model, T, runs) + answer,
+        "clean" if req.clean is not None else "clean_ids",
+        f"this sweep of {len(runs):,} patched runs on {T:,} tokens",
+        "shorter prompts or fewer kinds",
+    )
+
+
+def check(service: ModelService, req: PatchRequest, limit: float) -> Checked:
+    """Every check that needs no run (named by its field): the model, the prompts, the cells, the
+    records' memory, the work unless both runs are cached (see `plan`), and the memory it all needs."""
     try:
         pt.check_config(service.model.cfg)
     except ValueError as e:
@@ -273,9 +297,28 @@ def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -
     rows: dict[str, list[list[pt.Site]]] = {k: pt.sweep(k, cfg.n_layer, cfg.n_head, T, heads) for k in req.kinds}
     if not CACHE.has_records(service.model, clean_ids, corrupted_ids):
         _check_cost(service, rows, list(rows), T, limit)
-    clean, corrupted = CACHE.record(service, clean_ids), CACHE.record(service, corrupted_ids)
+    return Checked(clean_ids, corrupted_ids, rows, need(service, req, T, rows))
+
+
+def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -> Plan:
+    """Check the request (every limit named by its field), record both prompts, and find what to run;
+    `limit`: the most multiply-adds it may ask for (MAX_SYNC_MACS unless given). The plan's `need` is
+    its peak memory (the job form holds it, server/jobs.py).
+
+    The work and the memory are checked before a prompt runs: a sweep's cells and their cost do not
+    depend on the runs, only whether a sweep is cached does (its key holds the answer token, which
+    may come from the clean run). So unless both runs are cached already, every requested sweep
+    counts; with both cached, the sweeps cached too are free."""
+    limit = MAX_SYNC_MACS if limit is None else limit
+    return planned(service, req, check(service, req, limit), limit)
+
+
+def planned(service: ModelService, req: PatchRequest, c: Checked, limit: float) -> Plan:
+    """The checked request's plan: both prompts recorded (or found in the cache), the cached sweeps taken."""
+    T = len(c.clean_ids)
+    clean, corrupted = CACHE.record(service, c.clean_ids), CACHE.record(service, c.corrupted_ids)
     answer, wrong = answer_tokens(clean.logits, corrupted.logits, req)
-    p = Plan(req, clean, corrupted, answer, wrong, rows)
+    p = Plan(req, clean, corrupted, answer, wrong, c.rows, need=c.need)
     m_clean, m_corr = (float(v) for v in p.reduce()(torch.stack([clean.logits, corrupted.logits])))
     if abs(m_clean - m_corr) < EPS:
         raise InputError(
@@ -288,7 +331,7 @@ def plan(service: ModelService, req: PatchRequest, limit: float | None = None) -
         if cached is not None:
             p.values[k] = cached
     p.todo = [k for k in req.kinds if k not in p.values]
-    _check_cost(service, rows, p.todo, T, limit)
+    _check_cost(service, c.rows, p.todo, T, limit)
     p.total = sum(len(row) for k in p.todo for row in p.rows[k])
     return p
 
@@ -314,7 +357,10 @@ def compute(
 
 
 def patch(service: ModelService, req: PatchRequest) -> PatchResponse:
-    return compute(service, plan(service, req))
+    """The plain endpoint's sweep: checked, then recorded and run with its memory held (server/memory.py)."""
+    c = check(service, req, MAX_SYNC_MACS)
+    with memory.hold(c.need):
+        return compute(service, planned(service, req, c, MAX_SYNC_MACS))
 
 
 def _site(cell: PatchCell) -> pt.Site:

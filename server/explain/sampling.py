@@ -12,6 +12,7 @@ from gptscope.model.sae import LoadedSAE
 from gptscope.model.sae import steering as sae_steering
 from gptscope.model.sampling import filter_logits, sample_next
 
+from .. import memory
 from ..errors import InputError
 from ..schemas.sampling import (
     CacheSize,
@@ -26,6 +27,7 @@ from ..schemas.stages import NextToken
 from ..service import ModelService
 from .common import check_index, given_ids, request_prompt, rounded, token_text
 from .digits import COARSE, FINE, VALUE
+from .forward import FLOAT, pass_bytes
 from .sae import steering_sae
 from .stages import final_stream, logits_at
 from .tokens import token_pieces
@@ -40,6 +42,14 @@ def _check_top_k(service: ModelService, s: SamplingSettings) -> None:
 def _entropy(p: torch.Tensor) -> float:
     p = p[p > 0]
     return round(float(-(p * p.log()).sum()), VALUE)
+
+
+def need(service: ModelService, T: int, field: str, cache: bool = False) -> memory.Need:
+    """One pass of T tokens (the last position's logits), and with `cache` a KV cache of the whole
+    context (every layer's keys and values, n_ctx positions)."""
+    cfg = service.model.cfg
+    kv = 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_head * cfg.n_ctx * FLOAT if cache else 0
+    return memory.Need(pass_bytes(cfg, T, every=False) + kv, field, f"a pass of {T:,} tokens", "a shorter prompt")
 
 
 def position_logits(service: ModelService, ids: list[int], position: int | None) -> torch.Tensor:
@@ -60,7 +70,8 @@ def position_logits(service: ModelService, ids: list[int], position: int | None)
 def next_token(service: ModelService, req: NextTokenRequest) -> NextTokenResponse:
     _check_top_k(service, req)
     ids, _, _ = request_prompt(service, req.text, req.messages, req.add_generation_prompt, req.bos, req.truncate)
-    last = position_logits(service, ids, req.position).float()
+    with memory.hold(need(service, len(ids), "messages" if req.messages is not None else "text")):
+        last = position_logits(service, ids, req.position).float()
     f = filter_logits(last, req.temperature, req.top_k, req.top_p)
     order = torch.argsort(f.probs_raw, descending=True, stable=True)[: req.show]
     cands = [
@@ -107,7 +118,11 @@ def generate_step(service: ModelService, req: GenerateStepRequest) -> GenerateSt
     given_ids(service, req.ids)  # every id in the vocabulary, no more than n_ctx of them
     ids = torch.tensor([req.ids], device=service.device)
     steer = steering_sae(service, req.steer.sae, req.steer.feature) if req.steer else None
-    with service.run() as model, steered(model, steer, req) as m:
+    with (
+        memory.hold(need(service, len(req.ids), "ids", cache=True)),
+        service.run() as model,
+        steered(model, steer, req) as m,
+    ):
         # a stepper's request repeats the last one's ids plus the token it drew: those keys and
         # values are reused, as GPT.generate keeps its cache from one token to the next (a steered
         # step computes its own: the cached keys and values were made without the feature)

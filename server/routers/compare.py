@@ -5,11 +5,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from ..deps import Models, Runs
-from ..explain.compare import compare as comparison
+from ..explain import compare as explain_compare
 from ..schemas.common import ERROR_RESPONSES, MAX_PROMPT_CHARS, NOT_FOUND
 from ..schemas.compare import CompareRequest, CompareResponse
 from ..schemas.training import CHECKPOINT_PATTERN
-from ..wire import Binary, answer, responses
+from ..wire import Binary, responses
+from .forward import held
 
 router = APIRouter(tags=["compare"])
 
@@ -22,7 +23,14 @@ router = APIRouter(tags=["compare"])
     "attention and its difference, logit lens, how far each weight moved",
 )
 def compare(req: CompareRequest, runs: Runs, models: Models, binary: Binary) -> CompareResponse:
-    return answer(comparison(runs, models, req), binary)
+    return _held(runs, models, req, binary)  # type: ignore[return-value]
+
+
+def _held(runs, models, req: CompareRequest, binary: bool, where: str = "body"):
+    """The comparison and its encoded answer with its memory held (explain/compare.py's need)."""
+    svcs = explain_compare.services(runs, models, req)
+    need = explain_compare.need(svcs, req, binary, where)
+    return held(need, lambda: explain_compare.compare(runs, models, req, svcs), binary)
 
 
 @router.get(
@@ -42,6 +50,5 @@ def compare_get(
     layer: Annotated[int, Query(ge=0)] = 0,
     head: Annotated[int, Query(ge=0)] = 0,
 ) -> CompareResponse:
-    return answer(
-        comparison(runs, models, CompareRequest(a=a, b=b, text=text, char=char, layer=layer, head=head)), binary
-    )
+    req = CompareRequest(a=a, b=b, text=text, char=char, layer=layer, head=head)
+    return _held(runs, models, req, binary, where="query")  # type: ignore[return-value]
