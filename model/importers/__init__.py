@@ -104,6 +104,24 @@ def convert(path: str | Path, meta_pkl: str | Path | None = None, tokenizer: str
     return nanogpt.convert_nanogpt(ckpt_path, Path(meta_pkl).expanduser() if meta_pkl else None)
 
 
+def _os_reason(e: OSError) -> str:
+    return f"{e.strerror} ({e.filename})" if e.strerror and e.filename else str(e)
+
+
+def _converted(path: str | Path, meta_pkl: str | Path | None, tokenizer: str | Path | None) -> tuple[Converted, dict]:
+    """convert and sample_check, every failure an ImportFailed naming what failed: a file that cannot be
+    read (a folder without permission) or a model too large for this machine's memory is no traceback."""
+    try:
+        conv = convert(path, meta_pkl, tokenizer)
+        return conv, sample_check(conv)
+    except OSError as e:
+        raise ImportFailed(f"{path} cannot be read: {_os_reason(e)}") from None
+    except (MemoryError, RuntimeError) as e:  # torch's allocator fails with a RuntimeError
+        if isinstance(e, RuntimeError) and "can't allocate memory" not in str(e):
+            raise
+        raise ImportFailed(f"{path} is too large to convert in this machine's memory") from None
+
+
 def import_model(
     path: str | Path,
     name: str,
@@ -122,9 +140,7 @@ def import_model(
     if dest.exists():
         raise ImportFailed(f"name: a model named {name!r} already exists at {dest}; choose another --name or delete it")
     t0 = time.time()
-    conv = convert(path, meta_pkl, tokenizer)
-    check = sample_check(conv)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    conv, check = _converted(path, meta_pkl, tokenizer)
     tmp = dest.parent / f".{name}.importing-{os.getpid()}"
     meta = {
         "name": name,
@@ -137,11 +153,16 @@ def import_model(
         "import_check": check,
     }
     try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
         ckpt.save(tmp, conv.model, meta, dtype=conv.dtype)
         ckpt.load(tmp)  # what the app will read: hashes, names and shapes
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):  # a data folder that cannot be written, a full disk
+            raise ImportFailed(f"the checkpoint cannot be written under {dest.parent}: {_os_reason(e)}") from None
+        if isinstance(e, ckpt.CheckpointError):
+            raise ImportFailed(f"the checkpoint written does not read back: {e}") from None
         raise
     tok = conv.meta.tokenizer or {}
     summary = {

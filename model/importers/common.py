@@ -1,8 +1,10 @@
 """What every importer shares: the error it raises, what a conversion gives, reading Hugging Face
 folders (config.json and its checked fields, RoPE's settings, safetensors, shards, tokenizer.json with
-tokenizer_config.json's BOS and chat template), copying tensors in by a name map (`fill` for GPT-2's,
-`hf_state` and `convert_hf` for the families whose config.json is checked field by field: the LLaMA
-family, GPT-NeoX, Gemma, Phi-3, OLMo 2), and the check of a converted model on a sample text."""
+tokenizer_config.json's BOS and chat template), a config's sizes checked against the tensors' shapes
+before anything of those sizes is made (`check_layers`, `check_shapes`: a hostile config's million
+layers cost nothing), copying tensors in by a name map (`fill` for GPT-2's, `hf_state` and `convert_hf`
+for the families whose config.json is checked field by field: the LLaMA family, GPT-NeoX, Gemma,
+Phi-3, OLMo 2, each with its `HFLayout`), and the check of a converted model on a sample text."""
 
 import json
 import math
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from .. import checkpoint as ckpt
@@ -22,11 +24,22 @@ from ..tokenizers import HFEncoding, encoding_from_spec
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 GPT2_VOCAB = 50257
+# the longest context a config may name: no tensor holds it where positions are turned (RoPE), so it is
+# capped instead (the longest published, Qwen2.5-1M's, is 1,010,000); the KV cache is sized by it
+MAX_CTX = 1 << 24
 SAMPLE_TEXT = "The quick brown fox jumps over the lazy dog. To be, or not to be, that is the question:\n"
 
 
 class ImportFailed(ValueError):
-    """The source cannot be imported; the message names the file, field or tensor."""
+    """The source cannot be imported; the message names the file, field or tensor (and is cut short
+    where it quotes a hostile file's value at length: a config.json field of a million entries)."""
+
+    MAX_CHARS = 2000
+
+    def __init__(self, message: str) -> None:
+        if len(message) > self.MAX_CHARS:
+            message = message[: self.MAX_CHARS] + f"... ({len(message) - self.MAX_CHARS:,} more characters)"
+        super().__init__(message)
 
 
 @dataclass
@@ -80,29 +93,40 @@ def config_from(label: str, values: Callable[[], dict]) -> GPTConfig:
         raise ImportFailed(f"{label}: {e}") from None
 
 
-def hf_int(cfg: dict, *names: str) -> int:
+def hf_int(cfg: dict, *names: str, most: int | None = None) -> int:
+    """config.json's first field of `names` that is set: a positive integer (at most `most`)."""
     for n in names:
         if n in cfg and cfg[n] is not None:
             v = cfg[n]
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ImportFailed(f"config.json field {n} is {v!r}; it must be a positive integer")
+            if most is not None and v > most:
+                raise ImportFailed(f"config.json field {n} is {v:,}; gptscope reads at most {most:,}")
             return v
     raise ImportFailed(f"config.json has no field {names[0]}")
 
 
+def check_fill(
+    own: dict[str, tuple[int, ...]], shapes: dict[str, tuple[int, ...]], names: dict[str, tuple[str, bool]], source: str
+) -> None:
+    """fill's name map against shapes alone (`own`: the model's, `shapes`: the source's), naming any
+    missing or misshapen tensor: with a model on the meta device and a file's header, nothing allocated."""
+    for ours, (theirs, transposed) in names.items():
+        if theirs not in shapes:
+            raise ImportFailed(f"tensor {theirs} is missing from {source}")
+        have, want = tuple(shapes[theirs]), own[ours]
+        if (have[::-1] if transposed and len(have) == 2 else have) != want or (transposed and len(have) != 2):
+            need = want[::-1] if transposed else want
+            raise ImportFailed(f"tensor {theirs} in {source} has shape {have}; the config needs {need}")
+
+
 def fill(model: GPT, tensors: dict[str, torch.Tensor], names: dict[str, tuple[str, bool]], source: str) -> None:
     """Copy the source tensors into the model by the name map, naming any missing or misshapen tensor."""
-    own = ckpt.weights_dict(model)
+    own = {k: tuple(v.shape) for k, v in ckpt.weights_dict(model).items()}
+    check_fill(own, {k: tuple(t.shape) for k, t in tensors.items()}, names, source)
     state = {}
     for ours, (theirs, transposed) in names.items():
-        if theirs not in tensors:
-            raise ImportFailed(f"tensor {theirs} is missing from {source}")
         t = tensors[theirs]
-        want = tuple(own[ours].shape)
-        have = tuple(t.shape[::-1]) if transposed and t.dim() == 2 else tuple(t.shape)
-        if have != want or (transposed and t.dim() != 2):
-            need = want[::-1] if transposed else want
-            raise ImportFailed(f"tensor {theirs} in {source} has shape {tuple(t.shape)}; the config needs {need}")
         if not t.is_floating_point():
             raise ImportFailed(f"tensor {theirs} in {source} has dtype {t.dtype}; weights must be floating point")
         state[ours] = (t.t() if transposed else t).float().contiguous()
@@ -125,15 +149,22 @@ def load_safetensors(p: Path) -> dict[str, torch.Tensor]:
         raise ImportFailed(f"{p.name} is not a readable safetensors file: {e}") from None
 
 
+INDEX = "model.safetensors.index.json"
+
+
+def _weight_map(folder: Path) -> dict:
+    wmap = read_json(folder / INDEX).get("weight_map")
+    if not isinstance(wmap, dict) or not wmap:
+        raise ImportFailed(f"{INDEX} has no weight_map (tensor name -> shard file)")
+    return wmap
+
+
 def read_hf_tensors(folder: Path) -> tuple[dict[str, torch.Tensor], str]:
     """Every tensor of a Hugging Face folder: model.safetensors, or the shards its
     model.safetensors.index.json lists (each tensor exactly where the index says)."""
     if (folder / "model.safetensors").is_file():
         return load_safetensors(folder / "model.safetensors"), "model.safetensors"
-    label = "model.safetensors.index.json"
-    wmap = read_json(folder / label).get("weight_map")
-    if not isinstance(wmap, dict) or not wmap:
-        raise ImportFailed(f"{label} has no weight_map (tensor name -> shard file)")
+    label, wmap = INDEX, _weight_map(folder)
     tensors: dict[str, torch.Tensor] = {}
     for shard in sorted({str(v) for v in wmap.values()}):
         for k, v in load_safetensors(plain_file(folder, shard, f"{label} field weight_map")).items():
@@ -144,6 +175,68 @@ def read_hf_tensors(folder: Path) -> tuple[dict[str, torch.Tensor], str]:
     if missing:
         raise ImportFailed(f"tensor {missing[0]} is listed in {label} but missing from {wmap[missing[0]]}")
     return tensors, "the shards of " + label
+
+
+# ---- sizes checked against the tensors before anything of those sizes is made ----------------------
+# A config names sizes; the weights hold them. A 1 KB config.json naming a million layers (or a width of
+# 10^6) cost gigabytes and minutes before a tensor was looked at: each size is checked against the
+# tensors' shapes, read from the safetensors headers (nothing loaded), before a name map or a model is made.
+
+Shapes = dict[str, tuple[int, ...]]
+
+
+def safetensors_shapes(p: Path) -> Shapes:
+    """Each tensor's shape in a safetensors file, read from its header: no tensor is loaded."""
+    try:
+        with safe_open(str(contained(p)), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (a safe_open has no __iter__)
+    except (SafetensorError, OSError) as e:
+        raise ImportFailed(f"{p.name} is not a readable safetensors file: {e}") from None
+
+
+def hf_shapes(folder: Path) -> tuple[Shapes, str]:
+    """Every tensor's shape in a Hugging Face folder (model.safetensors, or the shards of its index),
+    and what to call where they are."""
+    if (folder / "model.safetensors").is_file():
+        return safetensors_shapes(folder / "model.safetensors"), "model.safetensors"
+    shapes: Shapes = {}
+    for shard in sorted({str(v) for v in _weight_map(folder).values()}):
+        shapes.update(safetensors_shapes(plain_file(folder, shard, f"{INDEX} field weight_map")))
+    return shapes, "the shards of " + INDEX
+
+
+def check_layers(label: str, field: str, n_layer: int, shapes: Shapes, prefix: str, source: str) -> None:
+    """The config's number of layers (`field` of `label`) against the layers the weights hold (tensors
+    named <prefix><i>.*): a layer the config names must be there. (Layers beyond it are refused later,
+    as tensors the config does not describe.) Nothing per layer is made before this passes."""
+    layer = re.compile(re.escape(prefix) + r"(\d{1,9})\.")  # (a longer number is no layer: an extra tensor)
+    have = {int(m.group(1)) for k in shapes if (m := layer.match(k))}
+    if n_layer <= len(have) and all(i in have for i in range(n_layer)):
+        return
+    if not have:
+        held = "no layers"
+    elif have == set(range(len(have))):
+        held = f"layers 0..{len(have) - 1}"
+    else:
+        held = f"no layer {next(i for i in range(n_layer) if i not in have)}"
+    raise ImportFailed(f"{label} field {field} is {n_layer:,}, but {source} holds {held} ({prefix}N.*)")
+
+
+# a tensor's shape as the config says it: its name, the shape, and the field (or fields) that give each axis
+Want = tuple[str, tuple[int, ...], tuple[str, ...]]
+
+
+def check_shapes(label: str, wants: list[Want], shapes: Shapes, source: str) -> None:
+    """Tensors against the shapes the config gives them, naming the tensor and the config field of the
+    axis that disagrees; a missing tensor is refused by name."""
+    for name, want, fields in wants:
+        have = shapes.get(name)
+        if have is None:
+            raise ImportFailed(f"tensor {name} is missing from {source}")
+        if tuple(have) != want:
+            axis = next((i for i, (h, w) in enumerate(zip(have, want, strict=False)) if h != w), None)
+            why = f": its {fields[axis]} is {want[axis]:,}" if axis is not None else ""
+            raise ImportFailed(f"tensor {name} in {source} has shape {tuple(have)}; {label} needs {want}{why}")
 
 
 def sample_check(conv: Converted) -> dict:
@@ -238,7 +331,7 @@ def hf_sizes(raw: dict, kv_heads: bool = True) -> dict[str, Any]:
     n_head = hf_int(raw, "num_attention_heads")
     sizes: dict[str, Any] = dict(
         vocab_size=hf_int(raw, "vocab_size"),
-        n_ctx=hf_int(raw, "max_position_embeddings"),
+        n_ctx=hf_int(raw, "max_position_embeddings", most=MAX_CTX),
         n_layer=hf_int(raw, "num_hidden_layers"),
         n_head=n_head,
         d_model=hf_int(raw, "hidden_size"),
@@ -455,22 +548,77 @@ def hf_tokenizer(folder: Path, vocab_size: int, family: str = "Llama-family") ->
     return {**spec, "config": config} if config else spec
 
 
+@dataclass(frozen=True)
+class HFLayout:
+    """Where a Hugging Face family keeps what convert_hf reads, and what it is called."""
+
+    kind: str  # the source's kind in the checkpoint's meta ("huggingface-llama")
+    family: str = "Llama-family"  # the family's name in messages
+    embed: str = "model.embed_tokens.weight"  # the token embedding, (vocab_size, hidden_size)
+    head: str = "lm_head.weight"  # the unembedding (equal to `embed` in a tied model)
+    layers: str = "model.layers."  # layer i's tensors are <layers><i>.*
+    # layer 0's tensors whose shapes tell the config's sizes: (name within the layer, the shape for a
+    # config, the fields that give each axis); with the embedding, checked before anything is built
+    first: tuple[tuple[str, Callable[[GPTConfig], tuple[int, ...]], tuple[str, ...]], ...] = ()
+    buffers: re.Pattern | None = None  # tensors that are no parameters
+
+
+# the LLaMA layout's layer 0 (Llama, Qwen, Mistral, Gemma, OLMo 2): W_Q, W_K and the MLP's up-projection
+LLAMA_FIRST = (
+    (
+        "self_attn.q_proj.weight",
+        lambda c: (c.n_head * c.d_head, c.d_model),
+        ("num_attention_heads * head_dim", "hidden_size"),
+    ),
+    (
+        "self_attn.k_proj.weight",
+        lambda c: (c.n_kv_head * c.d_head, c.d_model),
+        ("num_key_value_heads * head_dim", "hidden_size"),
+    ),
+    ("mlp.up_proj.weight", lambda c: (c.d_mlp, c.d_model), ("intermediate_size", "hidden_size")),
+)
+
+
+def check_hf_sizes(cfg: GPTConfig, layout: HFLayout, shapes: Shapes, source: str) -> None:
+    """config.json's sizes against the tensors' shapes (the embedding's and layer 0's), naming the field
+    that disagrees: before a name map or a model is made."""
+    wants: list[Want] = [(layout.embed, (cfg.vocab_size, cfg.d_model), ("vocab_size", "hidden_size"))]
+    wants += [(f"{layout.layers}0.{name}", shape(cfg), fields) for name, shape, fields in layout.first]
+    check_shapes("config.json", wants, shapes, source)
+
+
+def check_pieces(names: dict[str, list[Piece]], shapes: Shapes, source: str) -> None:
+    """Every tensor of the name map is in the file's header with its shape, before any is loaded."""
+    for parts in names.values():
+        for name, shape, *_ in parts:
+            have = shapes.get(name)
+            if have is None:
+                raise ImportFailed(f"tensor {name} is missing from {source}")
+            if tuple(have) != shape:
+                raise ImportFailed(f"tensor {name} in {source} has shape {tuple(have)}; config.json needs {shape}")
+
+
 def convert_hf(
     folder: Path,
-    raw: dict,
-    cfg: GPTConfig,
-    names: dict[str, list[Piece]],
-    kind: str,
-    embed: str,
-    buffers: re.Pattern | None = None,
-    family: str = "Llama-family",
-    head: str = "lm_head.weight",
+    config: Callable[[dict], GPTConfig],
+    names: Callable[[GPTConfig], dict[str, list[Piece]]],
+    layout: HFLayout,
 ) -> Converted:
-    """A Hugging Face folder converted by its family's name map: the tokenizer, the tensors (checked and
-    counted), the model (weights in float32, stored in the file's own half precision when it has one)."""
-    tokenizer = hf_tokenizer(folder, cfg.vocab_size, family)
+    """A Hugging Face folder converted by its family's reader of config.json (`config`) and name map
+    (`names`): the sizes checked against the tensors' shapes in the files' headers first (the number of
+    layers before the config is read, the widths before the name map is made, every tensor of the map
+    before one is loaded), then the tokenizer, the tensors (checked and counted), the model (weights in
+    float32, stored in the file's own half precision when it has one)."""
+    raw = read_json(folder / "config.json")
+    shapes, source = hf_shapes(folder)
+    check_layers("config.json", "num_hidden_layers", hf_int(raw, "num_hidden_layers"), shapes, layout.layers, source)
+    cfg = config(raw)
+    tokenizer = hf_tokenizer(folder, cfg.vocab_size, layout.family)
+    check_hf_sizes(cfg, layout, shapes, source)
+    name_map = names(cfg)  # as many entries as layers, and the layers are the file's
+    check_pieces(name_map, shapes, source)
     tensors, source = read_hf_tensors(folder)
-    state, n_params = hf_state(cfg, names, tensors, source, embed, buffers, head)
+    state, n_params = hf_state(cfg, name_map, tensors, source, layout.embed, layout.buffers, layout.head)
     if n_params != count_params(cfg)["total"]:  # the two counts are written independently: a bug if they differ
         raise ImportFailed(
             f"{source} holds {n_params:,} parameters, but the config counts {count_params(cfg)['total']:,}"
@@ -486,7 +634,7 @@ def convert_hf(
     if cfg.tie_weights:  # assign=True replaced wte.weight's Parameter: tie the output layer to the new one
         model.lm_head.weight = model.wte.weight
     source_meta = {
-        "kind": kind,
+        "kind": layout.kind,
         "path": str(folder),
         "model_type": raw["model_type"],
         "architectures": raw.get("architectures"),

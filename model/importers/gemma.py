@@ -17,7 +17,9 @@ from typing import Any
 
 from ..gpt import GPTConfig
 from .common import (
+    LLAMA_FIRST,
     Converted,
+    HFLayout,
     ImportFailed,
     Piece,
     check_fields,
@@ -29,7 +31,6 @@ from .common import (
     hf_number,
     hf_rope,
     hf_sizes,
-    read_json,
 )
 from .llama import llama_names
 
@@ -100,8 +101,22 @@ def gemma_windows(raw: dict, mt: str, n_layer: int) -> dict[str, Any]:
         raise ImportFailed(f"config.json field sliding_window is {window!r}; it must be a positive integer")
     if "L" not in kinds:
         return {"window": window}
-    period = next(p for p in range(1, n_layer + 1) if (kinds[:p] * n_layer)[:n_layer] == kinds)
-    return {"window": window, "window_pattern": kinds[:period], "window_last_full": False}
+    return {"window": window, "window_pattern": kinds[: smallest_period(kinds)], "window_last_full": False}
+
+
+def smallest_period(s: str) -> int:
+    """The shortest p with s[i] == s[i - p] for every i >= p (s is a prefix of s[:p] repeated), in one
+    pass (Knuth-Morris-Pratt's border: p = len(s) - the longest proper prefix that is also a suffix),
+    where trying each p in turn took time and memory quadratic in the number of layers."""
+    border = [0] * len(s)
+    k = 0
+    for i in range(1, len(s)):
+        while k and s[i] != s[k]:
+            k = border[k - 1]
+        if s[i] == s[k]:
+            k += 1
+        border[i] = k
+    return len(s) - (border[-1] if s else 0)
 
 
 def _optional_number(raw: dict, key: str) -> float:
@@ -202,9 +217,8 @@ def gemma_names(cfg: GPTConfig) -> dict[str, list[Piece]]:
     return llama_names(cfg, GEMMA_NORMS, _gain)
 
 
+GEMMA_LAYOUT = HFLayout("huggingface-gemma", "Gemma", first=LLAMA_FIRST)
+
+
 def convert_hf_gemma(folder: Path) -> Converted:
-    raw = read_json(folder / "config.json")
-    cfg = gemma_config(raw)
-    return convert_hf(
-        folder, raw, cfg, gemma_names(cfg), "huggingface-gemma", "model.embed_tokens.weight", None, "Gemma"
-    )
+    return convert_hf(folder, gemma_config, gemma_names, GEMMA_LAYOUT)

@@ -13,10 +13,25 @@ from typing import Literal
 
 import torch
 
+from .. import checkpoint as ckpt
 from ..checkpoint import CheckpointMeta
 from ..gpt import GPT, GPTConfig
 from ..tokenizers import get_public_encoding
-from .common import GPT2_VOCAB, Converted, ImportFailed, config_from, fill, hf_int, load_safetensors, read_json
+from .common import (
+    GPT2_VOCAB,
+    Converted,
+    ImportFailed,
+    Want,
+    check_fill,
+    check_layers,
+    check_shapes,
+    config_from,
+    fill,
+    hf_int,
+    load_safetensors,
+    read_json,
+    safetensors_shapes,
+)
 
 MODEL_TYPES = ("gpt2",)  # the config.json model_type it reads
 HF_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # all the tanh approximation
@@ -59,7 +74,7 @@ def hf_config(raw: dict) -> GPTConfig:
             n_layer=hf_int(raw, "n_layer"),
             n_head=hf_int(raw, "n_head"),
             d_model=d,
-            d_mlp=raw.get("n_inner") or 4 * d,
+            d_mlp=hf_int(raw, "n_inner") if raw.get("n_inner") is not None else 4 * d,
             dropout=0.0,
             bias=True,
             norm="pre",
@@ -114,6 +129,18 @@ def _check_hf_vocab(folder: Path) -> None:
         )
 
 
+def gpt2_wants(cfg: GPTConfig) -> list[Want]:
+    """The tensors whose shapes tell config.json's sizes (Conv1D's weights stored (in, out)), with the
+    field of each axis."""
+    d = cfg.d_model
+    return [
+        ("wte.weight", (cfg.vocab_size, d), ("vocab_size", "n_embd")),
+        ("wpe.weight", (cfg.n_ctx, d), ("n_positions", "n_embd")),
+        ("h.0.attn.c_attn.weight", (d, 3 * d), ("n_embd", "3 * n_embd")),
+        ("h.0.mlp.c_fc.weight", (d, cfg.d_mlp), ("n_embd", "n_inner")),
+    ]
+
+
 def convert_hf_gpt2(folder: Path) -> Converted:
     raw = read_json(folder / "config.json")
     cfg = hf_config(raw)
@@ -124,11 +151,18 @@ def convert_hf_gpt2(folder: Path) -> Converted:
         )
     _check_hf_vocab(folder)
     st_path = folder / "model.safetensors"
+    # the sizes against the tensors' shapes in the file's header, before anything of those sizes is made
+    shapes = {k.removeprefix("transformer."): v for k, v in safetensors_shapes(st_path).items()}
+    check_layers("config.json", "n_layer", cfg.n_layer, shapes, "h.", "model.safetensors")
+    check_shapes("config.json", gpt2_wants(cfg), shapes, "model.safetensors")
+    names = hf_names(cfg)
+    # every tensor against a model on the meta device (no memory), before GPT(cfg) allocates one
+    own = {k: tuple(v.shape) for k, v in ckpt.empty_gpt(cfg).state_dict().items()}
+    check_fill(own, shapes, names, "model.safetensors")
     tensors = load_safetensors(st_path)
     # GPT2LMHeadModel files prefix every name with "transformer." (and may hold the tied lm_head);
     # GPT2Model files (openai-community/gpt2's) have no prefix
     tensors = {k.removeprefix("transformer."): v for k, v in tensors.items()}
-    names = hf_names(cfg)
     known = {theirs for theirs, _ in names.values()} | ({"lm_head.weight"} if cfg.tie_weights else set())
     extra = sorted(k for k in tensors if k not in known and not _HF_BUFFER.match(k))
     if extra:

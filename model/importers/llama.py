@@ -16,7 +16,9 @@ import torch
 
 from ..gpt import GPTConfig
 from .common import (
+    LLAMA_FIRST,
     Converted,
+    HFLayout,
     ImportFailed,
     Piece,
     check_fields,
@@ -28,7 +30,6 @@ from .common import (
     hf_number,
     hf_rope,
     hf_sizes,
-    read_json,
 )
 
 # model_type -> the one architecture of it gptscope reads (its causal language model)
@@ -180,9 +181,8 @@ def llama_names(
     return m
 
 
+LLAMA_LAYOUT = HFLayout("huggingface-llama", first=LLAMA_FIRST, buffers=_LLAMA_BUFFER)
+
+
 def convert_hf_llama(folder: Path) -> Converted:
-    raw = read_json(folder / "config.json")
-    cfg = llama_config(raw)
-    return convert_hf(
-        folder, raw, cfg, llama_names(cfg), "huggingface-llama", "model.embed_tokens.weight", _LLAMA_BUFFER
-    )
+    return convert_hf(folder, llama_config, llama_names, LLAMA_LAYOUT)

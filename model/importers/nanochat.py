@@ -30,7 +30,16 @@ from ..bpe import BPEMerges
 from ..checkpoint import CheckpointMeta
 from ..gpt import GPT, NANOCHAT_EPS, GPTConfig, has_value_embed
 from ..tokenizers import PACKAGED, encoding_from_spec
-from .common import Converted, ImportFailed, config_from, contained, read_json
+from .common import (
+    MAX_CTX,
+    Converted,
+    ImportFailed,
+    check_layers,
+    check_shapes,
+    config_from,
+    contained,
+    read_json,
+)
 from .nanogpt import unpickler_reason
 
 # The nanochat commits whose checkpoints this module reads (karpathy/nanochat, short hashes, oldest first):
@@ -184,6 +193,8 @@ def nanochat_config(mc: dict, label: str) -> GPTConfig:
         elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ImportFailed(f"{label} field model_config.{k} is {v!r}; it must be a positive integer")
     d, seq = mc["n_embd"], mc["sequence_len"]
+    if seq > MAX_CTX:  # no tensor holds it (RoPE): capped, as the KV cache is sized by it
+        raise ImportFailed(f"{label} field model_config.sequence_len is {seq:,}; gptscope reads at most {MAX_CTX:,}")
     if d % mc["n_head"] or d < SMEAR_CHANNELS:
         raise ImportFailed(
             f"{label} field model_config.n_embd is {d}: nanochat needs a multiple of n_head, at least {SMEAR_CHANNELS}"
@@ -234,6 +245,17 @@ def expected_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
                 {f"value_embeds.{i}.weight": (V, kv), f"{h}.attn.ve_gate.weight": (cfg.n_kv_head, VE_CHANNELS)}
             )
     return shapes
+
+
+def check_sizes(sd: dict[str, torch.Tensor], cfg: GPTConfig, meta_label: str, label: str) -> None:
+    """model_config's sizes against the tensors (its layers, the embedding's shape), naming the field,
+    before anything per layer is made (check_tensors then checks every tensor): a meta_<step>.json
+    naming a million layers cost a gigabyte and seconds before the tensors were looked at."""
+    shapes = {k: tuple(t.shape) for k, t in sd.items()}
+    check_layers(meta_label, "model_config.n_layer", cfg.n_layer, shapes, "transformer.h.", label)
+    V = -(-cfg.vocab_size // PAD_TO) * PAD_TO
+    embed = ("transformer.wte.weight", (V, cfg.d_model), (f"vocab_size padded to a multiple of {PAD_TO}", "n_embd"))
+    check_shapes(f"{meta_label} model_config", [embed], shapes, label)
 
 
 def check_tensors(sd: dict[str, torch.Tensor], cfg: GPTConfig, label: str) -> None:
@@ -311,6 +333,7 @@ def convert_nanochat(path: Path, tokenizer: Path | None = None) -> Converted:
         raise ImportFailed(f"{meta_file.name} has no model_config (nanochat's GPTConfig as a dict)")
     cfg = nanochat_config(mc, meta_file.name)
     sd = _load_state(contained(model_file))
+    check_sizes(sd, cfg, meta_file.name, model_file.name)
     check_tensors(sd, cfg, model_file.name)
     tok_path = tokenizer or find_tokenizer(folder)
     spec = read_tokenizer(tok_path, cfg.vocab_size)

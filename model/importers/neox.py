@@ -17,6 +17,7 @@ import torch
 from ..gpt import GPTConfig
 from .common import (
     Converted,
+    HFLayout,
     ImportFailed,
     Piece,
     check_fields,
@@ -27,7 +28,6 @@ from .common import (
     hf_number,
     hf_rope,
     hf_sizes,
-    read_json,
 )
 
 MODEL_TYPES = ("gpt_neox",)
@@ -139,18 +139,19 @@ def neox_names(cfg: GPTConfig) -> dict[str, list[Piece]]:
     return m
 
 
+NEOX_LAYOUT = HFLayout(
+    "huggingface-gpt-neox",
+    "GPT-NeoX",
+    embed="gpt_neox.embed_in.weight",
+    head="embed_out.weight",
+    layers="gpt_neox.layers.",
+    first=(
+        ("attention.query_key_value.weight", lambda c: (3 * c.d_model, c.d_model), ("3 * hidden_size", "hidden_size")),
+        ("mlp.dense_h_to_4h.weight", lambda c: (c.d_mlp, c.d_model), ("intermediate_size", "hidden_size")),
+    ),
+    buffers=_NEOX_BUFFER,
+)
+
+
 def convert_hf_neox(folder: Path) -> Converted:
-    raw = read_json(folder / "config.json")
-    cfg = neox_config(raw)
-    names = neox_names(cfg)
-    return convert_hf(
-        folder,
-        raw,
-        cfg,
-        names,
-        "huggingface-gpt-neox",
-        "gpt_neox.embed_in.weight",
-        _NEOX_BUFFER,
-        "GPT-NeoX",
-        "embed_out.weight",
-    )
+    return convert_hf(folder, neox_config, neox_names, NEOX_LAYOUT)

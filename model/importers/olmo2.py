@@ -11,7 +11,9 @@ from pathlib import Path
 
 from ..gpt import GPTConfig
 from .common import (
+    LLAMA_FIRST,
     Converted,
+    HFLayout,
     Piece,
     check_fields,
     check_values,
@@ -21,7 +23,6 @@ from .common import (
     hf_number,
     hf_rope,
     hf_sizes,
-    read_json,
 )
 from .llama import llama_names
 
@@ -74,9 +75,8 @@ def olmo2_names(cfg: GPTConfig) -> dict[str, list[Piece]]:
     return llama_names(cfg, {"ln1": "post_attention_layernorm", "ln2": "post_feedforward_layernorm"})
 
 
+OLMO2_LAYOUT = HFLayout("huggingface-olmo2", "OLMo 2", first=LLAMA_FIRST)
+
+
 def convert_hf_olmo2(folder: Path) -> Converted:
-    raw = read_json(folder / "config.json")
-    cfg = olmo2_config(raw)
-    return convert_hf(
-        folder, raw, cfg, olmo2_names(cfg), "huggingface-olmo2", "model.embed_tokens.weight", None, "OLMo 2"
-    )
+    return convert_hf(folder, olmo2_config, olmo2_names, OLMO2_LAYOUT)

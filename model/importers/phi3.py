@@ -14,6 +14,7 @@ from pathlib import Path
 from ..gpt import GPTConfig
 from .common import (
     Converted,
+    HFLayout,
     ImportFailed,
     Piece,
     check_fields,
@@ -24,7 +25,6 @@ from .common import (
     hf_number,
     hf_rope,
     hf_sizes,
-    read_json,
 )
 
 MODEL_TYPES = ("phi3",)
@@ -99,9 +99,20 @@ def phi3_names(cfg: GPTConfig) -> dict[str, list[Piece]]:
     return m
 
 
+PHI3_LAYOUT = HFLayout(
+    "huggingface-phi3",
+    "Phi-3",
+    first=(  # W_Q, W_K and W_V stacked; the gate above the up-projection
+        (
+            "self_attn.qkv_proj.weight",
+            lambda c: ((c.n_head + 2 * c.n_kv_head) * c.d_head, c.d_model),
+            ("(num_attention_heads + 2 * num_key_value_heads) * head size", "hidden_size"),
+        ),
+        ("mlp.gate_up_proj.weight", lambda c: (2 * c.d_mlp, c.d_model), ("2 * intermediate_size", "hidden_size")),
+    ),
+    buffers=_PHI3_BUFFER,
+)
+
+
 def convert_hf_phi3(folder: Path) -> Converted:
-    raw = read_json(folder / "config.json")
-    cfg = phi3_config(raw)
-    return convert_hf(
-        folder, raw, cfg, phi3_names(cfg), "huggingface-phi3", "model.embed_tokens.weight", _PHI3_BUFFER, "Phi-3"
-    )
+    return convert_hf(folder, phi3_config, phi3_names, PHI3_LAYOUT)
