@@ -12,20 +12,12 @@ from gptscope import __version__
 from gptscope.model import corpus as corpus_mod
 
 from . import contract, errors, memory
-from .attribution_jobs import GRAPHS
-from .circuit_jobs import SEARCHES
 from .config import STATIC_DIR, Settings
-from .finetune_jobs import FinetuneManager
-from .lenses import LENSES
+from .job_kinds import make_runners
 from .models import ModelRegistry
-from .patch_jobs import SWEEPS
 from .routers import api_routers, docs, pages
-from .runs import RunManager
-from .saes import SAES
 from .security import GuardMiddleware
 from .service import ModelService
-from .token_attribution_jobs import ATTRIBUTIONS
-from .transcoders import TRANSCODERS
 from .wire import Compress, ServerTiming
 
 log = logging.getLogger("gptscope")
@@ -46,17 +38,7 @@ def create_app(
             app.state.models.serve(service or settings.checkpoint)  # no local name: it would outlive a switch
             log.info("serving %s from %s", app.state.models.served.name, app.state.models.served.path)
         yield
-        for runner in (
-            app.state.runs,
-            app.state.finetune,
-            app.state.sae_jobs,
-            app.state.lens_jobs,
-            app.state.patch_jobs,
-            app.state.circuit_jobs,
-            app.state.attribution_jobs,
-            app.state.transcoder_jobs,
-            app.state.token_attribution_jobs,
-        ):
+        for runner in app.state.jobs.values():
             runner.shutdown()  # cancel every job still going; a run's snapshots stay loadable
 
     app = FastAPI(
@@ -84,15 +66,7 @@ def create_app(
     memory.BUDGET.configure(settings.memory_budget)  # one budget for the process (server/memory.py)
     app.state.door_token = door_token
     app.state.models = ModelRegistry(settings, own_process)  # every model the app loads
-    app.state.runs = RunManager(settings.data_dir)
-    app.state.finetune = FinetuneManager(settings.data_dir)
-    app.state.sae_jobs = SAES.runner()
-    app.state.lens_jobs = LENSES.runner()
-    app.state.patch_jobs = SWEEPS.runner()
-    app.state.circuit_jobs = SEARCHES.runner()
-    app.state.attribution_jobs = GRAPHS.runner()
-    app.state.transcoder_jobs = TRANSCODERS.runner()
-    app.state.token_attribution_jobs = ATTRIBUTIONS.runner()
+    app.state.jobs = make_runners(settings)  # every kind of background job (server/job_kinds.py)
     errors.install(app)
     contract.install(app)  # every operation's error answers in /openapi.json; a 405's Allow names every method
     for router in api_routers():

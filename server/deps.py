@@ -21,7 +21,7 @@ def get_models(request: Request) -> ModelRegistry:
 
 
 def get_runs(request: Request) -> RunManager:
-    return request.app.state.runs
+    return request.app.state.jobs["training"]  # server/job_kinds.py's TRAINING
 
 
 Service = Annotated[ModelService, Depends(get_service)]

@@ -34,8 +34,8 @@ from pydantic import BaseModel
 
 from . import memory
 from .config import ALL_CORES
+from .digits import SECONDS
 from .errors import Conflict, NotFound
-from .explain.digits import SECONDS
 from .schemas.common import NOT_FOUND, JobStatus
 from .wire import Binary, answer, responses
 
@@ -190,6 +190,7 @@ class JobRunner(Generic[S]):
         """Ask the job to stop and wait up to `wait` seconds for its thread."""
         job = self.get(job_id)
         job.cancel.set()
+        memory.BUDGET.wake()  # a job queued for memory sees its cancel now
         if job.thread is not None:
             job.thread.join(timeout=wait)
         return job

@@ -94,6 +94,11 @@ class MemoryBudget:
             self.total = total or default_total()
             self._cond.notify_all()
 
+    def wake(self) -> None:
+        """Wake the work waiting for bytes to look again (a job's cancel ends its wait at once)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def limit(self, job: bool) -> int:
         """The most one piece of work may hold: the whole budget for a request, less FLOOR for a job."""
         return max(0, self.total - FLOOR) if job else self.total

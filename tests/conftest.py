@@ -115,18 +115,12 @@ def client(app):
         yield c
 
 
-# A small uploaded corpus, "small": a few lines of proverbs, enough for a tokenizer and a tiny run.
-SMALL_TEXT = (
-    "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
-    "All that glitters is not gold. Fortune favours the bold. "
-) * 60
-
-
 @pytest.fixture(scope="module")
 def tclient(tmp_path_factory, service):
     """A client of an app of its own (its own data folder) holding the corpus "small"; the built-in
     model served again at the end."""
     from fastapi.testclient import TestClient
+    from small_text import SMALL_TEXT
 
     from gptscope.server.app import create_app
     from gptscope.server.config import BUILTIN_CHECKPOINT, Settings

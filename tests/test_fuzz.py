@@ -30,18 +30,11 @@ from fastapi import params
 
 from gptscope.background_server import BackgroundServer
 from gptscope.server.app import create_app
-from gptscope.server.attribution_jobs import GRAPHS
-from gptscope.server.circuit_jobs import SEARCHES
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
-from gptscope.server.finetune_jobs import FinetuneManager
+from gptscope.server.job_kinds import KINDS
 from gptscope.server.jobs import JobRunner
-from gptscope.server.lenses import LENSES
-from gptscope.server.runs import RunManager
-from gptscope.server.saes import SAES
 from gptscope.server.schemas.common import StrictRequest
 from gptscope.server.service import ModelService
-from gptscope.server.token_attribution_jobs import ATTRIBUTIONS
-from gptscope.server.transcoders import TRANSCODERS
 
 MAX_EXAMPLES = 10
 SEED = int(os.environ.get("GPTSCOPE_FUZZ_SEED", "17"))
@@ -132,14 +125,8 @@ def served():
     data = tempfile.mkdtemp(prefix="gptscope-fuzz-")
     service = ModelService(BUILTIN_CHECKPOINT)
     app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=data), service=service)
-    app.state.runs = idle(RunManager(Path(data)))
-    app.state.finetune = idle(FinetuneManager(Path(data)))
-    app.state.sae_jobs = idle(SAES.runner())
-    app.state.circuit_jobs = idle(SEARCHES.runner())
-    app.state.attribution_jobs = idle(GRAPHS.runner())
-    app.state.transcoder_jobs = idle(TRANSCODERS.runner())
-    app.state.lens_jobs = idle(LENSES.runner())
-    app.state.token_attribution_jobs = idle(ATTRIBUTIONS.runner())
+    settings = app.state.settings
+    app.state.jobs = {kind.name: idle(kind.make(settings)) for kind in KINDS}  # every kind, none at work
     server = BackgroundServer(app).start()
     yield server, service
     server.stop()

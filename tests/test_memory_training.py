@@ -11,7 +11,7 @@ import os
 import time
 
 import pytest
-from conftest import SMALL_TEXT
+from small_text import SMALL_TEXT
 
 from gptscope.model import sae as sae_mod
 from gptscope.model.train import TrainConfig, corpus_bytes, run_peak_bytes, train, train_memory

@@ -111,7 +111,7 @@ def test_unknown_corpus_and_checkpoint(tclient):
 
 
 def test_uploads_that_are_not_text_empty_or_too_big_write_nothing(tclient, monkeypatch, app):
-    folder = tclient.app.state.runs.corpora_dir
+    folder = tclient.app.state.jobs["training"].corpora_dir
     before = sorted(p.name for p in folder.iterdir())
     r = tclient.post("/api/v1/corpora", files={"file": ("b.bin", b"\xff\xfe\x00binary")}, data={"name": "binary"})
     assert r.status_code == 422 and "UTF-8" in r.json()["detail"][0]["msg"]
@@ -152,7 +152,7 @@ def test_a_warmup_stable_decay_run_from_the_app_records_its_schedule(tclient):
     assert r.status_code == 202, r.text
     body = wait(tclient, r.json()["id"])
     assert body["status"] == "done" and body["request"]["schedule"] == "wsd" and body["request"]["cooldown"] == 0.5
-    schedule = ckpt.read_meta(tclient.app.state.runs.runs_dir / r.json()["id"]).schedule
+    schedule = ckpt.read_meta(tclient.app.state.jobs["training"].runs_dir / r.json()["id"]).schedule
     assert schedule["kind"] == "warmup_stable_decay" and schedule["cooldown"] == 0.5
     lr = [h["lr"] for h in body["history"]]  # update k used the schedule's step k - 1
     peak = schedule["max_lr"]
@@ -175,7 +175,7 @@ def test_identical_shakespeare_requests_are_cached_and_runs_survive_a_restart(tc
     assert again.status_code == 200 and again.json()["id"] == run_id and again.json()["cached"] is True
     assert tclient.get(f"/api/v1/training/{run_id}").json()["cached"] is False
     # a new app on the same data folder knows the finished run
-    data_dir = tclient.app.state.runs.data_dir
+    data_dir = tclient.app.state.jobs["training"].data_dir
     with TestClient(create_app(Settings(data_dir=data_dir, allow_hosts=["testserver"]), service=service)) as c2:
         body = c2.get(f"/api/v1/training/{run_id}").json()
         assert body["status"] == "done" and body["step"] == 4 and len(body["history"]) == 4

@@ -28,6 +28,7 @@ from gptscope.model.patching import Cancelled
 
 from .. import memory
 from ..artefacts import Training
+from ..digits import FINE, SECONDS, VALUE
 from ..errors import InputError
 from ..jobs import Job, answer_fields
 from ..schemas.attribution import (
@@ -50,7 +51,6 @@ from ..service import ModelService
 from ..transcoders import TRANSCODERS as store
 from . import sae as explain_sae
 from .common import given_ids, next_tokens, prompt_ids, token_text
-from .digits import FINE, SECONDS, VALUE
 from .tokens import token_pieces
 
 # The answer's own memory beside the graph's (model/attribution.py's peak_bytes), per node and per edge:

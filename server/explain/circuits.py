@@ -22,6 +22,7 @@ from gptscope.model import circuits as cc
 from gptscope.model import patching as pt
 
 from .. import memory
+from ..digits import SECONDS, VALUE
 from ..errors import InputError
 from ..schemas.circuits import (
     METHODS,
@@ -36,7 +37,6 @@ from ..schemas.circuits import (
 )
 from ..service import ModelService
 from .common import arr, next_tokens
-from .digits import SECONDS, VALUE
 from .forward import ARRAY_JSON, TOKEN_VALUES, VALUE_BYTES
 from .patch import EPS, answer_tokens, check_tokens, metric_of, pair_ids
 from .tokens import token_pieces

@@ -11,11 +11,11 @@ import torch
 from gptscope.model.chat import ChatTemplateError
 from gptscope.model.tokenizers import HFEncoding
 
+from ..digits import COARSE, EXACT, FINE, VALUE
 from ..errors import InputError
 from ..schemas.arrays import Arr
 from ..schemas.stages import NextToken
 from ..service import ModelService
-from .digits import COARSE, EXACT, FINE, VALUE
 from .tokens import check_text, encode, token_bytes
 
 

@@ -12,6 +12,7 @@ from gptscope.model.gpt import count_params
 
 from .. import memory
 from ..config import BUILTIN_CHECKPOINT
+from ..digits import FINE, VALUE
 from ..errors import InputError
 from ..models import ModelRegistry
 from ..runs import RunManager
@@ -20,7 +21,6 @@ from ..service import ModelService
 from . import parts as forward_parts
 from . import stages
 from .common import attention_rows, check_index, next_tokens, prompt_ids
-from .digits import FINE, VALUE
 from .forward import ARRAY_BINARY, ARRAY_JSON, Plan, run_trace
 from .forward import need as trace_need
 from .model_info import model_info

@@ -7,12 +7,12 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..digits import COARSE, SIMILARITY, VALUE
 from ..errors import InputError
 from ..schemas.embeddings import Neighbour, NeighboursResponse, PositionsResponse, ProjectedToken, ProjectionResponse
 from ..service import ModelService, per_model
 from . import tokens as tok
 from .common import rounded, token_text
-from .digits import COARSE, SIMILARITY, VALUE
 
 
 @per_model(maxsize=1)

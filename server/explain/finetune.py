@@ -5,6 +5,7 @@ from __future__ import annotations
 from gptscope.model import tasks as tasks_mod
 from gptscope.model.finetune import frame
 
+from ..digits import COARSE
 from ..errors import InputError
 from ..finetune_jobs import Comparison, FinetuneManager
 from ..jobs import Job, answer_fields
@@ -20,7 +21,6 @@ from ..schemas.finetune import (
 )
 from ..schemas.forward import ForwardRequest
 from ..service import ModelService
-from .digits import COARSE
 from .forward import forward
 
 N_EXAMPLES = 6

@@ -11,9 +11,9 @@ from gptscope.model import history
 from gptscope.model import texts as texts_data
 from gptscope.model.formulas import nll
 
+from ..digits import COARSE, VALUE
 from ..schemas import genealogy as schemas
 from .common import rounded
-from .digits import COARSE, VALUE
 
 
 def _src(s: g.Source) -> schemas.SourceRef:

@@ -13,6 +13,7 @@ from gptscope.model.tokenizers import CharEncoding
 
 from .. import memory
 from ..config import LARGE_MODEL_PARAMS
+from ..digits import COARSE
 from ..errors import InputError, NotFound
 from ..models import ModelRegistry
 from ..runs import RUN_ID, RunManager
@@ -28,7 +29,6 @@ from ..schemas.heads import (
 )
 from ..service import LRU, ModelService, per_model
 from .common import prompt_ids, token_text
-from .digits import COARSE
 from .forward import FLOAT, pass_bytes
 from .tokens import token_pieces
 from .training import snapshot_path

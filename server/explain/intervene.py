@@ -7,11 +7,11 @@ import torch
 from gptscope.model.gpt import HookFn, hook_name
 
 from .. import memory
+from ..digits import FINE, VALUE
 from ..errors import InputError
 from ..schemas.intervene import Compared, InterveneRequest, InterveneResponse, RunSummary
 from ..service import ModelService
 from .common import next_tokens, request_prompt, token_text
-from .digits import FINE, VALUE
 from .forward import FLOAT, pass_bytes
 from .tokens import token_pieces
 

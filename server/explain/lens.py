@@ -6,11 +6,11 @@ from __future__ import annotations
 from gptscope.model.tuned_lens import LoadedLens
 
 from ..artefacts import Training
+from ..digits import FINE
 from ..jobs import Job, answer_fields
 from ..lenses import LENSES as store
 from ..schemas.lens import LensFigures, LensInfo, LensJob, LensList, LensStageFigures
 from ..service import ModelService
-from .digits import FINE
 
 
 def lens_figures(q: dict) -> LensFigures:

@@ -20,6 +20,7 @@ from gptscope.model.bpe import BPEMerges
 from gptscope.model.tokenizers import AnyEncoding, CharEncoding, HFEncoding, lowest_rank_merges
 
 from ..config import MAX_MERGES_PRETOKEN_BYTES
+from ..digits import COARSE
 from ..errors import InputError
 from ..schemas.tokenize import (
     CharacterLevel,
@@ -41,7 +42,6 @@ from ..schemas.tokenize import (
 )
 from ..service import ModelService, per_model
 from . import tokens as tok
-from .digits import COARSE
 
 TITLES = {
     "gpt2": "GPT-2 (2019), reused by GPT-3",

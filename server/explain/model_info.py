@@ -6,9 +6,9 @@ from gptscope import __version__
 from gptscope.model.gpt import count_params
 from gptscope.model.schedules import SCHEDULE_KINDS
 
+from ..digits import VALUE
 from ..schemas.health import ClassifierInfo, Health, ModelInfo
 from ..service import ModelService
-from .digits import VALUE
 
 
 def model_info(service: ModelService) -> ModelInfo:

@@ -15,6 +15,7 @@ import torch
 from gptscope.model.gpt import GPTConfig, count_params, has_value_embed, layer_rope_base, layer_window
 from gptscope.model.sampling import filter_logits
 
+from ..digits import COARSE, FINE
 from ..saes import SAES
 from ..schemas.overview import (
     ArchBlock,
@@ -28,7 +29,6 @@ from ..schemas.overview import (
 )
 from ..service import ModelService
 from .common import rounded, token_text
-from .digits import COARSE, FINE
 from .stages import Trace, block, final_norm, final_stream
 from .tokens import token_pieces
 

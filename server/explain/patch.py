@@ -22,6 +22,7 @@ from gptscope.model import patching as pt
 from gptscope.model.gpt import GPT
 
 from .. import memory
+from ..digits import FINE, SECONDS, VALUE
 from ..errors import InputError
 from ..schemas.patch import (
     MEANINGS,
@@ -37,7 +38,6 @@ from ..schemas.patch import (
 )
 from ..service import LRU, ModelService
 from .common import arr, check_index, given_ids, next_tokens, prompt_ids, token_text
-from .digits import FINE, SECONDS, VALUE
 from .forward import ARRAY_JSON, TOKEN_VALUES, VALUE_BYTES
 from .tokens import token_pieces
 

@@ -13,6 +13,7 @@ from gptscope.model.gpt import GPT
 from gptscope.model.sae import LoadedSAE
 
 from ..artefacts import Training
+from ..digits import COARSE, FINE, VALUE
 from ..errors import InputError
 from ..jobs import Job, answer_fields
 from ..saes import SAES as store
@@ -33,7 +34,6 @@ from ..schemas.sae import (
 )
 from ..service import ModelService
 from .common import token_text
-from .digits import COARSE, FINE, VALUE
 from .tokens import token_pieces
 
 LABEL_TOKENS = 3  # tokens named in a feature's summary

@@ -13,6 +13,7 @@ from gptscope.model.sae import steering as sae_steering
 from gptscope.model.sampling import filter_logits, sample_next
 
 from .. import memory
+from ..digits import COARSE, FINE, VALUE
 from ..errors import InputError
 from ..schemas.sampling import (
     CacheSize,
@@ -26,7 +27,6 @@ from ..schemas.sampling import (
 from ..schemas.stages import NextToken
 from ..service import ModelService
 from .common import check_index, given_ids, request_prompt, rounded, token_text
-from .digits import COARSE, FINE, VALUE
 from .forward import FLOAT, pass_bytes
 from .sae import steering_sae
 from .stages import final_stream, logits_at

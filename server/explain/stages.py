@@ -30,6 +30,7 @@ from gptscope.model.gpt import (
     rope_frequencies,
 )
 
+from ..digits import COARSE, FINE, VALUE
 from ..lenses import LENSES
 from ..saes import SAES
 from ..schemas.arrays import Arr
@@ -68,7 +69,6 @@ from ..schemas.stages import (
 )
 from ..service import ModelService
 from .common import arr, attention_rows, next_tokens, rounded, token_text
-from .digits import COARSE, FINE, VALUE
 from .lens import lens_figures
 from .sae import active_features
 

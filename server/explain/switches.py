@@ -11,6 +11,7 @@ import torch
 
 from gptscope.model.gpt import MLP, GPTConfig, causal_allowed, layer_rope_base, layer_window
 
+from ..digits import COARSE, FINE, VALUE
 from ..schemas.stages import (
     AttnSoftcapDetail,
     BlockSwitchesBlock,
@@ -21,7 +22,6 @@ from ..schemas.stages import (
     SwitchNote,
 )
 from .common import arr
-from .digits import COARSE, FINE, VALUE
 from .stages import Trace, block, softcap_detail
 
 CHANGED = 0.1  # a score the cap moved by more than this share of itself counts as changed

@@ -18,6 +18,7 @@ import torch
 from gptscope.model import token_attribution as ta
 
 from .. import memory
+from ..digits import FINE, VALUE
 from ..errors import InputError
 from ..schemas.token_attribution import (
     AttributionRow,
@@ -29,7 +30,6 @@ from ..schemas.token_attribution import (
 )
 from ..service import ModelService
 from .common import check_index, given_ids, prompt_ids, token_text
-from .digits import FINE, VALUE
 from .tokens import token_pieces
 
 # The work a request may ask for, in multiply-adds of the blocks it runs (token-positions run forward,

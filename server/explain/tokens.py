@@ -6,11 +6,11 @@ import regex
 
 from gptscope.model.tokenizers import PUBLIC_ENCODINGS, AnyEncoding, HFEncoding, UnknownCharacters, get_public_encoding
 
+from ..digits import COARSE
 from ..errors import InputError
 from ..schemas.common import TokenPiece
 from ..schemas.tokenize import PreToken, TokenCounts, TokenizeResponse
 from ..service import ModelService
-from .digits import COARSE
 
 
 def encoding_names() -> list[str]:

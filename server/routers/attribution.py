@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path
 
 from gptscope.model.transcoders import TranscoderTrainConfig
 
@@ -13,6 +13,7 @@ from ..artefacts import Training
 from ..attribution_jobs import GRAPHS
 from ..deps import Runs, Service
 from ..explain import attribution as explain_attribution
+from ..job_kinds import ATTRIBUTION_GRAPHS, TRANSCODER_TRAINING
 from ..jobs import Answered, JobRunner, Route, analysis_routes, job_routes
 from ..saes import corpus_for
 from ..schemas.attribution import (
@@ -34,8 +35,7 @@ from ..wire import Binary, answer, responses
 router = APIRouter(tags=["attribution"])
 
 
-def get_jobs(request: Request) -> JobRunner[Answered[AttributionResponse]]:
-    return request.app.state.attribution_jobs
+get_jobs = ATTRIBUTION_GRAPHS.runner
 
 
 Jobs = Annotated[JobRunner[Answered[AttributionResponse]], Depends(get_jobs)]
@@ -51,8 +51,7 @@ def transcoder_sets(service: Service) -> TranscoderList:
     return explain_attribution.listing(service)
 
 
-def get_training(request: Request) -> JobRunner[Training]:
-    return request.app.state.transcoder_jobs
+get_training = TRANSCODER_TRAINING.runner
 
 
 SetJobs = Annotated[JobRunner[Training], Depends(get_training)]

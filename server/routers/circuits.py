@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from ..circuit_jobs import SEARCHES
 from ..deps import Service
 from ..explain import circuits as explain_circuits
+from ..job_kinds import CIRCUITS
 from ..jobs import Answered, JobRunner, analysis_routes
 from ..schemas.circuits import CircuitJob, CircuitRequest, CircuitResponse
 from ..schemas.common import ERROR_RESPONSES
@@ -18,8 +19,7 @@ from ..wire import Binary, answer, responses
 router = APIRouter(tags=["circuits"])
 
 
-def get_jobs(request: Request) -> JobRunner[Answered[CircuitResponse]]:
-    return request.app.state.circuit_jobs
+get_jobs = CIRCUITS.runner
 
 
 Jobs = Annotated[JobRunner[Answered[CircuitResponse]], Depends(get_jobs)]

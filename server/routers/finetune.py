@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, File, Form, UploadFile
 
 from gptscope.model import checkpoint as ckpt
 
@@ -13,6 +13,7 @@ from ..deps import Runs, Service
 from ..errors import InputError
 from ..explain import finetune as explain_finetune
 from ..finetune_jobs import FinetuneManager
+from ..job_kinds import FINETUNE
 from ..jobs import Route, job_routes
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
 from ..schemas.finetune import (
@@ -29,8 +30,7 @@ from ..schemas.finetune import (
 router = APIRouter(tags=["fine-tuning"])
 
 
-def get_finetune(request: Request) -> FinetuneManager:
-    return request.app.state.finetune
+get_finetune = FINETUNE.runner
 
 
 Jobs = Annotated[FinetuneManager, Depends(get_finetune)]

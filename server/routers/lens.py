@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from gptscope.model.tuned_lens import LensTrainConfig
 
 from ..artefacts import Training
 from ..deps import Runs, Service
 from ..explain import lens as explain_lens
+from ..job_kinds import LENS_TRAINING
 from ..jobs import JobRunner, Route, job_routes
 from ..lenses import LENSES as store
 from ..saes import corpus_for
@@ -20,8 +21,7 @@ from ..schemas.lens import LensInfo, LensJob, LensList, LensTrainRequest
 router = APIRouter(tags=["lens"])
 
 
-def get_jobs(request: Request) -> JobRunner[Training]:
-    return request.app.state.lens_jobs
+get_jobs = LENS_TRAINING.runner
 
 
 Jobs = Annotated[JobRunner[Training], Depends(get_jobs)]

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from ..deps import Service
 from ..explain import patch as explain_patch
 from ..explain import patch_pairs
+from ..job_kinds import PATCH
 from ..jobs import Answered, JobRunner, analysis_routes
 from ..patch_jobs import SWEEPS
 from ..schemas.common import ERROR_RESPONSES
@@ -19,8 +20,7 @@ from ..wire import Binary, answer, responses
 router = APIRouter(tags=["patching"])
 
 
-def get_jobs(request: Request) -> JobRunner[Answered[PatchResponse]]:
-    return request.app.state.patch_jobs
+get_jobs = PATCH.runner
 
 
 Jobs = Annotated[JobRunner[Answered[PatchResponse]], Depends(get_jobs)]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 
 from gptscope.model.sae import SAETrainConfig
 
 from ..artefacts import Training
 from ..deps import Runs, Service
 from ..explain import sae as explain_sae
+from ..job_kinds import SAE_TRAINING
 from ..jobs import JobRunner, Route, job_routes
 from ..saes import SAES as store
 from ..saes import corpus_for
@@ -20,8 +21,7 @@ from ..schemas.sae import FeatureDetail, FeatureList, SaeInfo, SaeJob, SaeList, 
 router = APIRouter(tags=["sae"])
 
 
-def get_jobs(request: Request) -> JobRunner[Training]:
-    return request.app.state.sae_jobs
+get_jobs = SAE_TRAINING.runner
 
 
 Jobs = Annotated[JobRunner[Training], Depends(get_jobs)]

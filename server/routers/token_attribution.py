@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from ..deps import Service
 from ..explain import token_attribution as explain_ta
+from ..job_kinds import TOKEN_ATTRIBUTION
 from ..jobs import Answered, JobRunner, analysis_routes
 from ..schemas.common import ERROR_RESPONSES
 from ..schemas.token_attribution import TokenAttributionJob, TokenAttributionRequest, TokenAttributionResponse
@@ -18,8 +19,7 @@ from ..wire import Binary, answer, responses
 router = APIRouter(tags=["token attribution"])
 
 
-def get_jobs(request: Request) -> JobRunner[Answered[TokenAttributionResponse]]:
-    return request.app.state.token_attribution_jobs
+get_jobs = TOKEN_ATTRIBUTION.runner
 
 
 Jobs = Annotated[JobRunner[Answered[TokenAttributionResponse]], Depends(get_jobs)]
