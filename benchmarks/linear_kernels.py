@@ -1,6 +1,6 @@
 """Benchmark: the model's matrix multiplies through PyTorch's default BLAS and through oneDNN.
 
-`gptscope.model.gpt.Linear` sends an inference-time float32 matmul of at least ONEDNN_MIN_WEIGHTS
+`gptscope.model.layers.Linear` sends an inference-time float32 matmul of at least ONEDNN_MIN_WEIGHTS
 weights to oneDNN. This prints, in one process, both kernels on the shapes of GPT-2 small, SmolLM2-135M
 and the built-in model (GFLOP/s, median of repeats), then the explain-mode forward of GPT-2 small's
 shape (random weights, last position's hidden state, as a trace needs) with the switch off and on,
@@ -19,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from gptscope.model import gpt
+from gptscope.model import gpt, layers
 
 # (rows, in, out): GPT-2 small's W_QKV, W_O, W_up, W_down at 128 tokens and at one (a generation
 # step), its unembedding at one row; SmolLM2-135M's; the built-in model's at 64 tokens
@@ -53,12 +53,12 @@ def kernels(n: int) -> dict:
         x, w, b = torch.randn(m, k), torch.randn(o, k), torch.randn(o)
         flop = 2 * m * k * o / 1e9
         blas = timed(lambda x=x, w=w, b=b: F.linear(x, w, b), n)
-        dnn = timed(lambda x=x, w=w, b=b: gpt._onednn_linear(x, w, b, "none", [], ""), n)
+        dnn = timed(lambda x=x, w=w, b=b: layers._onednn_linear(x, w, b, "none", [], ""), n)
         out[name] = {
             "weights": k * o,
             "blas_gflops": round(flop / blas, 1),
             "onednn_gflops": round(flop / dnn, 1),
-            "onednn_used": k * o >= gpt.ONEDNN_MIN_WEIGHTS,
+            "onednn_used": k * o >= layers.ONEDNN_MIN_WEIGHTS,
         }
     return out
 
@@ -68,14 +68,14 @@ def forward(tokens: int, rounds: int) -> dict:
     cfg = gpt.GPTConfig(n_layer=12, n_head=12, d_model=768, n_ctx=1024, vocab_size=50257)
     model = gpt.GPT(cfg).eval().set_mode("explain")
     idx = torch.randint(0, cfg.vocab_size, (1, tokens))
-    threshold = gpt.ONEDNN_MIN_WEIGHTS
+    threshold = layers.ONEDNN_MIN_WEIGHTS
     times: dict[str, list[float]] = {"blas": [], "onednn": []}
     with torch.inference_mode():
         for _ in range(rounds):
             for path, th in (("blas", 1 << 62), ("onednn", threshold)):
-                gpt.ONEDNN_MIN_WEIGHTS = th
+                layers.ONEDNN_MIN_WEIGHTS = th
                 times[path].append(timed(lambda: model.hidden(idx, last_only=True), 5))
-    gpt.ONEDNN_MIN_WEIGHTS = threshold
+    layers.ONEDNN_MIN_WEIGHTS = threshold
     med = {p: statistics.median(v) * 1000 for p, v in times.items()}
     return {
         "tokens": tokens,
@@ -92,13 +92,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--n", type=int, default=30, help="repeats per kernel shape")
     a = p.parse_args()
-    if gpt._onednn_linear is None:
+    if layers._onednn_linear is None:
         raise SystemExit("this PyTorch has no oneDNN: Linear always uses the default path")
     print(
         json.dumps(
             {
                 "threads": torch.get_num_threads(),
-                "min_weights": gpt.ONEDNN_MIN_WEIGHTS,
+                "min_weights": layers.ONEDNN_MIN_WEIGHTS,
                 "kernels": kernels(a.n),
                 "gpt2_forward": forward(a.tokens, a.rounds),
             },

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from gptscope.model import gpt
+from gptscope.model import layers
 from gptscope.model.gpt import GPT, GPTConfig, HookPoint, KVCache, count_params, preset_config
 from gptscope.model.sampling import filter_logits, sample_next
 
@@ -197,7 +197,7 @@ def test_fast_mode_uses_sdpa_and_capture_records_only_what_it_names(monkeypatch)
     assert no_hooks_left(model)
 
 
-@pytest.mark.skipif(gpt._onednn_linear is None, reason="this PyTorch has no oneDNN")
+@pytest.mark.skipif(layers._onednn_linear is None, reason="this PyTorch has no oneDNN")
 @pytest.mark.parametrize("name", ["pre-tanh", "pre-exact-nobias-untied"])
 def test_onednn_linear_gives_the_default_paths_numbers(monkeypatch, name):
     """Linear multiplies through oneDNN only for inference (no autograd, no autocast) in float32, and
@@ -214,9 +214,9 @@ def test_onednn_linear_gives_the_default_paths_numbers(monkeypatch, name):
         calls.append(a[1].shape)
         return onednn(*a)
 
-    onednn = gpt._onednn_linear
-    monkeypatch.setattr(gpt, "_onednn_linear", spy)
-    monkeypatch.setattr(gpt, "ONEDNN_MIN_WEIGHTS", 0)
+    onednn = layers._onednn_linear
+    monkeypatch.setattr(layers, "_onednn_linear", spy)
+    monkeypatch.setattr(layers, "ONEDNN_MIN_WEIGHTS", 0)
     with torch.inference_mode(), model.capture(names) as forced:
         model(idx)
     assert len(calls) == model.cfg.n_layer * 4 + 1  # W_QKV, W_O, W_up, W_down per block, W_U
@@ -230,7 +230,7 @@ def test_onednn_linear_gives_the_default_paths_numbers(monkeypatch, name):
     with torch.no_grad():
         model(idx, last_only=True)
     assert len(calls) == model.cfg.n_layer * 4 + 1  # only the last, plain no_grad call
-    monkeypatch.setattr(gpt, "ONEDNN_MIN_WEIGHTS", 1 << 19)
+    monkeypatch.setattr(layers, "ONEDNN_MIN_WEIGHTS", 1 << 19)
     calls.clear()
     with torch.no_grad():
         model(idx)
