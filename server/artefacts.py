@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from gptscope.model import checkpoint as ckpt
+from gptscope.model.errors import SettingError
 from gptscope.model.gpt import GPTConfig
 from gptscope.model.train import corpus_bytes
 
@@ -61,7 +62,7 @@ class ArtefactStore(Generic[L]):
     meta_file: str  # the JSON whose version a load is kept for
     read_meta: Callable[[Path], dict]  # raises `error` when the folder is not one of this kind
     load_folder: Callable[[Path], L]  # raises `error`
-    error: type[Exception]  # what model/ raises for a folder it cannot read or a config it cannot train
+    error: type[SettingError]  # what model/ raises for a folder it cannot read or a config it cannot train
     misfit: Callable[[ModelService, L], str | None]  # why a listed one cannot read the served model, or None
     train_hint: str  # how to make one, for "the served model has no ..."
     train_and_save: Callable[..., dict]  # (checkpoint, corpus, config, folder, command, on_progress, should_stop)
@@ -176,7 +177,7 @@ class ArtefactStore(Generic[L]):
         try:
             tc.validate(service.model)
         except self.error as e:
-            raise InputError(getattr(e, "field", "config"), str(e)) from None
+            raise InputError(e.field, e.message) from None
         name = name or self.default_name(tc)
         if name in RESERVED or not re.fullmatch(SAE_NAME, name):
             raise InputError("name", f"{name!r} is reserved or not a valid name")

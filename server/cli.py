@@ -4,11 +4,14 @@ transcoders or a tuned lens."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .config import BUILTIN_CHECKPOINT, KEEP_ALIVE_S, SWITCH_INTERVAL_S, Settings
 
@@ -294,17 +297,46 @@ def train_artefact(a: argparse.Namespace, store, tc, bar_desc: str, figures: Cal
     return 0
 
 
+def add_settings(parser: argparse.ArgumentParser, config: type, exclude: tuple[str, ...] = ()) -> None:
+    """An option per setting of an add-on's config dataclass (model/settings.py), but those declared
+    cli=False and `exclude`: --batch-tokens for batch_tokens, with its type (a Literal's values as
+    choices), its default (none: required) and its help with its limit and default."""
+    from gptscope.model.settings import declared, limit
+
+    hints = typing.get_type_hints(config)
+    for f in dataclasses.fields(config):
+        meta = declared(config).get(f.name)
+        if meta is None or not meta["cli"] or f.name in exclude:
+            continue
+        kind = hints[f.name]
+        kw: dict[str, Any] = {"dest": f.name}
+        if typing.get_origin(kind) is typing.Literal:
+            kw["choices"] = list(typing.get_args(kind))
+        else:
+            kw["type"] = kind
+        said = [limit(meta).removeprefix("must be ")] if any(meta[b] is not None for b in ("ge", "gt", "le")) else []
+        if f.default is dataclasses.MISSING:
+            kw["required"] = True
+        else:
+            kw["default"] = f.default
+            said.append(f"default {f.default:g}" if isinstance(f.default, float) else f"default {f.default}")
+        kw["help"] = f"{meta['help']} ({'; '.join(said)})" if said else meta["help"]
+        parser.add_argument("--" + f.name.replace("_", "-"), **kw)
+
+
+def settings_of(a: argparse.Namespace, config: type) -> dict[str, Any]:
+    """The settings of `config` that add_settings made options for, as parsed."""
+    return {f.name: getattr(a, f.name) for f in dataclasses.fields(config) if hasattr(a, f.name)}
+
+
 def cmd_sae(a: argparse.Namespace) -> int:
     """Train a sparse autoencoder on one layer's residual stream."""
     from gptscope.model import sae as sae_mod
 
     from .saes import SAES
 
-    tc = sae_mod.SAETrainConfig(
-        layer=a.layer, expansion=a.expansion, activation=a.activation, k=a.k, l1_coefficient=a.l1, lr=a.lr,
-        batch_tokens=a.batch_tokens, max_tokens=a.max_tokens, time_budget=a.time_budget, seed=a.seed,
-        eval_sequences=a.eval_sequences, ce_sequences=min(32, a.eval_sequences),
-    )  # fmt: skip
+    tc = sae_mod.SAETrainConfig(**settings_of(a, sae_mod.SAETrainConfig))
+    tc.ce_sequences = min(tc.ce_sequences, tc.eval_sequences)
     figures = lambda e: {"fvu": e["fvu"], "l0": e["l0"], "dead": e["dead"]}  # noqa: E731
     return train_artefact(a, SAES, tc, f"SAE on blocks.{a.layer}.hook_resid_post", figures)
 
@@ -315,11 +347,8 @@ def cmd_transcoders(a: argparse.Namespace) -> int:
 
     from .transcoders import TRANSCODERS
 
-    tc = tc_mod.TranscoderTrainConfig(
-        expansion=a.expansion, activation=a.activation, k=a.k, lr=a.lr, batch_tokens=a.batch_tokens,
-        max_tokens=a.max_tokens, time_budget=a.time_budget, seed=a.seed, eval_sequences=a.eval_sequences,
-        ce_sequences=min(32, a.eval_sequences),
-    )  # fmt: skip
+    tc = tc_mod.TranscoderTrainConfig(**settings_of(a, tc_mod.TranscoderTrainConfig))
+    tc.ce_sequences = min(tc.ce_sequences, tc.eval_sequences)
     return train_artefact(a, TRANSCODERS, tc, "transcoders for {n_layer} MLPs", lambda e: {"fvu": max(e["fvu"])})
 
 
@@ -329,10 +358,7 @@ def cmd_lens(a: argparse.Namespace) -> int:
 
     from .lenses import LENSES
 
-    tc = tl.LensTrainConfig(
-        lr=a.lr, batch_tokens=a.batch_tokens, max_tokens=a.max_tokens, time_budget=a.time_budget, seed=a.seed,
-        eval_sequences=a.eval_sequences,
-    )  # fmt: skip
+    tc = tl.LensTrainConfig(**settings_of(a, tl.LensTrainConfig))
     figures = lambda e: {"kl": " ".join(f"{k:.2f}" for k in e["kl"])}  # noqa: E731
     return train_artefact(a, LENSES, tc, "tuned lens for {n_layer} blocks", figures)
 
@@ -475,7 +501,6 @@ def _artefact_args(s, name_help: str, folder: str) -> None:
     """The options `gptscope sae`, `transcoders` and `lens` share (see train_artefact)."""
     s.add_argument("--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the model (default: the built-in one)")
     s.add_argument("--corpus", default=None, help="training text (default: the checkpoint's own built-in corpus)")
-    s.add_argument("--seed", type=int, default=0)
     s.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     s.add_argument("--name", default=None, help=name_help)
     s.add_argument("--out", default=None, help=f"the folder to write (default: {folder}/NAME beside the checkpoint)")
@@ -490,18 +515,9 @@ def _sae_args(sub) -> None:
         description="Train an SAE on blocks.LAYER.hook_resid_post over the training split of the text, measure it "
         "on the held-out split, and save it beside the checkpoint (the built-in model's go to the data folder).",
     )
-    s.add_argument("--layer", type=int, required=True, help="the block whose output stream it reads (0-based)")
-    s.add_argument("--expansion", type=int, default=8, help="features per stream dimension, 8..32 (default 8)")
-    s.add_argument("--activation", choices=["topk", "relu"], default="topk")
-    s.add_argument("--k", type=int, default=32, help="TopK: features kept per token (default 32)")
-    s.add_argument("--l1", type=float, default=0.5, help="ReLU: the L1 penalty's weight (default 0.5)")
-    s.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate (default 0.003)")
-    s.add_argument("--batch-tokens", type=int, default=1024, help="activations per update (default 1024)")
-    s.add_argument("--max-tokens", type=int, default=2_000_000, help="activations to train on at most")
-    s.add_argument("--time-budget", type=float, default=180, help="seconds of training at most (0: none; default 180)")
-    s.add_argument(
-        "--eval-sequences", type=int, default=128, help="held-out sequences of n_ctx tokens measured (default 128)"
-    )
+    from gptscope.model.sae import SAETrainConfig
+
+    add_settings(s, SAETrainConfig)
     _artefact_args(s, "the SAE's name (default L<layer>-x<expansion>-<activation>-s<seed>)", "saes")
 
 
@@ -515,16 +531,9 @@ def _transcoder_args(sub) -> None:
         "MLP's output variance explained, and the loss with every MLP replaced) and save it beside the checkpoint "
         "(the built-in model's go to the data folder).",
     )
-    s.add_argument("--expansion", type=int, default=4, help="features per stream dimension, 2..32 (default 4)")
-    s.add_argument("--activation", choices=["topk", "relu"], default="topk")
-    s.add_argument("--k", type=int, default=16, help="TopK: features kept per token (default 16)")
-    s.add_argument("--lr", type=float, default=2e-3, help="Adam's learning rate (default 0.002)")
-    s.add_argument("--batch-tokens", type=int, default=1024, help="MLP input/output pairs per update (default 1024)")
-    s.add_argument("--max-tokens", type=int, default=1_500_000, help="pairs to train on at most (default 1,500,000)")
-    s.add_argument("--time-budget", type=float, default=600, help="seconds of training at most (0: none; default 600)")
-    s.add_argument(
-        "--eval-sequences", type=int, default=64, help="held-out sequences of n_ctx tokens measured (default 64)"
-    )
+    from gptscope.model.transcoders import TranscoderTrainConfig
+
+    add_settings(s, TranscoderTrainConfig)
     _artefact_args(s, "the set's name (default x<expansion>-<activation><k>-s<seed>)", "transcoders")
 
 
@@ -538,11 +547,9 @@ def _lens_args(sub) -> None:
         "of the text; measure it and the logit lens on the held-out split (KL to the final distribution, top-1 "
         "agreement) and save it beside the checkpoint (the built-in model's go to the data folder).",
     )
-    s.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate (default 0.01)")
-    s.add_argument("--batch-tokens", type=int, default=4096, help="positions per update (default 4096)")
-    s.add_argument("--max-tokens", type=int, default=20_000_000, help="positions to train on at most")
-    s.add_argument("--time-budget", type=float, default=120, help="seconds of training at most (0: none; default 120)")
-    s.add_argument("--eval-sequences", type=int, default=32, help="held-out sequences of n_ctx tokens (default 32)")
+    from gptscope.model.tuned_lens import LensTrainConfig
+
+    add_settings(s, LensTrainConfig)
     _artefact_args(s, "the lens's name (default tuned-s<seed>)", "lenses")
 
 

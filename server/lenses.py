@@ -5,6 +5,7 @@ one fits it. A checkpoint's lenses are folders beside it, `<checkpoint>/lenses/<
 from __future__ import annotations
 
 from gptscope.model import tuned_lens as tl
+from gptscope.model.errors import Cancelled
 
 from .artefacts import ArtefactStore
 from .service import ModelService
@@ -34,6 +35,6 @@ LENSES: ArtefactStore[tl.LoadedLens] = ArtefactStore(
     train_and_save=tl.train_and_save,
     default_name=tl.default_name,
     figures_key="kl",
-    cancelled=tl.Cancelled,
+    cancelled=Cancelled,
     memory_need=tl.memory_need,
 )

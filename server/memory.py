@@ -32,6 +32,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from gptscope.model.errors import Cancelled  # the one Cancelled: a job cancelled while it waited
+
 from .errors import Busy, InputError
 
 MiB = 2**20
@@ -66,10 +68,6 @@ class Need:
     what: str
     hint: str = ""
     where: str = "body"
-
-
-class Cancelled(Exception):
-    """A job was cancelled while it waited for its bytes."""
 
 
 @dataclass

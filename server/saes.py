@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gptscope.model import corpus as corpus_mod
 from gptscope.model import sae as sae_mod
+from gptscope.model.errors import Cancelled
 
 from .artefacts import ArtefactStore
 from .errors import InputError
@@ -42,7 +43,7 @@ SAES: ArtefactStore[sae_mod.LoadedSAE] = ArtefactStore(
     train_and_save=sae_mod.train_and_save,
     default_name=sae_mod.default_name,
     figures_key="fvu",
-    cancelled=sae_mod.Cancelled,
+    cancelled=Cancelled,
     memory_need=sae_mod.memory_need,
     cache_size=16,
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from gptscope.model import sae as sae_mod
 from gptscope.model import transcoders as tc_mod
+from gptscope.model.errors import Cancelled
 
 from .artefacts import ArtefactStore
 from .service import ModelService
@@ -40,6 +41,6 @@ TRANSCODERS: ArtefactStore[tc_mod.LoadedSet] = ArtefactStore(
     train_and_save=tc_mod.train_and_save,
     default_name=tc_mod.default_name,
     figures_key="fvu",
-    cancelled=sae_mod.Cancelled,
+    cancelled=Cancelled,
     memory_need=tc_mod.memory_need,
 )

@@ -7,7 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import BOS_FIELD, MAX_PROMPT_CHARS, JobStatus, StrictRequest, TokenId, TokenPiece
+from gptscope.model.transcoders import TranscoderTrainConfig
+
+from .common import BOS_FIELD, MAX_PROMPT_CHARS, JobStatus, StrictRequest, TokenId, TokenPiece, request_from
 from .patch import TokenRef
 from .sae import SAE_NAME, FeatureDetail
 from .stages import NextToken
@@ -187,23 +189,35 @@ class TranscoderFeature(FeatureDetail):
     layer: int
 
 
-class TranscoderTrainRequest(StrictRequest):
-    expansion: int = Field(4, ge=2, le=32, description="features per stream dimension, per block")
-    activation: Literal["topk", "relu"] = "topk"
-    k: int = Field(16, ge=1, le=512, description="TopK: features kept per token (at most expansion x d_model)")
-    lr: float = Field(2e-3, gt=0, le=0.1, allow_inf_nan=False)
-    batch_tokens: int = Field(1024, ge=64, le=65536, description="MLP input/output pairs per update")
-    max_tokens: int = Field(1_500_000, ge=1024, le=1_000_000_000, description="pairs to train on at most")
-    time_budget: float = Field(
-        300, ge=1, le=7200, allow_inf_nan=False, description="seconds of training at most (evaluation comes after)"
-    )
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    eval_sequences: int = Field(64, ge=1, le=1024, description="held-out sequences of n_ctx tokens to measure on")
-    ce_sequences: int = Field(32, ge=1, le=1024, description="of those, for the losses (<= eval_sequences)")
-    name: str | None = Field(None, pattern=SAE_NAME, description="default x<expansion>-<activation><k>-s<seed>")
-    corpus: str | None = Field(
-        None, description="training text by name from /api/v1/corpora (default: the model's own built-in corpus)"
-    )
+# The API's deliberate differences from the dataclass (the command line has none): a page's job always has
+# a time budget, and a shorter one than the command line's
+TRANSCODER_API_OVERRIDES: dict[str, dict] = {
+    "time_budget": {
+        "default": 300,
+        "ge": 1,
+        "description": "seconds of training at most (evaluation comes after)",
+    },
+}
+TranscoderTrainRequest = request_from(
+    TranscoderTrainConfig,
+    "TranscoderTrainRequest",
+    {
+        "name": (
+            str | None,
+            Field(None, pattern=SAE_NAME, description="default x<expansion>-<activation><k>-s<seed>"),
+        ),
+        "corpus": (
+            str | None,
+            Field(
+                None,
+                description="training text by name from /api/v1/corpora (default: the model's own built-in corpus)",
+            ),
+        ),
+    },
+    exclude=("l1_coefficient", "dead_after_tokens", "aux_coefficient"),
+    overrides=TRANSCODER_API_OVERRIDES,
+    module=__name__,
+)
 
 
 class TranscoderJob(BaseModel):

@@ -17,11 +17,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+
+from gptscope.model.settings import declared
 
 # A background job's status, every kind alike (server/jobs.py): "queued" while the memory budget
 # has no room for it yet (server/memory.py), "starting" before a training run's first step.
@@ -65,6 +68,43 @@ class StrictRequest(BaseModel):
             fields = cls.model_fields
             return {k: _integral(v, fields[k].annotation) if k in fields else v for k, v in data.items()}
         return data
+
+
+def request_from(
+    config: type,
+    name: str,
+    extra: dict[str, Any],
+    *,
+    exclude: tuple[str, ...] = (),
+    overrides: dict[str, dict[str, Any]] | None = None,
+    module: str = __name__,
+) -> type[StrictRequest]:
+    """The JSON request of a trainable add-on, made from its config dataclass (model/settings.py): each
+    setting of `config` but `exclude` becomes a field of the same name and type, with its default, its
+    bounds and its help as description (floats refuse NaN and infinities), in the dataclass's order;
+    then `extra`, the fields the API has beyond it ({name: (type, FieldInfo)}). `overrides` are the
+    API's deliberate differences ({field: Field keywords}), each kept in the schema module that calls
+    this. The model is named `name` (its OpenAPI component)."""
+    overrides = overrides or {}
+    hints = typing.get_type_hints(config)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        meta = declared(config).get(f.name)
+        if meta is None or f.name in exclude:
+            continue
+        kw: dict[str, Any] = {b: meta[b] for b in ("ge", "gt", "le") if meta[b] is not None}
+        if meta["help"]:
+            kw["description"] = meta["help"]
+        if hints[f.name] is float:
+            kw["allow_inf_nan"] = False
+        if f.default is not dataclasses.MISSING:
+            kw["default"] = f.default
+        kw.update(overrides.get(f.name, {}))
+        fields[f.name] = (hints[f.name], Field(**kw))
+    unknown = set(overrides) - set(fields)
+    if unknown:
+        raise TypeError(f"{name}: overrides name no field of {config.__name__}: {sorted(unknown)}")
+    return create_model(name, __base__=StrictRequest, __module__=module, **fields, **extra)
 
 
 class ErrorResponse(BaseModel):

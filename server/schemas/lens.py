@@ -7,7 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import JobStatus, StrictRequest
+from gptscope.model.tuned_lens import LensTrainConfig
+
+from .common import JobStatus, request_from
 from .sae import SAE_NAME
 from .stages import LogitLensBlock
 
@@ -48,19 +50,28 @@ class LensList(BaseModel):
     lenses: list[LensInfo]
 
 
-class LensTrainRequest(StrictRequest):
-    lr: float = Field(1e-2, gt=0, le=0.1, allow_inf_nan=False, description="Adam's learning rate")
-    batch_tokens: int = Field(4096, ge=64, le=65536, description="positions per update")
-    max_tokens: int = Field(20_000_000, ge=1, le=1_000_000_000, description="positions to train on at most")
-    time_budget: float = Field(
-        120, ge=1, le=3600, allow_inf_nan=False, description="seconds of training at most (evaluation comes after)"
-    )
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    eval_sequences: int = Field(32, ge=1, le=1024, description="held-out sequences of n_ctx tokens to measure on")
-    name: str | None = Field(None, pattern=SAE_NAME, description="default tuned-s<seed>")
-    corpus: str | None = Field(
-        None, description="training text by name from /api/v1/corpora (default: the model's own built-in corpus)"
-    )
+# The API's deliberate differences from the dataclass (the command line has none): a page's job always has
+# a time budget and trains on at least one position (0, a lens that is the logit lens, is the command line's)
+LENS_API_OVERRIDES: dict[str, dict] = {
+    "max_tokens": {"ge": 1},
+    "time_budget": {"ge": 1, "description": "seconds of training at most (evaluation comes after)"},
+}
+LensTrainRequest = request_from(
+    LensTrainConfig,
+    "LensTrainRequest",
+    {
+        "name": (str | None, Field(None, pattern=SAE_NAME, description="default tuned-s<seed>")),
+        "corpus": (
+            str | None,
+            Field(
+                None,
+                description="training text by name from /api/v1/corpora (default: the model's own built-in corpus)",
+            ),
+        ),
+    },
+    overrides=LENS_API_OVERRIDES,
+    module=__name__,
+)
 
 
 class LensJob(BaseModel):

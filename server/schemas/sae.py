@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .common import JobStatus, StrictRequest, TokenPiece
+from gptscope.model.sae import SAETrainConfig
+
+from .common import JobStatus, TokenPiece, request_from
 
 SAE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 SortKey = Literal["index", "density", "max_act", "mean_act"]
@@ -66,27 +68,35 @@ class SaeList(BaseModel):
     write_folder: str = Field(description="where an SAE trained from the API is written")
 
 
-class SaeTrainRequest(StrictRequest):
-    layer: int = Field(ge=0, description="the block whose output stream (hook_resid_post) it reads; below n_layer")
-    expansion: int = Field(8, ge=8, le=32, description="features per stream dimension")
-    activation: Literal["topk", "relu"] = "topk"
-    k: int = Field(32, ge=1, le=512, description="TopK: features kept per token (at most expansion x d_model)")
-    l1_coefficient: float = Field(0.5, ge=0, le=100, allow_inf_nan=False, description="ReLU: the L1 penalty's weight")
-    lr: float = Field(3e-3, gt=0, le=0.1, allow_inf_nan=False)
-    batch_tokens: int = Field(1024, ge=64, le=65536)
-    max_tokens: int = Field(2_000_000, ge=1024, le=1_000_000_000, description="activations to train on at most")
-    time_budget: float = Field(
-        120, ge=1, le=3600, allow_inf_nan=False, description="seconds of training at most (evaluation comes after)"
-    )
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    eval_sequences: int = Field(128, ge=1, le=1024, description="held-out sequences of n_ctx tokens to measure on")
-    ce_sequences: int = Field(
-        32, ge=1, le=1024, description="of those, for the language-model losses (<= eval_sequences)"
-    )
-    name: str | None = Field(None, pattern=SAE_NAME, description="default L<layer>-x<expansion>-<activation>-s<seed>")
-    corpus: str | None = Field(
-        None, description="training text by name from /api/v1/corpora (default: the model's own built-in corpus)"
-    )
+# The API's deliberate differences from the dataclass (the command line has none): a page's job always has
+# a time budget, and a shorter one than the command line's
+SAE_API_OVERRIDES: dict[str, dict] = {
+    "time_budget": {
+        "default": 120,
+        "ge": 1,
+        "description": "seconds of training at most (evaluation comes after)",
+    },
+}
+SaeTrainRequest = request_from(
+    SAETrainConfig,
+    "SaeTrainRequest",
+    {
+        "name": (
+            str | None,
+            Field(None, pattern=SAE_NAME, description="default L<layer>-x<expansion>-<activation>-s<seed>"),
+        ),
+        "corpus": (
+            str | None,
+            Field(
+                None,
+                description="training text by name from /api/v1/corpora (default: the model's own built-in corpus)",
+            ),
+        ),
+    },
+    exclude=("dead_after_tokens", "aux_coefficient"),
+    overrides=SAE_API_OVERRIDES,
+    module=__name__,
+)
 
 
 class SaeJob(BaseModel):
