@@ -38,7 +38,7 @@ from ..schemas.circuits import (
 from ..service import ModelService
 from .common import arr, next_tokens
 from .forward import ARRAY_JSON, TOKEN_VALUES, VALUE_BYTES
-from .patch import EPS, answer_tokens, check_tokens, metric_of, pair_ids
+from .pair import answer_tokens, check_metric, check_tokens, metric_of, pair_ids, recorded
 from .tokens import token_pieces
 
 # The work a request may ask for, in multiply-adds of the blocks it runs: the plain POST up to
@@ -107,13 +107,7 @@ def _scores(service: ModelService):
 
 
 def _record(service: ModelService, ids: list[int]) -> cc.Run:
-    runs = _runs(service)
-    got = runs.get(tuple(ids))
-    if got is None:
-        with service.run() as m:
-            got = cc.record(m, ids)
-        runs.put(tuple(ids), got)
-    return got
+    return recorded(service, _runs(service), ids, cc.record)
 
 
 def _check_request(service: ModelService, req: CircuitRequest, graph: cc.Graph) -> list[int]:
@@ -246,13 +240,7 @@ def planned(service: ModelService, req: CircuitRequest, c: Checked) -> Plan:
     clean, corrupt = _record(service, c.clean_ids), _record(service, c.corrupted_ids)
     answer, wrong = answer_tokens(clean.logits, corrupt.logits, req)
     p = Plan(req, c.graph, clean, corrupt, answer, wrong, c.named, c.total, c.need)
-    m_clean, m_corr = p.metrics()
-    if abs(m_clean - m_corr) < EPS:
-        raise InputError(
-            "answer",
-            f"the metric is {m_clean:.5f} on the clean run and {m_corr:.5f} on the corrupted one: with no "
-            "difference no share of it can be recovered; choose answer (and wrong) tokens the prompts disagree on",
-        )
+    check_metric(*p.metrics(), "no share of it can be recovered", "the prompts disagree on")
     return p
 
 

@@ -27,18 +27,16 @@ from ..errors import InputError
 from ..schemas.patch import (
     MEANINGS,
     Compared3,
-    PairRequest,
     PatchCell,
     PatchDetail,
-    PatchMetric,
     PatchRequest,
     PatchResponse,
     PatchSweep,
-    TokenRef,
 )
 from ..service import LRU, ModelService
-from .common import arr, check_index, given_ids, next_tokens, prompt_ids, token_text
+from .common import arr, check_index, next_tokens, token_text
 from .forward import ARRAY_JSON, TOKEN_VALUES, VALUE_BYTES
+from .pair import answer_tokens, check_metric, check_tokens, metric_of, pair_ids, recorded
 from .tokens import token_pieces
 
 # The work a request may ask for, in multiply-adds of the blocks it runs (positions computed x blocks
@@ -47,7 +45,6 @@ from .tokens import token_pieces
 # MAX_JOB_MACS, showing its progress (GPT-2 small's full 20-token sweep is about 0.4e12).
 MAX_SYNC_MACS = 150e9
 MAX_JOB_MACS = 6e12
-EPS = 1e-4  # a clean and a corrupted metric closer than this leave the effect undefined
 # Memory, per model. A prompt's recorded run holds every activation a site reads, about
 # (7 x n_layer + 1) x T x d numbers (model/patching.py record_bytes; GPT-2 small: 261 KB a token, 8.6 MB
 # for a 32-token prompt). A prompt whose record would take more than RECORD_BYTES is refused before
@@ -89,13 +86,7 @@ class _Cache:
         return all(tuple(ids) in records for ids in prompts)
 
     def record(self, service: ModelService, ids: list[int]) -> pt.Recorded:
-        records = self._stores(service.model)[0]
-        got = records.get(tuple(ids))
-        if got is None:
-            with service.run() as m:
-                got = pt.record(m, ids)
-            records.put(tuple(ids), got)
-        return got
+        return recorded(service, self._stores(service.model)[0], ids, pt.record)
 
     def sweep(self, model: GPT, key: tuple) -> torch.Tensor | None:
         return self._stores(model)[1].get(key)
@@ -142,30 +133,6 @@ class Plan:
         return (self.clean.ids, self.corrupted.ids, self.req.direction, self.answer, self.wrong, kind, heads)
 
 
-def _ids(service: ModelService, text: str | None, ids: list[int] | None, name: str, bos: bool | None) -> list[int]:
-    if (text is None) == (ids is None):
-        raise InputError(name, f"give either {name} (text) or {name}_ids, not both or neither")
-    if text is not None:
-        return prompt_ids(service, text, truncate=False, field=name, bos=bos)[0]
-    assert ids is not None
-    return given_ids(service, ids, f"{name}_ids")
-
-
-def pair_ids(service: ModelService, req: PairRequest) -> tuple[list[int], list[int]]:
-    clean = _ids(service, req.clean, req.clean_ids, "clean", req.bos)
-    corrupted = _ids(service, req.corrupted, req.corrupted_ids, "corrupted", req.bos)
-    name = "corrupted" if req.corrupted is not None else "corrupted_ids"
-    if len(clean) != len(corrupted):
-        raise InputError(
-            name,
-            f"clean has {len(clean)} tokens and corrupted {len(corrupted)}: patching needs the same number, "
-            "position by position",
-        )
-    if clean == corrupted:
-        raise InputError(name, "corrupted has the same tokens as clean: change at least one token")
-    return clean, corrupted
-
-
 def _check_cell(cell: PatchCell, L: int, H: int, T: int) -> None:
     check_index(cell.layer, L + 1 if cell.kind == "resid_pre" else L, "cell.layer")
     if cell.kind == "head":
@@ -183,16 +150,6 @@ def _check_cell(cell: PatchCell, L: int, H: int, T: int) -> None:
         raise InputError("cell.head", f"a {cell.kind} cell has no head: leave head out")
 
 
-def check_tokens(service: ModelService, req: PairRequest) -> None:
-    """The metric's answer and wrong tokens, if given: in the vocabulary, and not the same."""
-    for name in ("answer", "wrong"):
-        tid = getattr(req, name)
-        if tid is not None and tid >= service.model.cfg.vocab_size:
-            raise InputError(name, f"token id {tid} is outside the vocabulary 0..{service.model.cfg.vocab_size - 1}")
-    if req.metric == "logit_diff" and req.answer is not None and req.answer == req.wrong:
-        raise InputError("wrong", "wrong must differ from answer: their logit difference would be 0")
-
-
 def _check_request(service: ModelService, req: PatchRequest, T: int) -> None:
     cfg = service.model.cfg
     for n, h in enumerate(req.heads):
@@ -205,22 +162,6 @@ def _check_request(service: ModelService, req: PatchRequest, T: int) -> None:
     check_tokens(service, req)
     if req.cell is not None:
         _check_cell(req.cell, cfg.n_layer, cfg.n_head, T)
-
-
-def answer_tokens(
-    clean_logits: torch.Tensor, corrupted_logits: torch.Tensor, req: PairRequest
-) -> tuple[int, int | None]:
-    """The metric's answer and wrong tokens: the request's, else the clean run's top token and the
-    corrupted run's (its second if that is the answer); wrong is None for logprob."""
-    answer = req.answer if req.answer is not None else int(clean_logits.argmax())
-    if req.metric == "logprob":
-        return answer, None
-    if req.wrong is not None:
-        if req.wrong == answer:
-            raise InputError("wrong", f"wrong is the answer token ({answer}); choose another token")
-        return answer, req.wrong
-    top2 = torch.topk(corrupted_logits, 2).indices.tolist()
-    return answer, top2[1] if top2[0] == answer else top2[0]
 
 
 def _block_params(model: GPT) -> int:
@@ -320,12 +261,7 @@ def planned(service: ModelService, req: PatchRequest, c: Checked, limit: float) 
     answer, wrong = answer_tokens(clean.logits, corrupted.logits, req)
     p = Plan(req, clean, corrupted, answer, wrong, c.rows, need=c.need)
     m_clean, m_corr = (float(v) for v in p.reduce()(torch.stack([clean.logits, corrupted.logits])))
-    if abs(m_clean - m_corr) < EPS:
-        raise InputError(
-            "answer",
-            f"the metric is {m_clean:.5f} on the clean run and {m_corr:.5f} on the corrupted one: with no "
-            "difference the effect is undefined; choose answer (and wrong) tokens the two prompts disagree on",
-        )
+    check_metric(m_clean, m_corr, "the effect is undefined", "the two prompts disagree on")
     for k in req.kinds:
         cached = CACHE.sweep(service.model, p.sweep_key(k))
         if cached is not None:
@@ -366,21 +302,6 @@ def patch(service: ModelService, req: PatchRequest) -> PatchResponse:
 def _site(cell: PatchCell) -> pt.Site:
     kind = "z" if cell.kind in ("head", "head_position") else cell.kind
     return pt.Site(kind, cell.layer, cell.position, cell.head)  # type: ignore[arg-type]
-
-
-def metric_of(service: ModelService, answer_id: int, wrong_id: int | None, T: int) -> PatchMetric:
-    """The metric in words: logit_diff of answer and wrong at the last position, or logprob of answer."""
-    answer = TokenRef(id=answer_id, text=token_text(service, answer_id))
-    if wrong_id is None:
-        return PatchMetric(
-            kind="logprob", answer=answer, wrong=None, position=T - 1,
-            description=f"log p({answer.text!r}) at the last position, nats",
-        )  # fmt: skip
-    wrong = TokenRef(id=wrong_id, text=token_text(service, wrong_id))
-    return PatchMetric(
-        kind="logit_diff", answer=answer, wrong=wrong, position=T - 1,
-        description=f"logit({answer.text!r}) - logit({wrong.text!r}) at the last position, nats",
-    )  # fmt: skip
 
 
 def _detail(service: ModelService, p: Plan, clean_m: float, corr_m: float) -> PatchDetail | None:
