@@ -18,7 +18,7 @@ from gptscope.server.lenses import LENSES
 from gptscope.server.saes import SAES
 from gptscope.server.transcoders import TRANSCODERS
 
-TINY = ["--max-tokens", "512", "--batch-tokens", "256", "--eval-sequences", "2", "--threads", "1"]
+TINY = ["--max-tokens", "1024", "--batch-tokens", "256", "--eval-sequences", "2", "--threads", "1"]
 KINDS = [
     pytest.param(["sae", "--layer", "1", "--expansion", "8", *TINY], SAES, id="sae"),
     pytest.param(["transcoders", "--expansion", "2", *TINY], TRANSCODERS, id="transcoders"),
@@ -34,7 +34,7 @@ def test_the_command_line_trains_one_that_its_store_lists_and_serves(tmp_path, s
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     meta = store.read_meta(out)
     assert printed[store.request_field] == str(out) and printed["quality"] == meta["quality"]
-    assert meta["command"] == "gptscope " + " ".join(argv) and meta["steps"] == 2 and meta["tokens"] == 512
+    assert meta["command"] == "gptscope " + " ".join(argv) and meta["steps"] == 4 and meta["tokens"] == 1024
     assert meta["checkpoint"]["weights_sha256"] == service.meta.weights_sha256 and meta["history"]
 
     mine = copy.copy(service)  # the session's model, with this kind's folder here
