@@ -21,7 +21,7 @@ from .lenses import LENSES
 from .patch_jobs import SWEEPS
 from .runs import RunManager
 from .saes import SAES
-from .token_attribution_jobs import ATTRIBUTIONS
+from .token_attribution_jobs import TOKEN_ATTRIBUTIONS
 from .transcoders import TRANSCODERS
 
 
@@ -43,7 +43,7 @@ TRANSCODER_TRAINING = JobKind("transcoders", lambda s: TRANSCODERS.runner())
 PATCH = JobKind("patch", lambda s: SWEEPS.runner())
 CIRCUITS = JobKind("circuits", lambda s: SEARCHES.runner())
 ATTRIBUTION_GRAPHS = JobKind("attribution", lambda s: GRAPHS.runner())
-TOKEN_ATTRIBUTION = JobKind("token_attribution", lambda s: ATTRIBUTIONS.runner())
+TOKEN_ATTRIBUTION = JobKind("token_attribution", lambda s: TOKEN_ATTRIBUTIONS.runner())
 
 KINDS: tuple[JobKind, ...] = (
     TRAINING,

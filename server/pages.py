@@ -49,7 +49,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("generate", "generate", "generation, step by step"),
     Stage("intervene", "intervene", "interventions"),
     Stage("decomposition", "self-check", "self-check"),
-    Stage("attribution", "inputs", "which input tokens the prediction came from"),
+    Stage("inputs", "inputs", "which input tokens the prediction came from"),
     Stage("sae-features", "features", "SAE features at the position"),
 )
 # the forward page's first screen, above the stages (its section `overview-panel`): the whole model,

@@ -12,7 +12,7 @@ from .explain import token_attribution as explain_ta
 from .jobs import Analysis
 from .schemas.token_attribution import TokenAttributionResponse
 
-ATTRIBUTIONS: Analysis[TokenAttributionResponse] = Analysis(
+TOKEN_ATTRIBUTIONS: Analysis[TokenAttributionResponse] = Analysis(
     "token attribution job",
     "token-attribution/jobs",
     explain_ta.plan,

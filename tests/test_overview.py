@@ -72,7 +72,7 @@ def test_the_builtin_models_architecture(client, service):
     assert [n["id"] for n in arch["tail"]] == ["final_norm", "unembed", "probs", "sample"]
     assert "tied" in arch["tail"][1]["note"] and arch["tail"][1]["shape"] == f"192 × {cfg.vocab_size}"
     tools = [n["id"] for n in arch["tools"]]
-    assert tools[:4] == ["tool.embedding-space", "tool.intervene", "tool.decomposition", "tool.attribution"]
+    assert tools[:4] == ["tool.embedding-space", "tool.intervene", "tool.decomposition", "tool.inputs"]
     assert ("tool.sae-features" in tools) == bool(SAES.listing(service))
     for i, b in enumerate(arch["blocks"]):
         att, mlp = b["attention"], b["mlp"]

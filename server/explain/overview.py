@@ -380,7 +380,7 @@ def tool_nodes(cfg: GPTConfig, n_saes: int) -> list[ArchNode]:
             f"{L * nh} heads + {L} MLPs",
             "the top logit split into what each head, MLP and the embedding wrote, which add up to it",
         ),
-        ("attribution", "which inputs", "T tokens", "which input tokens the prediction came from"),
+        ("inputs", "which inputs", "T tokens", "which input tokens the prediction came from"),
     ]
     if cfg.switches:  # an imported family's block: each of its switches in words
         tools.insert(

@@ -13,7 +13,7 @@ from ..job_kinds import TOKEN_ATTRIBUTION
 from ..jobs import Answered, JobRunner, analysis_routes
 from ..schemas.common import ERROR_RESPONSES
 from ..schemas.token_attribution import TokenAttributionJob, TokenAttributionRequest, TokenAttributionResponse
-from ..token_attribution_jobs import ATTRIBUTIONS
+from ..token_attribution_jobs import TOKEN_ATTRIBUTIONS
 from ..wire import Binary, answer, responses
 
 router = APIRouter(tags=["token attribution"])
@@ -45,7 +45,7 @@ def token_attribution(req: TokenAttributionRequest, service: Service, binary: Bi
     "GET /api/v1/token-attribution/jobs/{id} for its progress and answer (a newer job cancels one still going)",
 )
 def start_job(req: TokenAttributionRequest, service: Service, jobs: Jobs) -> TokenAttributionJob:
-    return show(ATTRIBUTIONS.start(jobs, service, req))
+    return show(TOKEN_ATTRIBUTIONS.start(jobs, service, req))
 
 
 show = analysis_routes(

@@ -26,7 +26,7 @@ STAGES = [
     "generate-panel",
     "intervene-panel",
     "decomposition-panel",
-    "attribution-panel",
+    "inputs-panel",
     "sae-features-panel",
 ]
 # the plots each stage draws (the lazy drawing queue draws them when the stage comes near)
@@ -166,7 +166,7 @@ def test_keyboard_walks_the_twelve_stages_and_every_plot_gets_drawn(page, live_u
     page.keyboard.press("j")  # past the last stage: stays there
     assert page.evaluate("document.activeElement.id") == STAGES[-1]
     page.keyboard.press("k")
-    page.wait_for_function("document.activeElement.id === 'attribution-panel'")
+    page.wait_for_function("document.activeElement.id === 'inputs-panel'")
     page.keyboard.press("3")
     page.wait_for_function("document.activeElement.id === 'block-panel'")
     # typing in the prompt never moves between stages

@@ -41,14 +41,14 @@ def test_the_lenses_and_the_token_attribution_draw_from_the_api(page, live_url):
     assert "lens" not in query_of(page.url)
 
     # stage 11: the logit difference " Caesar" - " Edward" (typed) at the last position, token by token
-    page.locator("#attribution-panel").scroll_into_view_if_needed()
-    page.wait_for_selector('#attribution-panel[data-state="ready"]', state="attached", timeout=60_000)
+    page.locator("#inputs-panel").scroll_into_view_if_needed()
+    page.wait_for_selector('#inputs-panel[data-state="ready"]', state="attached", timeout=60_000)
     page.fill("#ta-word", "Edward")
     page.click("#ta-word-contrast")
     page.wait_for_function(
-        f"JSON.parse(document.getElementById('attribution-panel').dataset.request || '{{}}').contrast === {EDWARD_ID}"
+        f"JSON.parse(document.getElementById('inputs-panel').dataset.request || '{{}}').contrast === {EDWARD_ID}"
     )
-    page.wait_for_selector('#attribution-panel[data-state="ready"]', state="attached", timeout=60_000)
+    page.wait_for_selector('#inputs-panel[data-state="ready"]', state="attached", timeout=60_000)
     ta = api(page, live_url, "/token-attribution", {"text": CAESAR, "target": CAESAR_ID, "contrast": EDWARD_ID,
                                                      "position": len(trace["tokens"]) - 1, "steps": 32, "baseline": "zero"})  # fmt: skip
     row = ta["rows"][0]
@@ -60,7 +60,7 @@ def test_the_lenses_and_the_token_attribution_draw_from_the_api(page, live_url):
 
     # every position: a job, then the matrix
     page.check("#ta-every")
-    page.wait_for_function("JSON.parse(document.getElementById('attribution-panel').dataset.request || '{}').every_position === true",
+    page.wait_for_function("JSON.parse(document.getElementById('inputs-panel').dataset.request || '{}').every_position === true",
                            timeout=120_000)  # fmt: skip
     drawn(page, "ta-matrix-plot")
     z = plot_data(page, "ta-matrix-plot")[0]["z"]

@@ -30,7 +30,7 @@ import { panel as generate } from "./panel_generate.js";
 import { panel as intervene } from "./panel_intervene.js";
 import { panel as decomposition } from "./panel_decomposition.js";
 import { panel as sae } from "./panel_sae.js";
-import { panel as attribution, readAttribution, writeAttribution } from "./panel_attribution.js";
+import { panel as inputs, readInputs, writeInputs } from "./panel_inputs.js";
 
 // The page's panels, in its order (server/pages.py: STAGES). Each panel_*.js exports the same shape:
 //   { stage, parts, init(page), render(trace, view), position(sel) }
@@ -42,7 +42,7 @@ import { panel as attribution, readAttribution, writeAttribution } from "./panel
 //   position:  (optional) the selected position moved (sel): drawn at once from what is already here
 //   layer:     (optional) the selected layer or head changed (drawn at once; the parts it makes stale follow)
 const PANELS = [overview, classifier, tokens, embeddingSpace, block, rope, switches, attention, heads, mlp, moe, streamExtras, residual,
-  sampling, generate, intervene, decomposition, attribution, sae];
+  sampling, generate, intervene, decomposition, inputs, sae];
 
 // The loaded model's key/value heads, as /health's info says (the page shell writes it into #prompt-panel).
 const N_KV_HEAD = +document.getElementById("prompt-panel").dataset.nKvHead || 0;
@@ -64,7 +64,7 @@ const state = {
   heads: [], mlps: [], edits: [],
   sae: null, steer: null,   // the features stage's SAE (null: the served model's first); stage 8's steering
   lens: null,               // stage 6's tuned lens on show, by name (null: the logit lens)
-  attribution: null,        // the attribution stage's settings (panel_attribution.js reads and writes their URL)
+  inputs: null,             // the inputs stage's settings (panel_inputs.js reads and writes their URL)
   testHead: null,           // stage 4: { layer, head, role } open on the repeated-token test input
   stage: null,              // the stage open under the overview (stage_view.js); "all": every stage, stacked
   walk: null,               // the walk's step on show (1-based; walk.js), null: closed
@@ -97,7 +97,7 @@ function readUrl() {
   state.steps = Math.min(whole(q.get("steps"), 0), 64);
   state.sae = q.get("sae") || q.get("steer_sae") || null;
   state.lens = q.get("lens") || null;
-  state.attribution = readAttribution(q);
+  state.inputs = readInputs(q);
   const sf = whole(q.get("steer_feature"));
   state.steer = sf === null ? null : { feature: sf, scale: real(q.get("steer_scale"), 20) };
   for (const item of (q.get("ablate") || "").split(",").filter(Boolean)) {
@@ -132,7 +132,7 @@ function writeUrl() {
   if (state.steps) q.set("steps", state.steps);
   if (state.sae) q.set("sae", state.sae);
   if (state.lens) q.set("lens", state.lens);
-  writeAttribution(q, state.attribution);
+  writeInputs(q, state.inputs);
   if (state.steer) { q.set("steer_feature", state.steer.feature); q.set("steer_scale", state.steer.scale); }
   const ablate = [...state.heads.map(([l, h]) => `L${l}H${h}`), ...state.mlps.map((l) => `MLP${l}`)];
   if (ablate.length) q.set("ablate", ablate.join(","));

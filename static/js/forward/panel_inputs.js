@@ -1,4 +1,4 @@
-// The attribution stage: which input tokens a prediction came from. Integrated gradients on the
+// The inputs stage (token attribution): which input tokens a prediction came from. Integrated gradients on the
 // input embeddings, with gradient × input, occlusion and attention rollout beside it, the prompt's
 // tokens coloured by the method picked (hover: every method's number), IG's completeness check, and
 // at every position a matrix (one row per prediction).
@@ -36,7 +36,7 @@ const known = new Map(); // token id -> text, of targets and contrasts typed or 
 const slot = latest();
 
 // The settings in the page's URL (ig_*), only those that differ from the defaults.
-export function readAttribution(q) {
+export function readInputs(q) {
   const steps = whole(q.get("ig_steps"), 32);
   return {
     target: whole(q.get("ig_target")), contrast: whole(q.get("ig_contrast")),
@@ -47,7 +47,7 @@ export function readAttribution(q) {
   };
 }
 
-export function writeAttribution(q, a) {
+export function writeInputs(q, a) {
   if (!a) return;
   if (a.target !== null) q.set("ig_target", a.target);
   if (a.contrast !== null) q.set("ig_contrast", a.contrast);
@@ -57,10 +57,10 @@ export function writeAttribution(q, a) {
   if (a.every) q.set("ig_every", "1");
 }
 
-function initAttribution(p) {
+function initInputs(p) {
   page = p;
-  cfg = { ...DEFAULTS, ...(p.state.attribution || {}) };
-  p.state.attribution = cfg;
+  cfg = { ...DEFAULTS, ...(p.state.inputs || {}) };
+  p.state.inputs = cfg;
   $("ta-method").value = cfg.method;
   $("ta-baseline").value = cfg.baseline;
   $("ta-steps").value = String(cfg.steps);
@@ -82,7 +82,7 @@ function initAttribution(p) {
   };
   $("ta-word-target").addEventListener("click", typed("target"));
   $("ta-word-contrast").addEventListener("click", typed("contrast"));
-  auto = +$("attribution-panel").dataset.params <= AUTO_RUN_PARAMS;
+  auto = +$("inputs-panel").dataset.params <= AUTO_RUN_PARAMS;
   $("ta-run").hidden = auto;
   $("ta-run").addEventListener("click", () => { asked = ""; refresh(true); });
   addDownloads($("ta-tokens"), "token-attribution", () => result, { svgEl: () => snapshotSvg($("ta-tokens")) });
@@ -145,15 +145,15 @@ function refresh(now = false) {
     result = null;
     for (const id of ["ta-tokens", "ta-stats", "ta-tag"]) $(id).replaceChildren();
     $("ta-matrix").hidden = true;
-    setNote($("ta-note"), `This model has ${int(+$("attribution-panel").dataset.params)} parameters: the attribution ` +
+    setNote($("ta-note"), `This model has ${int(+$("inputs-panel").dataset.params)} parameters: the attribution ` +
       "is many forward and backward passes of the prompt, so it waits for “run it”.");
     return;
   }
-  later("attribution-fetch", $("ta-tokens"), () => slot.soon((signal) => fetchAnswer(b, signal), 0));
+  later("inputs-fetch", $("ta-tokens"), () => slot.soon((signal) => fetchAnswer(b, signal), 0));
 }
 
 async function fetchAnswer(b, signal) {
-  const panel = $("attribution-panel");
+  const panel = $("inputs-panel");
   panel.dataset.state = "loading";
   try {
     // always the job form: on a large model even one position is minutes of work, which a job does a
@@ -186,7 +186,7 @@ function drawAll() {
   drawTokens(r);
   $("ta-baseline-text").textContent = `Baseline: ${result.baseline_description}. Integration: ${result.rule} (${result.steps} steps).`;
   $("ta-matrix").hidden = result.rows.length < 2;
-  if (result.rows.length > 1) later("attribution", $("ta-matrix-plot"), drawMatrix);
+  if (result.rows.length > 1) later("inputs", $("ta-matrix-plot"), drawMatrix);
   else clearPlot($("ta-matrix-plot"));
 }
 
@@ -244,9 +244,9 @@ function drawMatrix() {
 }
 
 export const panel = {
-  stage: "attribution",
+  stage: "inputs",
   parts: [],
-  init: (p) => initAttribution(p),
+  init: (p) => initInputs(p),
   render: (trace, view) => {
     if (view.promptChanged) { text = view.text; tokens = trace.tokens; result = null; asked = ""; }
     if (view.promptChanged || view.parts.includes("next_token")) fillChoices(trace.next_token);
