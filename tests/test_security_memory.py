@@ -145,14 +145,14 @@ def test_the_patch_cache_keeps_recorded_runs_within_its_bytes(service, monkeypat
     monkeypatch.setattr(ex, "RECORD_BYTES", int(2.5 * one))
     cache = ex._Cache()
     runs = [cache.record(service, ids) for ids in prompts[:3]]
-    records = cache._stores(service.model)[0]
+    records = cache.runs.store(service.model)
     assert [cache.has_records(service.model, ids) for ids in prompts[:3]] == [False, True, True]
     assert records.used == 2 * one == sum(r.nbytes for r in runs[1:])
     monkeypatch.setattr(ex, "RECORD_BYTES", one - 1)
     small = ex._Cache()
     assert small.record(service, prompts[3]).ids == tuple(prompts[3])  # answered, but too big to keep
     assert not small.has_records(service.model, prompts[3])
-    sweeps = cache._stores(service.model)[1]
+    sweeps = cache.sweeps(service.model)
     assert sweeps.budget == ex.SWEEP_BYTES == 4 * 2**20
     for i in range(5):
         cache.keep_sweep(service.model, (i,), torch.zeros(2**18))  # 1 MiB each: four fit

@@ -38,7 +38,7 @@ from ..schemas.circuits import (
 from ..service import ModelService
 from .common import arr, next_tokens
 from .forward import ARRAY_JSON, TOKEN_VALUES, VALUE_BYTES
-from .pair import answer_tokens, check_metric, check_tokens, metric_of, pair_ids, recorded
+from .pair import Runs, answer_tokens, check_metric, check_tokens, metric_of, pair_ids
 from .tokens import token_pieces
 
 # The work a request may ask for, in multiply-adds of the blocks it runs: the plain POST up to
@@ -63,6 +63,7 @@ RUN_BYTES = 256 * 2**20
 GRADIENT_BYTES = 1024 * 2**20
 SCORE_BYTES = 8 * 2**20
 LARGEST_ERRORS = 8
+RUNS = Runs(cc.record, RUN_BYTES)  # the prompts' recorded runs, per model (pair.py)
 
 
 def _gradient_floats(cfg) -> int:
@@ -98,16 +99,12 @@ class Plan:
         return float(m[0]), float(m[1])
 
 
-def _runs(service: ModelService):
-    return service.store("circuits.runs", RUN_BYTES, lambda r: r.nbytes)
-
-
 def _scores(service: ModelService):
     return service.store("circuits.scores", SCORE_BYTES, lambda t: t.untyped_storage().nbytes())
 
 
 def _record(service: ModelService, ids: list[int]) -> cc.Run:
-    return recorded(service, _runs(service), ids, cc.record)
+    return RUNS.get(service, ids)
 
 
 def _check_request(service: ModelService, req: CircuitRequest, graph: cc.Graph) -> list[int]:

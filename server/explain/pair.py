@@ -1,16 +1,18 @@
 """The clean/corrupted pair that activation patching and edge circuits both start from.
 
 A request names two prompts (text or ids) of the same length that differ somewhere; each prompt's
-run is recorded once and kept per model in a budget of bytes (each analysis records what it needs:
-patching every site's activations, circuits every edge's ends); the metric's tokens come from the
+run is recorded once and kept per model in a budget of bytes (`Runs`: each analysis records what it
+needs, patching every site's activations, circuits every edge's ends); the metric's tokens come from the
 request or from the two runs; and a pair whose metric does not tell the runs apart is refused, since
 no effect could be measured on it. `patch.py` and `circuits.py` each call these in their `plan`.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import torch
 
@@ -26,6 +28,9 @@ EPS = 1e-4  # a clean and a corrupted metric closer than this leave the effect u
 
 class Recording(Protocol):
     logits: torch.Tensor  # the last position's logits, (V,)
+
+    @property
+    def nbytes(self) -> int: ...
 
 
 R = TypeVar("R", bound=Recording)
@@ -66,14 +71,37 @@ def check_tokens(service: ModelService, req: PairRequest) -> None:
         raise InputError("wrong", "wrong must differ from answer: their logit difference would be 0")
 
 
-def recorded(service: ModelService, runs: LRU, ids: list[int], record: Callable[[GPT, list[int]], R]) -> R:
-    """A prompt's recorded run, from `runs` (an analysis' store of them) or recorded now and kept."""
-    got = runs.get(tuple(ids))
-    if got is None:
-        with service.run() as m:
-            got = record(m, ids)
-        runs.put(tuple(ids), got)
-    return got
+class Runs(Generic[R]):
+    """One analysis' recorded runs of recent prompts, per model, kept in a budget of bytes (least
+    recently used dropped first): patching's (every site's activations) and circuits' (every edge's
+    ends) are two of these, so a page's next question about the same pair runs neither prompt again."""
+
+    def __init__(self, record: Callable[[GPT, list[int]], R], budget: int) -> None:
+        self.record, self.budget = record, budget
+        self._lock = threading.Lock()
+        self._by_model: weakref.WeakKeyDictionary[GPT, LRU[tuple, R]] = weakref.WeakKeyDictionary()
+
+    def store(self, model: GPT) -> LRU[tuple, R]:
+        with self._lock:
+            got = self._by_model.get(model)
+            if got is None:
+                got = self._by_model[model] = LRU(self.budget, lambda r: r.nbytes)
+            return got
+
+    def has(self, model: GPT, *prompts: list[int]) -> bool:
+        """Whether every one of these prompts' runs is kept (none would run)."""
+        store = self.store(model)
+        return all(tuple(ids) in store for ids in prompts)
+
+    def get(self, service: ModelService, ids: list[int]) -> R:
+        """A prompt's recorded run: the one kept, or recorded now (under the model's lock) and kept."""
+        store = self.store(service.model)
+        got = store.get(tuple(ids))
+        if got is None:
+            with service.run() as m:
+                got = self.record(m, ids)
+            store.put(tuple(ids), got)
+        return got
 
 
 def answer_tokens(

@@ -36,7 +36,7 @@ from ..schemas.patch import (
 from ..service import LRU, ModelService
 from .common import arr, check_index, next_tokens, token_text
 from .forward import ARRAY_JSON, TOKEN_VALUES, VALUE_BYTES
-from .pair import answer_tokens, check_metric, check_tokens, metric_of, pair_ids, recorded
+from .pair import Runs, answer_tokens, check_metric, check_tokens, metric_of, pair_ids
 from .tokens import token_pieces
 
 # The work a request may ask for, in multiply-adds of the blocks it runs (positions computed x blocks
@@ -63,36 +63,33 @@ def _tensor_bytes(t: torch.Tensor) -> int:
 
 
 class _Cache:
-    """Per model: the recorded runs of recent prompts and recent sweeps' patched metrics, each kept
-    in a budget of bytes (least recently used dropped first)."""
+    """Per model: the recorded runs of recent prompts (pair.Runs) and recent sweeps' patched metrics,
+    each kept in a budget of bytes (least recently used dropped first)."""
 
     def __init__(self) -> None:
+        self.runs = Runs(pt.record, RECORD_BYTES)
         self._lock = threading.Lock()
-        self._by_model: weakref.WeakKeyDictionary[GPT, tuple[LRU[tuple, pt.Recorded], LRU[tuple, torch.Tensor]]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._by_model: weakref.WeakKeyDictionary[GPT, LRU[tuple, torch.Tensor]] = weakref.WeakKeyDictionary()
 
-    def _stores(self, model: GPT) -> tuple[LRU[tuple, pt.Recorded], LRU[tuple, torch.Tensor]]:
+    def sweeps(self, model: GPT) -> LRU[tuple, torch.Tensor]:
         with self._lock:
-            stores = self._by_model.get(model)
-            if stores is None:
-                stores = (LRU(RECORD_BYTES, lambda r: r.nbytes), LRU(SWEEP_BYTES, _tensor_bytes))
-                self._by_model[model] = stores
-            return stores
+            got = self._by_model.get(model)
+            if got is None:
+                got = self._by_model[model] = LRU(SWEEP_BYTES, _tensor_bytes)
+            return got
 
     def has_records(self, model: GPT, *prompts: list[int]) -> bool:
         """Whether every one of these prompts' runs is cached (none is run)."""
-        records = self._stores(model)[0]
-        return all(tuple(ids) in records for ids in prompts)
+        return self.runs.has(model, *prompts)
 
     def record(self, service: ModelService, ids: list[int]) -> pt.Recorded:
-        return recorded(service, self._stores(service.model)[0], ids, pt.record)
+        return self.runs.get(service, ids)
 
     def sweep(self, model: GPT, key: tuple) -> torch.Tensor | None:
-        return self._stores(model)[1].get(key)
+        return self.sweeps(model).get(key)
 
     def keep_sweep(self, model: GPT, key: tuple, values: torch.Tensor) -> None:
-        self._stores(model)[1].put(key, values)
+        self.sweeps(model).put(key, values)
 
 
 CACHE = _Cache()
