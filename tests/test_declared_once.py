@@ -143,3 +143,22 @@ def test_cancelled_is_declared_once_in_model():
 
     assert sae_mod.Cancelled is tl.Cancelled is tc_mod.Cancelled is finetune.Cancelled is Cancelled
     assert patching.Cancelled is train.Cancelled is Cancelled
+
+
+@pytest.mark.parametrize("config, request_model, command, required, extra, left_out, overrides", ADD_ONS, ids=IDS)
+def test_the_manuals_command_line_shows_the_declared_defaults(
+    config, request_model, command, required, extra, left_out, overrides
+):
+    """docs/manual.md's synopsis of each add-on's command (`[--time-budget 180]`) shows the defaults the
+    command line has, which are the dataclass's."""
+    manual = (ROOT / "docs" / "manual.md").read_text(encoding="utf-8")
+    line = next(x for x in manual.splitlines() if x.startswith(f"gptscope {command} ") and "[" in x)
+    shown = dict(re.findall(r"\[--([a-z-]+) (-?[0-9.e+-]+)\]", line))
+    assert shown, line
+    defaults = parsed(command, required)
+    for option, value in shown.items():
+        name = option.replace("-", "_")
+        assert name in defaults, f"{command}: the manual shows --{option}, which the command line lacks"
+        assert float(value) == float(defaults[name]), f"{command} --{option}: manual {value}, CLI {defaults[name]}"
+        if name in dataclass_view(config):
+            assert float(value) == float(dataclass_view(config)[name]["default"]), (command, option)
