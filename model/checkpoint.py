@@ -185,14 +185,22 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def weights_dict(model: GPT, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+# how weights are stored: one dtype for every floating-point tensor, or one per name (an imported
+# model's tensors in the file's half precision, those the import computed, such as Gemma's 1 + w gains,
+# in float32); None, or a name the mapping lacks: as the model holds it (float32)
+StoreDtype = torch.dtype | Mapping[str, torch.dtype] | None
+
+
+def weights_dict(model: GPT, dtype: StoreDtype = None) -> dict[str, torch.Tensor]:
     sd = model.state_dict()
     if model.cfg.tie_weights:
         sd.pop("lm_head.weight", None)  # the same tensor as wte.weight
-    return {
-        k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().cpu().contiguous()
-        for k, v in sd.items()
-    }
+
+    def stored(k: str, v: torch.Tensor) -> torch.Tensor:
+        dt = dtype.get(k) if isinstance(dtype, Mapping) else dtype
+        return v.to(dt) if dt is not None and v.is_floating_point() else v
+
+    return {k: stored(k, v).detach().cpu().contiguous() for k, v in sd.items()}
 
 
 def _write_hashed(folder: Path, meta: dict, key: str, suffix: str, blob: bytes | None) -> None:
@@ -216,11 +224,12 @@ def save(
     model: GPT,
     meta: CheckpointMeta | Mapping[str, Any],
     optimizer_state: dict[str, torch.Tensor] | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: StoreDtype = None,
     history: list[dict] | None = None,
     head: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write a checkpoint folder atomically; returns the folder. `head`: a classifier's extra tensors."""
+    """Write a checkpoint folder atomically; returns the folder. `dtype`: how the weights are stored
+    (StoreDtype; loaded, every one is float32). `head`: a classifier's extra tensors."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     # the JSON is built as a plain dict here: the same keys, in the same order, as before the typed meta

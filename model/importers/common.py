@@ -46,7 +46,8 @@ class ImportFailed(ValueError):
 class Converted:
     model: GPT
     meta: ckpt.CheckpointMeta  # tokenizer, source, ... (checkpoint.save adds the config)
-    dtype: torch.dtype = torch.float32  # how the weights are stored (they are computed in float32)
+    # how the weights are stored, one dtype or one per tensor (checkpoint.StoreDtype); computed in float32
+    dtype: ckpt.StoreDtype = torch.float32
 
 
 def contained(path: Path, root: Path | None = None) -> Path:
@@ -608,7 +609,7 @@ def convert_hf(
     (`names`): the sizes checked against the tensors' shapes in the files' headers first (the number of
     layers before the config is read, the widths before the name map is made, every tensor of the map
     before one is loaded), then the tokenizer, the tensors (checked and counted), the model (weights in
-    float32, stored in the file's own half precision when it has one)."""
+    float32, stored in the file's own half precision when it has one: store_dtype)."""
     raw = read_json(folder / "config.json")
     shapes, source = hf_shapes(folder)
     check_layers("config.json", "num_hidden_layers", hf_int(raw, "num_hidden_layers"), shapes, layout.layers, source)
@@ -641,7 +642,20 @@ def convert_hf(
         "name_or_path": raw.get("_name_or_path"),
         "params": n_params,
     }
-    # kept on disk in the file's own half precision when it has one (computed in float32 when loaded)
-    dtype = next((dt for dt in (torch.bfloat16, torch.float16) if stored == {dt}), torch.float32)
     meta = ckpt.CheckpointMeta.from_dict({"tokenizer": tokenizer, "source": source_meta, "step": 0})
-    return Converted(model.eval(), meta, dtype)
+    return Converted(model.eval(), meta, store_dtype(state, name_map, stored))
+
+
+def store_dtype(
+    state: dict[str, torch.Tensor], names: dict[str, list[Piece]], stored: set[torch.dtype]
+) -> ckpt.StoreDtype:
+    """How a converted model is kept on disk: in the file's own half precision when it has one, except
+    a tensor the import computed (a piece with a function: Gemma's gain 1 + w) that the half precision
+    would round, kept in float32 (bfloat16 rounds a gain near 1 by up to 2^-8: 0.03-0.07 in Gemma's
+    logits). Every tensor is computed in float32 when loaded."""
+    half = next((dt for dt in (torch.bfloat16, torch.float16) if stored == {dt}), None)
+    if half is None:
+        return torch.float32
+    made = [k for k, parts in names.items() if any(len(piece) > 2 for piece in parts)]
+    exact = {k for k in made if not torch.equal(state[k].to(half).float(), state[k])}
+    return {k: torch.float32 if k in exact else half for k in state} if exact else half

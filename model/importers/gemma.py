@@ -10,7 +10,9 @@ gate (mlp="geglu"); scores scaled by query_pre_attn_scalar^-1/2 (attn_scale); lo
 says); Gemma 2's softcaps, 50 tanh(scores / 50) on attention's scores (attn_softcap) and 30 tanh(z / 30)
 on the logits (softcap); Gemma 3's RMSNorm on each head's q and k (qk_norm) and its local layers' own
 RoPE base, 10,000 against the global layers' 1,000,000 (rope_local_base). Gemma's RMSNorm multiplies
-by (1 + w): the stored w is read as the gain 1 + w. Every config.json field is read or refused by name."""
+by (1 + w): the stored w is read as the gain 1 + w (kept in float32 where the file's bfloat16 would
+round it: common.store_dtype). Every config.json field is read or refused by name; sliding_window_size
+(Gemma 2 9B's file) is an alias transformers ignores, accepted where it equals sliding_window."""
 
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ _GEMMA_COMMON = (
     "attention_bias",
     "query_pre_attn_scalar",
     "sliding_window",
+    "sliding_window_size",  # Gemma 2 9B's file writes it too; transformers reads sliding_window only
     "layer_types",
     "final_logit_softcapping",
     "attn_logit_softcapping",
@@ -155,6 +158,12 @@ def gemma_config(raw: dict) -> GPTConfig:
         raise ImportFailed(f"config.json field model_type is {mt!r}; not a Gemma 2 or Gemma 3 text model")
     check_fields(raw, mt, "Gemma", GEMMA_FAMILY[mt], GEMMA_FIELDS[mt])
     check_values(raw, {"use_bidirectional_attention": False} if raw.get("use_bidirectional_attention") else {})
+    alias, window = raw.get("sliding_window_size"), raw.get("sliding_window")
+    if alias is not None and (alias != window or type(alias) is not type(window)):  # (True == 1)
+        raise ImportFailed(
+            f"config.json fields sliding_window_size ({alias!r}) and sliding_window ({window!r}) "
+            "differ; transformers reads sliding_window only, so gptscope does not guess which one the model has"
+        )
     if mt == "gemma3_text" and raw.get("attn_logit_softcapping") is not None:
         raise ImportFailed(
             f"config.json field attn_logit_softcapping is {raw['attn_logit_softcapping']!r}; Gemma 3 computes "
