@@ -14,7 +14,9 @@ that cache. Nothing touches the network; a wrong or missing file is a clear erro
 
 The built-in model's own tokenizer is a byte-level BPE trained on its corpus (`model.bpe`),
 turned into an Encoding with `encoding_from_merges`. A character vocabulary (a nanoGPT char-level
-model's `meta.pkl`) becomes a `CharEncoding`: one pre-token and one token per character.
+model's `meta.pkl`) becomes a `CharEncoding`: one pre-token and one token per character. An imported
+nanochat model's BPE (its special tokens start with `<|bos|>`) is a `NanochatEncoding`, whose `bos_ids`
+says that its model reads `<|bos|>` before every text, as nanochat's own code puts it there.
 
 An imported Hugging Face model of the LLaMA family brings its own `tokenizer.json` (byte-level BPE
 as in Llama 3, SmolLM2 and Qwen, or SentencePiece-style BPE with "▁" for a space and byte
@@ -161,12 +163,14 @@ def get_public_encoding(name: str) -> tiktoken.Encoding:
     return tiktoken.Encoding(**spec)
 
 
-def encoding_from_merges(bpe: BPEMerges, name: str = "gptscope-bpe") -> tiktoken.Encoding:
-    """A tiktoken Encoding for a BPE trained by `model.bpe` (rank of a token = its id)."""
+def encoding_from_merges(
+    bpe: BPEMerges, name: str = "gptscope-bpe", cls: type[tiktoken.Encoding] = tiktoken.Encoding
+) -> tiktoken.Encoding:
+    """A tiktoken Encoding (or `cls`, a subclass) for a BPE trained by `model.bpe` (rank of a token = its id)."""
     ranks = {b: i for i, b in enumerate(bpe.token_bytes())}
     if len(ranks) != 256 + len(bpe.merges):
         raise ValueError("two merges produce the same bytes; tiktoken needs unique tokens")
-    return tiktoken.Encoding(
+    return cls(
         name=name,
         pat_str=bpe.pattern,
         mergeable_ranks=ranks,
@@ -224,6 +228,20 @@ class CharEncoding(tiktoken.Encoding):
     # (and raises KeyError without one); None says "none", which server/cli.py checks for
     def eot_token(self) -> None:  # type: ignore[override]
         return None
+
+
+# nanochat's beginning-of-text token: its tokenizer's get_bos_token_id, which its training, evaluation,
+# engine and chat put before every document; only nanochat's tokenizer (model/importers/nanochat.py) has it
+NANOCHAT_BOS = "<|bos|>"
+
+
+class NanochatEncoding(tiktoken.Encoding):
+    """nanochat's own BPE (a tiktoken Encoding with its special tokens), whose model reads `<|bos|>` before
+    every text: `bos_ids` says so, as an HFEncoding's does (server/explain/common.py's bos_ids reads both)."""
+
+    @property
+    def bos_ids(self) -> list[int]:
+        return [self._special_tokens[NANOCHAT_BOS]]
 
 
 # --- Hugging Face tokenizer.json ----------------------------------------------------------------
@@ -544,6 +562,12 @@ class HFEncoding:
 AnyEncoding = tiktoken.Encoding | HFEncoding
 
 
+def default_bos_ids(enc: AnyEncoding) -> list[int]:
+    """The beginning-of-text tokens a prompt of this tokenizer's model starts with by default: an imported
+    Hugging Face tokenizer's (its config's) or nanochat's `<|bos|>`; none for the others."""
+    return list(enc.bos_ids) if isinstance(enc, (HFEncoding, NanochatEncoding)) else []
+
+
 def encoding_from_spec(spec: dict, name: str = "model") -> AnyEncoding:
     """Rebuild a checkpoint's tokenizer from its JSON description (with the special tokens a
     fine-tuned classifier added, under "added_special_tokens": {text: id})."""
@@ -555,7 +579,9 @@ def encoding_from_spec(spec: dict, name: str = "model") -> AnyEncoding:
     if kind == "chars":
         return CharEncoding(spec["chars"], name=name)
     if kind == "bpe":
-        return encoding_from_merges(BPEMerges.from_dict(spec), name=name)
+        bpe = BPEMerges.from_dict(spec)
+        cls = NanochatEncoding if NANOCHAT_BOS in bpe.special_tokens else tiktoken.Encoding
+        return encoding_from_merges(bpe, name=name, cls=cls)
     if kind == "tiktoken":
         return get_public_encoding(spec["name"])
     if kind == "huggingface":  # an imported model's tokenizer.json, kept whole in the checkpoint

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from gptscope.model.chat import ChatTemplateError
-from gptscope.model.tokenizers import HFEncoding
+from gptscope.model.tokenizers import HFEncoding, default_bos_ids
 
 from ..digits import COARSE, EXACT, FINE, VALUE
 from ..errors import InputError
@@ -45,16 +45,18 @@ def token_text(service: ModelService, tid: int) -> str:
 
 
 def bos_ids(service: ModelService, bos: bool | None) -> list[int]:
-    """The beginning-of-text tokens a prompt starts with: by default (bos None) those the model's
-    tokenizer config says it expects (an imported Hugging Face model's; none for the others); bos
-    true: its tokenizer's BOS token even where not expected (a 422 if it has none); false: none."""
-    enc = service.encoding
-    if bos is False or not isinstance(enc, HFEncoding):
-        if bos:
-            raise InputError("bos", "this model's tokenizer has no beginning-of-text token")
+    """The beginning-of-text tokens a prompt starts with: by default (bos None) those the model expects
+    (model/tokenizers.py's default_bos_ids: an imported Hugging Face model's, as its tokenizer config
+    says; nanochat's <|bos|>; none for the others); bos true: its tokenizer's BOS token even where not
+    expected (a 422 if it has none); false: none."""
+    if bos is False:
         return []
-    if bos is None or enc.bos_ids:
-        return list(enc.bos_ids)
+    enc = service.encoding
+    lead = default_bos_ids(enc)
+    if bos is None or lead:
+        return lead
+    if not isinstance(enc, HFEncoding):
+        raise InputError("bos", "this model's tokenizer has no beginning-of-text token")
     named = enc.token_id(enc.config.get("bos_token"))
     if named is None:
         raise InputError(

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import regex
 
-from gptscope.model.tokenizers import PUBLIC_ENCODINGS, AnyEncoding, HFEncoding, UnknownCharacters, get_public_encoding
+from gptscope.model.tokenizers import (
+    PUBLIC_ENCODINGS,
+    AnyEncoding,
+    HFEncoding,
+    UnknownCharacters,
+    default_bos_ids,
+    get_public_encoding,
+)
 
 from ..digits import COARSE
 from ..errors import InputError
@@ -51,15 +58,23 @@ def token_bytes(enc: AnyEncoding, tid: int) -> bytes:
         return b""
 
 
+def _spells(enc: AnyEncoding, text: str, ids: list[int]) -> bool:
+    """Whether ids are text's tokens: an imported tokenizer's own encoding, or exactly its bytes."""
+    if isinstance(enc, HFEncoding):
+        return enc.spans(text, ids) is not None
+    return b"".join(token_bytes(enc, i) for i in ids) == text.encode("utf-8")
+
+
 def token_pieces(enc: AnyEncoding, ids: list[int], text: str | None = None) -> list[TokenPiece]:
     """Pieces for ids; spans refer to `text` (the decoded ids when text is None). A beginning-of-text
     token the prompt was given (server/explain/common.py: bos_ids) covers none of the text."""
-    if isinstance(enc, HFEncoding) and text is not None and enc.bos_ids and ids[: len(enc.bos_ids)] == enc.bos_ids:
-        k = len(enc.bos_ids)
-        if enc.spans(text, ids) is None and enc.spans(text, ids[k:]) is not None:
-            lead = [p.model_copy(update={"start": 0, "end": 0}) for p in token_pieces(enc, ids[:k])]
+    lead = default_bos_ids(enc)
+    if text is not None and lead and ids[: len(lead)] == lead:
+        k = len(lead)
+        if not _spells(enc, text, ids) and _spells(enc, text, ids[k:]):
+            first = [p.model_copy(update={"start": 0, "end": 0}) for p in token_pieces(enc, ids[:k])]
             rest = token_pieces(enc, ids[k:], text)
-            return lead + [p.model_copy(update={"index": p.index + k}) for p in rest]
+            return first + [p.model_copy(update={"index": p.index + k}) for p in rest]
     raw = [token_bytes(enc, i) for i in ids]
     full = b"".join(raw)
     # an imported tokenizer's own offsets (its normaliser may change the text: SentencePiece's "▁")
