@@ -282,7 +282,7 @@ REFUSALS = [
         "phi3",
         _config("rope_parameters", {"rope_type": "longrope", "short_factor": [1.0] * 4}),
         None,
-        r"rope_parameters\.short_factor",
+        r"rope_parameters\.rope_type is .longrope.: LongRoPE \(per-pair short and long factors",
     ),
     ("phi3-bias", "phi3", _config("attention_bias", True), None, "field attention_bias is True"),
     ("olmo2-partial", "olmo2", _config("partial_rotary_factor", 0.5), None, "field partial_rotary_factor is not one"),

@@ -306,6 +306,14 @@ ROPE_KEYS = (
     "original_max_position_embeddings",
     "partial_rotary_factor",
 )
+# RoPE scalings gptscope does not compute, in words for a refusal: which models ship them
+ROPE_NAMES = {
+    "longrope": "LongRoPE (per-pair short and long factors past the original context: Phi-3-mini-128k, "
+    "Phi-3.5-mini, Phi-4-mini)",
+    "su": "LongRoPE under its older name 'su' (Phi-3's 128k models)",
+    "yarn": "YaRN (frequencies stretched by band, attention scaled: Qwen's and DeepSeek's long-context models)",
+    "dynamic": "dynamic NTK scaling (the base grown with the prompt's length)",
+}
 
 
 def hf_number(raw: dict, where: str, key: str, default: float | None = None, low: float = 0.0) -> float:
@@ -380,6 +388,12 @@ def hf_rope(raw: dict, params: dict | None = None, where: str | None = None, par
     where = where or "rope_parameters"
     if not isinstance(params, dict):
         raise ImportFailed(f"config.json field {where} is {params!r}; it must be an object or null")
+    kind = params.get("rope_type", params.get("type")) or "default"
+    if kind not in ("default", "linear", "llama3"):
+        raise ImportFailed(
+            f"config.json field {where}.rope_type is {kind!r}: {ROPE_NAMES.get(kind, 'a RoPE scaling')}, which "
+            "gptscope does not compute yet (it computes RoPE unscaled ('default'), 'linear' and 'llama3')"
+        )
     unknown = sorted(set(params) - set(ROPE_KEYS))
     if unknown:
         raise ImportFailed(f"config.json field {where}.{unknown[0]} is not a RoPE setting gptscope computes")
@@ -387,14 +401,8 @@ def hf_rope(raw: dict, params: dict | None = None, where: str | None = None, par
         raise ImportFailed(f"config.json fields rope_theta and {where}.rope_theta differ")
     theta = hf_number({**raw, **params}, f"{where}." if "rope_theta" in params else "", "rope_theta", 10000.0)
     out: dict[str, Any] = {"pos": "rope", "rope_base": theta, **_partial_rotary(raw, params, where, partial)}
-    kind = params.get("rope_type", params.get("type")) or "default"
     if kind == "default":
         return out
-    if kind not in ("linear", "llama3"):
-        raise ImportFailed(
-            f"config.json field {where}.rope_type is {kind!r}; gptscope computes RoPE unscaled ('default'), "
-            f"'linear' and 'llama3'"
-        )
     out.update(rope_scaling=kind, rope_factor=hf_number(params, f"{where}.", "factor", None, low=1.0 - 1e-12))
     if kind == "llama3":
         lo = hf_number(params, f"{where}.", "low_freq_factor")

@@ -1,12 +1,13 @@
-"""Hugging Face models of Microsoft's Phi-3: a folder of Phi3ForCausalLM (Phi-3-mini, Phi-3-medium,
-Phi-3.5-mini, Phi-4-mini): config.json + model.safetensors (or shards) + tokenizer.json.
+"""Hugging Face models of Microsoft's Phi-3: a folder of Phi3ForCausalLM (Phi-3-mini-4k, Phi-3-medium-4k):
+config.json + model.safetensors (or shards) + tokenizer.json.
 
 The LLaMA family's block (RoPE, RMSNorm, SwiGLU, grouped-query attention, one block after the other,
 not in parallel) stored fused: qkv_proj holds W_Q, W_K and W_V stacked, as gptscope's c_attn does,
 and gate_up_proj the MLP's gate above its up-projection (split into c_gate and c_fc). RoPE may turn
 only part of each head (partial_rotary_factor: GPTConfig.rotary_dim, Phi-4-mini's 0.75) and a
-sliding window may cover every layer (Phi-3-mini-4k: 2,047 keys). LongRoPE (the 128k models'
-rope_scaling "longrope", with its per-pair short and long factors) is refused by name."""
+sliding window may cover every layer (Phi-3-mini-4k: 2,047 keys). LongRoPE (rope_scaling "longrope",
+with its per-pair short and long factors), which the 128k models, Phi-3.5-mini and Phi-4-mini ship,
+is refused by name until gptscope computes it."""
 
 import re
 from pathlib import Path
