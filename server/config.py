@@ -8,6 +8,7 @@ from contextlib import ExitStack
 from importlib import resources
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .security import LOOPBACK_NAMES, is_loopback
@@ -89,7 +90,7 @@ class Settings(BaseSettings):
     # Bytes that the work going at once may take beyond the loaded models and caches (server/memory.py):
     # every request and job that grows with what it is asked estimates its peak first and is refused
     # (422) when it could never fit, or waits for room. 0: 4 GiB, or half the machine's memory if less.
-    memory_budget: int = 0
+    memory_budget: int = Field(0, ge=0)
 
     # The door beyond loopback (server/security.py): bound to an address other machines reach, every
     # request must carry this token; `gptscope serve` makes one when none is given. insecure_no_token

@@ -144,3 +144,12 @@ def test_memory_a_job_freed_goes_back_to_the_system_when_it_ends(budget):
     job.thread.join(30)
     assert job.status == "done"
     assert rss_mib() - before < 150
+
+
+def test_a_negative_budget_is_refused_naming_it(capsys):
+    """gptscope serve --memory-budget -1 is one error line naming the setting, not a server that refuses everything."""
+    from gptscope.server.cli import main
+
+    assert main(["serve", "--memory-budget", "-1", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "memory_budget" in err and "greater than or equal to 0" in err and "Traceback" not in err
