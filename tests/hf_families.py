@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 CORPUS = (
     "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer the slings "
     "and arrows of outrageous fortune, or to take arms against a sea of troubles. 1 2 3 4 5 6 7 8 9 10. "
@@ -148,3 +150,15 @@ def edit_json(path: Path, fn) -> None:
     c = json.loads(path.read_text()) if path.exists() else {}
     fn(c)
     path.write_text(json.dumps(c))
+
+
+def reference_logits(m, ids: list[int]) -> torch.Tensor:
+    """transformers' logits of one prompt, (T, V)."""
+    with torch.no_grad():
+        return m(torch.tensor([ids])).logits[0]
+
+
+def ours(model, ids: list[int]) -> torch.Tensor:
+    """gptscope's logits of one prompt, (T, V)."""
+    with torch.no_grad():
+        return model(torch.tensor([ids]))[0][0]

@@ -15,7 +15,7 @@ import shutil
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from hf_families import ARCHS, PROMPT, build, edit_json
+from hf_families import ARCHS, PROMPT, build, edit_json, ours, reference_logits
 from safetensors.torch import load_file, save_file
 
 from gptscope.model import checkpoint as ckpt
@@ -45,16 +45,6 @@ def prompt_ids(tok) -> list[int]:
     ids = tok.encode(PROMPT, add_special_tokens=False).ids
     assert len(ids) > 10  # longer than every window, so the windows matter
     return ids
-
-
-def reference_logits(m, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return m(torch.tensor([ids])).logits[0]
-
-
-def ours(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return model(torch.tensor([ids]))[0][0]
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 import torch
-from hf_families import PROMPT, build, edit_json
+from hf_families import PROMPT, build, edit_json, ours, reference_logits
 from safetensors.torch import load_file
 
 from gptscope.model import checkpoint as ckpt
@@ -46,16 +46,6 @@ def built(tmp_path_factory):
 
 def prompt_ids(tok) -> list[int]:
     return tok.encode(PROMPT, add_special_tokens=False).ids
-
-
-def reference_logits(m, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return m(torch.tensor([ids])).logits[0]
-
-
-def ours(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return model(torch.tensor([ids]))[0][0]
 
 
 @pytest.mark.parametrize("arch", GEMMAS)
