@@ -14,7 +14,14 @@ from .config import GPTConfig, has_value_embed
 from .hooks import HookPoint
 from .kv_cache import LayerKV
 from .layers import Linear, RMSNorm
-from .positions import apply_rope, causal_allowed, layer_window, rope_angles, rope_frequencies
+from .positions import (
+    apply_rope,
+    causal_allowed,
+    layer_window,
+    rope_angles,
+    rope_attention_factor,
+    rope_frequencies,
+)
 
 VE_GATE_RANGE = 3.0  # the value embedding's gate is VE_GATE_RANGE * sigmoid(...): from 0 to 3, 1.5 at 0
 
@@ -113,8 +120,11 @@ class CausalSelfAttention(nn.Module):
         (rotary_dim: only their first r channels)."""
         T = q.size(1)
         positions = torch.arange(start, start + T, device=q.device)
-        freq = rope_frequencies(self.cfg, q.device, self.layer)  # (r/2,) each pair's turn per position
+        # (r/2,) each pair's turn per position (LongRoPE: its factors chosen by this call's last position)
+        freq = rope_frequencies(self.cfg, q.device, self.layer, seq_len=start + T)
         cos, sin = rope_angles(self.cfg.rotary, positions, self.cfg.rope_base, freq)
+        if (a := rope_attention_factor(self.cfg, self.layer)) != 1.0:  # LongRoPE: cos and sin times it
+            cos, sin = cos * a, sin * a
         cos, sin = cos[:, None, :], sin[:, None, :] * self.cfg.rope_sign  # (T, 1, r/2): the same turn for every head
         return self.hook_q_rot(apply_rope(q, cos, sin)), self.hook_k_rot(apply_rope(k, cos, sin))
 

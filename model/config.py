@@ -49,12 +49,19 @@ class GPTConfig:
     # RoPE's frequencies stretched for long contexts: "linear" divides them all by rope_factor;
     # "llama3" (Llama 3.1) divides only the slow ones (wavelength above rope_original_ctx /
     # rope_low_freq_factor), keeps the fast ones (below rope_original_ctx / rope_high_freq_factor)
-    # and blends between the two
-    rope_scaling: Literal["none", "linear", "llama3"] = "none"
+    # and blends between the two; "longrope" (LongRoPE: Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini) divides
+    # pair i's frequency by its own factor: rope_short_factor[i] while a forward call reaches no position
+    # past rope_original_ctx, rope_long_factor[i] once it does, and multiplies cos and sin by
+    # rope_attention_factor
+    rope_scaling: Literal["none", "linear", "llama3", "longrope"] = "none"
     rope_factor: float = 1.0
     rope_low_freq_factor: float = 1.0
     rope_high_freq_factor: float = 4.0
-    rope_original_ctx: int = 8192  # llama3: the context length the model was pre-trained with
+    rope_original_ctx: int = 8192  # llama3, longrope: the context length the model was pre-trained with
+    rope_short_factor: tuple[float, ...] = ()  # longrope: one factor per rotary pair (rotary / 2 of them)
+    rope_long_factor: tuple[float, ...] = ()  # longrope: the same, for calls past rope_original_ctx
+    # longrope: cos and sin times this; 0 = the paper's sqrt(1 + ln(rope_factor) / ln(rope_original_ctx))
+    rope_attention_factor: float = 0.0
     # --- nanochat's block (all off by default; the module docstring draws it) -------------------
     norm_gain: bool = True  # False: the norms have no gain at all (nanochat's RMSNorm has no parameters)
     qk_norm_scale: float = 0.0  # qk_norm with no gain, times this fixed number (nanochat: 1.2); 0 = learned gains
@@ -107,6 +114,7 @@ class GPTConfig:
             0 < self.rope_low_freq_factor < self.rope_high_freq_factor and self.rope_original_ctx >= 1
         ):
             problems.append("llama3 rope scaling needs 0 < rope_low_freq_factor < rope_high_freq_factor")
+        problems += self._longrope_problems()
         if self.window < 0 or self.n_expert < 0:
             problems.append("window and n_expert must be >= 0")
         if self.n_expert and self.top_k_experts > self.n_expert:
@@ -122,12 +130,37 @@ class GPTConfig:
             ("pos", ("learned", "rope", "none")),
             ("norm_type", ("layernorm", "rmsnorm")),
             ("mlp", ("gelu", "swiglu", "geglu", "relu2")),
-            ("rope_scaling", ("none", "linear", "llama3")),
+            ("rope_scaling", ("none", "linear", "llama3", "longrope")),
         ):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {', '.join(repr(a) for a in allowed)}")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _longrope_problems(self) -> list[str]:
+        """LongRoPE's factors: rotary / 2 positive numbers each (stored as tuples of floats, so a
+        checkpoint's JSON lists load back equal), set only with rope_scaling "longrope"."""
+        problems, longrope = [], self.rope_scaling == "longrope"
+        for name in ("rope_short_factor", "rope_long_factor"):
+            v = getattr(self, name)
+            ok = isinstance(v, (list, tuple)) and all(
+                not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in v
+            )
+            if not ok:
+                problems.append(f"{name} must be a list of finite numbers > 0")
+                continue
+            setattr(self, name, tuple(float(x) for x in v))
+            pairs = self.rotary // 2 if self.n_head >= 1 and self.pos == "rope" else len(v)
+            if longrope and len(v) != pairs:
+                problems.append(f"{name} has {len(v)} factors; longrope needs one per rotary pair ({pairs})")
+            if not longrope and v:
+                problems.append(f"{name} is set: it needs rope_scaling='longrope'")
+        a = self.rope_attention_factor
+        if not (a >= 0 and math.isfinite(a)) or (a and not longrope):
+            problems.append("rope_attention_factor must be a finite number >= 0, and needs rope_scaling='longrope'")
+        if longrope and (self.pos != "rope" or self.rope_original_ctx < 2):
+            problems.append("longrope rope scaling needs pos='rope' and rope_original_ctx >= 2")
+        return problems
 
     def _nanochat_problems(self) -> list[str]:
         problems = []
@@ -225,6 +258,7 @@ class GPTConfig:
             attn_softcap=bool(self.attn_softcap),
             local_global=bool(self.window) and pattern == {"S", "L"},
             rope_local_base=bool(self.rope_local_base),
+            longrope=self.rope_scaling == "longrope",
             softcap=bool(self.softcap) and self.extras == ["softcap"],
         )
         return [k for k, v in on.items() if v]

@@ -43,8 +43,8 @@ And the few details in which today's open models (Llama 3, SmolLM2, Qwen2.5, Qwe
 model/importers/llama.py reads their Hugging Face folders) differ from the llama-style block: a head size
 of its own (head_dim: nh * hs need not be d), biases on W_Q, W_K, W_V only (qkv_bias, Qwen2) or on
 W_O and the MLP (attn_out_bias, mlp_bias), an RMSNorm over each head's q and k before RoPE
-(qk_norm, Qwen3), and RoPE's frequencies stretched for long contexts (rope_scaling "linear" or
-"llama3").
+(qk_norm, Qwen3), and RoPE's frequencies stretched for long contexts (rope_scaling "linear",
+"llama3", or Phi-3's "longrope": a factor per rotary pair, short or long by the pass's length).
 
 And nanochat's block (Karpathy's successor to nanoGPT; model/importers/nanochat.py reads its
 checkpoints, the "nanochat-tiny" preset trains one), each piece a switch of its own:

@@ -43,11 +43,17 @@ def layer_rope_base(cfg: GPTConfig, layer: int | None = None) -> float:
     return cfg.rope_local_base if is_local_rope(cfg, layer) else cfg.rope_base
 
 
-def rope_frequencies(cfg: GPTConfig, device=None, layer: int | None = None) -> torch.Tensor:
+def rope_frequencies(cfg: GPTConfig, device=None, layer: int | None = None, seq_len: int | None = None) -> torch.Tensor:
     """(r/2,) the angle pair i of a head turns by per position: base^(-2i / r) (r the channels turned:
     rotary_dim or the head size), stretched as cfg.rope_scaling says (written as transformers computes
-    it, so imported models agree); block `layer`'s (Gemma 3: its local layers' base, never stretched)."""
+    it, so imported models agree); block `layer`'s (Gemma 3: its local layers' base, never stretched).
+    seq_len: the forward call's last position + 1, which picks LongRoPE's factors (None: the short ones)."""
     hs, base = cfg.rotary, layer_rope_base(cfg, layer)
+    if cfg.rope_scaling == "longrope" and not is_local_rope(cfg, layer):
+        # transformers' _compute_longrope_parameters: 1 / (ext_i * base^(2i / r)), in that order of operations
+        ext = torch.tensor(longrope_factors(cfg, seq_len), dtype=torch.float32, device=device)
+        shape = torch.arange(0, hs, 2, device=device, dtype=torch.int64).float() / hs
+        return 1.0 / (ext * base**shape)
     inv_freq = 1.0 / (base ** (torch.arange(0, hs, 2, device=device, dtype=torch.float32) / hs))
     if is_local_rope(cfg, layer):  # a local layer keeps its frequencies
         return inv_freq
@@ -63,6 +69,36 @@ def rope_frequencies(cfg: GPTConfig, device=None, layer: int | None = None) -> t
         between = ~(wavelen < ctx / hi) & ~(wavelen > ctx / lo)
         return torch.where(between, blended, slow)
     return inv_freq
+
+
+def longrope_factors(cfg: GPTConfig, seq_len: int | None) -> tuple[float, ...]:
+    """LongRoPE's factors for a forward call whose last position + 1 is seq_len: the long ones past
+    rope_original_ctx, else (and with no seq_len) the short ones.
+
+    transformers (5.x, dynamic_rope_update's longrope_frequency_update) makes this choice anew in every
+    forward call, from that call's own positions, for every position of the call at once; the keys
+    already in a KV cache keep the turn they got when they were computed. So a generation that crosses
+    rope_original_ctx step by step holds short-factor keys for its earlier positions beside long-factor
+    ones for the later positions, whereas one call over the whole text turns them all by the long factors.
+    gptscope does the same, call by call, so that its cached steps agree with transformers' own.
+    (transformers' Phi-3 generate() sidesteps this once: at the step that first passes the original
+    context it drops the cache and recomputes the whole text; a plain cached forward call does not.)"""
+    long = seq_len is not None and seq_len > cfg.rope_original_ctx
+    return cfg.rope_long_factor if long else cfg.rope_short_factor
+
+
+def rope_attention_factor(cfg: GPTConfig, layer: int | None = None) -> float:
+    """What RoPE's cos and sin are multiplied by: 1, but for LongRoPE its attention factor, given
+    (rope_attention_factor) or the paper's sqrt(1 + ln(rope_factor) / ln(rope_original_ctx)) (1 for a
+    factor of 1), as transformers computes it; the turned channels' part of every score grows by its square
+    (partial rotary: the channels left unturned are not scaled)."""
+    if cfg.rope_scaling != "longrope" or is_local_rope(cfg, layer):
+        return 1.0
+    if cfg.rope_attention_factor:
+        return cfg.rope_attention_factor
+    if cfg.rope_factor <= 1.0:
+        return 1.0
+    return math.sqrt(1 + math.log(cfg.rope_factor) / math.log(cfg.rope_original_ctx))
 
 
 def rope_angles(

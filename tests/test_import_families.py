@@ -268,11 +268,11 @@ REFUSALS = [
     ),
     ("gemma3-multimodal", "gemma3", _config("model_type", "gemma3"), None, "model_type is 'gemma3'; gptscope imports"),
     (
-        "phi3-longrope",
+        "phi3-longrope-incomplete",  # LongRoPE imports (tests/test_import_longrope.py); its factors must be whole
         "phi3",
         _config("rope_parameters", {"rope_type": "longrope", "short_factor": [1.0] * 4}),
         None,
-        r"rope_parameters\.rope_type is .longrope.: LongRoPE \(per-pair short and long factors",
+        r"rope_parameters\.short_factor",
     ),
     ("phi3-bias", "phi3", _config("attention_bias", True), None, "field attention_bias is True"),
     ("olmo2-partial", "olmo2", _config("partial_rotary_factor", 0.5), None, "field partial_rotary_factor is not one"),

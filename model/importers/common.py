@@ -305,8 +305,13 @@ ROPE_KEYS = (
     "high_freq_factor",
     "original_max_position_embeddings",
     "partial_rotary_factor",
+    "short_factor",  # LongRoPE's (the next three)
+    "long_factor",
+    "attention_factor",
 )
-# RoPE scalings gptscope does not compute, in words for a refusal: which models ship them
+LONGROPE_KEYS = ("short_factor", "long_factor", "attention_factor")
+PHI3_ORIGINAL_CTX = 4096  # Phi3Config's default original_max_position_embeddings, which transformers reads
+# RoPE scalings, in words for a refusal (LongRoPE is computed for the families that pass longrope=True)
 ROPE_NAMES = {
     "longrope": "LongRoPE (per-pair short and long factors past the original context: Phi-3-mini-128k, "
     "Phi-3.5-mini, Phi-4-mini)",
@@ -375,11 +380,14 @@ def check_values(raw: dict, wanted: dict[str, Any]) -> None:
             raise ImportFailed(f"config.json field {key} is {raw.get(key)!r}; gptscope computes {want!r}")
 
 
-def hf_rope(raw: dict, params: dict | None = None, where: str | None = None, partial: bool = False) -> dict:
+def hf_rope(
+    raw: dict, params: dict | None = None, where: str | None = None, partial: bool = False, longrope: bool = False
+) -> dict:
     """GPTConfig's RoPE fields from config.json: rope_parameters (transformers 5) or rope_theta and
     rope_scaling (older files), whichever the file writes (or the `params` given, found at `where`).
-    Scalings other than none, linear and llama3 are refused, naming the field; so is a partial
-    rotary factor unless the family turns part of each head (`partial`: GPT-NeoX, Phi-3)."""
+    Scalings other than none, linear, llama3 and (where the family computes it: `longrope`, Phi-3)
+    LongRoPE are refused, naming the field; so is a partial rotary factor unless the family turns part
+    of each head (`partial`: GPT-NeoX, Phi-3)."""
     if params is None:
         if raw.get("rope_parameters") is not None and raw.get("rope_scaling") is not None:
             raise ImportFailed("config.json has both rope_parameters and rope_scaling; a model has one RoPE")
@@ -389,12 +397,17 @@ def hf_rope(raw: dict, params: dict | None = None, where: str | None = None, par
     if not isinstance(params, dict):
         raise ImportFailed(f"config.json field {where} is {params!r}; it must be an object or null")
     kind = params.get("rope_type", params.get("type")) or "default"
-    if kind not in ("default", "linear", "llama3"):
+    if longrope and kind == "su":  # transformers' Phi3Config renames the older 'su' to 'longrope'
+        kind = "longrope"
+    computed = ("default", "linear", "llama3") + (("longrope",) if longrope else ())
+    if kind not in computed:
         raise ImportFailed(
             f"config.json field {where}.rope_type is {kind!r}: {ROPE_NAMES.get(kind, 'a RoPE scaling')}, which "
-            "gptscope does not compute yet (it computes RoPE unscaled ('default'), 'linear' and 'llama3')"
+            f"gptscope does not compute {'for this family' if kind in ('longrope', 'su') else 'yet'} (it computes "
+            f"RoPE unscaled ('default'), {', '.join(repr(k) for k in computed[1:])})"
         )
     unknown = sorted(set(params) - set(ROPE_KEYS))
+    unknown += sorted(set(params) & set(LONGROPE_KEYS)) if kind != "longrope" else []
     if unknown:
         raise ImportFailed(f"config.json field {where}.{unknown[0]} is not a RoPE setting gptscope computes")
     if "rope_theta" in params and "rope_theta" in raw and params["rope_theta"] != raw["rope_theta"]:
@@ -403,6 +416,8 @@ def hf_rope(raw: dict, params: dict | None = None, where: str | None = None, par
     out: dict[str, Any] = {"pos": "rope", "rope_base": theta, **_partial_rotary(raw, params, where, partial)}
     if kind == "default":
         return out
+    if kind == "longrope":
+        return {**out, **_longrope(raw, params, where, out.get("rotary_dim"))}
     out.update(rope_scaling=kind, rope_factor=hf_number(params, f"{where}.", "factor", None, low=1.0 - 1e-12))
     if kind == "llama3":
         lo = hf_number(params, f"{where}.", "low_freq_factor")
@@ -414,6 +429,47 @@ def hf_rope(raw: dict, params: dict | None = None, where: str | None = None, par
             )
         out.update(rope_low_freq_factor=lo, rope_high_freq_factor=hi, rope_original_ctx=ctx)
     return out
+
+
+def _longrope(raw: dict, params: dict, where: str, rotary_dim: int | None) -> dict:
+    """GPTConfig's LongRoPE fields, as transformers 5 reads a Phi-3 config.json: the short and long
+    factors (one per rotary pair), the original context (the top-level original_max_position_embeddings,
+    which Phi3Config always has, 4,096 by default, wins over the rope parameters' own copy: refused where
+    they differ) and the attention factor, given or the paper's sqrt(1 + ln f / ln original) with f the
+    given factor or max_position_embeddings / original (1 where f <= 1)."""
+    label = f"config.json field {where}.rope_type is 'longrope': {ROPE_NAMES['longrope']}, which needs"
+    hs = hf_int(raw, "head_dim") if raw.get("head_dim") is not None else None
+    pairs = (rotary_dim or hs or hf_int(raw, "hidden_size") // hf_int(raw, "num_attention_heads")) // 2
+    out: dict[str, Any] = {"rope_scaling": "longrope"}
+    for key, field in (("short_factor", "rope_short_factor"), ("long_factor", "rope_long_factor")):
+        v = params.get(key)
+        numbers = v if isinstance(v, list) and len(v) == pairs else []
+        if not numbers or not all(
+            not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in numbers
+        ):
+            raise ImportFailed(
+                f"{label} {where}.{key}: a list of {pairs} numbers above 0, one per rotary pair; "
+                f"it is {'missing' if v is None else repr(v)}"
+            )
+        out[field] = tuple(float(x) for x in numbers)
+    top, inner = raw.get("original_max_position_embeddings"), params.get("original_max_position_embeddings")
+    ctx = PHI3_ORIGINAL_CTX if top is None else top
+    if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 2:
+        raise ImportFailed(f"config.json field original_max_position_embeddings is {ctx!r}; it must be an integer >= 2")
+    if inner is not None and inner != ctx:
+        raise ImportFailed(
+            f"config.json fields original_max_position_embeddings ({top!r}, transformers' Phi-3 reads it, "
+            f"{PHI3_ORIGINAL_CTX} when absent) and {where}.original_max_position_embeddings ({inner!r}) differ"
+        )
+    factor = hf_number(params, f"{where}.", "factor") if params.get("factor") is not None else None
+    if factor is None:
+        factor = hf_int(raw, "max_position_embeddings", most=MAX_CTX) / ctx
+    attention = params.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(ctx))
+    else:
+        attention = hf_number(params, f"{where}.", "attention_factor")
+    return {**out, "rope_original_ctx": ctx, "rope_factor": max(factor, 1.0), "rope_attention_factor": attention}
 
 
 def _partial_rotary(raw: dict, params: dict, where: str, partial: bool) -> dict:

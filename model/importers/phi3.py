@@ -6,8 +6,9 @@ not in parallel) stored fused: qkv_proj holds W_Q, W_K and W_V stacked, as gptsc
 and gate_up_proj the MLP's gate above its up-projection (split into c_gate and c_fc). RoPE may turn
 only part of each head (partial_rotary_factor: GPTConfig.rotary_dim, Phi-4-mini's 0.75) and a
 sliding window may cover every layer (Phi-3-mini-4k: 2,047 keys). LongRoPE (rope_scaling "longrope",
-with its per-pair short and long factors), which the 128k models, Phi-3.5-mini and Phi-4-mini ship,
-is refused by name until gptscope computes it."""
+or its older name "su": per-pair short and long factors, the long ones for a forward call that reaches
+past original_max_position_embeddings, and cos and sin times an attention factor), which the 128k
+models, Phi-3.5-mini and Phi-4-mini ship, is computed as transformers computes it (common.hf_rope)."""
 
 import re
 from pathlib import Path
@@ -39,7 +40,7 @@ PHI3_FIELDS = (
     "num_key_value_heads",
     "hidden_act",
     "max_position_embeddings",
-    "original_max_position_embeddings",  # read by LongRoPE only, which is refused
+    "original_max_position_embeddings",  # read by LongRoPE only (its original context)
     "rms_norm_eps",
     "tie_word_embeddings",
     "rope_parameters",
@@ -73,7 +74,7 @@ def phi3_config(raw: dict) -> GPTConfig:
             ln_eps=hf_number(raw, "", "rms_norm_eps", 1e-5),
             tie_weights=hf_flag(raw, "tie_word_embeddings", False),
             window=window or 0,
-            **hf_rope(raw, partial=True),
+            **hf_rope(raw, partial=True, longrope=True),
         ),
     )
 

@@ -29,6 +29,7 @@ from gptscope.model.gpt import (
     rope_angles,
     rope_frequencies,
 )
+from gptscope.model.positions import rope_attention_factor
 
 from ..digits import COARSE, FINE, VALUE
 from ..lenses import LENSES
@@ -528,7 +529,10 @@ def rope(t: Trace) -> RopeBlock:
     hs, r, kvh = cfg.d_head, cfg.rotary, kv_head(cfg, head)
     q_all, k_all = t.act("attn.hook_q", layer), t.act("attn.hook_k", layer)  # (T, nh, hs), (T, n_kv, hs)
     T = q_all.size(0)
-    base, freq = layer_rope_base(cfg, layer), rope_frequencies(cfg, layer=layer)  # (r/2,) this layer's turns
+    # (r/2,) this layer's turns, as this prompt's forward pass took them (LongRoPE: the short factors for a
+    # prompt within the original context, the long ones past it); cos and sin times LongRoPE's attention factor
+    base, freq = layer_rope_base(cfg, layer), rope_frequencies(cfg, layer=layer, seq_len=T)
+    gain = rope_attention_factor(cfg, layer)
     cos, sin = rope_angles(r, torch.arange(T), base, freq)  # (T, r/2): partial rotary turns r of hs channels
     sin = sin * cfg.rope_sign  # nanochat turns by -angle
     q, k = q_all[pos, head], k_all[pos, kvh]  # the selected position's q and k, unrotated
@@ -537,9 +541,9 @@ def rope(t: Trace) -> RopeBlock:
     scale = cfg.attn_scale or 1 / math.sqrt(hs)
 
     def curve(start: int) -> list[float]:
-        """q . k * scale with k rotated to `start` and q to start + distance."""
+        """q . k * scale with k rotated to `start` and q to start + distance (the prompt's frequencies)."""
         cq, sq = rope_angles(r, torch.arange(start, start + T), base, freq)
-        sq = sq * cfg.rope_sign
+        cq, sq = cq * gain, sq * cfg.rope_sign * gain
         kk = apply_rope(k, cq[0], sq[0])  # the key at `start`
         return [round(float(apply_rope(q, cq[d], sq[d]) @ kk) * scale, VALUE) for d in dist]
 
@@ -550,6 +554,7 @@ def rope(t: Trace) -> RopeBlock:
         base=base,
         rotary_dim=r,
         scaled="none" if is_local_rope(cfg, layer) else cfg.rope_scaling,
+        attention_factor=gain,
         frequencies=rounded(freq, FINE),
         angles=arr(torch.atan2(sin, cos), COARSE),
         q=arr(q_all[:, head]),

@@ -1,15 +1,18 @@
 """The forward trace's `block_switches` part: what the imported families' blocks do differently from
 GPT-2's and LLaMA's (GPTConfig.switches: GPT-NeoX's parallel block and partial rotary, Gemma's GeGLU,
 sandwich norms, scaled embedding, softcaps and local/global layers, OLMo 2's norms on the sublayers'
-outputs and q/k norm over every head), each said in words with the model's numbers, and the numbers
+outputs and q/k norm over every head, Phi-3's LongRoPE), each said in words with the model's numbers, and the numbers
 of this prompt: what each sublayer wrote before and after its output norm, the scores the attention
 softcap moved, each layer's window and RoPE base, the embedding before and after its scale."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from gptscope.model.gpt import MLP, GPTConfig, causal_allowed, layer_rope_base, layer_window
+from gptscope.model.positions import rope_attention_factor
 
 from ..digits import COARSE, FINE, VALUE
 from ..schemas.stages import (
@@ -41,6 +44,32 @@ def hooks(cfg: GPTConfig) -> list[str]:
 
 def _norm_text(cfg: GPTConfig) -> str:
     return "RMSNorm" if cfg.norm_type == "rmsnorm" else "LayerNorm"
+
+
+def _longrope_text(cfg: GPTConfig) -> str:
+    """LongRoPE in words, with this model's numbers ("" for another RoPE: every note's text is built)."""
+    if cfg.rope_scaling != "longrope":
+        return ""
+    pairs, ctx = cfg.rotary // 2, cfg.rope_original_ctx
+    short, long = cfg.rope_short_factor, cfg.rope_long_factor
+    a = rope_attention_factor(cfg)
+    return (
+        f"RoPE with a factor of its own for each of the {pairs} pairs: pair i turns by base^(−2i/{cfg.rotary}) "
+        f"divided by its factor, so a factor above 1 slows that pair down. There are two sets: the short factors "
+        f"({min(short):.3g} to {max(short):.3g}) while a forward pass reaches no position past the original "
+        f"context of {ctx:,} tokens the model was pre-trained with, and the long factors ({min(long):.3g} to "
+        f"{max(long):.3g}) once it does; the choice holds for every position of that pass. cos and sin are also "
+        f"multiplied by the attention factor {a:.4g}, so the turned channels' part of every score grows by its "
+        f"square ({a * a:.4g})"
+        + (
+            f", the paper's √(1 + ln {cfg.rope_factor:g} / ln {ctx:,}) for a context stretched {cfg.rope_factor:g} times."
+            if not cfg.rope_attention_factor
+            or abs(a - math.sqrt(1 + math.log(cfg.rope_factor) / math.log(ctx))) < 1e-12
+            else ", as the model's files set it."
+        )
+        + " With the KV cache, keys keep the turn of the pass that computed them: a generation that crosses the "
+        "original context holds short-factor keys beside long-factor ones (transformers does the same)."
+    )
 
 
 def notes(cfg: GPTConfig) -> list[SwitchNote]:
@@ -113,6 +142,7 @@ def notes(cfg: GPTConfig) -> list[SwitchNote]:
             + (f", stretched ({cfg.rope_scaling}, factor {cfg.rope_factor:g})" if cfg.rope_scaling != "none" else "")
             + ": slow turns where a layer may read far back, fast ones where it reads a short window.",
         ),
+        "longrope": ("LongRoPE", _longrope_text(cfg)),
         "softcap": (
             "Logit softcap",
             f"The logits are {cfg.softcap:g}·tanh(z / {cfg.softcap:g}): none leaves (−{cfg.softcap:g}, {cfg.softcap:g}). "

@@ -224,10 +224,20 @@ class RopeBlock(BaseModel):
     kv_head: int
     base: float = Field(description="the RoPE base of this layer (Gemma 3: its local layers have their own)")
     rotary_dim: int = Field(description="the channels of each head RoPE turns (d_head, or fewer: partial rotary)")
-    scaled: str = Field("none", description="how this layer's frequencies are stretched: none, linear or llama3")
+    scaled: str = Field(
+        "none",
+        description="how this layer's frequencies are stretched: none, linear, llama3 or longrope (LongRoPE: each "
+        "pair divided by its own factor, the short set while the pass stays within the original context, the "
+        "long set once it goes past it)",
+    )
+    attention_factor: float = Field(
+        1.0,
+        description="what cos and sin are multiplied by (LongRoPE's attention factor; 1 otherwise): the turned "
+        "channels' part of every score grows by its square, the distance check's included",
+    )
     frequencies: list[float] = Field(
         description="(rotary_dim/2,) radians per position for each pair of dimensions: base^(-2i/rotary_dim), "
-        "stretched as `scaled` says"
+        "stretched as `scaled` says (LongRoPE: with the factor set this prompt's pass used)"
     )
     angles: Matrix = Field(description="(T, rotary_dim/2) the angle each pair turns by at each position")
     q: Matrix = Field(description="(T, d_head) queries before the rotation")
