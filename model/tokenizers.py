@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 import tiktoken
 
 from .bpe import BPEMerges
+from .transformers5 import effective, unreadable
 
 
 @dataclass(frozen=True)
@@ -365,11 +366,11 @@ class HFEncoding:
         # tokenizer_config.json's add_bos_token, bos_token, eos_token and chat_template (model/importers)
         self.config: dict = dict(config or {})
         try:  # two copies, so no request ever flips a setting another one is using
+            spec, run_text = self._as_transformers5(json_text)
             self._plain, self._special = (
-                _Guarded(Tokenizer.from_str(json_text)),
-                _Guarded(Tokenizer.from_str(json_text)),
+                _Guarded(Tokenizer.from_str(run_text)),
+                _Guarded(Tokenizer.from_str(run_text)),
             )
-            spec = json.loads(json_text)
         except Exception as e:  # tokenizers raises a bare Exception on a malformed file
             raise ValueError(f"tokenizer.json is not a tokenizer the tokenizers library reads: {e}") from None
         self._plain.encode_special_tokens = True
@@ -398,6 +399,23 @@ class HFEncoding:
         self.eot_token = next((self._special_tokens[t] for t in EOT_TEXTS if t in self._special_tokens), None)
         self.bos_ids = self._bos_ids()
 
+    def _as_transformers5(self, json_text: str) -> tuple[dict, str]:
+        """tokenizer.json's JSON and text as transformers 5 runs them (model/transformers5.py), or as
+        written where the class it picks cannot run the file."""
+        from tokenizers import Tokenizer
+
+        written = json.loads(json_text)
+        spec, self.runs = effective(json_text, written, self.config)
+        if not self.runs.rebuilt:
+            return spec, json_text
+        text = json.dumps(spec)
+        try:
+            Tokenizer.from_str(text).encode("a 1")
+        except Exception as e:  # tokenizers raises a bare Exception
+            spec, self.runs = unreadable(written, self.runs, str(e))
+            return spec, json_text
+        return spec, text
+
     def token_id(self, text: str | None) -> int | None:
         """The id of a token given by its text (an added token or a vocabulary entry), or None."""
         if text is None:
@@ -405,24 +423,29 @@ class HFEncoding:
         return self.added.get(text, self.vocab.get(text))
 
     def _bos_ids(self) -> list[int]:
-        """The ids the model expects before a prompt's tokens, as Hugging Face's tokenizer adds them:
-        tokenizer_config.json's add_bos_token with its bos_token when it says, else the tokens the
-        tokenizer.json post-processor puts before a text (Llama 3's <|begin_of_text|>)."""
-        add = self.config.get("add_bos_token")
-        if add is False:
-            return []
-        bos = self.token_id(self.config.get("bos_token"))
-        if add and bos is not None:
-            return [bos]
+        """The ids the model expects before a prompt's tokens, as transformers 5 adds them: those the
+        tokenizer.json post-processor puts before a text (Llama 3's <|begin_of_text|>, Phi-3's <s>),
+        whatever tokenizer_config.json's add_bos_token says (transformers 4's Llama and Gemma classes
+        read that instead: `bos_note` says where the two differ)."""
         with_special = self._special.encode("a", add_special_tokens=True).ids
         plain = self._special.encode("a", add_special_tokens=False).ids
         k = next((k for k in range(len(with_special)) if with_special[k : k + len(plain)] == plain), 0)
-        if add and not k:
-            raise ValueError(
-                "tokenizer_config.json field add_bos_token is true, but its bos_token "
-                f"({self.config.get('bos_token')!r}) is no token of tokenizer.json and its post-processor adds none"
-            )
         return with_special[:k]
+
+    @property
+    def bos_note(self) -> str:
+        """Where the beginning-of-text token comes from, and where transformers 4 put another."""
+        bos = ", ".join(self.decode([i]) for i in self.bos_ids)
+        said = self.config.get("add_bos_token")
+        source = (
+            f"tokenizer.json's post-processor puts {bos} first"
+            if bos
+            else "tokenizer.json's post-processor adds no beginning-of-text token"
+        )
+        if said is None or bool(said) == bool(self.bos_ids):
+            return source
+        t4 = "added none" if not said else f"added {self.config.get('bos_token')}"
+        return f"{source}, as transformers 5 does; transformers 4 read tokenizer_config.json's add_bos_token ({str(said).lower()}) and {t4}"
 
     @property
     def chat_template(self) -> str | None:

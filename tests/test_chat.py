@@ -92,12 +92,15 @@ def test_truncation_keeps_the_bos_first(llama3):
     assert body["truncated"] == len(tok.encode(long, add_special_tokens=False).ids) - 63
 
 
-def test_add_bos_token_decides_over_the_post_processor(tmp_path, tokenizers_):
+def test_the_post_processor_decides_the_bos_as_in_transformers_5(tmp_path, tokenizers_):
+    """transformers 5 takes the beginning-of-text token from tokenizer.json's post-processor alone; its
+    Llama and Gemma classes in transformers 4 read add_bos_token instead. The app follows 5 and says
+    where 4 differed (the tokenizer page's runs_as)."""
     with_post, without = tokenizers_
-    for tok, config, expect in (
-        (without, {"add_bos_token": True, "bos_token": BOS}, True),  # Llama 2, Mistral, TinyLlama, Gemma
-        (with_post, {"add_bos_token": False, "bos_token": BOS}, False),
-        (without, {"bos_token": BOS}, False),  # a BOS named but not added (Pythia's <|endoftext|>)
+    for tok, config, expect, t4 in (
+        (without, {"add_bos_token": True, "bos_token": BOS}, False, "(true) and added " + BOS),
+        (with_post, {"add_bos_token": False, "bos_token": BOS}, True, "(false) and added none"),  # Phi-3's files
+        (without, {"bos_token": BOS}, False, None),  # a BOS named but not added (Pythia's <|endoftext|>)
     ):
         folder = checkpoint(tmp_path / f"m{len(list(tmp_path.iterdir()))}", tok, config)
         app = create_app(Settings(checkpoint=folder, allow_hosts=["testserver"], data_dir=tmp_path / "data"))
@@ -106,6 +109,8 @@ def test_add_bos_token_decides_over_the_post_processor(tmp_path, tokenizers_):
             assert (ids[0] == tok.token_to_id(BOS)) == expect, config
             forced = [t["id"] for t in forward(client, text=TEXT, bos=True)["tokens"]]
             assert forced[0] == tok.token_to_id(BOS) and forced.count(tok.token_to_id(BOS)) == 1
+            info = next(e for e in client.get("/api/v1/encodings").json()["encodings"] if e["name"] == "model")
+            assert (t4 in info["runs_as"]) if t4 else ("transformers 4" not in info["runs_as"]), info["runs_as"]
 
 
 def test_a_model_without_a_bos_refuses_one_by_name(client):

@@ -369,7 +369,12 @@ def test_a_llama3_folders_prompt_starts_with_its_bos_and_its_chat_renders(built)
 
     m, tok, _folder, dest, _s = built["llama3"]
     spec = ckpt.load(dest).meta.tokenizer
-    assert spec["config"] == {"bos_token": BOS, "eos_token": "<|eot_id|>", "chat_template": LLAMA3_TEMPLATE}
+    assert spec["config"] == {
+        "bos_token": BOS,
+        "eos_token": "<|eot_id|>",
+        "chat_template": LLAMA3_TEMPLATE,
+        "model_type": "llama",  # with tokenizer_class, what picks the class transformers 5 runs it as
+    }
     app = create_app(Settings(checkpoint=dest, allow_hosts=["testserver"], data_dir=dest.parent.parent))
     with TestClient(app) as client:
         ids = tok.encode(PROMPT).ids  # as the Hugging Face tokenizer gives them to the model

@@ -576,6 +576,23 @@ def _token_text(tok_cfg: dict, key: str) -> str | None:
     return v
 
 
+def _runs_with(folder: Path, tok_cfg: dict) -> dict:
+    """What picks the class transformers 5 runs the tokenizer with, and that class's options
+    (model/transformers5.py): config.json's model_type, tokenizer_config.json's tokenizer_class,
+    legacy, add_prefix_space and unk_token."""
+    raw = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    out = {"model_type": raw.get("model_type"), "unk_token": _token_text(tok_cfg, "unk_token")}
+    for key, kind in (("tokenizer_class", str), ("legacy", bool), ("add_prefix_space", bool)):
+        v = tok_cfg.get(key)
+        if v is not None and not isinstance(v, kind):
+            want = "a class name" if kind is str else "true or false"
+            raise ImportFailed(f"tokenizer_config.json field {key} is {v!r}; it must be {want}")
+        out[key] = v
+    if out["model_type"] is not None and not isinstance(out["model_type"], str):
+        raise ImportFailed(f"config.json field model_type is {out['model_type']!r}; it must be a string")
+    return out
+
+
 def hf_tokenizer(folder: Path, vocab_size: int, family: str = "Llama-family") -> dict:
     """The checkpoint's tokenizer spec: the folder's tokenizer.json, whole, read by `tokenizers`, and
     what tokenizer_config.json says about running it (add_bos_token, the BOS and EOS tokens' text, the
@@ -595,6 +612,7 @@ def hf_tokenizer(folder: Path, vocab_size: int, family: str = "Llama-family") ->
         "bos_token": _token_text(tok_cfg, "bos_token"),
         "eos_token": _token_text(tok_cfg, "eos_token"),
         "chat_template": read_chat_template(folder, tok_cfg),
+        **_runs_with(folder, tok_cfg),
     }
     config = {k: v for k, v in config.items() if v is not None}
     try:

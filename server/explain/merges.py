@@ -248,6 +248,7 @@ def encoding_info(service: ModelService, name: str) -> EncodingInfo:
         special_tokens=[SpecialToken(text=t, id=i) for t, i in specials],
         unassigned_ids=enc.n_vocab - n_merge - len(specials),
         pattern=enc._pat_str,
+        runs_as=f"{enc.runs.note}; {enc.bos_note}." if isinstance(enc, HFEncoding) else None,
     )
 
 

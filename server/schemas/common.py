@@ -172,7 +172,7 @@ TEXT_OR_MESSAGES = {
 BOS_FIELD = Field(
     None,
     description="start the prompt with the model's beginning-of-text token: null (default) as its tokenizer "
-    "config says (add_bos_token, or tokenizer.json's post-processor: Llama 3, Mistral, TinyLlama, Gemma) or, for "
+    "runs under transformers 5 (tokenizer.json's post-processor: Llama 3, Phi-3, Mistral, TinyLlama, Gemma) or, for "
     "a nanochat model, always (<|bos|>, as nanochat's own code does), true or false to choose; a chat's template "
     "writes its own",
 )

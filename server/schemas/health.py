@@ -131,7 +131,7 @@ _ModelInfo = schema_model(
         Field(
             default_factory=list,
             description="the beginning-of-text token ids a prompt starts with by default (an imported tokenizer's "
-            "config: add_bos_token or its tokenizer.json post-processor; a nanochat model's <|bos|>, which "
+            "tokenizer.json post-processor, as transformers 5 reads it; a nanochat model's <|bos|>, which "
             "nanochat puts before every document); empty for none",
         ),
     ),

@@ -74,6 +74,12 @@ class EncodingInfo(BaseModel):
         description="the pre-token regular expression; BPE never merges across its matches (empty for a "
         "SentencePiece-style tokenizer.json, which splits no pre-tokens by a pattern)"
     )
+    runs_as: str | None = Field(
+        None,
+        description="an imported Hugging Face tokenizer: how transformers 5 runs it, which gptscope follows "
+        "(the class AutoTokenizer picks and what it rebuilds; where the beginning-of-text token comes from, "
+        "and what transformers 4 did where it differs); null for the others",
+    )
 
 
 class EncodingsResponse(BaseModel):

@@ -49,7 +49,8 @@ function describeEncoding() {
   const specials = e.special_tokens.map((s) => `${s.text} = ${s.id}`).join(", ");
   $("encoding-info").textContent = `${e.name}: ${e.title}. ${grouped(e.vocab_size)} token ids: ${grouped(e.mergeable_tokens)} ` +
     `built from bytes (256 single bytes and ${grouped(e.merges)} merges), special tokens ${specials}` +
-    (e.unassigned_ids ? `, and ${grouped(e.unassigned_ids)} ids left unassigned (no token has them).` : ".");
+    (e.unassigned_ids ? `, and ${grouped(e.unassigned_ids)} ids left unassigned (no token has them).` : ".") +
+    (e.runs_as ? ` How it runs: ${e.runs_as}` : "");
   $("pattern").textContent = e.pattern;
 }
 
