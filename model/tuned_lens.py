@@ -20,24 +20,32 @@ The figures, on held-out text: per stage, the mean KL(p_final || p_lens) in nats
 agreement (the share of positions where the lens's top token is the model's), for the logit lens and
 for the tuned lens on the same tokens.
 
-On disk a tuned lens is a folder: lens.safetensors (`layer_translators.{s}.weight` (d, d) and
-`.bias` (d,), the tuned-lens library's names, a translator applied as h + Linear(h)) and
-gptscope_lens.json (how it was trained, the figures, the sha256 of the weights, checked on load).
-Nothing is unpickled.
+On disk a tuned lens is a folder the tuned-lens library opens as it is
+(`tuned_lens.TunedLens.from_model_and_pretrained(model, folder)`, or `from_unembed_and_pretrained`), the
+way an SAE's folder opens in SAELens: config.json (the library's TunedLensConfig: d_model,
+num_hidden_layers = the translators, bias, lens_type "linear_tuned_lens", the unembedding's hash as the
+library computes it) and params.pt (the library's `layer_translators` state dict, torch.save:
+`{s}.weight` (d, d) and `{s}.bias` (d,), a translator applied as h + Linear(h) there too); beside them
+gptscope_lens.json (how it was trained, the figures, the sha256 of both files, checked on load). gptscope
+reads params.pt with torch.load(weights_only=True) once its sha256 matches: tensors only, nothing of it
+run. An older folder (version 1: lens.safetensors with `layer_translators.{s}.*`) is still read.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import save as st_save
 
 from . import artefact
 from . import checkpoint as ckpt
@@ -48,8 +56,12 @@ from .settings import check, setting
 from .train import F32, activation_bytes, artefact_memory, artefact_peak, largest_fitting
 
 META_FILE = "gptscope_lens.json"
-WEIGHTS_FILE = "lens.safetensors"
+CONFIG_FILE = "config.json"  # the tuned-lens library's names (its load_lens_artifacts' defaults)
+WEIGHTS_FILE = "params.pt"
+LEGACY_WEIGHTS_FILE = "lens.safetensors"  # version 1 folders: the weights alone, safetensors
 FORMAT = "gptscope-tuned-lens"
+VERSION = 2
+LENS_TYPE = "linear_tuned_lens"
 MEMORY_LIMIT = 2 * 2**30
 LOGIT_COPIES = 5  # (batch_tokens, V) float32 tensors one stage's update holds at its peak (measured: 4)
 
@@ -314,17 +326,52 @@ def quality(model: GPT, lens: TunedLens, seqs: torch.Tensor) -> dict:
 # ---- files -----------------------------------------------------------------------------------------
 
 
-def save_lens(folder: str | Path, lens: TunedLens, meta: dict) -> Path:
-    """Write the lens's folder atomically (model/sae.py's save_folder); refuses an existing one."""
-    blob = st_save({k: v.detach().float().cpu().contiguous() for k, v in lens.state_dict().items()})
+def unembed_hash(weight: torch.Tensor) -> str:
+    """The tuned-lens library's hash of an unembedding matrix W_U (V, d) (its utils.tensor_hash of
+    Unembed.unembedding.weight: the sha256 of numpy's summary of the matrix to one decimal), kept in
+    config.json so that the library warns when the lens is opened on another model's unembedding."""
+    text = np.array_str(weight.detach().cpu().float().numpy(), precision=1)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def library_config(lens: TunedLens, base_model: str, unembed: torch.Tensor | None = None) -> dict:
+    """config.json: the tuned-lens library's TunedLensConfig, its fields and nothing else (it warns on
+    any other key); num_hidden_layers is the number of translators (the library's lens has one per
+    layer but the last, as gptscope's has one per stage but the last)."""
+    return {
+        "base_model_name_or_path": base_model,
+        "d_model": lens.layer_translators[0].in_features if lens.n_translators else 0,
+        "num_hidden_layers": lens.n_translators,
+        "bias": True,
+        "base_model_revision": None,
+        "unembed_hash": None if unembed is None else unembed_hash(unembed),
+        "lens_type": LENS_TYPE,
+    }
+
+
+def library_params(lens: TunedLens) -> bytes:
+    """params.pt: torch.save of the library's `layer_translators` state dict ({s}.weight, {s}.bias), float32."""
+    state = {k: v.detach().float().cpu().contiguous().clone() for k, v in lens.layer_translators.state_dict().items()}
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def save_lens(folder: str | Path, lens: TunedLens, meta: dict, unembed: torch.Tensor | None = None) -> Path:
+    """Write the lens's folder atomically (model/sae.py's save_folder): the tuned-lens library's
+    config.json and params.pt, then gptscope_lens.json; refuses an existing one. `unembed`: the
+    model's W_U (V, d), hashed into config.json as the library does."""
+    base = meta.get("checkpoint", {}).get("name") if isinstance(meta.get("checkpoint"), dict) else None
+    config = library_config(lens, str(base or meta.get("name") or ""), unembed)
+    blobs = {CONFIG_FILE: json.dumps(config, indent=1).encode("utf-8"), WEIGHTS_FILE: library_params(lens)}
     full = {
         **meta,
         "format": FORMAT,
-        "version": 1,
-        "d_model": lens.layer_translators[0].in_features if lens.n_translators else None,
+        "version": VERSION,
+        "d_model": config["d_model"] or None,
         "translators": lens.n_translators,
     }
-    return save_folder(folder, {WEIGHTS_FILE: blob}, META_FILE, full, LensError)
+    return save_folder(folder, blobs, META_FILE, full, LensError)
 
 
 @dataclass
@@ -342,21 +389,59 @@ def read_meta(folder: str | Path) -> dict:
     return read_format_json(folder, META_FILE, FORMAT, "tuned lens", LensError, "lens")
 
 
+def _hashed(folder: Path, meta: dict, name: str) -> bytes:
+    try:
+        return ckpt.read_hashed(folder, name, meta["files"].get(name), "tuned lens", META_FILE)
+    except ckpt.CheckpointError as e:
+        raise LensError("lens", str(e)) from None
+
+
+def _library_weights(folder: Path, meta: dict, d: int, n: int) -> dict[str, torch.Tensor]:
+    """A version 2 folder's weights: config.json checked against gptscope_lens.json, params.pt read with
+    torch.load(weights_only=True) (tensors and plain values only; nothing in it is run), keys as
+    TunedLens's state dict has them."""
+    try:
+        config = json.loads(_hashed(folder, meta, CONFIG_FILE).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise LensError("lens", f"{CONFIG_FILE} is not valid JSON: {e}") from None
+    want = {"d_model": d, "num_hidden_layers": n, "bias": True, "lens_type": LENS_TYPE}
+    if not isinstance(config, dict) or any(config.get(k) != v for k, v in want.items()):
+        raise LensError("lens", f"{CONFIG_FILE} must be the tuned-lens library's config with {want} ({META_FILE})")
+    blob = _hashed(folder, meta, WEIGHTS_FILE)
+    try:
+        state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    except Exception as e:  # an unpickler refusal, a damaged zip: refused either way
+        raise LensError(
+            "lens", f"{WEIGHTS_FILE} was refused (torch.load weights_only=True, nothing run): {e}"
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise LensError("lens", f"{WEIGHTS_FILE} must hold a state dict of tensors (the library's layer_translators)")
+    return {f"layer_translators.{k}": v for k, v in state.items()}
+
+
 def load_lens(folder: str | Path) -> LoadedLens:
-    """Read a lens's folder: JSON and safetensors only, the weights checked against their sha256."""
+    """Read a lens's folder, each file checked against its sha256: version 2 (the tuned-lens library's
+    config.json and params.pt) or version 1 (lens.safetensors)."""
     folder = Path(folder)
     meta = read_meta(folder)
     d, n = meta.get("d_model"), meta.get("translators")
     if not isinstance(d, int) or not isinstance(n, int) or d < 1 or n < 1:
         raise LensError("lens", f"{META_FILE} must give d_model and translators as positive whole numbers")
-    try:
-        weights = ckpt.read_tensors(folder, WEIGHTS_FILE, meta["files"].get(WEIGHTS_FILE), "tuned lens", META_FILE)
-    except ckpt.CheckpointError as e:
-        raise LensError("lens", str(e)) from None
+    if meta.get("version") == 1:
+        try:
+            weights = ckpt.read_tensors(
+                folder, LEGACY_WEIGHTS_FILE, meta["files"].get(LEGACY_WEIGHTS_FILE), "tuned lens", META_FILE
+            )
+        except ckpt.CheckpointError as e:
+            raise LensError("lens", str(e)) from None
+    elif meta.get("version") == VERSION:
+        weights = _library_weights(folder, meta, d, n)
+    else:
+        raise LensError("lens", f"{META_FILE} has version {meta.get('version')!r}; this gptscope reads 1 and {VERSION}")
     lens = TunedLens(d, n)
     want = {k: v.shape for k, v in lens.state_dict().items()}
     if {k: v.shape for k, v in weights.items()} != want:
-        raise LensError("lens", f"{WEIGHTS_FILE} does not hold {n} translators of width {d} (layer_translators.*)")
+        raise LensError("lens", f"the weights do not hold {n} translators of width {d} (layer_translators.*)")
     lens.load_state_dict({k: v.float() for k, v in weights.items()})
     return LoadedLens(lens.eval().requires_grad_(False), meta, folder)
 
@@ -387,5 +472,5 @@ def train_and_save(
         on_progress({"phase": "evaluating", "step": st.step, "tokens": st.tokens, "progress": 1.0})
     figures = quality(run.model, lens, seqs)
     meta = artefact.record(folder, ck, run, tc, command, st, stages=stage_names(run.model.cfg), quality=figures)
-    save_lens(folder, lens, meta)
+    save_lens(folder, lens, meta, run.model.lm_head.weight)
     return meta

@@ -1,7 +1,8 @@
 """The tuned lens (issue #46): at its start it is the logit lens exactly; training lowers the held-out KL
 to the final distribution at every stage but the last; the shipped lens beats the logit lens there, with
 the figures README gives; the lens reads what the model reads for every kind of block; files are checked
-on load; the API, its job and its refusals."""
+on load, written in the tuned-lens library's layout (issue #62; tests/test_lens_library.py opens them with
+the library itself), and older folders are still read; the API, its job and its refusals."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def identity_lens(service, folder: Path) -> Path:
         "tokens": 0,
         "quality": tl.quality(service.model, lens, seqs),
     }
-    return tl.save_lens(folder, lens, meta)
+    return tl.save_lens(folder, lens, meta, service.model.lm_head.weight)
 
 
 @pytest.fixture
@@ -138,10 +139,69 @@ def test_the_docs_give_the_shipped_lens_figures(doc):
     assert f"On {q['tokens']:,} held-out tokens" in " ".join(text.split())
 
 
-def test_a_lens_file_altered_is_refused_on_load(tmp_path, service):
+@pytest.mark.parametrize("name", [tl.WEIGHTS_FILE, tl.CONFIG_FILE])
+def test_a_lens_file_altered_is_refused_on_load(tmp_path, service, name):
     folder = identity_lens(service, tmp_path / "lens")
     assert tl.load_lens(folder).lens.n_translators == 6
-    with open(folder / tl.WEIGHTS_FILE, "r+b") as f:
+    with open(folder / name, "r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\0\0\0\1")
+    with pytest.raises(tl.LensError, match="sha256"):
+        tl.load_lens(folder)
+
+
+# the tuned-lens library's TunedLensConfig (tuned_lens/nn/lenses.py, 0.2.0): its fields, in order
+LIBRARY_CONFIG_KEYS = [
+    "base_model_name_or_path",
+    "d_model",
+    "num_hidden_layers",
+    "bias",
+    "base_model_revision",
+    "unembed_hash",
+    "lens_type",
+]
+
+
+def test_the_shipped_lens_is_kept_in_the_tuned_lens_librarys_layout(service):
+    """config.json (the library's config, nothing else in it) and params.pt (its layer_translators' state
+    dict, `{s}.weight` and `{s}.bias`) beside gptscope's JSON; no pickled object but tensors in params.pt."""
+    assert sorted(p.name for p in SHIPPED.iterdir()) == sorted([tl.CONFIG_FILE, tl.WEIGHTS_FILE, tl.META_FILE])
+    config = json.loads((SHIPPED / tl.CONFIG_FILE).read_text())
+    assert list(config) == LIBRARY_CONFIG_KEYS
+    assert config["d_model"] == 192 and config["num_hidden_layers"] == 6 and config["bias"] is True
+    assert config["lens_type"] == "linear_tuned_lens" and config["base_model_name_or_path"] == "shakespeare-cpu"
+    assert config["unembed_hash"] == tl.unembed_hash(service.model.lm_head.weight)
+    state = torch.load(SHIPPED / tl.WEIGHTS_FILE, map_location="cpu", weights_only=True)
+    assert list(state) == [f"{s}.{w}" for s in range(6) for w in ("weight", "bias")]
+    assert all(
+        v.dtype == torch.float32 and v.shape == ((192, 192) if k.endswith("weight") else (192,))
+        for k, v in state.items()
+    )
+    assert (SHIPPED / tl.WEIGHTS_FILE).stat().st_size < 1_000_000  # the shipped files stay small
+    loaded = tl.load_lens(SHIPPED)
+    assert loaded.meta["version"] == tl.VERSION
+    for s, t in enumerate(loaded.lens.layer_translators):
+        assert torch.equal(t.weight, state[f"{s}.weight"]) and torch.equal(t.bias, state[f"{s}.bias"])
+
+
+def test_an_older_lens_folder_is_still_read(tmp_path):
+    """A version 1 folder (lens.safetensors, `layer_translators.{s}.*`, as gptscope wrote before issue #62)
+    loads with the same translators; its weights are checked against their sha256 too."""
+    from safetensors.torch import save as st_save
+
+    from gptscope.model.sae import save_folder
+
+    shipped = tl.load_lens(SHIPPED)
+    meta = {k: v for k, v in shipped.meta.items() if k != "files"}
+    blob = st_save({k: v.contiguous() for k, v in shipped.lens.state_dict().items()})
+    folder = save_folder(
+        tmp_path / "old", {tl.LEGACY_WEIGHTS_FILE: blob}, tl.META_FILE, {**meta, "version": 1}, tl.LensError
+    )
+    old = tl.load_lens(folder)
+    assert old.meta["version"] == 1 and old.lens.n_translators == 6
+    new = shipped.lens.state_dict()
+    assert all(torch.equal(v, new[k]) for k, v in old.lens.state_dict().items())
+    with open(folder / tl.LEGACY_WEIGHTS_FILE, "r+b") as f:
         f.seek(-4, 2)
         f.write(b"\0\0\0\1")
     with pytest.raises(tl.LensError, match="sha256"):
@@ -172,8 +232,8 @@ def test_an_unknown_lens_is_refused_naming_the_field(client):
 
 
 def test_the_cli_writes_what_the_api_reads(tmp_path, service):
-    """`gptscope lens` with a tiny budget writes a folder gptscope_lens.json + lens.safetensors, every
-    figure recorded; the command line is recorded too."""
+    """`gptscope lens` with a tiny budget writes a folder gptscope_lens.json + the tuned-lens library's
+    config.json and params.pt, every figure recorded; the command line is recorded too."""
     from gptscope.server.cli import main
 
     out = tmp_path / "cli-lens"
@@ -182,3 +242,7 @@ def test_the_cli_writes_what_the_api_reads(tmp_path, service):
     loaded = tl.load_lens(out)
     assert loaded.meta["steps"] == 2 and loaded.meta["command"].startswith("gptscope lens")
     assert len(loaded.meta["quality"]["stages"]) == 7
+    assert sorted(p.name for p in out.iterdir()) == sorted([tl.CONFIG_FILE, tl.WEIGHTS_FILE, tl.META_FILE])
+    assert json.loads((out / tl.CONFIG_FILE).read_text())["unembed_hash"] == tl.unembed_hash(
+        service.model.lm_head.weight
+    )
