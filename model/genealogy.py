@@ -227,7 +227,7 @@ _TRANSFORMER_FACTS = [
     Fact(
         "tying_result",
         "better perplexity, fewer parameters",
-        "what tying the input and output matrices did in language models (Inan et al. found the same independently)",
+        "what sharing one matrix between a language model's input and output did (Inan et al. found the same independently)",
         _learn_vaswani("tying the input and output matrices could improve perplexity", PRESS_WOLF),
         also=(_learn_vaswani("arrived independently at closely related weight-sharing results", INAN),),
     ),
@@ -270,7 +270,7 @@ _TRANSFORMER_FACTS = [
     Fact(
         "uniform_loss",
         10.5,
-        "the loss of a uniform guess over 37,000 tokens: where training starts",
+        "the loss when all 37,000 tokens are equally likely: where training starts",
         _learn_vaswani("tokens incurs $10.5$"),
         "nats",
     ),
@@ -423,7 +423,7 @@ def _gpt1() -> Generation:
             ),
             Change("learned position rows instead of sinusoids", "architecture", _gpt1_text("The sinusoids are gone.")),
             Change(
-                "generative pretraining, then supervised fine-tuning per task",
+                "two stages: next-token prediction on unlabelled books, then a short supervised run for each task",
                 "training/alignment",
                 _src(EXERCISES, None, "GPT-1 introduced generative pretraining then supervised fine-tuning"),
             ),

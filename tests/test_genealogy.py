@@ -11,7 +11,7 @@ import math
 import re
 
 import pytest
-from seedtext import SEEDS, cites_for, text
+from seedtext import SEEDS, credits, text
 
 from gptscope.model import genealogy as gen
 from gptscope.model.gpt import GPTConfig, count_params, preset_config
@@ -314,7 +314,7 @@ def test_every_fact_cites_the_paper_its_text_gives_for_it(res):
     for src, from_text in sources(res):
         if src["paper"] and from_text and src.get("quote"):
             assert src["quote"] in text(src["seed"]), src
-            assert cites_for(src["seed"], src["quote"], src["paper"]), src
+            assert credits(src["seed"], src["quote"], src["paper"]), src
             checked += 1
     assert checked >= 40
     ls = next(f for f in model(res, "transformer")["facts"] if f["name"] == "label_smoothing")

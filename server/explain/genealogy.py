@@ -202,8 +202,8 @@ def moe(top_k: int) -> schemas.MoEResponse:
     return schemas.MoEResponse(
         base="GPT-2 XL",
         rows=[schemas.MoERow(**r) for r in g.moe_capacity(top_k=top_k)],
-        claim="Mixture-of-Experts raises the parameter count 100x-1000x over GPT-2 XL while raising each "
-        "token's computation by a much smaller factor",
+        claim="Mixture-of-Experts models hold 100x-1000x GPT-2 XL's parameters, yet each token runs through "
+        "only a few experts, so its compute grows far less",
         source=_src(HISTORY),
     )
 
