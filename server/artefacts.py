@@ -104,9 +104,12 @@ class ArtefactStore(Generic[L]):
     def listing(self, service: ModelService) -> list[tuple[str, Path]]:
         """(name, folder) of every one trained on the served model's weights, by name; a name in two
         folders is the first folder's."""
-        sha = service.meta.weights_sha256
+        return self.listing_in(self.folders(service), service.meta.weights_sha256)
+
+    def listing_in(self, roots: list[Path], sha: str | None) -> list[tuple[str, Path]]:
+        """(name, folder) of every one in these folders trained on the weights of this sha256."""
         found: dict[str, Path] = {}
-        for root in self.folders(service):
+        for root in roots:
             if not root.is_dir():
                 continue
             for p in sorted(root.iterdir()):

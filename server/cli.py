@@ -126,6 +126,28 @@ def cmd_import(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(a: argparse.Namespace) -> int:
+    """Write a checkpoint as a Hugging Face folder (with its add-ons) or a GGUF file."""
+    from gptscope.model.export_hf import ExportRefused
+
+    from .model_export import export_model
+
+    data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
+    try:
+        info = export_model(checkpoint_folder(a.checkpoint), Path(a.out), a.format, data_dir, addons=not a.no_addons)
+    except (ExportRefused, ckpt_errors()) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(info))
+    return 0
+
+
+def ckpt_errors() -> type[Exception]:
+    from gptscope.model.checkpoint import CheckpointError
+
+    return CheckpointError
+
+
 def cmd_train(argv: list[str]) -> int:
     from gptscope.model import train
 
@@ -453,6 +475,23 @@ def _import_args(sub) -> None:
     i.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
 
 
+def _export_args(sub) -> None:
+    """`gptscope export`: a checkpoint out to transformers, TransformerLens or llama.cpp."""
+    x = sub.add_parser(
+        "export",
+        help="write a checkpoint as a Hugging Face folder (transformers, TransformerLens) or a GGUF file (llama.cpp)",
+        description="hf: config.json, model.safetensors, generation_config.json, tokenizer.json and "
+        "tokenizer_config.json for the transformers class that computes the model exactly (GPT2LMHeadModel, "
+        "LlamaForCausalLM, Qwen2/Qwen3/MistralForCausalLM), with the SAEs, transcoders and tuned lenses trained "
+        "on it; gguf: one file for llama.cpp. A model no class computes is refused, naming the switch.",
+    )
+    x.add_argument("checkpoint", help="a checkpoint folder, or an imported model's NAME")
+    x.add_argument("out", help="the folder (hf) or file (gguf) to write; it must not exist yet")
+    x.add_argument("--format", choices=["hf", "gguf"], default="hf")
+    x.add_argument("--no-addons", action="store_true", help="hf: leave the SAEs, transcoders and lenses out")
+    x.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
+
+
 def _generate_args(sub) -> None:
     """`gptscope generate`: text sampled from a checkpoint."""
     g = sub.add_parser("generate", help="sample text from a checkpoint")
@@ -562,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _data_args(sub)
     _import_args(sub)
+    _export_args(sub)
     _generate_args(sub)
     _finetune_args(sub)
     _sae_args(sub)
@@ -582,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         "corpus": cmd_corpus,
         "generate": cmd_generate,
         "import": cmd_import,
+        "export": cmd_export,
         "finetune": cmd_finetune,
         "sae": cmd_sae,
         "transcoders": cmd_transcoders,

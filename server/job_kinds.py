@@ -15,6 +15,7 @@ from fastapi import Request
 from .attribution_jobs import GRAPHS
 from .circuit_jobs import SEARCHES
 from .config import Settings
+from .export_model_jobs import runner as export_runner
 from .finetune_jobs import FinetuneManager
 from .jobs import JobRunner
 from .lenses import LENSES
@@ -44,6 +45,7 @@ PATCH = JobKind("patch", lambda s: SWEEPS.runner())
 CIRCUITS = JobKind("circuits", lambda s: SEARCHES.runner())
 ATTRIBUTION_GRAPHS = JobKind("attribution", lambda s: GRAPHS.runner())
 TOKEN_ATTRIBUTION = JobKind("token_attribution", lambda s: TOKEN_ATTRIBUTIONS.runner())
+EXPORT_MODEL = JobKind("export_model", lambda s: export_runner())
 
 KINDS: tuple[JobKind, ...] = (
     TRAINING,
@@ -55,6 +57,7 @@ KINDS: tuple[JobKind, ...] = (
     CIRCUITS,
     ATTRIBUTION_GRAPHS,
     TOKEN_ATTRIBUTION,
+    EXPORT_MODEL,
 )
 
 

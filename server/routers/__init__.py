@@ -33,6 +33,7 @@ API_AREAS = (
     "attribution",
     "token_attribution",
     "export",
+    "export_model",
 )
 
 

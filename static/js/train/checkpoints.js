@@ -1,5 +1,7 @@
 // Panel 5 · Checkpoints: GET /api/v1/checkpoints grouped by run (final weights + snapshots), which
-// one is loaded, and "Serve" buttons (POST /api/v1/model). The header's model badge follows.
+// one is loaded, "Serve" buttons (POST /api/v1/model) and "export" buttons (POST /api/v1/export/model:
+// a Hugging Face folder as a zip, or a GGUF file, downloaded once the job is done). The header's model
+// badge follows.
 import { apiGet, apiPost } from "../lib/api.js";
 import { $, el } from "../lib/dom.js";
 import { decimal, int } from "../lib/format.js";
@@ -63,6 +65,39 @@ function snapCell(g, picked) {
   return cell;
 }
 
+// "HF" / "GGUF": the checkpoint written for transformers or llama.cpp, as a job; the file downloads when done.
+function exportButtons(name) {
+  return el("span", { class: "export-buttons small" }, ["hf", "gguf"].map((format) => el("button", {
+    type: "button", class: "export-model", "data-checkpoint": name, "data-format": format,
+    title: format === "hf" ? `download ${name} as a Hugging Face folder (zip) for transformers, with its SAEs, transcoders and lenses`
+      : `download ${name} as one GGUF file for llama.cpp`,
+    text: format === "hf" ? "⤓ HF" : "⤓ GGUF", onclick: () => exportModel(name, format),
+  })));
+}
+
+async function exportModel(name, format) {
+  const msg = $("ckpt-msg");
+  msg.className = "start-msg";
+  msg.textContent = `Exporting ${name} as ${format === "hf" ? "a Hugging Face folder" : "a GGUF file"}…`;
+  try {
+    let job = await apiPost("/export/model", { checkpoint: name, format });
+    while (!["done", "failed", "cancelled"].includes(job.status)) {
+      await new Promise((r) => setTimeout(r, 400));
+      job = await apiGet(`/export/model/jobs/${job.id}`);
+      msg.textContent = `Exporting ${name}: step ${job.done} of ${job.total}${job.status === "queued" ? " (waiting for memory)" : ""}…`;
+    }
+    if (job.status !== "done") throw new Error(job.error || job.status);
+    const r = job.result;
+    const link = el("a", { href: r.download, download: "", text: "download again" });
+    msg.className = "start-msg ok";
+    msg.replaceChildren(`${name} written as ${r.architecture} (${r.files.length} files). `, link);
+    link.click();
+  } catch (err) {
+    msg.className = "start-msg bad";
+    msg.textContent = `Could not export ${name}: ${err.message}`;
+  }
+}
+
 function row(g, statusById, picked) {
   const c = g.final || g.snaps[0];
   const st = statusById.get(g.run);
@@ -76,7 +111,7 @@ function row(g, statusById, picked) {
     el("td", { class: "num", text: g.final ? int(g.final.step) : "—" }),
     el("td", { class: "num", text: int(c.params) }),
     el("td", { class: "num", text: g.final && g.final.val_loss !== null ? decimal(g.final.val_loss, 4) : "—" }),
-    el("td", {}, g.final ? [serveButton(g.final.name, g.final.loaded), " ", compareLink(g.final.name)]
+    el("td", {}, g.final ? [serveButton(g.final.name, g.final.loaded), " ", compareLink(g.final.name), " ", exportButtons(g.final.name)]
       : el("span", { class: "muted small", text: st && st.status === "queued" ? "queued: waiting for memory" : st && st.status === "running" ? "still training" : "no final checkpoint" })),
     snapCell(g, picked));
 }
