@@ -218,3 +218,33 @@ def test_an_unexportable_model_is_a_422_naming_the_switch(tmp_path):
     with TestClient(app) as client:
         r = client.post("/api/v1/export/model", json={"format": "hf"})
         assert r.status_code == 422 and "mlp" in r.text and "checkpoint" in r.text, r.text
+
+
+@pytest.mark.slow  # TransformerLens builds its bridge around transformers' model
+def test_transformerlens_loads_the_exported_folder_and_its_cache_is_gptscopes(builtin, tmp_path, monkeypatch):
+    """TransformerLens 4 opens the exported GPT-2-style folder from its path, and every hook point the two
+    share holds the same tensor within 1e-4 (its hook_normalized is taken before the gain and shift:
+    they are applied to compare; masked attention scores are left out)."""
+    pytest.importorskip("transformer_lens")
+    from transformer_lens.model_bridge import TransformerBridge
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "hf"
+    export_hf(builtin.model, builtin.encoding(), out, "builtin")
+    bridge = TransformerBridge.boot_transformers(str(out), device="cpu")
+    ids = builtin.encoding().encode_ordinary(TEXTS[0])
+    with builtin.model.capture() as cache:
+        builtin.model(torch.tensor([ids]))
+    _, theirs = bridge.run_with_cache(torch.tensor([ids]))
+    state, T = builtin.model.state_dict(), len(ids)
+    seen = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    shared = sorted(set(cache) & set(theirs.keys()))
+    assert len(shared) > 100
+    for k in shared:
+        a, b = cache[k], theirs[k].reshape(cache[k].shape)
+        if k.endswith("hook_normalized"):
+            ln = k.rsplit(".", 1)[0]
+            b = b * state[ln + ".weight"] + state[ln + ".bias"]
+        if k.endswith("hook_attn_scores"):
+            a, b = a[..., seen], b[..., seen]
+        assert (a - b).abs().max() < 1e-4, k
