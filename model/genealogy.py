@@ -200,6 +200,12 @@ _TRANSFORMER_FACTS = [
     ),
     Fact("dropout", 0.1, "dropout on sublayer outputs and embeddings", _notes_vaswani("Dropout\t0.1")),
     Fact(
+        "dropout_ablation",
+        "dropping it hurt",
+        "what the paper's ablations found when the 0.1 dropout was taken out: the model got worse",
+        _learn_vaswani("the paper's ablations show that dropping it hurt"),
+    ),
+    Fact(
         "label_smoothing",
         0.1,
         "the share of the target's mass spread over the other tokens (the method is Szegedy et al.'s; "
@@ -277,6 +283,19 @@ _TRANSFORMER_FACTS = [
 ]
 
 
+# Why positions are added at all: attention alone cannot tell one word order from another. The notes'
+# own explanation (their "dog bites man" example), so no paper is named; the forward page's position
+# stage runs it on the prompt (server/explain/stages.py: permutation_check).
+PERMUTATION = Fact(
+    "attention_without_positions",
+    "permutation-invariant",
+    "attention with no position signal treats a sentence as a bag of tokens: reorder the words and each one "
+    "gets the same output as before, only in the new order, which is why position encodings are added",
+    _src(NOTES, None, "Attention is permutation-invariant — it has no notion of word order."),
+    also=(_src(NOTES, None, "“Dog bites man” and “man bites dog” produce identical attention patterns."),),
+)
+
+
 def _transformer() -> Generation:
     s = _src(NOTES, VASWANI)
     learn = _src(LEARN_TEXT, VASWANI)
@@ -306,7 +325,7 @@ def _transformer() -> Generation:
                 _notes_vaswani("throw away recurrence entirely"),
             ),
         ],
-        facts=list(_TRANSFORMER_FACTS),
+        facts=[*_TRANSFORMER_FACTS, PERMUTATION],
     )
 
 
@@ -318,6 +337,14 @@ _GPT1_FACTS = [
         "the exercises say post-norm, as the paper does: the app follows them)",
         _src(EXERCISES, None, "Post-LN (GPT-1)"),
         also=(_gpt1_text("GPT-1 remains post-norm."),),
+    ),
+    Fact(
+        "replaced_word_vectors",
+        "word2vec and GloVe",
+        "what pretraining had passed on before GPT-1: static word vectors, a single vector for each distinct word "
+        "whatever its context, with nothing learned above the word itself",
+        _gpt1_text("they transfer exactly one vector per word type", None),
+        also=(_gpt1_text("Word-level embeddings like word2vec and GloVe were the incumbent way", None),),
     ),
     Fact("data", "BookCorpus (~1B words)", "the pretraining text", _notes_radford("BookCorpus (~1B words)")),
     Fact("corpus_tokens", 1e9, "BPE tokens in the corpus, as an order of magnitude", _gpt1_text("$10^9$ tokens")),
@@ -486,6 +513,13 @@ def _bert(name: str, key: str, layers: int, width: int, heads: int, quoted: floa
             Fact("max_positions", 512, "learned positions: nothing longer", n("512 max sequence length")),
             Fact("activation", "GELU", "the MLP's activation, taken over from GPT-1", n("BERT uses GELU")),
             Fact(
+                "mask_mismatch",
+                "[MASK] never seen downstream",
+                "a gap left between pretraining and fine-tuning: the mask token masked-LM trains on is absent from "
+                "the text of every task BERT is tuned on (the notes list it among BERT's limits)",
+                _src(NOTES, None, "Pretrain/fine-tune mismatch persists ([MASK] never appears downstream)"),
+            ),
+            Fact(
                 "squad_heads",
                 "start and end",
                 "SQuAD adds two linear layers of its own on the output (start and end scores): parameters, not none",
@@ -499,6 +533,24 @@ def _bert(name: str, key: str, layers: int, width: int, heads: int, quoted: floa
             ),
         ],
     )
+
+
+# the text tells this without a citation in the sentence (Liu et al. are cited in the one before)
+_GPT2_INSPIRATION = Fact(
+    "inspiration",
+    "Liu et al. (2018)",
+    "a forerunner GPT-2's authors pointed to: a decoder-only model trained to write Wikipedia articles "
+    "that picked up translating some names into other languages without being taught to",
+    _src(GPT2_TEXT, None, "it learned to translate some names from English into other languages"),
+    also=(_src(GPT2_TEXT, None, "GPT-2's authors later cited this behavior as an inspiration"),),
+)
+_GPT2_ROUGE = Fact(
+    "rouge_l_cnn_dm",
+    "competitive",
+    "CNN/DailyMail summaries scored by ROUGE-L, zero-shot: level with trained systems, no fine-tuning",
+    _src(NOTES, RADFORD_2019, "Summarization (CNN/DM): competitive ROUGE-L without fine-tuning"),
+    "ROUGE-L",
+)
 
 
 def _gpt2(name: str, layers: int, width: int, heads: int, quoted: float) -> Generation:
@@ -556,6 +608,7 @@ def _gpt2(name: str, layers: int, width: int, heads: int, quoted: float) -> Gene
                 "the MLP's width: four times the stream's",
                 t("row to 3,072 dimensions (a 4× up-projection)"),
             ),
+            _GPT2_INSPIRATION,
             Fact(
                 "position_rows",
                 1024,
@@ -568,6 +621,7 @@ def _gpt2(name: str, layers: int, width: int, heads: int, quoted: float) -> Gene
         gen.facts += [
             Fact("bleu_wmt14_en_fr", 11.5, "WMT-14 English to French, zero-shot", n("zero-shot BLEU 11.5"), "BLEU"),
             Fact("coqa_f1", 55, "CoQA reading comprehension, zero-shot", n("(CoQA): 55 F1 zero-shot"), "F1"),
+            _GPT2_ROUGE,
         ]
     return gen
 

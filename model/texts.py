@@ -34,6 +34,7 @@ from .genealogy import (
 from .gpt import count_params, preset_config
 
 KINGMA_BA = "Kingma and Ba, Adam: A Method for Stochastic Optimization (2014)"
+DEEPSEEK_V2 = "DeepSeek-AI, DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model (2024)"
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,11 @@ LEARN_FACTS = [
         "model.formulas.label_smoothing_floor: the smoothed target's entropy"),
     _ln("smoothing_method", 0.1, "", "the share of the target's mass spread out", "label smoothing",
         "spreads the remaining tenth of the mass"),
+    # how a model predicts its first token: nothing precedes it, so a special token stands in (the text's
+    # own note on practice, no paper's claim)
+    _ln("bos_empty_prefix", "a start-of-sequence token", "", "what stands for the nothing before the first "
+        "token: a special token put first, so that the opening position has a key to look at", "tokens",
+        "In practice the empty prefix is realized as a dedicated start-of-sequence token", paper=None),
 ]  # fmt: skip
 
 _nt = _maker(NOTES, None)
@@ -247,6 +253,12 @@ EXERCISE_FACTS = [
         "\\approx 2.42\\times 10^9", 4 * (2 * 12_288) ** 2, "4 x 24,576^2"),
     _ex("doubled_attention_rounder", 2.4e9, "parameters", "the same, rounded again", "size",
         "to ~$2.4\\times 10^9$", 4 * (2 * 12_288) ** 2, "4 x 24,576^2"),
+    _ex("loss_floor", "the entropy of language", "", "the lowest loss any model can reach, however large: the "
+        "uncertainty left in text itself, which the power law flattens towards", "scaling",
+        "its irreducible floor (the entropy of language itself, which no model can beat)"),
+    _ex("compute_optimal", "N and D together", "", "Chinchilla's answer to a fixed budget: grow the parameter "
+        "count and the training tokens side by side, about in step, instead of size alone", "scaling",
+        "the Chinchilla finding that $N$ and $D$ should grow together (roughly in proportion)"),
 ]  # fmt: skip
 
 _g2 = _maker(GPT2_TEXT, RADFORD_2019)
@@ -284,9 +296,20 @@ GPT2_FACTS = [
         "attention", "making the KV cache four times smaller",
         formulas.kv_cache_bytes(1, 32, 128, 1) / formulas.kv_cache_bytes(1, 8, 128, 1), "model.formulas.kv_cache_bytes",
         None),
+    _g2("mla", "a compressed latent", "", "multi-head latent attention: keys and values are squeezed into a small "
+        "shared vector that is cached, and expanded back when needed, so the cache shrinks by compression rather "
+        "than by heads sharing", "attention",
+        "MLA instead compresses the key-value information into a low-dimensional latent representation",
+        paper=DEEPSEEK_V2),
 ]  # fmt: skip
 
+
 FACTS = GPT1_FACTS + LEARN_FACTS + NOTES_FACTS + EXERCISE_FACTS + GPT2_FACTS
+
+
+def fact(name: str) -> TextFact:
+    """The texts' fact named `name` (bos_empty_prefix, loss_floor, mla, ...)."""
+    return next(f for f in FACTS if f.name == name)
 
 
 # --------------------------------------------------------------------------------------------

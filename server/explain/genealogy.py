@@ -46,17 +46,19 @@ def _model(gen: g.Generation) -> schemas.GenealogyModel:
         ],
         params=_params(gen),
         changes=[schemas.ChangeEntry(what=c.what, kind=c.kind, source=_src(c.source)) for c in gen.changes],
-        facts=[
-            schemas.FactEntry(
-                name=f.name,
-                value=f.value,
-                unit=f.unit,
-                caption=f.caption,
-                source=_src(f.source),
-                also=[_src(x) for x in f.also],
-            )
-            for f in gen.facts
-        ],
+        facts=[fact_entry(f) for f in gen.facts],
+    )
+
+
+def fact_entry(f: g.Fact) -> schemas.FactEntry:
+    """A model card's fact as GET /api/v1/genealogy serves it (the forward page's position stage shows one too)."""
+    return schemas.FactEntry(
+        name=f.name,
+        value=f.value,
+        unit=f.unit,
+        caption=f.caption,
+        source=_src(f.source),
+        also=[_src(x) for x in f.also],
     )
 
 
@@ -222,6 +224,12 @@ def _fact(f: texts_data.TextFact) -> schemas.TextFactEntry:
         how=f.how,
         source=schemas.SourceRef(seed=f.seed, paper=f.paper, quote=f.quote),
     )
+
+
+def text_fact(name: str) -> schemas.TextFactEntry:
+    """One of the texts' facts by its name, as GET /api/v1/genealogy/texts serves it: for the panels
+    that show a fact where the reader meets it (/learn's scaling law and KV cache)."""
+    return _fact(texts_data.fact(name))
 
 
 @lru_cache(maxsize=1)

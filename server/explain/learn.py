@@ -19,6 +19,7 @@ from gptscope.model.schedules import DEFAULT_COOLDOWN, SCHEDULE_KINDS
 from ..schemas import learn as schemas
 from ..service import ModelService
 from .common import finite, json_float, model_batch, query_error
+from .genealogy import text_fact
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -620,6 +621,7 @@ def kv_cache(
         contexts=contexts,
         curve_mha=[size(n_head, c) for c in contexts],
         curve_gqa=[size(n_kv_head, c) for c in contexts],
+        texts=[text_fact("mla")],
     )
 
 
@@ -648,6 +650,7 @@ def scaling_law(
         marks=marks,
         per_tenfold=alpha * math.log(10),
         ratio_per_tenfold=10**-alpha,
+        texts=[text_fact("loss_floor"), text_fact("compute_optimal")],
     )
 
 

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from gptscope.model import tuned_lens as tl
+from gptscope.model.genealogy import PERMUTATION
 from gptscope.model.gpt import (
     GPT,
     Block,
@@ -58,6 +59,7 @@ from ..schemas.stages import (
     MoEBlock,
     Neuron,
     NextToken,
+    PermutationCheck,
     PositionLoss,
     PromptLoss,
     ResidualBlock,
@@ -70,6 +72,7 @@ from ..schemas.stages import (
 )
 from ..service import ModelService
 from .common import arr, attention_rows, next_tokens, rounded, token_text
+from .genealogy import fact_entry
 from .lens import lens_figures
 from .sae import active_features
 
@@ -178,6 +181,93 @@ def embeddings(t: Trace) -> EmbeddingsBlock:
         sum=arr(tok if p is None else tok + p, COARSE),
         token_norms=arr(tok.norm(dim=-1), COARSE),
         position_norms=None if p is None else arr(p.norm(dim=-1), COARSE),
+        permutation=permutation_check(t.model, t.ids) if len(t.ids) > 1 else None,
+    )
+
+
+def _qkv(m: GPT, idx: torch.Tensor, h: torch.Tensor, rotate: bool) -> tuple[torch.Tensor, ...]:
+    """Block 0's q, k, v (1, nh, T, hs) of the normalised stream h, RoPE's turn left out unless `rotate`
+    (the turned q and k are swapped back for the unturned ones the same pass computed)."""
+    attn = block(m, 0).attn
+    if rotate or m.cfg.pos != "rope":
+        return attn.qkv(h, None, idx)
+    plain: dict[str, torch.Tensor] = {}
+
+    def keep(x: torch.Tensor, name: str) -> None:
+        plain[name + "_rot"] = x
+
+    def unturn(x: torch.Tensor, name: str) -> torch.Tensor:
+        return plain[name]
+
+    at = "blocks.0.attn."
+    hooks = [(at + "hook_q", keep), (at + "hook_k", keep), (at + "hook_q_rot", unturn), (at + "hook_k_rot", unturn)]
+    with m.hooks(hooks):
+        return attn.qkv(h, None, idx)
+
+
+def first_attention(m: GPT, idx: torch.Tensor, positions: bool, causal: bool) -> list[torch.Tensor]:
+    """What block 0's attention writes (T, d) for the tokens idx (1, T) placed at positions 0..T-1: read
+    from their W_E rows (with the W_P rows added, or q and k turned by RoPE, only if `positions`), through
+    the block's first norm, softmax(q k^T * scale) (capped) times v, W_O. Without the mask, and (if
+    `causal`) with the causal mask too, from the same q, k and v."""
+    cfg, b = m.cfg, block(m, 0)
+    attn, T = b.attn, idx.size(1)
+    x = m.wte(idx) * cfg.embed_scale
+    if positions and m.wpe is not None:
+        x = x + m.wpe(torch.arange(T, device=idx.device))[None]
+    if cfg.embed_norm:
+        x = m.ln_embed(x)
+    if cfg.x0_mix:
+        x = b.mix(x, x)
+    h = x if cfg.norm in ("post", "out") and not cfg.parallel else b.ln1(x)
+    q, k, v = _qkv(m, idx, h, positions)
+    scores = (q @ k.transpose(-2, -1)) * attn.scale  # (1, nh, T, T)
+    if cfg.attn_softcap:
+        scores = cfg.attn_softcap * torch.tanh(scores / cfg.attn_softcap)
+    masks = [scores]
+    if causal:
+        masks.append(scores.masked_fill(~causal_allowed(T, T, idx.device, attn.window), float("-inf")))
+    outs = []
+    for sc in masks:
+        z = (F.softmax(sc.float(), dim=-1).to(v.dtype) @ v).transpose(1, 2)  # (1, T, nh, hs)
+        outs.append(attn.c_proj(z.reshape(1, T, -1))[0].float())
+    return outs
+
+
+@torch.no_grad()
+def permutation_check(m: GPT, ids: list[int]) -> PermutationCheck:
+    """Attention without positions ignores word order, on this prompt: block 0's attention run on the
+    tokens in the prompt's order and with the first and last exchanged, each token's output compared
+    with its own from the other run, without the causal mask (an order of its own: the same q, k, v
+    with it kept are compared too). Four passes of one block's attention."""
+    cfg, T = m.cfg, len(ids)
+    order = [T - 1, *range(1, T - 1), 0]
+    dev = m.wte.weight.device
+    idx, moved = torch.tensor([ids], device=dev), torch.tensor([[ids[i] for i in order]], device=dev)
+    back = torch.argsort(torch.tensor(order, device=dev))  # row i of the reordered run is token order[i]
+
+    def gaps(positions: bool) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Each token's largest change (T,), unmasked (and masked); the prompt order's unmasked output."""
+        a, b = first_attention(m, idx, positions, cfg.causal), first_attention(m, moved, positions, cfg.causal)
+        return [(x - y[back]).abs().amax(dim=-1) for x, y in zip(a, b, strict=True)], a[0]
+
+    free, out = gaps(False)
+    placed, out = gaps(True) if cfg.pos != "none" else (free, out)
+
+    def sig(x: torch.Tensor) -> float:
+        return float(f"{float(x):.3g}")
+
+    return PermutationCheck(
+        order=order,
+        swapped=[0, T - 1],
+        pos=cfg.pos,
+        without_positions=sig(free[0].max()),
+        with_positions=sig(placed[0].max()),
+        causal_without_positions=sig(free[1].max()) if cfg.causal else None,
+        output_scale=sig(out.abs().max()),
+        per_token_without=[sig(x) for x in free[0]],
+        per_token_with=[sig(x) for x in placed[0]],
+        fact=fact_entry(PERMUTATION),
     )
 
 

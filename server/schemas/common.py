@@ -174,7 +174,9 @@ BOS_FIELD = Field(
     description="start the prompt with the model's beginning-of-text token: null (default) as its tokenizer "
     "runs under transformers 5 (tokenizer.json's post-processor: Llama 3, Phi-3, Mistral, TinyLlama, Gemma) or, for "
     "a nanochat model, always (<|bos|>, as nanochat's own code does), true or false to choose; a chat's template "
-    "writes its own",
+    "writes its own. The token plays the empty beginning before the first real token (the texts' bos_empty_prefix "
+    "fact, GET /api/v1/genealogy/texts): the first position then has something to attend to and a prefix to "
+    "predict from",
 )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from .config import config_fields, schema_model
+from .genealogy import TextFactEntry
 
 # --------------------------------------------------------------------------------------------
 # Learning-rate schedules
@@ -293,6 +294,10 @@ class KvCacheResponse(BaseModel):
     contexts: list[int]
     curve_mha: list[int] = Field(description="bytes at each context length")
     curve_gqa: list[int]
+    texts: list[TextFactEntry] = Field(
+        description="what the texts say beside it (multi-head latent attention, the other way to shrink the "
+        "cache), each with its quote, as GET /api/v1/genealogy/texts serves it"
+    )
 
 
 class ScalingMark(BaseModel):
@@ -310,6 +315,10 @@ class ScalingLawResponse(BaseModel):
     marks: list[ScalingMark]
     per_tenfold: float = Field(description="how much ln L drops for every 10x in N: alpha ln 10")
     ratio_per_tenfold: float = Field(description="L(10 N) / L(N) = 10^-alpha")
+    texts: list[TextFactEntry] = Field(
+        description="what the texts say of the law's limits (the floor no model goes below, Chinchilla's "
+        "balance of parameters and data), each with its quote, as GET /api/v1/genealogy/texts serves it"
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .arrays import Matrix, Tensor4, Vector
+from .genealogy import FactEntry
 
 ContributionKind = Literal["embed", "smear", "head", "attn_bias", "attn", "mlp", "bias"]  # what wrote a contribution
 
@@ -29,6 +30,37 @@ class AttentionBlock(BaseModel):
     )
 
 
+class PermutationCheck(BaseModel):
+    """The first block's attention run on this prompt's token rows twice, in the prompt's order and with
+    its first and last tokens exchanged ("dog bites man" against "man bites dog"), each token's output
+    then compared with its own output from the other run. The causal mask is lifted for the comparison:
+    a mask that lets each token see only earlier ones is itself an order."""
+
+    layer: int = Field(0, description="the block whose attention is run (the first)")
+    order: list[int] = Field(description="the reordered prompt: order[i] is the prompt position of the token put at i")
+    swapped: list[int] = Field(description="the two prompt positions exchanged: the first and the last")
+    pos: Literal["learned", "rope", "none"] = Field(description="the model's own position signal")
+    without_positions: float = Field(
+        description="largest |difference| between a token's attention output in the two orders with no position "
+        "signal (no W_P rows added, no RoPE turn): 0 up to float rounding, since attention then ignores order"
+    )
+    with_positions: float = Field(
+        description="the same with the model's own positions (W_P rows added, or q and k turned by RoPE): large, "
+        "since each token now sits at a different place; equal to without_positions for a model with none"
+    )
+    causal_without_positions: float | None = Field(
+        description="no position signal but the model's causal mask kept: the mask alone tells order apart "
+        "(null for a model trained without the mask)"
+    )
+    output_scale: float = Field(
+        description="largest |attention output| of the prompt's order, with the model's positions and no mask: "
+        "what the differences compare with"
+    )
+    per_token_without: list[float] = Field(description="each prompt position's largest |difference| without positions")
+    per_token_with: list[float] = Field(description="the same with the model's positions")
+    fact: FactEntry = Field(description="what the texts say of it, with its quote (the Transformer card's fact)")
+
+
 class EmbeddingsBlock(BaseModel):
     token: Matrix = Field(description="(T, d) rows of W_E for the prompt's token ids")
     pos: Literal["learned", "rope", "none"] = Field(
@@ -42,6 +74,9 @@ class EmbeddingsBlock(BaseModel):
     sum: Matrix = Field(description="(T, d) token + position: the residual stream entering block 0")
     token_norms: Vector
     position_norms: Vector | None
+    permutation: PermutationCheck | None = Field(
+        None, description="attention without positions ignores word order, run on this prompt (null: one token)"
+    )
 
 
 class LayerNormDetail(BaseModel):

@@ -11,6 +11,7 @@ import { $ } from "../lib/dom.js";
 import { tokenLabels } from "../lib/format.js";
 import { pageQuery, real, setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
+import { findTextFact, textFactBlock } from "../lib/text_facts.js";
 import { panel as overview } from "./panel_overview.js";
 import { allStages, closeStage, initStageView, openSection, openThis } from "./stage_view.js";
 import { panel as classifier } from "./panel_classifier.js";
@@ -153,6 +154,17 @@ function promptFields() {
   const fields = $("chat")?.checked ? { messages: chatMessages(text) } : { text };
   if ($("bos") && !$("bos").checked) fields.bos = false;
   return fields;
+}
+
+// The BOS switch's note (a model whose tokenizer adds a start token): what that token stands for, in the
+// texts' words, from GET /api/v1/genealogy/texts (its fact bos_empty_prefix), asked for once.
+function showBosFact() {
+  const box = $("bos-fact");
+  if (!box) return;
+  apiGet("/genealogy/texts").then((res) => {
+    const fact = findTextFact(res.facts, "bos_empty_prefix");
+    if (fact) box.replaceChildren(textFactBlock(fact, "bos-fact-block"));
+  }, showError);
 }
 
 // "user: hi" starts a message of that role; a line without a role continues the message before it.
@@ -320,6 +332,7 @@ export async function init() {
     requestForward(ALL_PARTS);
   });
   for (const id of ["chat", "bos"]) $(id)?.addEventListener("change", () => requestForward(ALL_PARTS, 0));
+  showBosFact();
   $("layer").addEventListener("change", (e) => selectHead(+e.target.value, state.head));
   $("head").addEventListener("change", (e) => selectHead(state.layer, +e.target.value));
   $("position").addEventListener("change", (e) => selectPosition(+e.target.value));

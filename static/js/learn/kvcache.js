@@ -1,11 +1,12 @@
 // KV-cache panel: cache memory against context length for multi-head and grouped-query attention (GQA),
-// from GET /api/v1/curves/kv-cache.
+// from GET /api/v1/curves/kv-cache; below it, the texts' word on multi-head latent attention (`texts`).
 import { apiGet } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { bytes, int } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { textFactBlock } from "../lib/text_facts.js";
 import { figureBars } from "./bars.js";
 
 const panel = $("kv-panel");
@@ -29,6 +30,8 @@ async function load(signal) {
     `At ${int(b.context)} tokens${b.batch > 1 ? ` for ${b.batch} sequences` : ""} that is ${bytes(b.bytes_mha)}; with ` +
     `${b.group_size} query heads sharing each key/value head (grouped-query attention${b.n_kv_head === 1 ? "; one for all of them is multi-query" : ""}) ` +
     `it is ${bytes(b.bytes_gqa)}, ${b.ratio} times smaller.`;
+  // multi-head latent attention, as the texts put it (the answer's `texts`)
+  $("kv-texts").replaceChildren(...b.texts.map((f) => textFactBlock(f, `kv-fact-${f.name}`)));
 }
 
 export function init() {

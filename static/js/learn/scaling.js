@@ -1,11 +1,13 @@
 // Scaling-law panel: Kaplan et al.'s L = (N / N_c)^-alpha on log-log axes with known models
-// marked, from GET /api/v1/curves/scaling-law.
+// marked, from GET /api/v1/curves/scaling-law; below it, the texts' word on the floor the line
+// cannot cross and on Chinchilla (the answer's `texts`).
 import { apiGet } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { fixed, sci } from "../lib/format.js";
 import { bindForms, formQuery } from "../lib/forms.js";
 import { OKABE } from "../lib/palette.js";
 import { chart } from "../lib/plot.js";
+import { textFactBlock } from "../lib/text_facts.js";
 import { figureBars } from "./bars.js";
 
 const panel = $("scaling-panel");
@@ -27,6 +29,8 @@ async function load(signal) {
   $("scaling-summary").textContent =
     `${b.formula}. Every tenfold increase in N multiplies the loss by ${fixed(b.ratio_per_tenfold, 3)}, that is, lowers ` +
     `ln L by α·ln 10 = ${fixed(b.per_tenfold, 3)}. N_c = ${sci(b.n_c, 2)} is where the fitted line would reach a loss of 1.`;
+  // the floor under the line and Chinchilla's balance: the texts' facts the answer carries
+  $("scaling-texts").replaceChildren(...b.texts.map((f) => textFactBlock(f, `scaling-fact-${f.name}`)));
 }
 
 export function init() {
