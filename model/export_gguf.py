@@ -111,7 +111,15 @@ def export_gguf(model: torch.nn.Module, enc: Any, out: str | Path, name: str = "
 
     cfg: GPTConfig = model.cfg  # type: ignore[assignment]
     fam = family_of(cfg)
+    if fam.model_type not in GGUF_ARCH:
+        raise ExportRefused(
+            "format",
+            f"GGUF export writes the {', '.join(sorted(set(GGUF_ARCH)))} architectures; this model is {fam.model_type}: export it as hf",
+        )
     arch = GGUF_ARCH[fam.model_type]
+    for switch in ("window", "mlp_bias"):  # llama.cpp's llama architecture computes neither
+        if arch == "LLAMA" and getattr(cfg, switch):
+            raise ExportRefused(switch, f"GGUF's llama architecture has no {switch}; export this model as hf")
     tok_json, tok_cfg = tokenizer_files(enc, cfg.n_ctx)
     ids = special_ids(enc, tok_cfg)
     check_read_back(cfg, fam, config_json(cfg, fam, ids))

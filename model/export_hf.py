@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .config import GPTConfig
+from .export_families import FAMILY_WRITERS, CannotWrite, Writer, rope_fields
 from .tokenizers import HFEncoding, NanochatEncoding
 from .transformers5 import BACKEND
 
@@ -42,43 +45,68 @@ class ExportRefused(ValueError):
         self.field = field
 
 
-@dataclass(frozen=True)
-class Family:
-    model_type: str
-    architecture: str
-
-
-GPT2 = Family("gpt2", "GPT2LMHeadModel")
-LLAMAS = {
-    "llama": Family("llama", "LlamaForCausalLM"),
-    "qwen2": Family("qwen2", "Qwen2ForCausalLM"),
-    "qwen3": Family("qwen3", "Qwen3ForCausalLM"),
-    "mistral": Family("mistral", "MistralForCausalLM"),
-}
-# the switches each block is, and their values: the first one a model differs in names the refusal
 GPT2_BLOCK = {"pos": "learned", "norm": "pre", "norm_type": "layernorm", "mlp": "gelu", "bias": True}
-LLAMA_BLOCK = {"pos": "rope", "norm": "pre", "norm_type": "rmsnorm", "mlp": "swiglu", "bias": False}
 
 
-def family_of(cfg: GPTConfig) -> Family:
-    """The transformers class whose block is this model's; ExportRefused naming the first switch that
-    differs from the nearer of the two blocks."""
-    gpt2 = [k for k, v in GPT2_BLOCK.items() if getattr(cfg, k) != v]
-    llama = [k for k, v in LLAMA_BLOCK.items() if getattr(cfg, k) != v]
-    if not gpt2:
-        return GPT2
-    if not llama:
-        if cfg.qk_norm and not cfg.qk_norm_all:
-            return LLAMAS["qwen3"]
-        if cfg.qkv_bias and not cfg.attn_out_bias:
-            return LLAMAS["qwen2"]
-        return LLAMAS["mistral" if cfg.window else "llama"]
-    near, block = (gpt2, GPT2_BLOCK) if len(gpt2) <= len(llama) else (llama, LLAMA_BLOCK)
-    name = "GPT-2's" if block is GPT2_BLOCK else "the LLaMA family's"
-    k = near[0]
+def _llama_type(cfg: GPTConfig) -> str:
+    """Which LLaMA-family class has the model's attention: Qwen3's q/k norm, Qwen2's biases on W_Q, W_K,
+    W_V alone, Mistral's window, else Llama."""
+    if cfg.qk_norm and not cfg.qk_norm_all:
+        return "qwen3"
+    if cfg.qkv_bias and not cfg.attn_out_bias:
+        return "qwen2"
+    return "mistral" if cfg.window else "llama"
+
+
+def candidates(cfg: GPTConfig, prefer: str | None = None) -> list[Writer]:
+    """The classes to try, the likeliest first: the family an imported model came from (`prefer`, its
+    model_type), then GPT-2's or the LLaMA family's block, then the others."""
+    every = (GPT2, *LLAMAS.values(), *FAMILY_WRITERS)
+    first = GPT2 if all(getattr(cfg, k) == v for k, v in GPT2_BLOCK.items()) else LLAMAS[_llama_type(cfg)]
+    order = [w for w in every if w.model_type == prefer] + [first]
+    return [*dict.fromkeys([*order, *every])]
+
+
+def mismatches(cfg: GPTConfig, fam: Writer, ids: dict[str, int | None] | None = None) -> list[tuple[str, Any, Any]]:
+    """(switch, the model's value, what the class reads) for each switch the written config.json would
+    not give back; one entry naming what stops the writer or the reader, where either refuses."""
+    try:
+        back = fam.reader()(config_json(cfg, fam, ids or {}))
+    except CannotWrite as e:
+        return [(e.field, getattr(cfg, e.field, None), str(e))]
+    except ValueError as e:  # the importer's ImportFailed, or GPTConfig's own check
+        return [("config", None, str(e))]
+    out = []
+    for f in fields(GPTConfig):
+        if f.name not in TRAINING_ONLY and _canon(cfg, f.name) != _canon(back, f.name):
+            out.append((f.name, _canon(cfg, f.name), _canon(back, f.name)))
+    return out
+
+
+def family_of(cfg: GPTConfig, prefer: str | None = None) -> Writer:
+    """The transformers class that computes this model exactly: the first candidate whose importer reads
+    every switch back from the config.json it would be written with; else ExportRefused naming the
+    first switch the nearest class (the one it differs from in fewest) would compute otherwise."""
+    if cfg.n_expert:
+        raise ExportRefused(
+            "n_expert", "a mixture of experts has no transformers class among the families gptscope writes"
+        )
+    tried = []
+    for fam in candidates(cfg, prefer):
+        miss = mismatches(cfg, fam)
+        if not miss:
+            return fam
+        tried.append((len(miss), fam, miss[0]))
+    _, fam, (field, ours, theirs) = min(tried, key=lambda x: x[0])
+    if field == "config":
+        raise ExportRefused(
+            "config",
+            f"no transformers class computes this model; the nearest, {fam.architecture}, refuses it: {theirs}",
+        )
     raise ExportRefused(
-        k,
-        f"the model's {k} is {getattr(cfg, k)!r}; {name} block, the nearest a transformers class computes, has {block[k]!r}",
+        field,
+        f"the model's {field} is {ours!r}; {fam.architecture}, the nearest class that computes such a block, "
+        f"would compute {theirs!r}: no transformers class computes this model exactly",
     )
 
 
@@ -100,26 +128,7 @@ def _gpt2_config(cfg: GPTConfig) -> dict[str, Any]:
     }
 
 
-def _rope_scaling(cfg: GPTConfig) -> dict | None:
-    if cfg.rope_scaling == "none":
-        return None
-    if cfg.rope_scaling == "linear":
-        return {"rope_type": "linear", "factor": cfg.rope_factor}
-    if cfg.rope_scaling == "llama3":
-        return {
-            "rope_type": "llama3",
-            "factor": cfg.rope_factor,
-            "low_freq_factor": cfg.rope_low_freq_factor,
-            "high_freq_factor": cfg.rope_high_freq_factor,
-            "original_max_position_embeddings": cfg.rope_original_ctx,
-        }
-    raise ExportRefused(
-        "rope_scaling",
-        f"the model's rope_scaling is {cfg.rope_scaling!r}; the LLaMA family computes none, linear and llama3",
-    )
-
-
-def _llama_config(cfg: GPTConfig, fam: Family) -> dict[str, Any]:
+def _llama_config(cfg: GPTConfig, model_type: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "hidden_size": cfg.d_model,
         "intermediate_size": cfg.d_mlp,
@@ -130,48 +139,68 @@ def _llama_config(cfg: GPTConfig, fam: Family) -> dict[str, Any]:
         "hidden_act": "silu",
         "max_position_embeddings": cfg.n_ctx,
         "rms_norm_eps": cfg.ln_eps,
-        "rope_theta": cfg.rope_base,
-        "rope_scaling": _rope_scaling(cfg),
+        **rope_fields(cfg),
     }
-    if fam.model_type == "llama":
+    if cfg.rope_scaling == "longrope":
+        raise CannotWrite("rope_scaling", "the LLaMA family computes no LongRoPE")
+    if model_type == "llama":
         out.update(attention_bias=cfg.qkv_bias, mlp_bias=cfg.mlp_bias)
-    if fam.model_type == "mistral":
+    if model_type == "mistral":
         out["sliding_window"] = cfg.window or None
-    if fam.model_type in ("qwen2", "qwen3"):
+    if model_type in ("qwen2", "qwen3"):
         out.update(use_sliding_window=False, sliding_window=None)
-    if fam.model_type == "qwen3":
+    if model_type == "qwen3":
         out["attention_bias"] = cfg.qkv_bias
     return out
 
 
-def config_json(cfg: GPTConfig, fam: Family, ids: dict[str, int | None]) -> dict[str, Any]:
-    body = _gpt2_config(cfg) if fam is GPT2 else _llama_config(cfg, fam)
+def _importer(module: str, name: str):
+    def get():
+        from importlib import import_module
+
+        return getattr(import_module(f"gptscope.model.importers.{module}"), name)
+
+    return get
+
+
+GPT2 = Writer("gpt2", "GPT2LMHeadModel", _gpt2_config, _importer("gpt2", "hf_config"), _importer("gpt2", "hf_names"))
+LLAMAS = {
+    mt: Writer(
+        mt,
+        arch,
+        partial(_llama_config, model_type=mt),
+        _importer("llama", "llama_config"),
+        _importer("llama", "llama_names"),
+    )
+    for mt, arch in (
+        ("llama", "LlamaForCausalLM"),
+        ("qwen2", "Qwen2ForCausalLM"),
+        ("qwen3", "Qwen3ForCausalLM"),
+        ("mistral", "MistralForCausalLM"),
+    )
+}
+
+
+def config_json(cfg: GPTConfig, fam: Writer, ids: dict[str, int | None]) -> dict[str, Any]:
     return {
         "architectures": [fam.architecture],
         "model_type": fam.model_type,
         "vocab_size": cfg.vocab_size,
-        **body,
+        **fam.config(cfg),
         "tie_word_embeddings": cfg.tie_weights,
         "torch_dtype": "float32",
+        "pad_token_id": None,  # no class default (Phi-3's 32,000) may name an id the vocabulary lacks
         **{k: v for k, v in ids.items() if v is not None},
     }
 
 
-def read_back(fam: Family, raw: dict) -> GPTConfig:
-    """The family importer's reading of the written config.json."""
-    if fam is GPT2:
-        from .importers.gpt2 import hf_config
-
-        return hf_config(raw)
-    from .importers.llama import llama_config
-
-    return llama_config(raw)
-
-
-def check_read_back(cfg: GPTConfig, fam: Family, raw: dict) -> None:
+def check_read_back(cfg: GPTConfig, fam: Writer, raw: dict) -> None:
     """Every switch of the model comes back from the written config.json as it is, or ExportRefused
     names the first that does not (the class would compute something else)."""
-    back = read_back(fam, raw)
+    try:
+        back = fam.reader()(raw)
+    except ValueError as e:
+        raise ExportRefused("config", f"{fam.architecture} refuses the config it would be written with: {e}") from None
     for f in fields(GPTConfig):
         if f.name in TRAINING_ONLY:
             continue
@@ -208,28 +237,49 @@ def gpt2_tensors(state: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, to
     return out
 
 
-def llama_tensors(state: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:
-    """The LLaMA layout's names: the importer's name map read backwards (a stacked tensor split along
-    its first axis into the pieces it was made of)."""
-    from .importers.llama import llama_names
+def _inverse(
+    fn: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, ...], t: torch.Tensor, into: torch.Tensor
+) -> None:
+    """Undo what the import computed of one stored tensor (a piece with a function), into `into` (the
+    stored tensor's shape): a shift (Gemma's gain 1 + w: w = gain - 1), or a choice and order of rows
+    (GPT-NeoX's per-head q, k, v; Phi-3's gate and up halves), found by running the function on the
+    row numbers."""
+    rows = torch.arange(shape[0], dtype=torch.float64).reshape(shape[0], *([1] * (len(shape) - 1)))
+    got = fn(rows)
+    shift = got - rows if got.shape == rows.shape else None
+    if shift is not None and torch.all(shift == shift.flatten()[0]) and float(shift.flatten()[0]) != 0:
+        into.copy_(t - float(shift.flatten()[0]))
+        return
+    picked = got.reshape(got.shape[0], -1)[:, 0]
+    if not torch.equal(picked, picked.round()) or picked.min() < 0 or picked.max() >= shape[0]:
+        raise ExportRefused("weights", "a tensor the import computed cannot be written back (a bug)")
+    into[picked.long()] = t
 
-    out = {}
-    for ours, pieces in llama_names(cfg).items():
+
+def named_tensors(state: dict[str, torch.Tensor], names: dict[str, list]) -> dict[str, torch.Tensor]:
+    """The importer's name map read backwards: each stored tensor from the parameters it was made into
+    (stacked pieces split along the first axis, a computed piece undone by _inverse)."""
+    out: dict[str, torch.Tensor] = {}
+    computed: set[str] = set()
+    for ours, pieces in names.items():
         t, at = state[ours], 0
         for piece in pieces:
-            if len(piece) > 2:  # a piece the import computes (Gemma's gain): not in this family
-                raise ExportRefused(ours, f"{ours} is computed from its file on import; it cannot be written back")
-            name, shape = piece[0], piece[1]
+            name, shape = piece[0], tuple(piece[1])
+            if len(piece) > 2:
+                computed.add(name)
+                _inverse(piece[2], shape, t, out.setdefault(name, torch.full(shape, float("nan"))))
+                continue
             out[name] = t[at : at + shape[0]]
             at += shape[0]
-        if at != t.shape[0]:
-            raise ExportRefused(ours, f"{ours} has {t.shape[0]} rows; the layout's pieces hold {at} (a bug)")
+    unfilled = sorted(k for k in computed if torch.isnan(out[k]).any())
+    if unfilled:
+        raise ExportRefused("weights", f"tensor {unfilled[0]} is not filled by the model's parameters (a bug)")
     return out
 
 
-def tensors(model: torch.nn.Module, cfg: GPTConfig, fam: Family) -> dict[str, torch.Tensor]:
+def tensors(model: torch.nn.Module, cfg: GPTConfig, fam: Writer) -> dict[str, torch.Tensor]:
     state = {k: v.detach().float() for k, v in model.state_dict().items()}
-    made = gpt2_tensors(state, cfg) if fam is GPT2 else llama_tensors(state, cfg)
+    made = gpt2_tensors(state, cfg) if fam is GPT2 else named_tensors(state, fam.names()(cfg))
     return {k: v.contiguous().clone() for k, v in made.items()}
 
 
@@ -364,15 +414,16 @@ def write_head(folder: Path, head: dict[str, torch.Tensor], classifier: dict) ->
     (folder / "classifier.json").write_text(json.dumps(classifier, indent=2, ensure_ascii=False) + "\n")
 
 
-def export_hf(model: torch.nn.Module, enc: Any, out: str | Path, name: str = "model") -> dict[str, Any]:
+def export_hf(
+    model: torch.nn.Module, enc: Any, out: str | Path, name: str = "model", prefer: str | None = None
+) -> dict[str, Any]:
     """Write the folder (a new one: refused where `out` exists and is not empty); returns what was
-    written. Read back by the family's importer before it is kept."""
+    written. Read back by the family's importer before it is kept. `prefer`: the model_type an imported
+    model came from, tried first (Phi-3-mini-4k is Mistral's computation too, but goes back as Phi-3)."""
     from safetensors.torch import save_file
 
     cfg: GPTConfig = model.cfg  # type: ignore[assignment]
-    fam = family_of(cfg)
-    if cfg.n_expert:
-        raise ExportRefused("n_expert", "a mixture of experts has no class in the GPT-2 or LLaMA family")
+    fam = family_of(cfg, prefer)
     tok_json, tok_cfg = tokenizer_files(enc, cfg.n_ctx)
     raw = config_json(cfg, fam, special_ids(enc, tok_cfg))
     check_read_back(cfg, fam, raw)

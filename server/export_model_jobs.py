@@ -50,7 +50,7 @@ def plan(checkpoint: Path, name: str, req, out_root: Path) -> ExportPlan:
     try:
         meta = ckpt.read_meta(checkpoint)
         cfg = GPTConfig.from_dict(meta.config or {})
-        fam = family_of(cfg)
+        fam = family_of(cfg, (meta.source or {}).get("model_type"))
         enc = meta.encoding()
         _json, tok_cfg = tokenizer_files(enc, cfg.n_ctx)
         check_read_back(cfg, fam, config_json(cfg, fam, special_ids(enc, tok_cfg)))

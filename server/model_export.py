@@ -49,7 +49,8 @@ def export_model(
     say("writing")
     if fmt == "gguf":
         return export_gguf(c.model, c.encoding(), out, name)
-    info = export_hf(c.model, c.encoding(), out, name)
+    source = (c.meta.source or {}).get("model_type")
+    info = export_hf(c.model, c.encoding(), out, name, prefer=source)
     if c.head and c.meta.classifier:
         write_head(out, c.head, c.meta.classifier)
         info["classifier"] = "classifier.safetensors"

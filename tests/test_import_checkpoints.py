@@ -9,6 +9,7 @@ Building transformers' model classes takes seconds (slow)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,27 @@ def test_the_refused_rows_are_refused_by_name(root, tmp_path, name, edit, named)
     with pytest.raises(importers.ImportFailed, match=named):
         importers.import_model(folder, "x", tmp_path / "data")
     assert not (tmp_path / "data" / "models" / "x").exists()
+
+
+@pytest.mark.parametrize("name", list(CHECKPOINTS))
+def test_a_checkpoint_exports_back_to_its_own_class(root, name):
+    """Imported, then exported (model/export_hf.py, its family tried first): the folder is the checkpoint's
+    own class, transformers computes it as gptscope does (1e-4), its tokenizer gives the same ids, and
+    importing it again gives the very weights."""
+    from gptscope.model.export_hf import export_hf
+
+    folder = root / f"{name}-export-src"
+    if not folder.exists():
+        build(name, folder)
+    c = ckpt.load(importers.import_model(folder, folder.name, root / "data")[0])
+    out = root / f"{name}-exported"
+    info = export_hf(c.model, c.encoding(), out, name, prefer=c.meta.source["model_type"])
+    assert info["architecture"] == json.loads((folder / "config.json").read_text())["architectures"][0]
+    m = transformers.AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager", dtype=torch.float32).eval()
+    ids = transformers.AutoTokenizer.from_pretrained(out)(TEXT).input_ids
+    enc = c.encoding()
+    assert ids == enc.bos_ids + enc.encode_ordinary(TEXT)
+    assert (their_logits(m, ids) - logits(c.model, ids)).abs().max() < 1e-4
+    back = ckpt.load(importers.import_model(out, f"{name}-back", root / "data")[0])
+    ours, again = c.model.state_dict(), back.model.state_dict()
+    assert ours.keys() == again.keys() and all(torch.equal(ours[k], again[k]) for k in ours)
