@@ -1,6 +1,6 @@
 """Token attribution (issue #46): integrated gradients on the input embeddings are complete (their sum is
 f(x) - f(baseline) up to the rule's error, which shrinks with steps and is under 1% at the default on the
-built-in model), a copied name's attribution is largest on its earlier occurrence, a 64-token prompt answers
+built-in model; tests/test_ig_convergence.py checks the imported families, issue #62), a copied name's attribution is largest on its earlier occurrence, a 64-token prompt answers
 in under 2 s, every position comes as a matrix at once or as a job, and bad input is refused naming the field."""
 
 from __future__ import annotations
@@ -44,12 +44,16 @@ def test_completeness_error_shrinks_with_steps_and_is_under_1_percent_at_the_def
         assert c["attribution_sum"] == pytest.approx(sum(row["integrated_gradients"]), abs=1e-3)
         errors.append(c["relative_error"])
     assert errors[0] > errors[1] > errors[2]
-    default = attribute(client, text=CAESAR)  # 32 steps, the top prediction, the zero baseline
+    default = attribute(client, text=CAESAR)  # 32 Gauss-Legendre points, the top prediction, the zero baseline
     assert default["steps"] == 32 and default["baseline"] == "zero" and "zeros" in default["baseline_description"]
+    assert default["quadrature"] == "gauss_legendre" and "Gauss-Legendre" in default["rule"]
+    assert default["baseline_reason"].startswith("this model's default")
     assert default["rows"][0]["completeness"]["relative_error"] < 0.01
     assert default["worst_relative_error"] == default["rows"][0]["completeness"]["relative_error"]
     mean = attribute(client, text=CAESAR, baseline="mean")
     assert mean["rows"][0]["completeness"]["relative_error"] < 0.01
+    midpoint = attribute(client, text=CAESAR, rule="midpoint")  # the other rule, as before issue #62
+    assert midpoint["rows"][0]["completeness"]["relative_error"] < 0.01
     assert mean["rows"][0]["f_baseline"] != default["rows"][0]["f_baseline"]
 
 
@@ -137,6 +141,7 @@ def test_more_work_than_a_request_is_sent_to_the_job(client):
         ({"text": CAESAR, "steps": 0}, "steps"),
         ({"text": CAESAR, "steps": 5000}, "steps"),
         ({"text": CAESAR, "baseline": "pad"}, "baseline"),
+        ({"text": CAESAR, "rule": "simpson"}, "rule"),
         ({"ids": [0, 99999]}, "ids"),
         ({"text": ""}, "text"),
     ],

@@ -11,6 +11,7 @@ from .common import BOS_FIELD, MAX_PROMPT_CHARS, JobStatus, StrictRequest, Token
 
 MAX_STEPS = 1024
 Baseline = Literal["zero", "mean"]
+Rule = Literal["gauss_legendre", "midpoint"]
 Method = Literal["integrated_gradients", "gradient_x_input", "occlusion", "rollout"]
 
 
@@ -50,11 +51,24 @@ class TokenAttributionRequest(StrictRequest):
     contrast: TokenId | None = Field(
         None, description="explain the logit difference target - contrast instead of the target's logit alone"
     )
-    steps: int = Field(32, ge=1, le=MAX_STEPS, description="integrated gradients: points on the path (midpoint rule)")
-    baseline: Baseline = Field(
-        "zero",
+    steps: int = Field(
+        32,
+        ge=1,
+        le=MAX_STEPS,
+        description="integrated gradients: points on the path, up to 1,024 (more work than this endpoint computes "
+        "runs as a job, POST /api/v1/token-attribution/jobs, with its progress)",
+    )
+    rule: Rule = Field(
+        "gauss_legendre",
+        description="how the path integral is computed: gauss_legendre (Gauss-Legendre quadrature; its error falls "
+        "far faster where f is smooth along the path) or midpoint (the midpoint rule)",
+    )
+    baseline: Baseline | None = Field(
+        None,
         description="what the input embeddings are compared with: zero (every token's row zeroed) or mean (every "
-        "row replaced by the mean row of W_E); a learned position embedding is kept either way",
+        "row replaced by the mean row of W_E); a learned position embedding is kept either way. null: the model's "
+        "default (zero with a learned position embedding, else mean: the zero path does not converge there), "
+        "named with its reason in baseline_reason",
     )
 
 
@@ -96,10 +110,12 @@ class TokenAttributionResponse(BaseModel):
     truncated: int = Field(0, description="tokens dropped from the front when truncate was asked for")
     causal: bool = Field(description="each position reads only itself and earlier ones (later tokens: null)")
     metric: Literal["logit", "logit_difference"]
-    baseline: Baseline
+    baseline: Baseline = Field(description="the baseline used (the request's, or the model's default)")
     baseline_description: str = Field(description="the baseline x' in words")
+    baseline_reason: str = Field(description="why this baseline: the model's default and what makes it converge")
     steps: int
-    rule: str = Field(description="how the path integral is computed")
+    quadrature: Rule = Field(description="the rule that computed the path integral (the request's `rule`)")
+    rule: str = Field(description="how the path integral is computed, in words")
     methods: list[MethodNote]
     rows: list[AttributionRow] = Field(description="one per explained position, in order")
     worst_relative_error: float | None = Field(description="the largest relative completeness error of the rows")

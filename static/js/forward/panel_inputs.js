@@ -21,7 +21,9 @@ import { clearPlot, draw, rowBox, signedLimit, tokenAxis } from "../lib/plot.js"
 // the reader's "run it".
 const AUTO_RUN_PARAMS = 20e6;
 const METHODS = { integrated_gradients: "integrated gradients", gradient_x_input: "gradient × input", occlusion: "occlusion", rollout: "attention rollout" };
-const DEFAULTS = { target: null, contrast: null, steps: 32, baseline: "zero", method: "integrated_gradients", every: false };
+// baseline null: the model's own (zero with a learned position embedding, else mean; the answer says why)
+const DEFAULTS = { target: null, contrast: null, steps: 32, baseline: null, method: "integrated_gradients", every: false };
+const BASELINES = ["zero", "mean"];
 
 let page = null;
 let cfg = { ...DEFAULTS };
@@ -41,7 +43,7 @@ export function readInputs(q) {
   return {
     target: whole(q.get("ig_target")), contrast: whole(q.get("ig_contrast")),
     steps: steps >= 1 && steps <= 1024 ? steps : 32,
-    baseline: q.get("ig_baseline") === "mean" ? "mean" : "zero",
+    baseline: BASELINES.includes(q.get("ig_baseline")) ? q.get("ig_baseline") : null,
     method: q.get("ig_method") in METHODS ? q.get("ig_method") : "integrated_gradients",
     every: q.get("ig_every") === "1",
   };
@@ -52,7 +54,7 @@ export function writeInputs(q, a) {
   if (a.target !== null) q.set("ig_target", a.target);
   if (a.contrast !== null) q.set("ig_contrast", a.contrast);
   if (a.steps !== 32) q.set("ig_steps", a.steps);
-  if (a.baseline !== "zero") q.set("ig_baseline", a.baseline);
+  if (a.baseline !== null) q.set("ig_baseline", a.baseline);
   if (a.method !== "integrated_gradients") q.set("ig_method", a.method);
   if (a.every) q.set("ig_every", "1");
 }
@@ -62,13 +64,14 @@ function initInputs(p) {
   cfg = { ...DEFAULTS, ...(p.state.inputs || {}) };
   p.state.inputs = cfg;
   $("ta-method").value = cfg.method;
-  $("ta-baseline").value = cfg.baseline;
+  if (!$("ta-baseline").querySelector('option[value=""]')) $("ta-baseline").prepend(el("option", { value: "" }, "the model's default"));
+  $("ta-baseline").value = cfg.baseline ?? "";
   $("ta-steps").value = String(cfg.steps);
   $("ta-every").checked = cfg.every;
   const changed = (key, value) => { cfg[key] = value; page.writeUrl(); refresh(); };
   $("ta-target").addEventListener("change", (e) => changed("target", e.target.value === "" ? null : +e.target.value));
   $("ta-contrast").addEventListener("change", (e) => changed("contrast", e.target.value === "" ? null : +e.target.value));
-  $("ta-baseline").addEventListener("change", (e) => changed("baseline", e.target.value));
+  $("ta-baseline").addEventListener("change", (e) => changed("baseline", e.target.value || null));
   $("ta-every").addEventListener("change", (e) => changed("every", e.target.checked));
   $("ta-steps").addEventListener("change", (e) => {
     const n = whole(e.target.value);
@@ -126,7 +129,8 @@ function fillChoices(list) {
 
 // The trace's own token ids (its BOS, a chat's template tokens): the positions are the forward page's.
 function body() {
-  const b = { ids: tokens.map((t) => t.id), steps: cfg.steps, baseline: cfg.baseline };
+  const b = { ids: tokens.map((t) => t.id), steps: cfg.steps };
+  if (cfg.baseline !== null) b.baseline = cfg.baseline;
   if (cfg.every) b.every_position = true;
   else b.position = position;
   if (cfg.target !== null) b.target = cfg.target;
@@ -184,7 +188,7 @@ function drawAll() {
   $("ta-tag").textContent = `${f} at position ${r.position}`;
   drawStats(r);
   drawTokens(r);
-  $("ta-baseline-text").textContent = `Baseline: ${result.baseline_description}. Integration: ${result.rule} (${result.steps} steps).`;
+  $("ta-baseline-text").textContent = `Baseline: ${result.baseline_description} (${result.baseline_reason}). Integration: ${result.rule} (${result.steps} steps).`;
   $("ta-matrix").hidden = result.rows.length < 2;
   if (result.rows.length > 1) later("inputs", $("ta-matrix-plot"), drawMatrix);
   else clearPlot($("ta-matrix-plot"));
