@@ -7,12 +7,13 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .common import JobStatus, StrictRequest
+from .training import CHECKPOINT_PATTERN
 
 
 class ExportModelRequest(StrictRequest):
     checkpoint: str | None = Field(
         None,
-        max_length=200,
+        pattern=CHECKPOINT_PATTERN,
         description="a name from GET /api/v1/checkpoints (the built-in model, a run's checkpoint or snapshot, an "
         "imported model); null: the served model",
     )
