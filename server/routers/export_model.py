@@ -29,7 +29,7 @@ Jobs = Annotated[JobRunner[Answered[ExportModelResponse]], Depends(get_jobs)]
     "/export/model",
     status_code=202,
     response_model=ExportModelJob,
-    responses={**ERROR_RESPONSES, 409: {"description": "another export is being written"}},
+    responses={**ERROR_RESPONSES, **NOT_FOUND, 409: {"description": "another export is being written"}},
     summary="Write a model for transformers, TransformerLens or llama.cpp, as a job (a model no transformers class "
     "computes exactly is refused, naming the switch)",
 )
