@@ -1,8 +1,7 @@
 """Issue #62: a gptscope tuned lens opens in the tuned-lens library (PyPI `tuned-lens`) with the library's
 own loader, TunedLens.from_model_and_pretrained(model, folder), and its translators are gptscope's: the same
-weights and biases, the same transformed hidden states and the same logits. Skipped where the library is
-not installed (it is not in the [test] extra: its dependencies include wandb, datasets, pyarrow and pandas;
-`pip install --no-deps tuned-lens` is enough for these tests, which need only transformers beside it).
+weights and biases, the same transformed hidden states and the same logits. The library is in the [test]
+extra (skipped where it is not installed).
 
 The library builds its unembedding from a transformers model (Unembed: the model's final norm and output
 embeddings). The built-in model is GPT-2's architecture, so a one-block GPT2LMHeadModel given its final
@@ -24,6 +23,17 @@ from gptscope.model.gpt import GPT  # noqa: E402
 from gptscope.server.config import BUILTIN_CHECKPOINT  # noqa: E402
 
 SHIPPED = BUILTIN_CHECKPOINT / "lenses" / "tuned-s0"
+
+
+@pytest.fixture(autouse=True)
+def without_hooked_transformer(monkeypatch):
+    """tuned-lens 0.2.0 asks `isinstance(model, transformer_lens.HookedTransformer)` where TransformerLens
+    is installed, and TransformerLens 4 (also in the test extra) removed that class, raising on the
+    lookup: the library is told TransformerLens is not there, as it would be without it."""
+    import importlib
+
+    for module in ("tuned_lens.model_surgery", "tuned_lens.nn.unembed"):
+        monkeypatch.setattr(importlib.import_module(module), "_transformer_lens_available", False, raising=False)
 
 
 def library_model(model: GPT):

@@ -68,7 +68,7 @@ function snapCell(g, picked) {
 // "HF" / "GGUF": the checkpoint written for transformers or llama.cpp, as a job; the file downloads when done.
 function exportButtons(name) {
   return el("span", { class: "export-buttons small" }, ["hf", "gguf"].map((format) => el("button", {
-    type: "button", class: "export-model", "data-checkpoint": name, "data-format": format,
+    type: "button", class: "export-model", "data-export": name, "data-format": format,
     title: format === "hf" ? `download ${name} as a Hugging Face folder (zip) for transformers, with its SAEs, transcoders and lenses`
       : `download ${name} as one GGUF file for llama.cpp`,
     text: format === "hf" ? "⤓ HF" : "⤓ GGUF", onclick: () => exportModel(name, format),
