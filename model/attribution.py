@@ -309,23 +309,33 @@ def edges_into(model: GPT, codes: Sequence[Transcoder], tr: Trace, targets: Sequ
         # a feature wrote act x its decoder row where its MLP writes: per block, the gradient at every
         # position against every active feature's row (R, T, n), then each feature's own position
         features = torch.zeros(R, len(tr.act), dtype=g_write.dtype)
-        for li in range(g_write.size(1)):
-            at = torch.nonzero(tr.layer == li).flatten()
-            if len(at):
+        # (block li's features are the trace's [ends[li], ends[li + 1]); from block `upto` on no MLP writes
+        # what the targets read: no edge)
+        upto, ends = reach(targets), block_ends(tr)
+        for li in range(g_write.size(1) if upto is None else upto):
+            at = slice(ends[li], ends[li + 1])
+            if at.stop > at.start:
                 dot = g_write[:, li] @ tr.decoder[at].T  # (R, T, n)
-                features[:, at] = dot[:, tr.position[at], torch.arange(len(at))] * tr.act[at]
+                features[:, at] = dot[:, tr.position[at], torch.arange(at.stop - at.start)] * tr.act[at]
     constant = constants(model, codes, tr, targets)
     return Edges(tokens, features, errors, constant, value.detach())
+
+
+def block_ends(tr: Trace) -> list[int]:
+    """(L + 1,) where each block's features start in the trace's (ordered by block), then N."""
+    return [0, *torch.cumsum(torch.bincount(tr.layer, minlength=model_depth(tr)), 0).tolist()]
 
 
 def constants(model: GPT, codes: Sequence[Transcoder], tr: Trace, targets: Sequence[Target]) -> torch.Tensor:
     """(R,) each target's value in the frozen model with every source taken out (no token, no
     feature, no error: each MLP writes only its transcoder's bias), computed on its own."""
     R = len(targets)
-    with torch.no_grad():
-        embed = torch.zeros(R, *tr.embed.shape)
-        bias = torch.stack([c.b_dec for c in codes])[:, None, :].expand_as(tr.mlp_out)
-        reads, final = replacement(model, tr, embed, bias.expand(R, *bias.shape), reach(targets))
+    with torch.no_grad():  # the run is the same for every target: once, then read R times
+        embed = torch.zeros(1, *tr.embed.shape)
+        bias = torch.stack([c.b_dec for c in codes])[None, :, None, :].expand(1, *tr.mlp_out.shape)
+        reads, final = replacement(model, tr, embed, bias, reach(targets))
+        reads = [r.expand(R, *r.shape[1:]) for r in reads]
+        final = None if final is None else final.expand(R, *final.shape[1:])
         return values(model, codes, targets, reads, final)
 
 
@@ -360,34 +370,113 @@ def build(
     round the ROWS features of largest influence on the target (by the edges known so far) whose
     inputs are not computed yet, up to max_rows of them (a feature with no influence never is); each
     batch holds the features of one block, so the frozen model runs only up to it. on_rows(done,
-    total) after each round, cancel() before each batch (True stops with Cancelled)."""
+    total) after each round, cancel() before each batch (True stops with Cancelled).
+
+    The rows' edges are written once into buffers of max_rows rows, and each round's influence is one
+    sweep over the rows, block by block from the last (`_Influence`), not a copy of the graph and a
+    power iteration over all of it: a round costs about what its own rows do, and the rows chosen are
+    those that `influence` ranks first on the graph so far (up to float rounding)."""
     T, N = len(tr.ids), len(tr.act)
-    g = Graph(target, torch.zeros(0, dtype=torch.long), edges_into(model, codes, tr, [target]))
     budget = min(max_rows, N)
-    done = torch.zeros(N, dtype=torch.bool)
-    while int(done.sum()) < budget:
+    first = edges_into(model, codes, tr, [target])
+    store, infl = _Store(first, budget + 1), _Influence(tr, first)
+    rows: list[torch.Tensor] = [torch.zeros(0, dtype=torch.long)]
+    done, n_done = torch.zeros(N, dtype=torch.bool), 0
+    while n_done < budget:
         _check(cancel)
-        infl = influence(g, tr, cancel)[0][T : T + N].masked_fill(done, -1.0)
-        best = torch.argsort(-infl, stable=True)[: min(rows_per_batch(model.cfg, T), budget - int(done.sum()))]
-        best = best[infl[best] > 0]
+        score = infl.features().masked_fill(done, -1.0)
+        best = torch.argsort(-score, stable=True)[: min(rows_per_batch(model.cfg, T), budget - n_done)]
+        best = best[score[best] > 0]
         if not len(best):
             break
         done[best] = True
+        n_done += len(best)
         for li in tr.layer[best].unique().tolist():  # one block's features per batch
             _check(cancel)
             picked = best[tr.layer[best] == li]
             tgts = [Target(li, int(tr.position[i]), int(tr.feature[i])) for i in picked]
             new = edges_into(model, codes, tr, tgts)
-            g = Graph(target, torch.cat([g.rows, picked]), _cat([g.edges, new]))
+            store.add(new)
+            infl.add(li, picked, new)
+            rows.append(picked)
         if on_rows is not None:
-            on_rows(int(done.sum()), budget)
-    return g
+            on_rows(n_done, budget)
+    del infl
+    return Graph(target, torch.cat(rows), store.edges())
 
 
-def _cat(parts: Sequence[Edges]) -> Edges:
-    return Edges(
-        *(torch.cat([getattr(p, f) for p in parts]) for f in ("tokens", "features", "errors", "constant", "value"))
-    )
+_FIELDS = ("tokens", "features", "errors", "constant", "value")
+
+
+class _Store:
+    """A graph's rows' edges as they come, in buffers of `cap` rows (torch.empty: the memory is the rows
+    written), so that adding a batch copies only the batch."""
+
+    def __init__(self, first: Edges, cap: int):
+        self.parts = [torch.empty(cap, *getattr(first, f).shape[1:], dtype=getattr(first, f).dtype) for f in _FIELDS]
+        self.n = 0
+        self.add(first)
+
+    def add(self, e: Edges) -> None:
+        r = len(e.value)
+        for buf, f in zip(self.parts, _FIELDS):
+            buf[self.n : self.n + r] = getattr(e, f)
+        self.n += r
+
+    def edges(self) -> Edges:
+        """The rows written (copied out where fewer than the buffers hold, and the buffers let go)."""
+        full = self.n == len(self.parts[0])
+        parts = [b if full else b[: self.n].clone() for b in self.parts]
+        self.parts = []
+        return Edges(*parts)
+
+
+class _Influence:
+    """Every feature's influence on the target by the rows known so far, as `influence` defines it (every
+    path's product of normalised absolute weights, summed), in one sweep: a row of block l reads only the
+    features of earlier blocks, so once the rows of every later block have passed theirs on, a row's own
+    influence (what flowed into its column) is whole, and it passes that times its normalised weights on
+    to the features before its block. Per block: its rows' feature columns (into the trace's features) and
+    their normalised weights from the features of the blocks before (N_l by features before it), grown
+    by doubling."""
+
+    def __init__(self, tr: Trace, first: Edges):
+        L = model_depth(tr)
+        self.before = block_ends(tr)  # block l's features are [before[l], before[l + 1])
+        self.cap = [b - a for a, b in zip(self.before, self.before[1:])]
+        self.target = _normalised(first)[0]  # (N,) the target's shares
+        self.cols: list[torch.Tensor] = [torch.zeros(0, dtype=torch.long) for _ in range(L)]
+        self.rows: list[torch.Tensor] = [first.features.new_empty(0, self.before[li]) for li in range(L)]
+        self.n = [0] * L
+
+    def add(self, li: int, picked: torch.Tensor, e: Edges) -> None:
+        """Rows of block li: the features `picked` and their incoming edges `e`."""
+        w = _normalised(e)[:, : self.before[li]]
+        n, buf = self.n[li], self.rows[li]
+        if n + len(w) > len(buf):  # grow: double, at most every feature of the block
+            grown = buf.new_empty(min(self.cap[li], max(n + len(w), 2 * len(buf), 16)), buf.size(1))
+            grown[:n] = buf[:n]
+            self.rows[li] = buf = grown
+        buf[n : n + len(w)] = w
+        self.n[li] = n + len(w)
+        self.cols[li] = torch.cat([self.cols[li], picked])
+
+    def features(self) -> torch.Tensor:
+        """(N,) every feature's influence on the target (the features columns of `influence`'s first)."""
+        total = self.target.clone()
+        for li in range(len(self.n) - 1, 0, -1):  # block 0's rows read no feature
+            if self.n[li]:
+                own = total[self.cols[li]]  # whole: only later blocks' rows (and the target) feed these
+                total[: self.before[li]] += own @ self.rows[li][: self.n[li]]
+        return total
+
+
+def _normalised(e: Edges) -> torch.Tensor:
+    """(R, N) the rows' absolute feature weights as shares of each row's absolute sum (every column)."""
+    a = torch.cat([e.tokens, e.features, e.errors.flatten(1)], 1).abs_()
+    a.div_(a.sum(1, keepdim=True).clamp_min(1e-12))
+    T = e.tokens.size(1)
+    return a[:, T : T + e.features.size(1)]
 
 
 @dataclass

@@ -1,0 +1,164 @@
+"""Attribution graphs of many rows (issue #67): the build writes each batch's edges once and ranks the
+next round's features by one sweep over the rows known so far, instead of copying the graph and
+running influence's power iteration over all of it every round. The graph it makes is the one the
+old build made (`reference_build` below, the old code kept as it was): the same rows in the same
+order and the same edges, bit for bit, at several row counts, on random models of three block types
+(in float64, many small rounds) and on the built-in model with its shipped transcoders (float32)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from gptscope.model import attribution as at
+from gptscope.model import transcoders as tcm
+from gptscope.model.gpt import GPT, GPTConfig
+from gptscope.model.sae import SAEConfig
+
+SET = "x4-topk16-s0"  # the built-in model's shipped transcoder set
+PASSAGE = (  # benchmarks/attribution.py's passage: 63 tokens
+    "ROMEO:\nBut soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
+    "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief"
+)
+CAESAR = "First Lord:\nWhat news of Caesar?\n\nSecond Lord:\nMy lord, Caesar is dead.\n\nFirst Lord:\nAlas, poor"
+
+
+def reference_edges_into(model, codes, tr: at.Trace, targets) -> at.Edges:
+    """`edges_into` before issue #67: every block's feature edges, and the constants run once per row."""
+    R = len(targets)
+    with torch.inference_mode(False), torch.enable_grad():
+        frozen = replace(
+            tr,
+            scale1=tr.scale1.clone(),
+            scale2=tr.scale2.clone(),
+            scale_f=tr.scale_f.clone(),
+            pattern=tr.pattern.clone(),
+        )
+        embed = tr.embed.expand(R, *tr.embed.shape).clone().requires_grad_(True)
+        written = tr.mlp_out.expand(R, *tr.mlp_out.shape).clone().requires_grad_(True)
+        reads, final = at.replacement(model, frozen, embed, written, at.reach(targets))
+        value = at.values(model, codes, targets, reads, final)
+        g_embed, g_write = torch.autograd.grad(value.sum(), [embed, written], allow_unused=True)
+    g_write = torch.zeros_like(tr.mlp_out).expand_as(written) if g_write is None else g_write
+    with torch.no_grad():
+        tokens = (g_embed * tr.embed).sum(-1)
+        errors = (g_write * tr.error).sum(-1)
+        features = torch.zeros(R, len(tr.act), dtype=g_write.dtype)
+        for li in range(g_write.size(1)):
+            where = torch.nonzero(tr.layer == li).flatten()
+            if len(where):
+                dot = g_write[:, li] @ tr.decoder[where].T
+                features[:, where] = dot[:, tr.position[where], torch.arange(len(where))] * tr.act[where]
+        embed = torch.zeros(R, *tr.embed.shape)
+        bias = torch.stack([c.b_dec for c in codes])[:, None, :].expand_as(tr.mlp_out)
+        reads, final = at.replacement(model, tr, embed, bias.expand(R, *bias.shape), at.reach(targets))
+        constant = at.values(model, codes, targets, reads, final)
+    return at.Edges(tokens, features, errors, constant, value.detach())
+
+
+def reference_build(model, codes, tr: at.Trace, target: at.Target, max_rows: int) -> at.Graph:
+    """The build before issue #67, as it was: every round copies the graph and runs `influence` over all
+    of it, and every batch's edges are the old `edges_into`'s."""
+    T, N = len(tr.ids), len(tr.act)
+    g = at.Graph(target, torch.zeros(0, dtype=torch.long), reference_edges_into(model, codes, tr, [target]))
+    budget = min(max_rows, N)
+    done = torch.zeros(N, dtype=torch.bool)
+    while int(done.sum()) < budget:
+        infl = at.influence(g, tr)[0][T : T + N].masked_fill(done, -1.0)
+        best = torch.argsort(-infl, stable=True)[: min(at.rows_per_batch(model.cfg, T), budget - int(done.sum()))]
+        best = best[infl[best] > 0]
+        if not len(best):
+            break
+        done[best] = True
+        for li in tr.layer[best].unique().tolist():
+            picked = best[tr.layer[best] == li]
+            tgts = [at.Target(li, int(tr.position[i]), int(tr.feature[i])) for i in picked]
+            new = reference_edges_into(model, codes, tr, tgts)
+            parts = [g.edges, new]
+            fields = ("tokens", "features", "errors", "constant", "value")
+            g = at.Graph(
+                target,
+                torch.cat([g.rows, picked]),
+                at.Edges(*(torch.cat([getattr(p, f) for p in parts]) for f in fields)),
+            )
+    return g
+
+
+def assert_same(g: at.Graph, ref: at.Graph) -> None:
+    assert g.target == ref.target
+    assert torch.equal(g.rows, ref.rows), "the rows (the features computed, in order) differ"
+    for f in ("tokens", "features", "errors", "constant", "value"):
+        a, b = getattr(g.edges, f), getattr(ref.edges, f)
+        assert a.shape == b.shape and a.dtype == b.dtype, f
+        assert torch.equal(a, b), f"the edges' {f} differ"
+
+
+BLOCKS = {
+    "gpt2": {},
+    "llama-gqa": dict(pos="rope", norm_type="rmsnorm", mlp="swiglu", n_kv_head=2, bias=False),
+    "parallel": dict(parallel=True, pos="rope", rotary_dim=4, norm_type="rmsnorm", mlp="geglu", bias=False),
+}
+
+
+def tiny(block: str):
+    """A random 3-block model in float64 and a random transcoder per MLP (16 features, TopK 4)."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=40, n_ctx=16, n_layer=3, n_head=4, d_model=32, **BLOCKS[block])
+    model = GPT(cfg).double().eval().set_mode("explain")
+    codes = []
+    for i in range(cfg.n_layer):
+        t = tcm.Transcoder(SAEConfig(32, 16, i, "topk", 4)).double()
+        with torch.no_grad():
+            t.b_enc.normal_(0, 0.5)
+            t.W_dec.mul_(0.3)
+        codes.append(t.eval().requires_grad_(False))
+    return model, codes
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_the_graph_is_the_old_builds_at_equal_rows_on_small_models(block, monkeypatch):
+    monkeypatch.setattr(at, "ROWS", 5)  # many rounds of a few rows each
+    model, codes = tiny(block)
+    ids = [1, 5, 7, 9, 3, 2, 8, 4, 11, 6, 13, 2]
+    with torch.inference_mode():
+        tr = at.trace(model, codes, ids)
+        target = at.Target(None, len(ids) - 1, up=3, down=4)
+        for rows in (1, 7, 23, 1000):
+            g = at.build(model, codes, tr, target, max_rows=rows)
+            assert_same(g, reference_build(model, codes, tr, target, rows))
+    assert len(g.rows) > 30  # the last: every feature with influence
+
+
+def test_the_graph_is_the_old_builds_at_equal_rows_on_the_builtin_model(service):
+    from gptscope.server.transcoders import TRANSCODERS
+
+    codes = TRANSCODERS.get(service, SET).codes
+    ids = service.encoding.encode_ordinary(CAESAR)
+    with service.run() as m:
+        tr = at.trace(m, codes, ids)
+    rounds = at.rows_per_batch(service.model.cfg, len(ids))
+    with torch.inference_mode():
+        for token in (int(tr.logits.argmax()), 7):
+            target = at.Target(None, len(ids) - 1, up=token)
+            for rows in (rounds + 3, 4 * rounds):
+                g = at.build(service.model, codes, tr, target, max_rows=rows)
+                assert_same(g, reference_build(service.model, codes, tr, target, rows))
+                assert len(g.rows) == rows
+
+
+@pytest.mark.slow
+def test_the_graph_is_the_old_builds_at_1024_rows_on_the_63_token_passage(service):
+    from gptscope.server.transcoders import TRANSCODERS
+
+    codes = TRANSCODERS.get(service, SET).codes
+    ids = service.encoding.encode_ordinary(PASSAGE)
+    assert len(ids) == 63
+    with service.run() as m:
+        tr = at.trace(m, codes, ids)
+    target = at.Target(None, len(ids) - 1, up=int(tr.logits.argmax()))
+    with torch.inference_mode():
+        for rows in (300, 1024):
+            g = at.build(service.model, codes, tr, target, max_rows=rows)
+            assert_same(g, reference_build(service.model, codes, tr, target, rows))
