@@ -409,7 +409,7 @@ def test_the_causal_mask_experiment_compares_its_variants(page, live_url, screen
     posts = []
     page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
     page.reload()
-    page.wait_for_function("document.getElementById('exp-causal-mask').dataset.state === 'done'", timeout=30_000)
+    page.wait_for_function("document.getElementById('exp-causal-mask')?.dataset.state === 'done'", timeout=30_000)
     assert [r.get_attribute("data-run") for r in rows.all()] == ids and posts == []
     assert compare_pairs(card) == [(ids[0], ids[1])] and samples.count() == 2
     assert unexpected_errors(page) == []
