@@ -601,3 +601,16 @@ def test_a_finished_three_variant_experiment_links_its_runs_to_compare(page, liv
     assert [b["checkpoint"] for b in bodies] == started
     screenshot(page, "train-experiment-gqa")
     assert unexpected_errors(page) == []
+
+
+def test_a_finished_run_downloads_as_a_gguf_file(page, live_url, short_run, tmp_path):
+    """The checkpoints table's GGUF button runs POST /api/v1/export/model as a job and, once done, the
+    browser downloads the file: llama.cpp's, with the run's tensors."""
+    run_id = short_run["id"]
+    open_page(page, live_url)
+    with page.expect_download(timeout=60_000) as dl:
+        page.click(f'#ckpt-table button[data-export="{run_id}"][data-format="gguf"]')
+    path = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(path)
+    assert path.suffix == ".gguf" and path.read_bytes()[:4] == b"GGUF"
+    assert "written as gpt2" in page.inner_text("#ckpt-msg")
