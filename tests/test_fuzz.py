@@ -103,6 +103,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     # issue #46: a tuned lens's name not taken; token attribution's position, target and contrast within the
     # model and prompt, a contrast other than the target, and the work within the endpoint's limit
     ("ST202", "POST /api/v1/lenses"): DEPENDS + ": a new name, batch_tokens x vocabulary within 2 GiB",
+    # issue #66's probes: the examples need at least 2 different labels (and at most 32), which JSON Schema cannot say
+    ("ST202", "POST /api/v1/probes"): DEPENDS + ": at least 2 different labels among the examples",
     ("ST202", "POST /api/v1/token-attribution"): DEPENDS + ": position within the prompt, ids below vocab_size, work",
     ("ST202", "POST /api/v1/token-attribution/jobs"): DEPENDS + ": position within the prompt, ids below vocab_size",
     # the upload's content: UTF-8 text with enough characters to train on

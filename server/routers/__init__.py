@@ -28,6 +28,7 @@ API_AREAS = (
     "genealogy",
     "sae",
     "lens",
+    "probes",
     "patch",
     "circuits",
     "attribution",

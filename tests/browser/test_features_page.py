@@ -92,3 +92,23 @@ def test_one_feature_embeds_alone_as_the_notebook_shows_it(page, live_url):
     assert page.locator("#feature-panel").is_visible() and not page.locator("#sae-panel").is_visible()
     assert page.locator("header.topbar").count() == 0 and page.locator("#feat-passages .passage").count() > 0
     assert page.console_errors == []
+
+
+def test_the_probes_panel_draws_pasted_lines_against_both_baselines(page, live_url):
+    lines = [
+        f"{'sea' if i % 2 else 'land'},a line about the {w} number {i}" for i, w in enumerate(["ship", "field"] * 15)
+    ]
+    page.goto(f"{live_url}/features")
+    page.wait_for_selector('#probes-panel[data-state="idle"]', state="attached")
+    page.select_option("#probe-task", "paste")
+    page.fill("#probe-paste", "\n".join(lines))
+    page.click("#probe-run")
+    page.wait_for_selector('#probes-panel[data-state="ready"]', state="attached", timeout=30_000)
+    examples = [{"label": line.split(",", 1)[0], "text": line.split(",", 1)[1]} for line in lines]
+    api = api_json(page, live_url, "POST", "/probes", data={"examples": examples})
+    page.wait_for_function("+document.getElementById('probes-plot').dataset.drawn >= 1")
+    ys = page.evaluate("document.getElementById('probes-plot').data.map((t) => Array.from(t.y))")
+    assert ys[0] == [p["accuracy"] for p in api["layers"]]
+    assert ys[1] == [p["control_accuracy"] for p in api["layers"]]
+    assert ys[2] == [api["majority_baseline"]] * len(api["layers"])
+    assert page.console_errors == []

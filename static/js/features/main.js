@@ -1,10 +1,12 @@
 // The /features page: the served model's SAEs (GET /api/v1/saes), the chosen one's quality figures
-// beside their baselines, a form that trains a new one in the background, and the feature browser
-// (list and one feature). The URL carries the SAE, the feature and the list's search and sort.
+// beside their baselines, a form that trains a new one in the background, the feature browser
+// (list and one feature) and the linear probes per layer (probes.js). The URL carries the SAE, the
+// feature and the list's search and sort.
 import { apiGet, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { pageQuery, setPageQuery, whole } from "../lib/query.js";
 import { initFeatureBrowser, showFeatureList } from "./browser.js";
+import { initProbes } from "./probes.js";
 import { initSaeTraining, renderSaeQuality } from "./quality.js";
 
 const state = { sae: null, feature: null, q: "", sort: "density", order: "desc" };
@@ -51,6 +53,7 @@ export async function init() {
   readUrl();
   initSaeTraining({ onTrained: (name) => loadSaes(name).catch(showError) });
   initFeatureBrowser(state, { onChange: writeUrl });
+  initProbes();
   $("sae-select").addEventListener("change", (e) => { state.sae = e.target.value; state.feature = null; showSae(); });
   try {
     await loadSaes();
