@@ -26,6 +26,8 @@ def test_every_declared_page_has_its_route_nav_link_template_and_entry(client, p
     for other in PAGES:  # and every other page's
         assert f'<a href="{other.path}" >{other.nav}</a>' in r.text or other is page, other
     assert (ROOT / "templates" / page.template).is_file()
+    title = re.search(r"<title>(.*?)</title>", r.text, re.S)
+    assert title and "<" not in title.group(1) and len(title.group(1)) < 80, title  # plain words, one block's
     assert f'import {{ init }} from "{page.entry}"; init();' in r.text
     main = (ROOT / page.entry.removeprefix("/")).read_text(encoding="utf-8")
     assert re.search(r"^export (async )?function init\(\)", main, re.M), page.entry
