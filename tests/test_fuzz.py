@@ -91,6 +91,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ST202", "GET /api/v1/curves/teacher-forcing"): DEPENDS + ": the text 2 to 48 tokens of the loaded model",
     ("ST202", "GET /api/v1/curves/head-gradients"): DEPENDS + ": layer and head within the model; text 2 to 48 tokens",
     ("ST202", "POST /api/v1/training"): DEPENDS + ": a model that can exist (heads dividing d_model, ...)",
+    ("ST202", "POST /api/v1/training-plan"): DEPENDS + ": a model that can exist (the training request's checks)",
     # issue #16's fine-tuning: the served model must be a classifier; save_as needs `finetune` in methods
     ("ST202", "POST /api/v1/classify"): DEPENDS + ": the served model must be a fine-tuned classifier",
     ("ST202", "POST /api/v1/finetune"): DEPENDS

@@ -9,6 +9,7 @@ import torch
 
 from gptscope.model import corpus as corpus_mod
 from gptscope.model import heads as model_heads
+from gptscope.model import timeline
 from gptscope.model.tokenizers import CharEncoding
 
 from .. import memory
@@ -21,7 +22,9 @@ from ..schemas.heads import (
     Ablation,
     HeadRole,
     HeadsResponse,
+    IclScore,
     InContext,
+    PhaseChange,
     RepeatedTokensInput,
     RoleDefinition,
     SnapshotHeads,
@@ -192,6 +195,40 @@ def _snapshot_scores(models: ModelRegistry, path: Path) -> tuple[dict, dict, flo
     return kept
 
 
+HELD_OUT_CHARS = 40_000  # of the held-out text the timeline's windows are spread over
+
+
+@lru_cache(maxsize=4)
+def _held_out(spec: str, mtime: float, val_fraction: float) -> tuple[str, str]:
+    """(the corpus's sha256, the start of its held-out part); mtime: a replaced file is read again."""
+    c = corpus_mod.load(spec)
+    return c.sha256, c.split(val_fraction)[1][:HELD_OUT_CHARS]
+
+
+def icl_windows(svc: ModelService) -> tuple[torch.Tensor, str]:
+    """Windows of the held-out part of the corpus the snapshot trained on (its checkpoint names the
+    file and its digest), or of the built-in corpus's when that text is no longer there as it was."""
+    corpus, spec = svc.meta.corpus or {}, (svc.meta.train_config or {}).get("corpus")
+    try:
+        mtime = 0.0 if spec in corpus_mod.BUILTIN else Path(str(spec)).stat().st_mtime
+        sha, text = _held_out(str(spec), mtime, float(corpus.get("val_fraction", corpus_mod.VAL_FRACTION)))
+        source = "run" if sha == corpus.get("sha256") else ""
+    except (OSError, ValueError, TypeError):
+        source = ""
+    if not source:
+        text, source = text_for(svc, None), "builtin"
+    ids = corpus_mod.encode(svc.encoding, text).astype("int64")
+    return timeline.held_out_windows(torch.from_numpy(ids), svc.model.cfg.n_ctx), source
+
+
+def _icl(m, svc: ModelService) -> dict | None:
+    windows, source = icl_windows(svc)
+    if len(windows) == 0:
+        return None
+    s = timeline.icl_score(m, windows)
+    return {**vars(s), "early": list(s.early), "late": list(s.late), "text": source}
+
+
 def _score_snapshot(svc: ModelService) -> tuple[dict, dict, float | None, int]:
     ids, _ = prompt_ids(svc, text_for(svc, None), truncate=True)
     with svc.run() as m:
@@ -199,11 +236,12 @@ def _score_snapshot(svc: ModelService) -> tuple[dict, dict, float | None, int]:
         rep = repeated(svc)
         scores = model_heads.all_scores(m, prompt, rep)
         ic = model_heads.in_context_score(m, rep)
+        icl = _icl(m, svc)
         base = _baseline_for(svc.model.cfg, tuple(ids), svc)
     evals = svc.meta.evals or []
     return (
         {r: v.tolist() for r, v in scores.items()},
-        {"in_context": ic, "baseline": base},
+        {"in_context": ic, "baseline": base, "icl": icl},
         evals[-1]["val_loss"] if evals else None,
         int(svc.meta.step or 0),
     )
@@ -237,6 +275,7 @@ def training_heads(runs: RunManager, models: ModelRegistry, run_id: str) -> Trai
                 best={r: round(float(t[r].max()), COARSE) for r in model_heads.ROLES},
                 role_counts={r: sum(r in hr for row in roles for hr in row) for r in model_heads.ROLES},
                 in_context=InContext(**extra["in_context"]),
+                icl=IclScore(**extra["icl"]) if extra.get("icl") else None,
             )
         )
     return TrainingHeads(
@@ -245,4 +284,66 @@ def training_heads(runs: RunManager, models: ModelRegistry, run_id: str) -> Trai
         margin=model_heads.ROLE_MARGIN,
         min_score=model_heads.ROLE_MIN,
         snapshots=snaps,
+        phase_change=_phase_change(snaps, model_heads.threshold(base, "induction")) if base else None,
     )
+
+
+MIN_JUMP = 0.05  # the rise of the best induction score (0..1) between two snapshots that counts as a jump
+
+
+def _phase_change(snaps: list[SnapshotHeads], threshold: float) -> PhaseChange | None:
+    """The step where the best induction score jumps most, what the in-context-learning score did
+    over the same two snapshots, and the finding in words."""
+    pc = timeline.phase_change([(s.step, s.best["induction"]) for s in snaps], MIN_JUMP)
+    if pc is None:
+        return None
+    icl = {s.step: s.icl.score for s in snaps if s.icl is not None}
+    drop = timeline.phase_change([(step, -v) for step, v in icl.items()])
+    out = PhaseChange(
+        step=pc.step,
+        from_step=pc.from_step,
+        induction_before=round(pc.before, COARSE),
+        induction_after=round(pc.after, COARSE),
+        share=round(pc.share, COARSE),
+        clear=pc.clear,
+        threshold=round(threshold, COARSE),
+        icl_before=icl.get(pc.from_step),
+        icl_after=icl.get(pc.step),
+        icl_drop_step=drop.step if drop else None,
+        summary="",
+    )
+    passed = next((s.step for s in snaps if s.best["induction"] >= threshold), None)
+    out.summary = _phase_words(out, passed)
+    return out
+
+
+def _phase_words(pc: PhaseChange, passed: int | None) -> str:
+    rise = f"from {pc.induction_before:.3f} to {pc.induction_after:.3f} between steps {pc.from_step:,} and {pc.step:,}"
+    words = [
+        f"The best induction score jumped most {rise} ({pc.share:.0%} of its range over the run)."
+        if pc.clear
+        else f"The best induction score never jumped: its largest rise between two snapshots was {rise}, "
+        f"under the {MIN_JUMP} that counts as a jump."
+    ]
+    if pc.icl_before is not None and pc.icl_after is not None:
+        fell = pc.icl_after < pc.icl_before
+        words.append(
+            f"Over the same steps the in-context-learning score went from {pc.icl_before:+.3f} to "
+            f"{pc.icl_after:+.3f} nats: "
+            + (
+                "late tokens gained on early ones"
+                + (", and are now the easier ones: the model uses its context." if pc.icl_after < 0 else ".")
+                if fell
+                else "it did not fall, so late tokens gained nothing on early ones there."
+            )
+        )
+    if pc.icl_drop_step is not None and pc.icl_drop_step != pc.step:
+        words.append(f"The in-context-learning score fell most at step {pc.icl_drop_step:,} instead.")
+    if passed is None:
+        words.append(
+            f"No head reaches the induction threshold ({pc.threshold:.3f}) at any snapshot: no induction head "
+            "has formed."
+        )
+    else:
+        words.append(f"A head first passes the induction threshold ({pc.threshold:.3f}) at step {passed:,}.")
+    return " ".join(words)

@@ -11,13 +11,23 @@ import torch
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import corpus as corpus_mod
 from gptscope.model.gpt import GPTConfig, count_params
+from gptscope.model.timeline import snapshot_steps
+from gptscope.model.train import F32, ConfigError, TrainConfig, optimizer_bytes, run_model_config
 
 from ..errors import InputError, NotFound
 from ..jobs import Job, answer_fields
 from ..models import ModelRegistry
 from ..runs import RUN_ID, RunManager, TrainingRun
 from ..schemas.forward import ForwardRequest
-from ..schemas.training import CheckpointInfo, CorpusInfo, EvalPoint, ReplayFrame, TrainingStatus
+from ..schemas.training import (
+    CheckpointInfo,
+    CorpusInfo,
+    EvalPoint,
+    ReplayFrame,
+    SnapshotPlan,
+    TrainingRequest,
+    TrainingStatus,
+)
 from . import embeddings as emb
 from . import forward as fwd
 from . import tokens as tok
@@ -44,6 +54,37 @@ def status(job: Job[TrainingRun], since: int = 0) -> TrainingStatus:
         snapshots=sorted(set(run.snapshots)),
         checkpoint=job.id if job.status == "done" else None,
         cached=run.cached,
+    )
+
+
+def snapshot_plan(req: TrainingRequest) -> SnapshotPlan:
+    """How many snapshots a request saves, at which steps, and their disk cost, before it runs: float32
+    weights in each, and the optimizer's state in those taken mid-run (the trainer saves none at step 0,
+    before any update, nor in the last snapshot, taken with the final checkpoint)."""
+    tc = TrainConfig(**{**req.model_dump(exclude_none=True, exclude={"corpus"}), "device": "cpu"})
+    try:
+        tc.validate()  # the checks POST /api/v1/training makes (exactly one of max_steps and time_budget, ...)
+    except ConfigError as e:
+        raise InputError(e.field, e.message) from None
+    cfg = run_model_config(tc)
+    params = count_params(cfg)["total"]
+    state, _ = optimizer_bytes(cfg, req.optimizer)
+    fractions = sorted(set(req.snapshots))
+    total = req.max_steps
+    steps = snapshot_steps(fractions, total) if total is not None else None
+    if steps is not None and total is not None:
+        count, mid = len(steps), sum(0 < s < total for s in steps)
+    else:
+        count, mid = len(fractions), sum(0 < f < 1 for f in fractions)
+    return SnapshotPlan(
+        fractions=fractions,
+        steps=steps,
+        count=count,
+        weights_bytes=params * F32,
+        optimizer_bytes=state,
+        with_optimizer=mid,
+        bytes_total=count * params * F32 + mid * state,
+        params=params,
     )
 
 

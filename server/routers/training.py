@@ -26,6 +26,7 @@ from ..schemas.training import (
     CorpusInfo,
     Experiment,
     ReplayFrame,
+    SnapshotPlan,
     SwitchModelRequest,
     TrainingRequest,
     TrainingStatus,
@@ -51,6 +52,17 @@ def start_training(req: TrainingRequest, runs: Runs):
     if job.state.cached:  # an identical request already finished: 200 with that run instead of 202
         return JSONResponse(status_code=200, content=explain_training.status(job).model_dump(mode="json"))
     return explain_training.status(job)
+
+
+@router.post(
+    "/training-plan",
+    response_model=SnapshotPlan,
+    responses=ERROR_RESPONSES,
+    summary="Before a run: how many snapshots a training request saves, at which steps, and their disk cost "
+    "(nothing is started)",
+)
+def plan_training(req: TrainingRequest) -> SnapshotPlan:
+    return explain_training.snapshot_plan(req)
 
 
 def status_since(job: Job[TrainingRun], since: Annotated[int, Query(ge=0)] = 0) -> TrainingStatus:

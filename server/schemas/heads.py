@@ -84,13 +84,49 @@ class HeadsResponse(BaseModel):
     summary: str
 
 
+class IclScore(BaseModel):
+    """The in-context-learning score of Olsson et al. (2022), scaled to the model's context: the mean loss
+    on tokens late in a window of natural held-out text minus on tokens early in it."""
+
+    score: float = Field(description="late_loss - early_loss: below 0 when the model uses what it has read")
+    early_loss: float = Field(description="mean loss (nats per token) at the second tenth of the positions")
+    late_loss: float = Field(description="mean loss at the last tenth of the positions")
+    early: list[int] = Field(description="the early band of positions, [start, stop)")
+    late: list[int] = Field(description="the late band of positions, [start, stop)")
+    loss: float = Field(description="mean loss over every position of the windows: the snapshot's held-out loss")
+    windows: int = Field(description="how many windows of n_ctx + 1 tokens it is measured on")
+    text: Literal["run", "builtin"] = Field(
+        description="run: windows of the held-out part of the run's own corpus; builtin: of the built-in "
+        "corpus's (the run's corpus is no longer there as it was)"
+    )
+
+
 class SnapshotHeads(BaseModel):
     step: int
-    val_loss: float | None
+    val_loss: float | None = Field(description="the trainer's last validation loss at or before this step")
     scores: dict[RoleName, list[list[float]]] = Field(description="role -> [layer][head] score")
     best: dict[RoleName, float] = Field(description="role -> the best head's score")
     role_counts: dict[RoleName, int] = Field(description="role -> how many heads pass it")
     in_context: InContext
+    icl: IclScore | None = Field(description="the in-context-learning score on held-out text; null when too short")
+
+
+class PhaseChange(BaseModel):
+    """Where the best induction score jumps most between two consecutive snapshots (model.timeline)."""
+
+    step: int = Field(description="the snapshot after the jump")
+    from_step: int = Field(description="the snapshot before it")
+    induction_before: float
+    induction_after: float
+    share: float = Field(description="the jump / the range of the best induction score over the run (0..1)")
+    clear: bool = Field(description="the jump is at least 0.05: a phase change, not a wobble")
+    threshold: float = Field(description="the induction role's threshold")
+    icl_before: float | None = Field(description="the in-context-learning score at from_step")
+    icl_after: float | None = Field(description="the in-context-learning score at step")
+    icl_drop_step: int | None = Field(
+        description="the snapshot after the largest fall of the in-context-learning score (null: it never falls)"
+    )
+    summary: str = Field(description="the finding in words")
 
 
 class TrainingHeads(BaseModel):
@@ -99,3 +135,8 @@ class TrainingHeads(BaseModel):
     margin: float
     min_score: float
     snapshots: list[SnapshotHeads] = Field(description="one entry per snapshot, in step order")
+    phase_change: PhaseChange | None = Field(
+        None,
+        description="the step where the best induction score jumps most; null with under two snapshots "
+        "or when it never rises",
+    )

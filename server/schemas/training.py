@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 
 from gptscope.model.gpt import preset_config
 from gptscope.model.schedules import DEFAULT_COOLDOWN
+from gptscope.model.timeline import TIMELINE_SNAPSHOTS
 from gptscope.model.train import StepRecord, TrainConfig, recipe_for
 
 from .common import JobStatus, StrictRequest
@@ -155,9 +156,11 @@ class TrainingRequest(StrictRequest):
         description="wsd: the share of the run over which the rate falls (a cosine run does not read it)",
     )
     snapshots: list[float] = Field(
-        default_factory=lambda: [0.0, 0.01, 0.1, 0.5, 1.0],
+        default=list(TIMELINE_SNAPSHOTS),  # (pydantic copies it for each request; the schema shows it)
         max_length=12,
-        description="fractions of the run at which to save a snapshot for replay",
+        description="fractions of the run at which to save a snapshot for replay and the heads' timeline "
+        "(default: the untrained model, then log-spaced early, where the changes happen; "
+        "POST /api/v1/training-plan says how many a request saves and their disk cost)",
     )
     overrides: ModelOverrides = Field(default_factory=ModelOverrides)
     name: str | None = Field(None, pattern=NAME_PATTERN, description="a name for the checkpoint")
@@ -217,6 +220,28 @@ class TrainingStatus(BaseModel):
     cached: bool = Field(
         False, description="an identical request had already finished: this is that run, not a new one"
     )
+
+
+class SnapshotPlan(BaseModel):
+    """What a training request's snapshots will be before it runs: how many, at which steps, on how much disk."""
+
+    fractions: list[float] = Field(description="the request's snapshot fractions, sorted, each once")
+    steps: list[int] | None = Field(
+        description="the steps they fall on (round(fraction x max_steps); fractions a short run puts on "
+        "the same step save one snapshot); null for a time budget, whose length is known only once it runs"
+    )
+    count: int = Field(description="snapshots the run saves (for a time budget: at most this many)")
+    weights_bytes: int = Field(description="one snapshot's weights: every parameter as float32")
+    optimizer_bytes: int = Field(
+        description="the optimizer's state saved beside the weights in a snapshot taken mid-run (so it can "
+        "be resumed); the untrained model's and the last snapshot have none"
+    )
+    with_optimizer: int = Field(description="how many of the snapshots carry the optimizer's state")
+    bytes_total: int = Field(
+        description="the disk the snapshots take: count x weights_bytes + with_optimizer x optimizer_bytes "
+        "(besides the run's final checkpoint)"
+    )
+    params: int = Field(description="the model's parameters (count_params' total)")
 
 
 class ExperimentVariant(BaseModel):

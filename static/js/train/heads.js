@@ -1,8 +1,10 @@
 // Panel 4 · Heads over training: GET /api/v1/training/{id}/heads for the shown run (asked again
 // whenever its list of snapshots grows). Left: every role's best-head score at each snapshot against
 // the step, with the role's threshold dashed in the same colour. Right: the in-context score (loss on
-// the second copy of repeated random tokens minus the loss on the first copy) against the step.
-// Every number drawn or written here is one the API returned.
+// the second copy of repeated random tokens minus the loss on the first copy) and the
+// in-context-learning score (loss late in a window of held-out text minus early in it) against the
+// step. Both mark the API's phase change (the step where the best induction score jumps most) and
+// its sentence is written under the summary. Every number drawn or written here is one the API returned.
 import { ApiError, apiGet, isAbort, latest } from "../lib/api.js";
 import { $, el } from "../lib/dom.js";
 import { addDownloads } from "../lib/downloads.js";
@@ -25,6 +27,21 @@ function xRange(run, snaps) {
   const planned = run && runs.isRunning(run) ? run.body.total_steps || 0 : 0;
   const end = Math.max(last, planned, 1);
   return [0, end];
+}
+
+// The phase change as a dotted vertical line at its step, labelled: a "jump" when the API calls it
+// clear, else only the largest rise (the label on the side of the line with more room).
+function phaseMark(data, range) {
+  const pc = data.phase_change;
+  if (!pc) return {};
+  const label = pc.clear ? `induction jump (step ${int(pc.step)})` : `largest induction rise (step ${int(pc.step)})`;
+  const xanchor = pc.step > (range[0] + range[1]) / 2 ? "right" : "left";
+  return {
+    shapes: [{ type: "line", xref: "x", yref: "paper", x0: pc.step, x1: pc.step, y0: 0, y1: 1,
+      line: { color: OKABE.vermillion, width: 1.5, dash: pc.clear ? "dot" : "dashdot" } }],
+    annotations: [{ xref: "x", yref: "paper", x: pc.step, y: 1, yanchor: "bottom", xanchor, showarrow: false,
+      text: label, font: { size: 11, color: OKABE.vermillion } }],
+  };
 }
 
 function rolesPlot(data, run) {
@@ -50,6 +67,7 @@ function rolesPlot(data, run) {
     });
   });
   draw(gd, traces, {
+    ...phaseMark(data, range),
     height: 380, xaxis: { title: { text: "step" }, range },
     yaxis: { title: { text: "best head's score" }, range: [0, 1.02] },
     legend: { orientation: "h", y: 1.02, yanchor: "bottom", x: 0, font: { size: 11 } },
@@ -57,6 +75,25 @@ function rolesPlot(data, run) {
   }, `head-roles-${data.run}`);
   gd.dataset.run = data.run;
   gd.dataset.points = String(snaps.length);
+}
+
+// The in-context-learning score on held-out text (null where a snapshot has none): hovering shows its
+// two bands' losses, the whole windows' loss and the trainer's last validation loss.
+function iclTrace(snaps) {
+  const icl = snaps.map((s) => s.icl);
+  return {
+    type: "scatter", mode: "lines+markers", name: "in-context-learning score (held-out text)",
+    x: snaps.map((s) => s.step), y: icl.map((c) => (c ? c.score : null)),
+    customdata: snaps.map((s, i) => {
+      const c = icl[i];
+      return c ? [c.late_loss, c.early_loss, c.loss, s.val_loss ?? "—", `${c.late[0]}–${c.late[1] - 1}`, `${c.early[0]}–${c.early[1] - 1}`]
+        : [null, null, null, s.val_loss ?? "—", "", ""];
+    }),
+    line: { color: OKABE.blue, width: 2 }, marker: { color: OKABE.blue, size: 8, symbol: "diamond" },
+    hovertemplate: "step %{x}<br>in-context-learning score %{y:.4f} nats<br>positions %{customdata[4]}: %{customdata[0]:.4f}"
+      + "<br>positions %{customdata[5]}: %{customdata[1]:.4f}<br>held-out loss %{customdata[2]:.4f}"
+      + "<br>validation loss (last eval) %{customdata[3]}<extra></extra>",
+  };
 }
 
 function inContextPlot(data, run) {
@@ -73,9 +110,10 @@ function inContextPlot(data, run) {
     line: { color: OKABE.black, width: 2 }, marker: { color: OKABE.black, size: 8 },
     hovertemplate: "step %{x}<br>in-context score %{y:.4f} nats<br>second copy %{customdata[0]:.4f}"
       + "<br>first copy %{customdata[1]:.4f}<extra></extra>",
-  }], {
+  }, iclTrace(snaps)], {
+    ...phaseMark(data, range),
     height: 380, xaxis: { title: { text: "step" }, range },
-    yaxis: { title: { text: "second copy − first copy (nats per token)" }, zeroline: false },
+    yaxis: { title: { text: "later − earlier loss (nats per token)" }, zeroline: false },
     legend: { orientation: "h", y: 1.02, yanchor: "bottom", x: 0, font: { size: 11 } },
     margin: { l: 70, r: 15, t: 60, b: 45 },
   }, `in-context-${data.run}`);
@@ -117,7 +155,17 @@ function summary(data) {
   const ic = last.in_context;
   parts.push(`In-context score at step ${int(last.step)}: ${decimal(ic.in_context_score, 3)} nats `
     + `(second copy ${decimal(ic.second_copy_loss, 3)}, first copy ${decimal(ic.first_copy_loss, 3)}).`);
+  const icl = last.icl;
+  if (icl) {
+    parts.push(`In-context-learning score on held-out text: ${decimal(icl.score, 3)} nats (positions ${int(icl.late[0])}–`
+      + `${int(icl.late[1] - 1)} ${decimal(icl.late_loss, 3)}, positions ${int(icl.early[0])}–${int(icl.early[1] - 1)} `
+      + `${decimal(icl.early_loss, 3)}).`);
+  }
   $("heads-summary").textContent = parts.join(" ");
+  const pc = data.phase_change;
+  $("heads-phase").hidden = !pc;
+  $("heads-phase").textContent = pc ? pc.summary : "";
+  $("heads-panel").dataset.phaseStep = pc ? String(pc.step) : "";
   $("heads-panel").dataset.passing = String(ever.length);
 }
 

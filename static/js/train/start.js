@@ -1,13 +1,13 @@
 // Panel 1 · Start a run: corpus (built in or uploaded), preset, architecture overrides, length, seed,
 // optimizer, learning rates, warmup. Defaults and limits are read from the API's own schema
 // (/openapi.json, TrainingRequest and ModelOverrides); the preset's shape and parameter count from
-// GET /api/v1/params.
-import { apiGet, apiRequest, debounced, formatDetail, isAbort, openapi } from "../lib/api.js";
+// GET /api/v1/params; the snapshots it will save and their disk cost from POST /api/v1/training-plan.
+import { apiGet, apiPost, apiRequest, debounced, formatDetail, isAbort, openapi } from "../lib/api.js";
 import { $, el } from "../lib/dom.js";
-import { int } from "../lib/format.js";
+import { bytes, int } from "../lib/format.js";
 import * as runs from "./runs.js";
 
-const PAGE_DEFAULTS = { max_steps: 300, time_budget: 60, snapshots: [0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1] };
+const PAGE_DEFAULTS = { max_steps: 300, time_budget: 60 };   // (the snapshots: the schema's default)
 let runningId = null;
 
 // What each preset is, in words (its numbers come from /params).
@@ -100,7 +100,7 @@ function fillForm({ request: schema, overrides }) {
   showCooldown();
   setNumber($("vocab-size"), field(schema, "vocab_size"));
   setNumber($("batch-size"), field(schema, "batch_size"));
-  $("snapshots").value = PAGE_DEFAULTS.snapshots.join(", ");
+  $("snapshots").value = (field(schema, "snapshots").default || []).join(", ");
 }
 
 function showMuonRate() {
@@ -199,6 +199,26 @@ async function describeModel(signal) {
     if (isAbort(err) || signal.aborted) return;
     if (err.status === 422 && over) showArchError(formatDetail(err.detail));
     else $("arch-info").textContent = `Could not describe the model: ${err.message}`;
+  }
+}
+
+// Before a run: how many snapshots the form's request saves, at which steps, and their disk cost, all
+// as POST /api/v1/training-plan counts them (nothing is started).
+async function describeSnapshots(signal) {
+  const out = $("snapshot-plan");
+  try {
+    const p = await apiPost("/training-plan", readRequest(), signal);
+    const n = p.count;
+    const at = p.steps ? `at steps ${p.steps.map(int).join(", ")}` : "(their steps are fixed once the run has measured its speed)";
+    const opt = p.with_optimizer ? `, plus the optimizer's state (${bytes(p.optimizer_bytes)}) in the ${int(p.with_optimizer)} taken mid-run, so they can be resumed` : "";
+    out.textContent = n === 0 ? "This run saves no snapshots: panels 3 and 4 will have nothing to show."
+      : `This run saves ${p.steps ? "" : "at most "}${int(n)} snapshot${n === 1 ? "" : "s"} ${at}: ${bytes(p.bytes_total)} on disk `
+        + `(${bytes(p.weights_bytes)} of weights each${opt}).`;
+    out.className = "";
+  } catch (err) {
+    if (isAbort(err) || signal.aborted) return;
+    out.textContent = `Cannot count the snapshots: ${err.detail ? bare(formatDetail(err.detail)) : err.message}`;
+    out.className = "start-msg bad";
   }
 }
 
@@ -317,6 +337,9 @@ export async function init() {
     input.addEventListener("input", () => describe());
     input.addEventListener("change", () => describe());
   }
-  $("arch-reset").addEventListener("click", () => { for (const input of archInputs()) input.value = ""; describe(); });
+  const plan = debounced(describeSnapshots, 250);
+  for (const kind of ["input", "change"]) $("start-form").addEventListener(kind, () => plan());
+  $("arch-reset").addEventListener("click", () => { for (const input of archInputs()) input.value = ""; describe(); plan(); });
   describe();
+  plan();
 }
