@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from hf_families import ours
 
 from gptscope.model import checkpoint as ckpt
 from gptscope.model import finetune as ft
@@ -44,11 +45,6 @@ CORPUS = ("To be, or not to be, that is the question: whether 'tis nobler in the
 @pytest.fixture(scope="module")
 def builtin():
     return ckpt.load(BUILTIN_CHECKPOINT)
-
-
-def ours(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return model(torch.tensor([ids]))[0][0]
 
 
 def same_weights(a, b) -> bool:

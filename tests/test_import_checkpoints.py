@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from checkpoints import CHECKPOINTS, TEXT, build, published, reference
+from hf_families import ours, reference_logits
 from safetensors.torch import load_file
 
 from gptscope.model import checkpoint as ckpt
@@ -28,16 +29,6 @@ pytestmark = pytest.mark.slow  # transformers' model classes take seconds to loa
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     return tmp_path_factory.mktemp("checkpoints")
-
-
-def logits(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return model(torch.tensor([ids]))[0][0]
-
-
-def their_logits(m, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return m(torch.tensor([ids])).logits[0]
 
 
 def check_kv_steps(model, ids: list[int], ref: torch.Tensor, cfg) -> None:
@@ -73,15 +64,15 @@ def test_a_checkpoint_imports_from_both_spellings_and_runs_as_transformers(root,
     ids = tok(TEXT).input_ids
     their_pub = reference(pub, type(m).__name__)  # transformers reads the published spelling the same
     for p in prompts(name, ids):
-        assert (their_logits(their_pub, p) - their_logits(m, p)).abs().max() < 1e-5
+        assert (reference_logits(their_pub, p) - reference_logits(m, p)).abs().max() < 1e-5
     for folder in (saved, pub):
         dest, _ = importers.import_model(folder, folder.name, root / "data")
         model = ckpt.load(dest)
         for p in prompts(name, ids):
-            ref = their_logits(m, p)
+            ref = reference_logits(m, p)
             for mode in ("explain", "fast"):
                 model.model.set_mode(mode)
-                assert (logits(model.model, p) - ref).abs().max() < 1e-4, (folder.name, mode, len(p))
+                assert (ours(model.model, p) - ref).abs().max() < 1e-4, (folder.name, mode, len(p))
                 check_kv_steps(model.model, p, ref, model.config)
     assert {t.dtype for t in load_file(str(saved / "model.safetensors")).values()} == {c.dtype}
 
@@ -161,7 +152,7 @@ def test_a_checkpoint_exports_back_to_its_own_class(root, name):
     ids = transformers.AutoTokenizer.from_pretrained(out)(TEXT).input_ids
     enc = c.encoding()
     assert ids == enc.bos_ids + enc.encode_ordinary(TEXT)
-    assert (their_logits(m, ids) - logits(c.model, ids)).abs().max() < 1e-4
+    assert (reference_logits(m, ids) - ours(c.model, ids)).abs().max() < 1e-4
     back = ckpt.load(importers.import_model(out, f"{name}-back", root / "data")[0])
-    ours, again = c.model.state_dict(), back.model.state_dict()
-    assert ours.keys() == again.keys() and all(torch.equal(ours[k], again[k]) for k in ours)
+    before, again = c.model.state_dict(), back.model.state_dict()
+    assert before.keys() == again.keys() and all(torch.equal(before[k], again[k]) for k in before)
