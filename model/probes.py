@@ -25,6 +25,7 @@ label's mean minus the mean of the other labels' examples.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -92,8 +93,16 @@ def batches(rows: list[list[int]], causal: bool) -> list[list[int]]:
 
 
 @torch.no_grad()
-def stream_features(model: GPT, rows: list[list[int]], stage: str, pool: str) -> torch.Tensor:
-    """(n_layer, N, d) float32: each row's stream at `stage` of every block, pooled over its tokens."""
+def stream_features(
+    model: GPT,
+    rows: list[list[int]],
+    stage: str,
+    pool: str,
+    on_batch: Callable[[list[int], dict[str, torch.Tensor], torch.Tensor], None] | None = None,
+) -> torch.Tensor:
+    """(n_layer, N, d) float32: each row's stream at `stage` of every block, pooled over its tokens.
+    on_batch(batch's row indices, the captured streams (B, T, d) by hook name, mask (B, T)) sees each
+    batch's pass too (a caller that wants more of the same streams reads them there)."""
     if stage not in STAGES or pool not in POOLS:
         raise ValueError(f"stage must be one of {STAGES} and pool one of {POOLS}")
     cfg = model.cfg
@@ -117,6 +126,8 @@ def stream_features(model: GPT, rows: list[list[int]], stage: str, pool: str) ->
             else:
                 pooled = h[torch.arange(len(batch)), lengths.long() - 1]
             out[layer, torch.tensor(batch)] = pooled
+        if on_batch is not None:
+            on_batch(batch, cache, mask)
     return out
 
 

@@ -10,6 +10,12 @@ merely by being text the model never read.
            either train or test, so the model cannot learn a play's characters and call it style.
 - speaker: who speaks a passage of Hamlet, among its four largest parts; passages are split by
            a hash of their text.
+- form:    verse or prose. The plays' text breaks prose at the page's width, so a prose line
+           after the first usually goes on mid-sentence in lower case, while every line of verse
+           begins with a capital: a passage of at least three lines whose later lines all begin
+           with a capital is verse, one where at least half of them begin in lower case is prose,
+           and the rest (mixed, or too short to tell) are left out. Whole plays are train or test,
+           as for genre.
 
 An example is a passage: up to four consecutive lines of one speech, at least 40 characters.
 """
@@ -21,6 +27,7 @@ import hashlib
 import io
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -38,6 +45,8 @@ GENRE_PER_LABEL = (2000, 300)  # at most this many passages of each label in (tr
 SPEAKER_PLAY = "hamlet"
 SPEAKERS = ("HAMLET", "HORATIO", "KING CLAUDIUS", "LORD POLONIUS")
 SPEAKER_TEST_EVERY = 5  # a passage is in the test half when the hash of its text is 0 mod 5
+FORMS = ("verse", "prose")
+FORM_MIN_LINES = 3  # a shorter passage cannot be told by its line starts
 
 
 class TaskError(ValueError):
@@ -163,37 +172,46 @@ def _cap(examples: list[Example], n_labels: int, per_label: int, seed: int) -> l
     return out
 
 
-def genre_task() -> Task:
-    labels = ["comedy", "history", "tragedy"]
+def _whole_plays(
+    name: str,
+    description: str,
+    labels: list[str],
+    taken: Callable[[Play], bool],
+    label_of: Callable[[Play, str], int | None],
+) -> Task:
+    """A task whose halves are whole plays (GENRE_TEST_PLAYS the test half): every passage of the plays
+    `taken` that `label_of` labels (None: left out), the held-out plays excluded, capped per label."""
     train: list[Example] = []
     test: list[Example] = []
     train_plays: list[str] = []
     test_plays: list[str] = []
     excluded: list[str] = []
     for play in plays():
-        if play.kind not in GENRES:
-            continue  # problem plays and romances: their kind is argued over
+        if not taken(play):
+            continue
         if play.held_out:
             excluded.append(play.name)
             continue
-        label = labels.index(GENRES[play.kind])
         half, names = (test, test_plays) if play.name in GENRE_TEST_PLAYS else (train, train_plays)
         names.append(play.name)
-        half.extend(Example(text, label, play=play.name) for _, text in passages(play.text))
+        for _, text in passages(play.text):
+            if (label := label_of(play, text)) is not None:
+                half.append(Example(text, label, play=play.name))
     test = _cap(test, len(labels), GENRE_PER_LABEL[1], seed=1)
     train = _cap(_disjoint(train, test), len(labels), GENRE_PER_LABEL[0], seed=0)
-    return Task(
+    return Task(name, "builtin", description, labels, train, test, train_plays, test_plays, excluded)
+
+
+def genre_task() -> Task:
+    labels = ["comedy", "history", "tragedy"]
+    return _whole_plays(
         "genre",
-        "builtin",
         "Which kind of play is this passage from: comedy, history or tragedy (Roman "
         "plays count as tragedies)? Whole plays are either training or test: "
         f"{', '.join(GENRE_TEST_PLAYS)} are the test half.",
         labels,
-        train,
-        test,
-        train_plays,
-        test_plays,
-        excluded,
+        lambda play: play.kind in GENRES,  # problem plays and romances: their kind is argued over
+        lambda play, _text: labels.index(GENRES[play.kind]),
     )
 
 
@@ -221,7 +239,38 @@ def speaker_task() -> Task:
     )
 
 
-BUILTIN_TASKS = {"genre": genre_task, "speaker": speaker_task}
+_FIRST_LETTER = re.compile(r"^[^A-Za-z]*([A-Za-z])")
+
+
+def form_of(passage: str) -> str | None:
+    """verse, prose or None (not told): by the first letter of each line after the first."""
+    lines = passage.split("\n")
+    if len(lines) < FORM_MIN_LINES:
+        return None
+    firsts = [_FIRST_LETTER.match(line) for line in lines[1:]]
+    if any(m is None for m in firsts):
+        return None
+    lower = sum(m.group(1).islower() for m in firsts if m is not None)
+    if lower == 0:
+        return "verse"
+    return "prose" if 2 * lower >= len(firsts) else None
+
+
+def form_task() -> Task:
+    labels = list(FORMS)
+    return _whole_plays(
+        "form",
+        "Is this passage verse or prose? Told from the text's line breaks: a prose line runs on "
+        "to the page's width, so the next line usually begins in lower case, while each line of verse "
+        "begins with a capital (passages of at least three lines; mixed ones are left out). Whole "
+        f"plays are either training or test: {', '.join(GENRE_TEST_PLAYS)} are the test half.",
+        labels,
+        lambda _play: True,
+        lambda _play, text: None if (form := form_of(text)) is None else labels.index(form),
+    )
+
+
+BUILTIN_TASKS = {"genre": genre_task, "speaker": speaker_task, "form": form_task}
 
 
 @lru_cache(maxsize=4)

@@ -515,7 +515,9 @@ def _finetune_args(sub) -> None:
         "--checkpoint", default=str(BUILTIN_CHECKPOINT), help="the pretrained model (default: the built-in one)"
     )
     src = f.add_mutually_exclusive_group()
-    src.add_argument("--task", default="genre", help="a built-in task (genre, speaker) or an uploaded CSV task's name")
+    src.add_argument(
+        "--task", default="genre", help="a built-in task (genre, speaker, form) or an uploaded CSV task's name"
+    )
     src.add_argument("--csv", default=None, help="a CSV file with header text,label[,text_b]")
     f.add_argument(
         "--methods",

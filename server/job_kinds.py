@@ -22,6 +22,7 @@ from .lenses import LENSES
 from .patch_jobs import SWEEPS
 from .runs import RunManager
 from .saes import SAES
+from .steering_jobs import STEERINGS
 from .token_attribution_jobs import TOKEN_ATTRIBUTIONS
 from .transcoders import TRANSCODERS
 
@@ -46,6 +47,7 @@ CIRCUITS = JobKind("circuits", lambda s: SEARCHES.runner())
 ATTRIBUTION_GRAPHS = JobKind("attribution", lambda s: GRAPHS.runner())
 TOKEN_ATTRIBUTION = JobKind("token_attribution", lambda s: TOKEN_ATTRIBUTIONS.runner())
 EXPORT_MODEL = JobKind("export_model", lambda s: export_runner())
+STEERING = JobKind("steering", lambda s: STEERINGS.runner())
 
 KINDS: tuple[JobKind, ...] = (
     TRAINING,
@@ -58,6 +60,7 @@ KINDS: tuple[JobKind, ...] = (
     ATTRIBUTION_GRAPHS,
     TOKEN_ATTRIBUTION,
     EXPORT_MODEL,
+    STEERING,
 )
 
 

@@ -170,7 +170,16 @@ LAYERS = {
 # server/*.py: the frame (settings, errors, the service, the memory budget, jobs, the wire) sits under
 # explain/ and the routers; only the app and the command line assemble the routers, and only these modules
 # glue an area's analysis (explain/) to the frame: the Analysis job forms and the job kinds' registry.
-SERVER_GLUE = {"app", "cli", "job_kinds", "attribution_jobs", "circuit_jobs", "patch_jobs", "token_attribution_jobs"}
+SERVER_GLUE = {
+    "app",
+    "cli",
+    "job_kinds",
+    "attribution_jobs",
+    "circuit_jobs",
+    "patch_jobs",
+    "steering_jobs",
+    "token_attribution_jobs",
+}
 
 
 def layer_rules() -> list[tuple[Path, tuple[str, ...]]]:

@@ -16,6 +16,7 @@ from ..digits import VALUE
 from ..errors import InputError
 from ..schemas.probes import (
     MAX_PROBE_LABELS,
+    LabelledText,
     ProbeDirections,
     ProbeLayer,
     ProbeRequest,
@@ -63,12 +64,11 @@ def shipped(name: str) -> Labelled:
     )
 
 
-def from_examples(req: ProbeRequest) -> Labelled:
+def from_examples(examples: list[LabelledText]) -> Labelled:
     """The user's examples: a repeated text kept once (its first label), labels in sorted order; the
     texts ranked by a hash of their text, every fifth from the first in the test half."""
-    assert req.examples is not None
     seen: dict[str, str] = {}
-    for i, ex in enumerate(req.examples):
+    for i, ex in enumerate(examples):
         check_text(ex.text, f"examples.{i}.text")
         check_text(ex.label, f"examples.{i}.label")
         seen.setdefault(ex.text, ex.label)
@@ -89,7 +89,7 @@ def from_examples(req: ProbeRequest) -> Labelled:
     )
 
 
-def _ids(service: ModelService, texts: list[tuple[str, int]]) -> tuple[list[tuple[list[int], int]], int]:
+def labelled_ids(service: ModelService, texts: list[tuple[str, int]]) -> tuple[list[tuple[list[int], int]], int]:
     """Each text's token ids (after the model's BOS, if it expects one), cut to n_ctx; how many were cut."""
     n_ctx = service.model.cfg.n_ctx
     lead = bos_ids(service, None)
@@ -116,7 +116,10 @@ def probes(service: ModelService, req: ProbeRequest) -> ProbeResponse:
         raise InputError(field, "give either a shipped task or examples (one of the two)")
     if req.task is not None:
         return _shipped_answer(service, req.task, req.stage, req.pool, req.seed, req.include_directions)
-    return _answer(service, from_examples(req), req.stage, req.pool, req.seed, req.include_directions, "examples")
+    assert req.examples is not None
+    return _answer(
+        service, from_examples(req.examples), req.stage, req.pool, req.seed, req.include_directions, "examples"
+    )
 
 
 @per_model(maxsize=8)
@@ -130,8 +133,8 @@ def _answer(
     service: ModelService, data: Labelled, stage: str, pool: str, seed: int, include_directions: bool, field: str
 ) -> ProbeResponse:
     start = time.perf_counter()
-    train, cut_train = _ids(service, data.train)
-    test, cut_test = _ids(service, data.test)
+    train, cut_train = labelled_ids(service, data.train)
+    test, cut_test = labelled_ids(service, data.test)
     longest = max(len(r) for r, _ in train + test)
     cfg = model_probes.ProbeConfig(stage=stage, pool=pool, seed=seed)
     with memory.hold(need(service, len(train) + len(test), longest, field)), service.run() as m:

@@ -29,6 +29,7 @@ API_AREAS = (
     "sae",
     "lens",
     "probes",
+    "steering",
     "patch",
     "circuits",
     "attribution",

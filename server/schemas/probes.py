@@ -7,13 +7,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gptscope.model.probes import MAX_EXAMPLES, POOLS, STAGES
+from gptscope.model.tasks import BUILTIN_TASKS
 
 from .common import StrictRequest
 
-ProbeTaskName = Literal["genre", "speaker"]
+ProbeTaskName = Literal["genre", "speaker", "form"]
 ProbeStage = Literal["resid_pre", "resid_post"]
 ProbePool = Literal["mean", "last"]
 assert (ProbeStage.__args__, ProbePool.__args__) == (STAGES, POOLS)  # type: ignore[attr-defined]
+assert ProbeTaskName.__args__ == tuple(BUILTIN_TASKS)  # type: ignore[attr-defined]
 
 MAX_PROBE_TEXT_CHARS = 2_000
 MAX_LABEL_CHARS = 64
@@ -39,7 +41,8 @@ class ProbeRequest(StrictRequest):
     task: ProbeTaskName | None = Field(
         None,
         description="a shipped task (model/tasks.py): genre (comedy, history or tragedy; whole plays held out) "
-        "or speaker (four speakers of Hamlet); give this or examples",
+        "speaker (four speakers of Hamlet) or form (verse or prose, told from the line breaks); give this "
+        "or examples",
     )
     examples: list[LabelledText] | None = Field(
         None,

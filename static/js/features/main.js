@@ -1,13 +1,14 @@
 // The /features page: the served model's SAEs (GET /api/v1/saes), the chosen one's quality figures
 // beside their baselines, a form that trains a new one in the background, the feature browser
-// (list and one feature) and the linear probes per layer (probes.js). The URL carries the SAE, the
-// feature and the list's search and sort.
+// (list and one feature), the linear probes per layer (probes.js) and steering four ways (steering.js).
+// The URL carries the SAE, the feature, the list's search and sort, and the steering form (steer_*).
 import { apiGet, showError } from "../lib/api.js";
 import { $ } from "../lib/dom.js";
 import { pageQuery, setPageQuery, whole } from "../lib/query.js";
 import { initFeatureBrowser, showFeatureList } from "./browser.js";
 import { initProbes } from "./probes.js";
 import { initSaeTraining, renderSaeQuality } from "./quality.js";
+import { initSteering, markSteeringLayers, steeringQuery } from "./steering.js";
 
 const state = { sae: null, feature: null, q: "", sort: "density", order: "desc" };
 let saes = [];
@@ -19,6 +20,7 @@ function writeUrl() {
   if (state.q) q.set("q", state.q);
   if (state.sort !== "density") q.set("sort", state.sort);
   if (state.order !== "desc") q.set("order", state.order);
+  steeringQuery(q);
   setPageQuery(q);
 }
 
@@ -33,6 +35,7 @@ function readUrl() {
 
 async function loadSaes(pick = null) {
   ({ saes } = await apiGet("/saes"));
+  markSteeringLayers(saes);
   const sel = $("sae-select");
   sel.replaceChildren(...saes.map((s) => new Option(`${s.name} (blocks.${s.layer}, ${s.d_sae.toLocaleString()} features)`, s.name)));
   if (pick) state.sae = pick;
@@ -51,6 +54,7 @@ function showSae() {
 
 export async function init() {
   readUrl();
+  initSteering({ onUrl: writeUrl });
   initSaeTraining({ onTrained: (name) => loadSaes(name).catch(showError) });
   initFeatureBrowser(state, { onChange: writeUrl });
   initProbes();

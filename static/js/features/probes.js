@@ -10,8 +10,9 @@ import { chart } from "../lib/plot.js";
 
 let shown = null;   // the last answer of POST /api/v1/probes
 
-// Pasted lines `label,text` (the first comma splits; blank lines skipped) as the request's examples.
-function pastedExamples(text) {
+// Pasted lines `label,text` (the first comma splits; blank lines skipped) as the request's examples
+// (the steering panel reads its lines the same way).
+export function pastedExamples(text) {
   const out = [];
   for (const [n, line] of text.split("\n").entries()) {
     if (!line.trim()) continue;
