@@ -214,7 +214,8 @@ def frozen_attention(block: Block, h: torch.Tensor, pattern: torch.Tensor) -> to
     bias = attn.c_attn.bias[rows] if attn.c_attn.bias is not None else None
     v = F.linear(h, attn.c_attn.weight[rows], bias).view(*h.shape[:2], nkv, hs).transpose(1, 2)  # (B, nkv, T, hs)
     v = v.repeat_interleave(nh // nkv, dim=1)  # (B, nh, T, hs)
-    z = (pattern @ v).transpose(1, 2).reshape(*h.shape[:2], nh * hs)  # (B, T, nh * hs)
+    y = pattern @ v  # (B, nh, T, hs); a pattern per row (B, nh, T, T) may widen a batch of one
+    z = y.transpose(1, 2).reshape(y.shape[0], h.shape[1], nh * hs)  # (B, T, nh * hs)
     return F.linear(z, attn.c_proj.weight, attn.c_proj.bias)
 
 
@@ -306,19 +307,26 @@ def edges_into(model: GPT, codes: Sequence[Transcoder], tr: Trace, targets: Sequ
     with torch.no_grad():
         tokens = (g_embed * tr.embed).sum(-1)  # (R, T)
         errors = (g_write * tr.error).sum(-1)  # (R, L, T)
-        # a feature wrote act x its decoder row where its MLP writes: per block, the gradient at every
-        # position against every active feature's row (R, T, n), then each feature's own position
-        features = torch.zeros(R, len(tr.act), dtype=g_write.dtype)
-        # (block li's features are the trace's [ends[li], ends[li + 1]); from block `upto` on no MLP writes
-        # what the targets read: no edge)
-        upto, ends = reach(targets), block_ends(tr)
-        for li in range(g_write.size(1) if upto is None else upto):
-            at = slice(ends[li], ends[li + 1])
-            if at.stop > at.start:
-                dot = g_write[:, li] @ tr.decoder[at].T  # (R, T, n)
-                features[:, at] = dot[:, tr.position[at], torch.arange(at.stop - at.start)] * tr.act[at]
+        # (from block `upto` on no MLP writes what the targets read: no edge)
+        upto = reach(targets)
+        features = feature_terms(tr, g_write, g_write.size(1) if upto is None else upto)
     constant = constants(model, codes, tr, targets)
     return Edges(tokens, features, errors, constant, value.detach())
+
+
+def feature_terms(tr: Trace, g_write: torch.Tensor, upto: int) -> torch.Tensor:
+    """(R, N) each row's gradient where the MLPs write (R, L, T, d) times what each active feature wrote
+    there (act x its decoder row), for the features of blocks before `upto` (the rest: 0). Per block, the
+    gradient at every position against every active feature's row (R, T, n), then each feature's own
+    position (block li's features are the trace's [ends[li], ends[li + 1]))."""
+    features = torch.zeros(g_write.shape[0], len(tr.act), dtype=g_write.dtype)
+    ends = block_ends(tr)
+    for li in range(upto):
+        at = slice(ends[li], ends[li + 1])
+        if at.stop > at.start:
+            dot = g_write[:, li] @ tr.decoder[at].T  # (R, T, n)
+            features[:, at] = dot[:, tr.position[at], torch.arange(at.stop - at.start)] * tr.act[at]
+    return features
 
 
 def block_ends(tr: Trace) -> list[int]:

@@ -181,7 +181,7 @@ def test_a_graph_job_cancelled_while_it_prunes_or_answers_stops_within_2_s(clien
         monkeypatch.setattr(at, "CHUNK", 256)
         started = slow(monkeypatch, at, "_keys", 0.02)
     else:
-        started = slow(monkeypatch, explain_attribution, "_feature_label", 0.02)
+        started = slow(monkeypatch, explain_attribution, "feature_label", 0.02)
     body = {"text": CAESAR, "transcoders": SET, "max_rows": 64, "node_threshold": 1.0, "edge_threshold": 1.0}
     r = client.post("/api/v1/attribution/jobs", json=body)
     assert r.status_code == 202, r.text

@@ -140,7 +140,7 @@ class Plan:
     need: memory.Need  # the peak bytes of the graph and its answer
 
 
-def _ids(service: ModelService, text: str | None, ids: list[int] | None, bos: bool | None = None) -> list[int]:
+def request_ids(service: ModelService, text: str | None, ids: list[int] | None, bos: bool | None = None) -> list[int]:
     if (text is None) == (ids is None):
         raise InputError("text", "give either text or ids, not both or neither")
     if text is not None:
@@ -149,7 +149,7 @@ def _ids(service: ModelService, text: str | None, ids: list[int] | None, bos: bo
     return given_ids(service, ids, "ids")
 
 
-def _check_tokens(service: ModelService, token: int | None, wrong: int | None) -> None:
+def check_tokens(service: ModelService, token: int | None, wrong: int | None) -> None:
     V = service.model.cfg.vocab_size
     for name, tid in (("token", token), ("wrong", wrong)):
         if tid is not None and tid >= V:
@@ -166,8 +166,8 @@ def plan(service: ModelService, req: AttributionRequest, limit: float | None = N
     except ValueError as e:
         raise InputError("text" if req.text is not None else "ids", f"the served model: {e}") from None
     loaded = store.get(service, req.transcoders)
-    ids = _ids(service, req.text, req.ids, req.bos)
-    _check_tokens(service, req.token, req.wrong)
+    ids = request_ids(service, req.text, req.ids, req.bos)
+    check_tokens(service, req.token, req.wrong)
     if req.max_rows > limit:
         raise InputError(
             "max_rows",
@@ -239,8 +239,9 @@ def attribution(service: ModelService, req: AttributionRequest) -> AttributionRe
         return compute(service, p)
 
 
-def _feature_label(service: ModelService, p: Plan, layer: int, f: int) -> str:
-    labels = explain_sae.derived(service, view(p.loaded, layer))["labels"][f]
+def feature_label(service: ModelService, loaded: tc_mod.LoadedSet, layer: int, f: int) -> str:
+    """ "L3 #740" and the feature's top held-out tokens."""
+    labels = explain_sae.derived(service, view(loaded, layer))["labels"][f]
     return f"L{layer} #{f}" + (f" {' · '.join(repr(t) for t in labels[:3])}" if labels else "")
 
 
@@ -269,7 +270,7 @@ def _nodes(service: ModelService, p: Plan, tr: at.Trace, graph: at.Graph, pr: at
         layer, pos, idx = int(tr.layer[f]), int(tr.position[f]), int(tr.feature[f])
         nodes.append(
             GraphNode(
-                kind="feature", layer=layer, position=pos, feature=idx, label=_feature_label(service, p, layer, idx),
+                kind="feature", layer=layer, position=pos, feature=idx, label=feature_label(service, p.loaded, layer, idx),
                 activation=round(float(tr.act[f]), VALUE), influence=round(float(pr.influence[f]), FINE),
                 value=None if r is None else round(float(e.value[r]), VALUE),
                 constant=None if r is None else round(float(e.constant[r]), VALUE),
@@ -342,8 +343,8 @@ def _answer(
 
 def steer(service: ModelService, req: SteerRequest) -> SteerResponse:
     loaded = store.get(service, req.transcoders)
-    ids = _ids(service, req.text, req.ids, req.bos)
-    _check_tokens(service, req.token, None)
+    ids = request_ids(service, req.text, req.ids, req.bos)
+    check_tokens(service, req.token, None)
     L, F, T = len(loaded.codes), loaded.codes[0].cfg.d_sae, len(ids)
     for n, iv in enumerate(req.interventions):
         for name, value, top in (("layer", iv.layer, L), ("position", iv.position, T), ("feature", iv.feature, F)):

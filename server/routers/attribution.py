@@ -13,6 +13,7 @@ from ..artefacts import Training
 from ..attribution_jobs import GRAPHS
 from ..deps import Runs, Service
 from ..explain import attribution as explain_attribution
+from ..explain import attribution_heads as explain_heads
 from ..job_kinds import ATTRIBUTION_GRAPHS, TRANSCODER_TRAINING
 from ..jobs import Answered, JobRunner, Route, analysis_routes, job_routes
 from ..saes import corpus_for
@@ -20,6 +21,10 @@ from ..schemas.attribution import (
     AttributionJob,
     AttributionRequest,
     AttributionResponse,
+    HeadsRequest,
+    HeadsResponse,
+    QKRequest,
+    QKResponse,
     SteerRequest,
     SteerResponse,
     TranscoderFeature,
@@ -135,3 +140,25 @@ show = analysis_routes(router, "/attribution/jobs", get_jobs, AttributionJob, "a
 )
 def intervene(req: SteerRequest, service: Service) -> SteerResponse:
     return explain_attribution.steer(service, req)
+
+
+@router.post(
+    "/attribution/heads",
+    response_model=HeadsResponse,
+    responses=ERROR_RESPONSES,
+    summary="Which heads carried each edge into a node of the graph (the logit or a feature): for every block on "
+    "the path, the edge's bypass plus one part per head, adding up to its weight",
+)
+def heads(req: HeadsRequest, service: Service) -> HeadsResponse:
+    return explain_heads.head_loadings(service, req)
+
+
+@router.post(
+    "/attribution/qk",
+    response_model=QKResponse,
+    responses=ERROR_RESPONSES,
+    summary="Why a head attended from a query position to a key: its pre-softmax score as a sum of terms, one per "
+    "(source at the query, source at the key), over the replacement model's tokens, features, errors and biases",
+)
+def qk(req: QKRequest, service: Service) -> QKResponse:
+    return explain_heads.qk(service, req)

@@ -63,7 +63,9 @@ class TranscoderList(BaseModel):
     write_folder: str = Field(description="where new sets of the served model are written")
 
 
-class AttributionRequest(StrictRequest):
+class PromptOnSet(StrictRequest):
+    """A prompt read by the replacement model of a transcoder set (the fields every attribution request starts with)."""
+
     text: str | None = Field(
         None, min_length=1, max_length=MAX_PROMPT_CHARS, description="the prompt; give it or ids; within n_ctx tokens"
     )
@@ -72,6 +74,9 @@ class AttributionRequest(StrictRequest):
     )
     bos: bool | None = BOS_FIELD
     transcoders: str | None = Field(None, description="the transcoder set's name (default: the served model's first)")
+
+
+class AttributionRequest(PromptOnSet):
     token: TokenId | None = Field(
         None, description="the target: this token's logit at the last position (default: the most likely next token)"
     )
@@ -158,11 +163,7 @@ class Intervention(StrictRequest):
     scale: float = Field(0.0, ge=-10.0, le=10.0, description="0 takes it out, 1 leaves it, 2 doubles it, -1 flips it")
 
 
-class SteerRequest(StrictRequest):
-    text: str | None = Field(None, min_length=1, max_length=MAX_PROMPT_CHARS, description="the prompt; give it or ids")
-    ids: list[TokenId] | None = Field(None, min_length=1, max_length=4096, description="token ids instead of text")
-    bos: bool | None = BOS_FIELD
-    transcoders: str | None = Field(None, description="the transcoder set's name (default: the served model's first)")
+class SteerRequest(PromptOnSet):
     interventions: list[Intervention] = Field(min_length=1, max_length=MAX_INTERVENTIONS)
     token: TokenId | None = Field(None, description="a token whose logit before and after is reported")
     top_k: int = Field(10, ge=1, le=50)
@@ -235,3 +236,102 @@ class TranscoderJob(BaseModel):
     quality: TranscoderQuality | None = Field(description="the set's figures, once done")
     error: str | None
     elapsed: float
+
+
+# ---- attention inside the graph (issue #64) ---------------------------------------------------------------
+
+
+class SourceRef(BaseModel):
+    kind: Literal["token", "feature", "error", "constant"]
+    layer: int | None = Field(description="a feature's or error node's block")
+    position: int | None = Field(description="where it wrote (null for the constant)")
+    feature: int | None = Field(description="a feature's index in its block's transcoder")
+    label: str = Field(description="a token's text, a feature's top tokens, 'error L3', or the biases")
+
+
+class HeadsRequest(PromptOnSet):
+    token: TokenId | None = Field(
+        None, description="as in POST /attribution: the logit target's token (default: the likeliest)"
+    )
+    wrong: TokenId | None = Field(None, description="as in POST /attribution: a logit difference's other token")
+    layer: int | None = Field(
+        None, ge=0, description="the target node: a feature of this block (with position and feature); null: the logit"
+    )
+    position: int | None = Field(None, ge=0, description="the target feature's position")
+    feature: int | None = Field(None, ge=0, description="the target feature's index in its block's transcoder")
+    top: int = Field(20, ge=1, le=200, description="the incoming edges split, largest |weight| first")
+
+
+class HeadPart(BaseModel):
+    layer: int = Field(description="a block whose attention the edge may pass")
+    bypass: float = Field(description="the part that skips this block's attention (every head of it taken out)")
+    heads: list[float] = Field(
+        description="each head's part: the edge with only that head of the block kept, minus the bypass"
+    )
+
+
+class LoadedEdge(BaseModel):
+    source: SourceRef
+    weight: float = Field(description="the edge's weight, as in the graph")
+    blocks: list[HeadPart] = Field(description="for each block on the path, bypass + heads adds up to the weight")
+
+
+class HeadsResponse(BaseModel):
+    target: str = Field(description="the target node in words")
+    value: float = Field(description="its value in the replacement model")
+    layers: list[int] = Field(description="the blocks an edge into the target may pass")
+    n_head: int
+    edges: list[LoadedEdge]
+    carried: list[list[float]] = Field(
+        description="per block on the path and head: the sum of |part| over every incoming edge (not only those "
+        "listed), against bypass_carried: which heads carry the target's inputs"
+    )
+    bypass_carried: list[float]
+    max_error: float = Field(description="the largest |bypass + heads - weight| over the listed edges and blocks")
+    method: str
+    seconds: float
+
+
+class QKRequest(PromptOnSet):
+    layer: int = Field(ge=0, description="the head's block")
+    head: int = Field(ge=0, description="the head (a query head; under grouped-query attention its key head is shared)")
+    query: int | None = Field(None, ge=0, description="the query position (default: the last)")
+    key: int = Field(ge=0, description="the key position, at or before the query")
+    top: int = Field(20, ge=1, le=200, description="sources and pairs listed, largest |term| first")
+
+
+class QKSource(BaseModel):
+    source: SourceRef
+    value: float = Field(description="its terms added up: with every source at the other end")
+
+
+class QKPair(BaseModel):
+    query: SourceRef
+    key: SourceRef
+    value: float = Field(description="scale x (its part of the query) . (the other's part of the key)")
+
+
+class QKKinds(BaseModel):
+    query_kind: str
+    key_kind: str
+    value: float
+
+
+class QKResponse(BaseModel):
+    layer: int
+    head: int
+    query: int
+    key: int
+    score: float = Field(description="the head's pre-softmax score at (query, key) in the real model")
+    terms_sum: float = Field(description="every term added up: the score, to float rounding")
+    attention: float = Field(description="the attention weight there (after the softmax)")
+    scale: float = Field(description="what q . k is multiplied by (1 / sqrt(d_head))")
+    n_sources: int = Field(
+        description="sources at each end: tokens, features and error nodes before the block, and the constant"
+    )
+    query_sources: list[QKSource]
+    key_sources: list[QKSource]
+    pairs: list[QKPair]
+    kinds: list[QKKinds] = Field(description="the terms added up by the kinds of their two sources")
+    method: str
+    seconds: float
