@@ -31,6 +31,7 @@ from fastapi import params
 from gptscope.background_server import BackgroundServer
 from gptscope.server.app import create_app
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+from gptscope.server.explain import steering as explain_steering
 from gptscope.server.job_kinds import KINDS
 from gptscope.server.jobs import JobRunner
 from gptscope.server.schemas.common import StrictRequest
@@ -74,6 +75,11 @@ ALLOWED: dict[tuple[str, str], str] = {
     + ": a set of the model, the prompt within n_ctx and the graph's memory",
     ("ST202", "POST /api/v1/attribution/intervene"): DEPENDS
     + ": layer, position and feature within the model, prompt and set",
+    # issue #64: the target node active on the prompt, layer/head/positions within the model and the prompt
+    ("ST202", "POST /api/v1/attribution/heads"): DEPENDS + ": the target feature active at its position on the prompt",
+    ("ST202", "POST /api/v1/attribution/qk"): DEPENDS + ": layer, head, query and key within the model and prompt",
+    ("ST202", "POST /api/v1/attribution/supernodes"): DEPENDS + ": a set of the model, the prompt within n_ctx",
+    ("ST202", "POST /api/v1/attribution/trust"): DEPENDS + ": a set of the model, the prompt within n_ctx",
     ("ST202", "GET /api/v1/transcoders/{name}/features/{layer}/{feature}"): DEPENDS
     + ": layer and feature within the set",
     ("ST202", "POST /api/v1/transcoders"): DEPENDS + ": k at most the width, a new name, a corpus that exists",
@@ -105,9 +111,14 @@ ALLOWED: dict[tuple[str, str], str] = {
     # model and prompt, a contrast other than the target, and the work within the endpoint's limit
     ("ST202", "POST /api/v1/lenses"): DEPENDS + ": a new name, batch_tokens x vocabulary within 2 GiB",
     # issue #66's probes: the examples need at least 2 different labels (and at most 32), which JSON Schema cannot say
-    ("ST202", "POST /api/v1/probes"): DEPENDS + ": at least 2 different labels among the examples",
     ("ST202", "POST /api/v1/token-attribution"): DEPENDS + ": position within the prompt, ids below vocab_size, work",
     ("ST202", "POST /api/v1/token-attribution/jobs"): DEPENDS + ": position within the prompt, ids below vocab_size",
+    # issue #66: the concept a label of the task, the layer within the model, an SAE at that layer, the prefix,
+    # prompts and new tokens within n_ctx, and the generated tokens within the request's limit (kept small here)
+    ("ST202", "POST /api/v1/steering"): DEPENDS
+    + ": concept a label, layer and SAE of the model, within n_ctx and work",
+    ("ST202", "POST /api/v1/steering/jobs"): DEPENDS + ": concept a label, layer and SAE of the model, within n_ctx",
+    ("ST202", "POST /api/v1/probes"): DEPENDS + ": at least 2 different labels among the examples",
     # the upload's content: UTF-8 text with enough characters to train on
     ("ST202", "POST /api/v1/corpora"): "the uploaded file must be UTF-8 text long enough to train on",
     # a URL that is not valid HTTP, or longer than h11's 16 KiB request head (a long `text` in a
@@ -130,9 +141,14 @@ def served():
     app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=data), service=service)
     settings = app.state.settings
     app.state.jobs = {kind.name: idle(kind.make(settings)) for kind in KINDS}  # every kind, none at work
+    # a steering request's generations cost seconds whatever its prompt: here the plain endpoint answers only
+    # the smallest (a refusal beyond names the field and the limit, as for a longer request in use)
+    steering_limit = explain_steering.MAX_REQUEST_TOKENS
+    explain_steering.MAX_REQUEST_TOKENS = 64
     server = BackgroundServer(app).start()
     yield server, service
     server.stop()
+    explain_steering.MAX_REQUEST_TOKENS = steering_limit
 
 
 def _exchange(interaction: dict) -> str:

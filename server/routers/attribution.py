@@ -13,6 +13,7 @@ from ..artefacts import Training
 from ..attribution_jobs import GRAPHS
 from ..deps import Runs, Service
 from ..explain import attribution as explain_attribution
+from ..explain import attribution_groups as explain_groups
 from ..explain import attribution_heads as explain_heads
 from ..job_kinds import ATTRIBUTION_GRAPHS, TRANSCODER_TRAINING
 from ..jobs import Answered, JobRunner, Route, analysis_routes, job_routes
@@ -27,10 +28,13 @@ from ..schemas.attribution import (
     QKResponse,
     SteerRequest,
     SteerResponse,
+    SupernodesRequest,
+    SupernodesResponse,
     TranscoderFeature,
     TranscoderJob,
     TranscoderList,
     TranscoderTrainRequest,
+    TrustResponse,
 )
 from ..schemas.common import ERROR_RESPONSES, NOT_FOUND, ErrorResponse
 from ..schemas.sae import SAE_NAME
@@ -162,3 +166,25 @@ def heads(req: HeadsRequest, service: Service) -> HeadsResponse:
 )
 def qk(req: QKRequest, service: Service) -> QKResponse:
     return explain_heads.qk(service, req)
+
+
+@router.post(
+    "/attribution/supernodes",
+    response_model=SupernodesResponse,
+    responses=ERROR_RESPONSES,
+    summary="Group the graph's most influential features automatically (by decoder direction, co-activation or "
+    "shared targets, each scored), every group checked by taking it out of the real model",
+)
+def supernodes(req: SupernodesRequest, service: Service) -> SupernodesResponse:
+    return explain_groups.supernodes(service, req)
+
+
+@router.post(
+    "/attribution/trust",
+    response_model=TrustResponse,
+    responses=ERROR_RESPONSES,
+    summary="How far to trust a graph: the replacement model's fidelity on the prompt, the error nodes' share, and "
+    "the most influential features each taken out of the real model beside their edges",
+)
+def trust(req: AttributionRequest, service: Service) -> TrustResponse:
+    return explain_groups.trust(service, req)

@@ -335,3 +335,88 @@ class QKResponse(BaseModel):
     kinds: list[QKKinds] = Field(description="the terms added up by the kinds of their two sources")
     method: str
     seconds: float
+
+
+SupernodeSignal = Literal["auto", "decoder", "coactivation", "targets"]
+
+
+class SupernodesRequest(AttributionRequest):
+    signal: SupernodeSignal = Field(
+        "auto",
+        description="how features are grouped: decoder (cosine of decoder rows), coactivation (Jaccard of the "
+        "held-out tokens they fire on), targets (cosine of their outgoing edges in the graph), or auto: each "
+        "tried and the best-scoring one proposed",
+    )
+    candidates: int = Field(40, ge=2, le=120, description="the graph's most influential features considered")
+    decoder_threshold: float = Field(0.4, gt=0, le=1, description="link two features whose decoder cosine reaches this")
+    coactivation_threshold: float = Field(
+        0.3, gt=0, le=1, description="... whose firing overlap (Jaccard) reaches this"
+    )
+    targets_threshold: float = Field(0.8, gt=0, le=1, description="... whose outgoing edges' cosine reaches this")
+
+
+class SupernodeMember(BaseModel):
+    source: SourceRef
+    influence: float = Field(description="its share of all influence on the target")
+    effect: float = Field(description="the real model's target with this feature alone taken out, minus as it is")
+
+
+class Supernode(BaseModel):
+    name: str = Field(description="a proposed name: the top token most of its members share")
+    members: list[SupernodeMember]
+    effect: float = Field(description="the real model's target with every member taken out at once, minus as it is")
+    members_effect: float = Field(description="the members' own effects added up (equal to effect if they add)")
+
+
+class SignalScore(BaseModel):
+    signal: str
+    available: bool
+    reason: str | None = None
+    threshold: float
+    groups: int
+    score: float = Field(
+        description="the share of the candidates' |effect| in groups whose members agree in sign with their group"
+    )
+    agreement: float = Field(description="of the grouped members' |effect|, the share agreeing in sign with its group")
+    coverage: float = Field(description="the share of the candidates' |effect| that is in a group")
+
+
+class SupernodesResponse(BaseModel):
+    target: str
+    target_value: float = Field(description="the target in the real model")
+    signal: str = Field(description="the signal whose groups are proposed")
+    signals: list[SignalScore]
+    groups: list[Supernode]
+    candidates: int
+    method: str
+    seconds: float
+
+
+class CheckedFeature(BaseModel):
+    source: SourceRef
+    influence: float
+    edge: float = Field(
+        description="its direct edge into the target in the graph (frozen attention, other features fixed)"
+    )
+    effect: float = Field(description="the real model's target with it taken out, minus as it is")
+
+
+class TrustResponse(BaseModel):
+    target: str
+    kl: float = Field(
+        description="KL(real || replacement) of the next-token distributions, nats; the replacement: "
+        "every MLP replaced by its transcoder, no error nodes, attention computed as usual"
+    )
+    top1_real: str
+    top1_replaced: str
+    target_real: float
+    target_replaced: float = Field(description="the target in the replacement without error nodes")
+    error_share: float = Field(description="the error nodes' share of all influence on the target in the graph")
+    token_share: float
+    checked: list[CheckedFeature] = Field(
+        description="the graph's most influential features, each taken out of the real model"
+    )
+    rank_correlation: float = Field(description="Spearman's, between the checked features' edges and real effects")
+    sign_agreement: float = Field(description="the share of checked features whose real effect has their edge's sign")
+    method: str
+    seconds: float

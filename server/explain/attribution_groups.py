@@ -1,0 +1,218 @@
+"""Supernodes found automatically, and one trust panel per graph (issue #64), as the API shows them:
+POST /api/v1/attribution/supernodes and POST /api/v1/attribution/trust take the graph's own request, build
+the same graph, and check it on the real model (model/supernodes.py does the arithmetic)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from gptscope.model import attribution as at
+from gptscope.model import corpus as corpus_mod
+from gptscope.model import supernodes as sn
+
+from .. import memory
+from ..digits import FINE, SECONDS, VALUE
+from ..schemas.attribution import (
+    AttributionRequest,
+    CheckedFeature,
+    SignalScore,
+    Supernode,
+    SupernodeMember,
+    SupernodesRequest,
+    SupernodesResponse,
+    TrustResponse,
+)
+from ..service import ModelService
+from . import attribution as explain_attribution
+from .attribution_heads import Names
+from .common import token_text
+
+WINDOWS, WINDOW_TOKENS = 16, 64  # held-out text the coactivation signal reads
+SUPERNODES = (
+    "The graph's most influential features are linked where a signal's similarity reaches its threshold, and "
+    "each connected set is a group; every group is checked on the real model, its members taken out one at a "
+    "time and all at once. A signal's score is the share of the candidates' effect (|change in the target|) "
+    "that lies in groups whose members agree in sign with their group's; auto proposes the best signal's groups."
+)
+TRUST = (
+    "Fidelity: the model with every MLP replaced by its transcoder and no error nodes, against the real model, "
+    "on the prompt's next token. Checked features: each of the graph's most influential features taken out of "
+    "the real model (its transcoder output at its position zeroed), against its direct edge into the target."
+)
+
+
+@dataclass
+class Built:
+    tr: at.Trace
+    target: at.Target
+    graph: at.Graph
+    pruned: at.Pruned
+    words: str
+    names: Names
+
+
+def _build(service: ModelService, req: AttributionRequest) -> tuple[explain_attribution.Plan, Built]:
+    """The graph of POST /attribution for the same request (its checks, its memory held while it is built)."""
+    p = explain_attribution.plan(service, req)
+    codes = p.loaded.codes
+    with memory.hold(p.need):
+        with service.run() as m:
+            tr = at.trace(m, codes, p.ids)
+        token = int(tr.logits.argmax()) if req.token is None else req.token
+        target = at.Target(None, len(p.ids) - 1, up=token, down=req.wrong)
+        with torch.inference_mode():
+            graph = at.build(service.model, codes, tr, target, req.max_rows)
+        pruned = at.prune(graph, tr, req.node_threshold, req.edge_threshold, req.max_edges)
+    words = f"logit({token_text(service, token)!r})"
+    if req.wrong is not None:
+        words += f" - logit({token_text(service, req.wrong)!r})"
+    return p, Built(tr, target, graph, pruned, words, Names(service, p.loaded, tr))
+
+
+def _top_features(b: Built, n: int) -> torch.Tensor:
+    kept = b.pruned.features
+    order = torch.argsort(-b.pruned.influence[kept], stable=True)
+    return kept[order[:n]]
+
+
+def _windows(service: ModelService) -> torch.Tensor | None:
+    """The first held-out windows of the served model's own built-in corpus, if it has one."""
+    name = (service.meta.corpus or {}).get("name")
+    if name not in corpus_mod.BUILTIN:
+        return None
+    text = corpus_mod.load(name).split()[1]
+    ids = service.encoding.encode_ordinary(text[: WINDOWS * WINDOW_TOKENS * 8])
+    if len(ids) < WINDOWS * WINDOW_TOKENS:
+        return None
+    return torch.tensor(ids[: WINDOWS * WINDOW_TOKENS]).view(WINDOWS, WINDOW_TOKENS)
+
+
+def _name(labels: list[str]) -> str:
+    """The first top token most members' labels share ("L0 #638 ' Caesar' · ..." -> ' Caesar')."""
+    firsts = [m.group(1) for lab in labels if (m := re.search(r"('(?:[^'\\]|\\.)*'|\"[^\"]*\")", lab))]
+    return Counter(firsts).most_common(1)[0][0] if firsts else "features"
+
+
+def supernodes(service: ModelService, req: SupernodesRequest) -> SupernodesResponse:
+    t0 = time.perf_counter()
+    p, b = _build(service, req)
+    feats = _top_features(b, req.candidates)
+    T = len(b.tr.ids)
+    thresholds = {
+        "decoder": req.decoder_threshold,
+        "coactivation": req.coactivation_threshold,
+        "targets": req.targets_threshold,
+    }
+    wanted = sn.SIGNALS if req.signal == "auto" else (req.signal,)
+    windows = _windows(service) if "coactivation" in wanted else None
+    sims: dict[str, torch.Tensor] = {}
+    scores: list[SignalScore] = []
+    for signal in wanted:
+        if signal == "decoder":
+            sims[signal] = sn.decoder_similarity(b.tr, feats)
+        elif signal == "targets":
+            sims[signal] = sn.target_similarity(b.graph.matrix(b.tr)[:, T + feats].T)
+        elif windows is not None:
+            with service.run() as m:
+                sims[signal] = sn.coactivation_similarity(m, p.loaded.codes, b.tr, feats, windows)
+        else:
+            scores.append(
+                SignalScore(
+                    signal=signal,
+                    available=False,
+                    reason="the served model has no built-in corpus to read held-out text from",
+                    threshold=thresholds[signal],
+                    groups=0,
+                    score=0.0,
+                    agreement=0.0,
+                    coverage=0.0,
+                )
+            )
+    with service.run() as m:
+        single = torch.tensor(sn.ablation_effects(m, p.loaded.codes, b.tr, b.target, [[int(f)] for f in feats]))
+        proposals = sn.propose(m, p.loaded.codes, b.tr, b.target, feats, sims, thresholds, single)
+    for pr in proposals:
+        scores.append(
+            SignalScore(
+                signal=pr.signal,
+                available=True,
+                threshold=thresholds[pr.signal],
+                groups=len(pr.groups),
+                score=round(pr.score, FINE),
+                agreement=round(pr.agreement, FINE),
+                coverage=round(pr.coverage, FINE),
+            )
+        )
+    best = max(proposals, key=lambda pr: pr.score) if proposals else None
+    groups = [] if best is None else [_supernode(b, feats, g, e, single) for g, e in zip(best.groups, best.effects)]
+    return SupernodesResponse(
+        target=b.words,
+        target_value=round(
+            float(b.tr.logits[b.target.up] - (b.tr.logits[b.target.down] if b.target.down is not None else 0.0)), VALUE
+        ),
+        signal=best.signal if best else req.signal,
+        signals=scores,
+        groups=groups,
+        candidates=len(feats),
+        method=SUPERNODES,
+        seconds=round(time.perf_counter() - t0, SECONDS),
+    )
+
+
+def _supernode(b: Built, feats: torch.Tensor, group: list[int], effect: float, single: torch.Tensor) -> Supernode:
+    members = [
+        SupernodeMember(
+            source=b.names.feature(int(feats[i])),
+            influence=round(float(b.pruned.influence[int(feats[i])]), FINE),
+            effect=round(float(single[i]), VALUE),
+        )
+        for i in group
+    ]
+    return Supernode(
+        name=_name([m.source.label for m in members]),
+        members=members,
+        effect=round(effect, VALUE),
+        members_effect=round(float(single[group].sum()), VALUE),
+    )
+
+
+def trust(service: ModelService, req: AttributionRequest, checked: int = 20) -> TrustResponse:
+    t0 = time.perf_counter()
+    p, b = _build(service, req)
+    feats = _top_features(b, checked)
+    T = len(b.tr.ids)
+    with service.run() as m:
+        fid = sn.fidelity(m, p.loaded.codes, b.tr, b.target)
+        effects = torch.tensor(sn.ablation_effects(m, p.loaded.codes, b.tr, b.target, [[int(f)] for f in feats]))
+    edges = b.graph.edges.features[0, feats]  # row 0: the target's incoming edges
+    rows = [
+        CheckedFeature(
+            source=b.names.feature(int(f)),
+            influence=round(float(b.pruned.influence[int(f)]), FINE),
+            edge=round(float(edges[j]), VALUE),
+            effect=round(float(effects[j]), VALUE),
+        )
+        for j, f in enumerate(feats.tolist())
+    ]
+    # taking a feature out removes its edge: a positive edge predicts a negative effect
+    agree = float(((-edges * effects) > 0).double().mean()) if len(feats) else 0.0
+    return TrustResponse(
+        target=b.words,
+        kl=round(float(fid["kl"]), FINE),
+        top1_real=token_text(service, int(fid["top1_real"])),
+        top1_replaced=token_text(service, int(fid["top1_replaced"])),
+        target_real=round(float(fid["target_real"]), VALUE),
+        target_replaced=round(float(fid["target_replaced"]), VALUE),
+        error_share=round(float(b.pruned.error_influence.sum()), FINE),
+        token_share=round(float(b.pruned.token_influence[:T].sum()), FINE),
+        checked=rows,
+        rank_correlation=round(sn.rank_correlation(-edges, effects), FINE),
+        sign_agreement=round(agree, FINE),
+        method=TRUST,
+        seconds=round(time.perf_counter() - t0, SECONDS),
+    )
