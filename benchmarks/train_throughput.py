@@ -20,7 +20,8 @@ Two parts, all in this one process on this machine:
 
     python benchmarks/train_throughput.py [--steps 20] [--warmup 5] [--skip-bf16]
 
-Prints one JSON object; `native` says which path this machine's probe picks and why.
+Prints one JSON object; `native` says which path this machine's probe picks and why: its bf16/fp32
+matmul time and, where bf16 is native, its bf16/fp32 training-update time (the probe's; model/precision.py).
 """
 
 from __future__ import annotations
@@ -135,7 +136,12 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "native": {"precision": native.precision, "why": native.why},
+                "native": {
+                    "precision": native.precision,
+                    "why": native.why,
+                    "matmul_bf16_vs_fp32": native.slowdown,
+                    "update_bf16_vs_fp32": native.update_ratio,  # the probe's own updates (issue #67)
+                },
                 "recipe": {path: trainer.RECIPES[f"cpu-{path}"] for path in paths},
                 "threads": torch.get_num_threads(),
                 "updates": rows,

@@ -11,6 +11,12 @@ things in training depend on the answer, and both read it from `native_precision
 On a CPU the answer is measured, not read from /proc/cpuinfo: a few small matmuls in each dtype,
 once per process (about 20 ms on an emulating CPU, less on a native one). Flags can be present
 while the library in use lacks the kernels, and a probe also works where cpuinfo does not exist.
+Where the matmuls say bf16 is native, a second probe decides (issue #67): whole training updates of
+the cpu recipe's shape (its batch, forward and backward under autocast, Newton-Schulz on every
+matrix as Muon does, the optimizer step) in each precision, interleaved, the fastest of each. A
+native bf16 matmul does not make a faster update: autocast casts the weights every step, and the
+small matrices of a CPU-sized model gain little. bf16 is chosen only when its update is at least
+UPDATE_MARGIN faster (about a second, once per process that trains).
 
 GPTSCOPE_PRECISION=bf16 or =fp32 forces the answer (to test or benchmark either path on any
 machine); unset or `auto` measures.
@@ -29,6 +35,9 @@ ENV = "GPTSCOPE_PRECISION"
 PROBE_N = 128  # the probe's square matmul (a block of the cpu preset is 128 wide)
 PROBE_REPS = 7
 NATIVE_IF_WITHIN = 2.0  # bf16 counts as native when its matmul is at most this many times slower than fp32
+UPDATE_MARGIN = 0.05  # ... and is chosen when a training update in bf16 takes at most 95% of an fp32 one
+UPDATE_REPS = 3
+UPDATE_BATCH = 4  # sequences of the cpu preset's 128 tokens per probe update
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ class Choice:
     precision: str  # "bf16" or "fp32"
     why: str  # e.g. "no native bf16: bf16 matmul 52x slower than fp32"
     slowdown: float | None = None  # measured bf16 matmul time / fp32 matmul time (None: not measured)
+    update_ratio: float | None = None  # measured bf16 training update time / fp32 one (None: not measured)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -68,6 +78,41 @@ def measure_cpu(n: int = PROBE_N, reps: int = PROBE_REPS) -> float:
     return best[torch.bfloat16] / max(best[torch.float32], 1e-9)
 
 
+def measure_update(reps: int = UPDATE_REPS) -> float:
+    """How long a training update takes in bf16 (autocast, Newton-Schulz in bf16) against fp32 on this CPU
+    (below 1: faster), for the cpu recipe's model (half its batch): the fastest of `reps` interleaved updates
+    of each, on the threads training will use."""
+    from .gpt import GPT, preset_config  # (the model imports this module)
+    from .muon import orthogonalise_all
+
+    state = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    model = GPT(preset_config("cpu", vocab_size=2048))
+    x = torch.randint(0, 2048, (UPDATE_BATCH, model.cfg.n_ctx))
+    torch.random.set_rng_state(state)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    matrices = [p for p in model.parameters() if p.dim() == 2]
+
+    def update(dtype: torch.dtype) -> float:
+        t = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            _, loss = model(x, x)
+        assert loss is not None
+        loss.backward()
+        orthogonalise_all([p.grad for p in matrices if p.grad is not None], dtype)
+        opt.step()
+        return time.perf_counter() - t
+
+    best = {torch.float32: float("inf"), torch.bfloat16: float("inf")}
+    for dt in best:
+        update(dt)  # the first of each builds its kernels
+    for _ in range(reps):
+        for dt in best:
+            best[dt] = min(best[dt], update(dt))
+    return best[torch.bfloat16] / max(best[torch.float32], 1e-9)
+
+
 @functools.cache
 def native_precision(device_type: str) -> Choice:
     """bf16 where the device multiplies it natively, fp32 elsewhere; GPTSCOPE_PRECISION forces it."""
@@ -83,6 +128,10 @@ def native_precision(device_type: str) -> Choice:
     if device_type != "cpu":
         return Choice("fp32", f"{device_type}: bf16 not measured there")
     slowdown = measure_cpu()
-    if slowdown <= NATIVE_IF_WITHIN:
-        return Choice("bf16", f"native bf16: bf16 matmul {1 / slowdown:.1f}x the speed of fp32", slowdown)
-    return Choice("fp32", f"no native bf16: bf16 matmul {slowdown:.0f}x slower than fp32", slowdown)
+    if slowdown > NATIVE_IF_WITHIN:
+        return Choice("fp32", f"no native bf16: bf16 matmul {slowdown:.0f}x slower than fp32", slowdown)
+    ratio = measure_update()
+    matmul = f"native bf16 (matmul {1 / slowdown:.1f}x the speed of fp32)"
+    if ratio <= 1 - UPDATE_MARGIN:
+        return Choice("bf16", f"{matmul}, and a training update {1 / ratio:.2f}x the speed of fp32", slowdown, ratio)
+    return Choice("fp32", f"{matmul}, but a training update in bf16 takes {ratio:.2f}x fp32's", slowdown, ratio)

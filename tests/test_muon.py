@@ -121,14 +121,33 @@ def test_the_cpu_probe_measures_and_decides_by_its_measurement(monkeypatch, choi
     c = precision.native_precision("cpu")
     assert torch.get_num_threads() == threads  # the probe times one thread, then gives the count back
     assert c.slowdown is not None and c.slowdown > 0
-    assert c.precision == ("bf16" if c.slowdown <= precision.NATIVE_IF_WITHIN else "fp32")
+    native = c.slowdown <= precision.NATIVE_IF_WITHIN
+    assert (c.update_ratio is not None) == native  # a training update is timed only where bf16 is native
+    faster = native and c.update_ratio is not None and c.update_ratio <= 1 - precision.UPDATE_MARGIN
+    assert c.precision == ("bf16" if faster else "fp32")
     assert f"{c.slowdown:.0f}x slower" in c.why or f"{1 / c.slowdown:.1f}x the speed" in c.why
-    # either verdict, with a made-up measurement
-    for slowdown, verdict in ((0.6, "bf16"), (52.0, "fp32")):
+    # every verdict, with made-up measurements: the matmul's, then the update's (issue #67)
+    cases = [
+        (
+            0.6,
+            0.8,
+            "bf16",
+            "native bf16 (matmul 1.7x the speed of fp32), and a training update 1.25x the speed of fp32",
+        ),
+        (
+            0.6,
+            0.97,
+            "fp32",
+            "native bf16 (matmul 1.7x the speed of fp32), but a training update in bf16 takes 0.97x fp32's",
+        ),
+        (52.0, None, "fp32", "no native bf16: bf16 matmul 52x slower than fp32"),
+    ]
+    for slowdown, ratio, verdict, why in cases:
         monkeypatch.setattr(precision, "measure_cpu", lambda s=slowdown: s)
+        monkeypatch.setattr(precision, "measure_update", lambda r=ratio: r)
         precision.native_precision.cache_clear()
-        assert precision.native_precision("cpu").precision == verdict
-    assert precision.native_precision("cpu").why == "no native bf16: bf16 matmul 52x slower than fp32"
+        c = precision.native_precision("cpu")
+        assert (c.precision, c.why, c.update_ratio) == (verdict, why, ratio)
 
 
 @pytest.mark.parametrize("prec, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
