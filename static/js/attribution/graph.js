@@ -62,13 +62,13 @@ function edgeTraces(view) {
 }
 
 // An invisible marker at each drawn edge's middle: its hover names the edge's two ends and its weight
-// (a sum where a supernode merged several of the answer's edges). Its customdata is no node id, so a
-// click or hover on it leaves the page's node handlers alone.
+// (a sum where a supernode merged several of the answer's edges). Its customdata is the pair of ends'
+// ids, no node id: a hover on it goes to the page's edge handler, not its node handlers.
 function edgeMiddles(view) {
   const name = (n) => htmlText(n.kind === "supernode" ? `${n.name} (supernode)` : n.node.label);
   const ends = view.edges.map((e) => [view.byId.get(e.source), view.byId.get(e.target)]);
   return { type: "scatter", mode: "markers", name: "edges (their middles)", showlegend: false,
-    x: ends.map(([a, b]) => (a.x + b.x) / 2), y: ends.map(([a, b]) => (a.y + b.y) / 2), customdata: view.edges.map(() => null),
+    x: ends.map(([a, b]) => (a.x + b.x) / 2), y: ends.map(([a, b]) => (a.y + b.y) / 2), customdata: view.edges.map((e) => [e.source, e.target]),
     text: view.edges.map((e, i) => `${name(ends[i][0])} → ${name(ends[i][1])}<br>weight ${decimal(e.weight, 4)}: ` +
       `${e.weight >= 0 ? "raises" : "lowers"} its target${e.count > 1 ? `<br>the sum of ${e.count} edges of the answer` : ""}`),
     hovertemplate: "%{text}<extra></extra>", marker: { size: 9, opacity: 0 } };
@@ -100,8 +100,9 @@ function axes(res, blocks, height) {
   };
 }
 
-// Draw `res` with its supernodes (`groups`) and its pinned node ids; resolves once drawn.
-export function drawAttributionGraph(res, blocks, groups, pinned, { onClick, onHover }) {
+// Draw `res` with its supernodes (`groups`) and its pinned node ids; resolves once drawn. onClick and
+// onHover get a node's id, onEdge a hovered edge's two ends' ids.
+export function drawAttributionGraph(res, blocks, groups, pinned, { onClick, onHover, onEdge }) {
   const view = graphView(res, blocks, groups, MAX_EDGES_DRAWN);
   const gd = $("graph-plot");
   const height = Math.max(440, Math.min(1400, 140 + 28 * res.tokens.length));
@@ -116,9 +117,25 @@ export function drawAttributionGraph(res, blocks, groups, pinned, { onClick, onH
     gd.dataset.wired = "1";
     const id = (ev) => ev.points.map((p) => p.customdata).find((c) => typeof c === "string");
     gd.on("plotly_click", (ev) => { const n = id(ev); if (n) onClick(n); });
-    gd.on("plotly_hover", (ev) => { const n = id(ev); if (n) onHover(n); });
+    const ends = (ev) => ev.points.map((p) => p.customdata).find(Array.isArray);
+    gd.on("plotly_hover", (ev) => {
+      const n = id(ev);
+      const e = n ? null : ends(ev);
+      if (n) onHover(n); else if (e) onEdge(e[0], e[1]);
+    });
     return view;
   });
+}
+
+// Hover the drawn edge source → target (its middle's label shows), as the mouse would, but without
+// the hover event; false where it is not drawn (among the weaker ones left out, or in a supernode's).
+export function pointAtEdge(source, target) {
+  const gd = $("graph-plot");
+  const c = (gd.data || []).findIndex((t) => t.name === "edges (their middles)");
+  const i = c < 0 ? -1 : gd.data[c].customdata.findIndex((d) => d[0] === source && d[1] === target);
+  if (i < 0) return false;
+  Plotly.Fx.hover(gd, [{ curveNumber: c, pointNumber: i }]);
+  return true;
 }
 
 // The graph in words, over the plot (`groups`: how many supernodes it draws).

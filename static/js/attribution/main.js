@@ -4,23 +4,27 @@
 // with the hovered and pinned nodes and the supernodes beside it (side.js), the intervention panel
 // (intervene.js) and the set's and the graph's figures (trust.js). The URL carries the request
 // (text, transcoders, token, wrong, node_threshold), the pinned nodes (pin=ID,ID), the supernodes
-// (group=NAME|ID,ID, one each) and the intervention run (scale=ID:S,ID:S, run again on load).
+// (group=NAME|ID,ID, one each), the intervention run (scale=ID:S,ID:S, run again on load), the node
+// whose inputs are split by head (heads=ID: heads.js) and the head asked why it attended (head=L.H,
+// query=P, key=P: qk.js).
 import { isAbort, latest, showError } from "../lib/api.js";
 import { addDownloads } from "../lib/downloads.js";
 import { $ } from "../lib/dom.js";
 import { int, pct } from "../lib/format.js";
 import { runJob, showProgress } from "../lib/jobs.js";
-import { pageQuery, setPageQuery } from "../lib/query.js";
+import { pageQuery, setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
 import { graphBody, initForm, loadChoices, loadSets } from "./form.js";
 import { drawAttributionGraph, graphStats } from "./graph.js";
+import { initHeadParts, loadHeadParts, selectNode, showEdgeHeads } from "./heads.js";
 import { initIvPanel, ivBody, pinnedFeatures, renderIvTable, runIntervention } from "./intervene.js";
 import { nodeKey } from "./nodes.js";
+import { initQk } from "./qk.js";
 import { initSide, renderSide, showHovered, togglePin } from "./side.js";
 import { initTrust, renderHonesty, renderSet } from "./trust.js";
 
 const given = $("attribution-form-panel").dataset;
-const state = { pins: [], groups: [], ticked: new Set(), scales: {}, applied: null };
+const state = { pins: [], groups: [], ticked: new Set(), scales: {}, applied: null, sel: null, head: null, query: null, key: null };
 let res = null;        // the answer drawn
 let traced = null;     // the request it answers
 let view = null;       // what graph.js drew of it
@@ -38,6 +42,10 @@ function readUrl() {
     .map(([name, ids]) => ({ name, members: ids.split(",").filter(Boolean) }));
   state.scales = Object.fromEntries((q.get("scale") || "").split(",").map((s) => split(s, ":")).filter(Boolean));
   ivOnLoad = Object.keys(state.scales).length > 0;
+  state.sel = q.get("heads") || null;
+  state.head = state.sel && /^\d+\.\d+$/.test(q.get("head") || "") ? q.get("head") : null;
+  state.query = whole(q.get("query"));
+  state.key = whole(q.get("key"));
 }
 
 function writeUrl() {
@@ -48,6 +56,11 @@ function writeUrl() {
   if (state.pins.length) q.set("pin", state.pins.join(","));
   for (const g of state.groups) q.append("group", `${g.name}|${g.members.join(",")}`);
   if (state.applied) q.set("scale", Object.entries(state.applied).map(([id, s]) => `${id}:${s}`).join(","));
+  if (state.sel) q.set("heads", state.sel);
+  if (state.sel && state.head) {
+    q.set("head", state.head);
+    for (const k of ["query", "key"]) if (state[k] !== null) q.set(k, state[k]);
+  }
   setPageQuery(q);
 }
 
@@ -57,11 +70,17 @@ async function redraw() {
   renderSide(res);
   renderIvTable(res, state);
   view = await drawAttributionGraph(res, blocks(), state.groups, new Set(state.pins),
-    { onClick: togglePin, onHover: (id) => showHovered(id, res, view) });
+    { onClick, onHover: (id) => showHovered(id, res, view), onEdge: (s, t) => showEdgeHeads(s, t, res) });
   graphStats(res, view, state.groups.length);
   $("graph-plot").dataset.pins = state.pins.join();   // drawn with these pinned (for whoever waits on it)
   $("bar-stats").textContent = `graph: ${int(res.nodes.length)} nodes · ${int(view.edges.length)} edges drawn · ` +
     `errors' influence ${pct(res.error_influence)} · ${int(state.pins.length)} pinned · ${int(state.groups.length)} supernodes`;
+}
+
+// A click on a node: it is pinned (or unpinned), and one with inputs has them split by head.
+function onClick(id) {
+  selectNode(id, res, traced.text);
+  togglePin(id);
 }
 
 // A change beside the graph: pins (the intervention shown no longer matches them) or supernodes.
@@ -98,8 +117,10 @@ async function apply(answer, body) {
   state.applied = null;
   $("iv-result").hidden = true;
   renderHonesty(res);
+  const heads = loadHeadParts(res, body.text);
   await redraw();
   if (ivOnLoad) { ivOnLoad = false; await intervene(); }
+  await heads;
   writeUrl();
   document.body.dataset.ready = "1";
 }
@@ -129,6 +150,8 @@ export function init() {
   readUrl();
   initForm();
   initSide(state, onSideChange);
+  initHeadParts(state, writeUrl);
+  initQk(state, writeUrl);
   initIvPanel();
   initTrust();
   addDownloads($("graph-plot"), "attribution-graph", () => res);
