@@ -17,9 +17,11 @@ groups whose members agree in sign with their group's effect (its `score`: that 
 candidates' |effect|); the best-scoring signal's groups are proposed.
 
 Trust: the replacement model's fidelity on the prompt (every MLP replaced by its transcoder, attention
-computed as usual: its next-token distribution against the real one), and for the graph's most
-influential features the real model's change in the target when each is taken out, beside the graph's
-direct edge into the target.
+computed as usual: its next-token distribution against the real one); for the graph's most influential
+features the real model's change in the target when each is taken out, beside the graph's direct edge
+into the target; and the graph's top paths (feature -> feature -> target), each edge checked by taking its
+source out of the real model and measuring its target node (a feature's pre-activation, or the target),
+which the frozen model says moves by minus the edge's weight.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
-from .attribution import Target, Trace, steered_logits
+from .attribution import Graph, Target, Trace, steered_logits
 from .gpt import GPT, Block, hook_name
 from .transcoders import Transcoder
 
@@ -192,3 +194,50 @@ def rank_correlation(a: torch.Tensor, b: torch.Tensor) -> float:
     ra, rb = ra - ra.mean(), rb - rb.mean()
     den = float(ra.norm() * rb.norm())
     return float(ra @ rb) / den if den else 0.0
+
+
+# ---- the graph's top paths, checked on the real model ---------------------------------------------------
+
+
+def top_paths(graph: Graph, tr: Trace, k: int) -> list[tuple[int, int, float]]:
+    """The k two-edge paths feature f -> feature g -> target of largest influence, as (f, g, influence): the
+    product of each edge's share of its target's inputs (|weight| over the target's |inputs| added up)."""
+    m = graph.matrix(tr).abs()
+    shares = m / m.sum(1, keepdim=True).clamp_min(1e-30)  # (R, T + N + L T)
+    T, out = len(tr.ids), []
+    for r, g in enumerate(graph.rows.tolist(), start=1):  # g's inputs were computed: row r
+        into_target = float(shares[0, T + g])
+        if into_target == 0.0:
+            continue
+        feats = shares[r, T : T + len(tr.act)]
+        best = torch.argsort(-feats, stable=True)[:k]
+        out += [(int(f), g, into_target * float(feats[f])) for f in best if float(feats[f]) > 0]
+    return sorted(out, key=lambda p: -p[2])[:k]
+
+
+@torch.no_grad()
+def feature_value(
+    model: GPT, codes: Sequence[Transcoder], tr: Trace, changes: Sequence[tuple[int, int, int, float]], i: int
+) -> float:
+    """The trace's active feature i's pre-activation (what a graph's row explains: its MLP input read by its
+    encoder) in the real model with `changes` steered (model/attribution.py's steered_logits)."""
+    layer, pos, feat = int(tr.layer[i]), int(tr.position[i]), int(tr.feature[i])
+    name = hook_name("ln2.hook_normalized", layer)
+    with model.capture([name]) as cache:
+        steered_logits(model, codes, tr.ids, changes)
+    c = codes[layer]
+    return float(cache[name][0, pos] @ c.W_enc[:, feat] + c.b_enc[feat])
+
+
+def check_path(
+    model: GPT, codes: Sequence[Transcoder], tr: Trace, graph: Graph, target: Target, f: int, g: int
+) -> list[tuple[float, float]]:
+    """Each edge of the path f -> g -> target as (its weight, the real model's change in its target node when
+    its source is taken out): taken out of the frozen model, the source would change it by -weight."""
+    row = 1 + graph.rows.tolist().index(g)
+    w_fg, w_gt = float(graph.edges.features[row, f]), float(graph.edges.features[0, g])
+    take = [(int(tr.layer[f]), int(tr.position[f]), int(tr.feature[f]), 0.0)]
+    base_g = feature_value(model, codes, tr, [], g)
+    real_fg = feature_value(model, codes, tr, take, g) - base_g
+    (real_gt,) = ablation_effects(model, codes, tr, target, [[g]])
+    return [(w_fg, real_fg), (w_gt, real_gt)]

@@ -109,6 +109,14 @@ def test_the_trust_panel_agrees_with_the_graph(client):
     first = t["checked"][0]
     assert (first["source"]["layer"], first["source"]["feature"], first["source"]["position"]) == (0, 638, 18)
     assert first["edge"] > 0 > first["effect"]
+    # the top paths: the Roman-name feature feeds its block-2 twin, then the answer; every edge checked
+    assert len(t["paths"]) == 5 and t["path_agreement"] >= 0.8
+    top = t["paths"][0]
+    assert (top["source"]["feature"], top["via"]["feature"], top["via"]["position"]) == (638, 531, 18)
+    (fg, gt) = top["edges"]
+    assert fg["real"] == pytest.approx(-fg["weight"], rel=0.2) and gt["real"] < 0 < gt["weight"]
+    influences = [p["influence"] for p in t["paths"]]
+    assert influences == sorted(influences, reverse=True)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,9 @@ from .. import memory
 from ..digits import FINE, SECONDS, VALUE
 from ..schemas.attribution import (
     AttributionRequest,
+    CheckedEdge,
     CheckedFeature,
+    CheckedPath,
     SignalScore,
     Supernode,
     SupernodeMember,
@@ -33,6 +35,7 @@ from .attribution_heads import Names
 from .common import token_text
 
 WINDOWS, WINDOW_TOKENS = 16, 64  # held-out text the coactivation signal reads
+PATHS = 5  # the top paths whose edges the trust figures check
 SUPERNODES = (
     "The graph's most influential features are linked where a signal's similarity reaches its threshold, and "
     "each connected set is a group; every group is checked on the real model, its members taken out one at a "
@@ -42,8 +45,15 @@ SUPERNODES = (
 TRUST = (
     "Fidelity: the model with every MLP replaced by its transcoder and no error nodes, against the real model, "
     "on the prompt's next token. Checked features: each of the graph's most influential features taken out of "
-    "the real model (its transcoder output at its position zeroed), against its direct edge into the target."
+    "the real model (its transcoder output at its position zeroed), against its direct edge into the target. "
+    "Paths: the graph's strongest feature -> feature -> target paths, each edge's source taken out of the real model "
+    "and its target node measured (the frozen model says it moves by minus the edge's weight)."
 )
+
+
+def _agreement(edges: list[tuple[float, float]]) -> float:
+    """The share of (weight, real change) pairs where the real change has the sign of -weight."""
+    return sum(1 for w, r in edges if -w * r > 0) / len(edges) if edges else 0.0
 
 
 @dataclass
@@ -189,6 +199,10 @@ def trust(service: ModelService, req: AttributionRequest, checked: int = 20) -> 
     with service.run() as m:
         fid = sn.fidelity(m, p.loaded.codes, b.tr, b.target)
         effects = torch.tensor(sn.ablation_effects(m, p.loaded.codes, b.tr, b.target, [[int(f)] for f in feats]))
+        paths = [
+            (f, g, infl, sn.check_path(m, p.loaded.codes, b.tr, b.graph, b.target, f, g))
+            for f, g, infl in sn.top_paths(b.graph, b.tr, PATHS)
+        ]
     edges = b.graph.edges.features[0, feats]  # row 0: the target's incoming edges
     rows = [
         CheckedFeature(
@@ -213,6 +227,16 @@ def trust(service: ModelService, req: AttributionRequest, checked: int = 20) -> 
         checked=rows,
         rank_correlation=round(sn.rank_correlation(-edges, effects), FINE),
         sign_agreement=round(agree, FINE),
+        paths=[
+            CheckedPath(
+                source=b.names.feature(f),
+                via=b.names.feature(g),
+                influence=round(infl, FINE),
+                edges=[CheckedEdge(weight=round(w, VALUE), real=round(r, VALUE)) for w, r in checks],
+            )
+            for f, g, infl, checks in paths
+        ],
+        path_agreement=round(_agreement([e for *_, checks in paths for e in checks]), FINE),
         method=TRUST,
         seconds=round(time.perf_counter() - t0, SECONDS),
     )

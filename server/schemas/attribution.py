@@ -43,6 +43,11 @@ class TranscoderQuality(BaseModel):
 
 class TranscoderSet(BaseModel):
     name: str
+    kind: Literal["per_layer", "clt"] = Field(
+        "per_layer",
+        description="per_layer: one transcoder per MLP; clt: a cross-layer transcoder, each block's features "
+        "writing to its own MLP's output and every later one's",
+    )
     d_model: int
     d_transcoder: int = Field(description="features per transcoder")
     activation: Literal["topk", "relu"]
@@ -205,7 +210,9 @@ TranscoderTrainRequest = request_from(
     {
         "name": (
             str | None,
-            Field(None, pattern=SAE_NAME, description="default x<expansion>-<activation><k>-s<seed>"),
+            Field(
+                None, pattern=SAE_NAME, description="default x<expansion>-<activation><k>-s<seed> (clt-x... for a CLT)"
+            ),
         ),
         "corpus": (
             str | None,
@@ -401,6 +408,20 @@ class CheckedFeature(BaseModel):
     effect: float = Field(description="the real model's target with it taken out, minus as it is")
 
 
+class CheckedEdge(BaseModel):
+    weight: float = Field(
+        description="the edge's weight in the graph: taking its source out of the frozen model moves its target by -weight"
+    )
+    real: float = Field(description="the real model's change in the edge's target node when its source is taken out")
+
+
+class CheckedPath(BaseModel):
+    source: SourceRef
+    via: SourceRef = Field(description="the feature between the source and the target")
+    influence: float = Field(description="the product of each edge's share of its target's inputs")
+    edges: list[CheckedEdge] = Field(description="source -> via (via's pre-activation), then via -> the target")
+
+
 class TrustResponse(BaseModel):
     target: str
     kl: float = Field(
@@ -418,5 +439,9 @@ class TrustResponse(BaseModel):
     )
     rank_correlation: float = Field(description="Spearman's, between the checked features' edges and real effects")
     sign_agreement: float = Field(description="the share of checked features whose real effect has their edge's sign")
+    paths: list[CheckedPath] = Field(
+        description="the graph's top paths feature -> feature -> target, every edge checked"
+    )
+    path_agreement: float = Field(description="the share of the paths' edges whose real change has the sign of -weight")
     method: str
     seconds: float
