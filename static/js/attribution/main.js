@@ -5,8 +5,10 @@
 // (intervene.js) and the set's and the graph's figures (trust.js). The URL carries the request
 // (text, transcoders, token, wrong, node_threshold), the pinned nodes (pin=ID,ID), the supernodes
 // (group=NAME|ID,ID, one each), the intervention run (scale=ID:S,ID:S, run again on load), the node
-// whose inputs are split by head (heads=ID: heads.js) and the head asked why it attended (head=L.H,
-// query=P, key=P: qk.js).
+// whose inputs are split by head (heads=ID: heads.js), the head asked why it attended (head=L.H,
+// query=P, key=P: qk.js), the supernodes proposed (propose=SIGNAL: supernodes.js; an accepted one is
+// a group= like any other) and the graph checked on the real model (trust=1: trust.js), both asked
+// again on load.
 import { isAbort, latest, showError } from "../lib/api.js";
 import { addDownloads } from "../lib/downloads.js";
 import { $ } from "../lib/dom.js";
@@ -21,15 +23,19 @@ import { initIvPanel, ivBody, pinnedFeatures, renderIvTable, runIntervention } f
 import { nodeKey } from "./nodes.js";
 import { initQk } from "./qk.js";
 import { initSide, renderSide, showHovered, togglePin } from "./side.js";
-import { initTrust, renderHonesty, renderSet } from "./trust.js";
+import { clearProposals, initProposals, propose } from "./supernodes.js";
+import { checkTrust, clearTrust, initTrust, renderHonesty, renderSet } from "./trust.js";
 
 const given = $("attribution-form-panel").dataset;
-const state = { pins: [], groups: [], ticked: new Set(), scales: {}, applied: null, sel: null, head: null, query: null, key: null };
+const state = { pins: [], groups: [], ticked: new Set(), scales: {}, applied: null, sel: null, head: null, query: null, key: null,
+  propose: null, trust: false };
 let res = null;        // the answer drawn
 let traced = null;     // the request it answers
 let view = null;       // what graph.js drew of it
 let sets = [];
 let ivOnLoad = false;  // the URL's intervention, run once the first graph is drawn
+let askOnLoad = {};    // the URL's proposals and check, asked for once the first graph is drawn
+const SIGNALS = ["auto", "decoder", "coactivation", "targets"];
 const slot = latest();
 const choiceSlot = latest();
 
@@ -46,6 +52,8 @@ function readUrl() {
   state.head = state.sel && /^\d+\.\d+$/.test(q.get("head") || "") ? q.get("head") : null;
   state.query = whole(q.get("query"));
   state.key = whole(q.get("key"));
+  askOnLoad = { propose: SIGNALS.includes(q.get("propose")) ? q.get("propose") : null, trust: q.get("trust") === "1" };
+  if (askOnLoad.propose) $("propose-signal").value = askOnLoad.propose;
 }
 
 function writeUrl() {
@@ -61,6 +69,8 @@ function writeUrl() {
     q.set("head", state.head);
     for (const k of ["query", "key"]) if (state[k] !== null) q.set(k, state[k]);
   }
+  if (state.propose) q.set("propose", state.propose);
+  if (state.trust) q.set("trust", "1");
   setPageQuery(q);
 }
 
@@ -94,6 +104,39 @@ function onSideChange() {
   redraw().catch(showError);
 }
 
+// Propose supernodes for the graph drawn, with the signal chosen.
+async function proposeNow() {
+  const signal = $("propose-signal").value;
+  try {
+    await propose(res, traced, signal);
+    state.propose = signal;
+    writeUrl();
+  } catch (err) {
+    showError(err);
+  }
+}
+
+async function checkNow() {
+  try {
+    await checkTrust(traced);
+    state.trust = true;
+    writeUrl();
+  } catch (err) {
+    showError(err);
+  }
+}
+
+// A proposal's ticked members checked in panel 2: pinned alone, each at scale 0, and run.
+async function takeOut(ids) {
+  if (!ids.length) return;
+  state.pins = ids;
+  state.ticked.clear();
+  for (const id of ids) state.scales[id] = 0;
+  onSideChange();
+  $("intervene-panel").scrollIntoView({ block: "start" });
+  await intervene();
+}
+
 async function intervene() {
   const body = ivBody(res, traced.text, state);
   try {
@@ -116,10 +159,20 @@ async function apply(answer, body) {
   state.ticked.clear();
   state.applied = null;
   $("iv-result").hidden = true;
+  state.propose = null;
+  state.trust = false;
+  clearProposals();
+  clearTrust();
+  $("propose").disabled = false;
+  $("trust-run").disabled = false;
   renderHonesty(res);
   const heads = loadHeadParts(res, body.text);
   await redraw();
   if (ivOnLoad) { ivOnLoad = false; await intervene(); }
+  const asked = askOnLoad;
+  askOnLoad = {};
+  if (asked.propose) { $("propose-signal").value = asked.propose; await proposeNow(); }
+  if (asked.trust) await checkNow();
   await heads;
   writeUrl();
   document.body.dataset.ready = "1";
@@ -154,6 +207,8 @@ export function init() {
   initQk(state, writeUrl);
   initIvPanel();
   initTrust();
+  initProposals(state, { accept: onSideChange, check: (ids) => takeOut(ids).catch(showError), propose: () => proposeNow() });
+  $("trust-run").addEventListener("click", () => checkNow());
   addDownloads($("graph-plot"), "attribution-graph", () => res);
   $("attribution-form").addEventListener("submit", (e) => { e.preventDefault(); slot.now(trace); });
   $("text").addEventListener("input", () => choiceSlot.soon(loadChoices, 500));

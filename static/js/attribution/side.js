@@ -1,7 +1,8 @@
 // Beside the graph: the hovered node (a feature with the tokens it fires on most and the tokens it
 // promotes, from GET /api/v1/transcoders/NAME/features/L/F), the pinned nodes (a feature with its
 // full detail: its top held-out passages shaded per token, the tokens it promotes and suppresses),
-// and the supernodes: pinned nodes ticked and grouped under a name, each with its ungroup button.
+// and the supernodes: pinned nodes ticked and grouped under a name (or proposals accepted:
+// supernodes.js), each with its ungroup button and a rename to the name typed.
 // `state.pins` (ids), `state.groups` ([{name, members}]) and `state.ticked` are the page's; a change
 // calls onChange(). Every number shown is one of the API's answers.
 import { apiGet } from "../lib/api.js";
@@ -93,10 +94,23 @@ export function renderSide(res) {
   const groupOf = new Map(st.groups.flatMap((g) => g.members.map((m) => [m, g.name])));
   $("pinned").replaceChildren(...st.pins.filter((id) => byId.has(id)).map((id) => pinItem(res, byId.get(id), groupOf.get(id))));
   $("supernodes").replaceChildren(...st.groups.map((g) => el("li", { "data-name": g.name },
-    el("button", { type: "button", class: "secondary ungroup", text: "ungroup" }), el("b", { text: g.name }),
+    el("button", { type: "button", class: "secondary ungroup", text: "ungroup" }),
+    el("button", { type: "button", class: "secondary rename", text: "rename", title: "rename it to the name typed above" }),
+    el("b", { text: g.name }),
     el("span", { class: "muted", text: ` · ${g.members.length} nodes: ${g.members.map((m) => byId.get(m)?.label ?? m).join(", ")}` }))));
   $("pin-count").textContent = st.pins.length ? `${st.pins.length} pinned · tick two or more to group them` : "click a node to pin it";
   $("group").disabled = st.ticked.size < 2;
+}
+
+// Rename the supernode `name` to the name typed in the group form (one no other supernode has);
+// false where no new name is typed.
+function rename(name) {
+  let to = $("group-name").value.trim();
+  if (!to || to === name) { $("group-name").focus(); return false; }
+  while (st.groups.some((g) => g.name === to)) to += "′";
+  st.groups = st.groups.map((g) => (g.name === name ? { ...g, name: to } : g));
+  $("group-name").value = "";
+  return true;
 }
 
 // Group the ticked nodes under the name typed (a node leaves any group it was in).
@@ -128,8 +142,9 @@ export function initSide(state, onChange) {
   });
   $("supernodes").addEventListener("click", (e) => {
     const li = e.target.closest("li[data-name]");
-    if (!li || !e.target.classList.contains("ungroup")) return;
-    st.groups = st.groups.filter((g) => g.name !== li.dataset.name);
+    if (!li) return;
+    if (e.target.classList.contains("ungroup")) st.groups = st.groups.filter((g) => g.name !== li.dataset.name);
+    else if (!e.target.classList.contains("rename") || !rename(li.dataset.name)) return;
     changed();
   });
 }

@@ -2,16 +2,21 @@
 // block the MLP output's variance explained, L0 and dead features beside the untrained set's; the
 // loss with every MLP replaced against the model and against every MLP zeroed) and the graph's own
 // figures (the kept shares, the error nodes' influence, the target in the replacement against the
-// real model's). Every number is one of those answers.
+// real model's), and on request the graph checked on the real model (POST /api/v1/attribution/trust,
+// the graph's own request: the replacement's fidelity on the prompt, and its most influential features
+// each taken out of the real model beside their direct edge into the target). Every number is one of
+// those answers.
 import { addDownloads } from "../lib/downloads.js";
+import { apiPost } from "../lib/api.js";
 import { $, el, setNote } from "../lib/dom.js";
-import { decimal, duration, grouped, int, pct } from "../lib/format.js";
+import { decimal, duration, grouped, int, pct, visible } from "../lib/format.js";
 import { OKABE } from "../lib/palette.js";
 import { chart, clearPlot } from "../lib/plot.js";
 import { snapshotSvg } from "../lib/snapshot_svg.js";
 
 let set = null;     // the set drawn: its entry of GET /api/v1/transcoders
 let graph = null;   // the answer whose figures are shown
+let checked = null; // POST /attribution/trust's answer for it
 
 const HONESTY = [
   ["the target in the frozen replacement", (r) => decimal(r.target_value, 5), "every edge into it plus its constant"],
@@ -33,6 +38,7 @@ export function initTrust() {
   addDownloads($("honesty-table"), "attribution-honesty",
     () => graph && Object.fromEntries(Object.entries(graph).filter(([k]) => !["nodes", "edges", "tokens"].includes(k))),
     { svgEl: () => snapshotSvg($("honesty-table")) });
+  addDownloads($("trust-plot"), "attribution-trust", () => checked);
 }
 
 function setTable(s) {
@@ -80,4 +86,76 @@ export function renderHonesty(res) {
   const head = el("tr", {}, ...["figure", "this graph", "what it means"].map((t) => el("th", { text: t })));
   $("honesty-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...HONESTY.map(([name, val, what]) =>
     el("tr", { title: `${name}: ${val(res)}` }, el("td", { text: name }), el("td", { class: "num", text: val(res) }), el("td", { class: "muted", text: what })))));
+}
+
+const quote = (t) => `“${visible(t)}”`;
+const FIDELITY = [
+  ["KL(real ‖ replacement) of the next token", (t) => `${decimal(t.kl, 4)} nats`, "0: the replacement predicts exactly as the model does"],
+  ["the top next token: real · replacement", (t) => `${quote(t.top1_real)} · ${quote(t.top1_replaced)}`, "the same token: it gives the model's answer"],
+  ["the target: real · replacement", (t) => `${decimal(t.target_real, 3)} · ${decimal(t.target_replaced, 3)}`, "the replacement without its error nodes"],
+  ["error nodes' share of the influence", (t) => pct(t.error_share), "what no feature explains, as in the graph"],
+  ["tokens' direct share", (t) => pct(t.token_share), "the prompt's tokens straight into the target"],
+  ["checked features whose real effect has the edge's sign", (t) => pct(t.sign_agreement), "taking out a feature with a positive edge should lower the target"],
+  ["rank correlation of the edge's prediction and the real effect", (t) => decimal(t.rank_correlation, 3), "Spearman's: 1, the graph orders the features as the model does"],
+  ["checked in", (t) => `${decimal(t.seconds, 2)} s`, ""],
+];
+
+// The checked features drawn: each one's direct edge into the target against the real model's
+// change when it is taken out, with the line where the edge alone would put it (effect = −edge).
+function trustPlot(t) {
+  const xs = t.checked.map((c) => c.edge);
+  const lim = Math.max(1e-9, ...xs.map(Math.abs), ...t.checked.map((c) => Math.abs(c.effect)));
+  const where = (c) => `${c.source.label} @${c.source.position}`;
+  return chart($("trust-plot"), [
+    { type: "scatter", mode: "lines", name: "edge alone (effect = −edge)", x: [-lim, lim], y: [lim, -lim],
+      line: { color: OKABE.grey, dash: "dot", width: 1 }, hoverinfo: "skip" },
+    { type: "scatter", mode: "markers", name: "checked features", x: xs, y: t.checked.map((c) => c.effect),
+      customdata: t.checked.map(where), marker: { color: OKABE.blue, size: 8 },
+      hovertemplate: "%{customdata}<br>edge %{x:.3f} · real effect %{y:.3f}<extra></extra>" },
+  ], { height: 340, xaxis: { title: { text: "direct edge (graph)" }, zeroline: true },
+    yaxis: { title: { text: "real effect (taken out)" }, zeroline: true } });
+}
+
+function checkedTable(t) {
+  const head = el("tr", {}, ...["feature", "position", "influence", "edge into the target", "real effect"].map((x) => el("th", { text: x })));
+  const tokens = graph?.tokens ?? [];
+  const rows = t.checked.map((c) => el("tr", { "data-id": `f${c.source.layer}.${c.source.position}.${c.source.feature}` },
+    el("td", { class: "mono", text: c.source.label }),
+    el("td", { class: "mono", text: `${c.source.position} ${tokens[c.source.position] ? quote(tokens[c.source.position].text) : ""}` }),
+    el("td", { class: "num", text: pct(c.influence, 2) }), el("td", { class: "num", text: decimal(c.edge, 3) }),
+    el("td", { class: "num", text: decimal(c.effect, 3) })));
+  $("trust-checked").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+}
+
+// The check of an older graph is dropped.
+export function clearTrust() {
+  checked = null;
+  $("trust-result").hidden = true;
+  setNote($("trust-note"), "");
+  delete $("trust-result").dataset.loaded;
+}
+
+// Check the graph made from `body` on the real model; resolves once drawn.
+export async function checkTrust(body) {
+  $("trust-run").disabled = true;
+  setNote($("trust-note"), "taking the graph's most influential features out of the real model, one at a time…");
+  try {
+    const t = await apiPost("/attribution/trust", body);
+    checked = t;
+    setNote($("trust-note"), "");
+    $("trust-stats").textContent = `${t.target}: ${int(t.checked.length)} features checked · signs agree for ` +
+      `${pct(t.sign_agreement)} · rank correlation ${decimal(t.rank_correlation, 3)}`;
+    $("trust-table").replaceChildren(el("thead", {}, el("tr", {}, ...["figure", "this graph", "what it means"].map((x) => el("th", { text: x })))),
+      el("tbody", {}, ...FIDELITY.map(([name, val, what]) =>
+        el("tr", {}, el("td", { text: name }), el("td", { class: "num", text: val(t) }), el("td", { class: "muted", text: what })))));
+    checkedTable(t);
+    $("trust-result").hidden = false;
+    await trustPlot(t);
+    $("trust-result").dataset.loaded = "1";
+  } catch (err) {
+    setNote($("trust-note"), err.message, "error");
+    throw err;
+  } finally {
+    $("trust-run").disabled = false;
+  }
 }
