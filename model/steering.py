@@ -203,6 +203,19 @@ def continuation_loss(
     return out
 
 
+def likelihood_shares(
+    model: GPT, lead: list[int], prefixes: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """The model's own judge, (N, n_labels): for each label's prefix (a few of its examples), each
+    continuation's total log-likelihood after it, as a softmax over the labels (Bayes with equal priors)."""
+    totals = []
+    for prefix in prefixes:
+        prompt = list(lead) + list(prefix)
+        losses = continuation_loss(model, [prompt] * len(continuations), continuations)
+        totals.append(torch.tensor([-loss * len(c) for loss, c in zip(losses, continuations)], dtype=torch.float64))
+    return torch.softmax(torch.stack(totals, 1), 1)
+
+
 @torch.no_grad()
 def concept_probability(
     model: GPT,

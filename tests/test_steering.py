@@ -215,3 +215,18 @@ def test_a_layer_without_an_sae_leaves_that_method_out_and_says_why(client):
     assert a["task"] == "examples" and a["n_train"] + a["n_test"] == 20 and a["hook_name"] == "blocks.1.hook_resid_post"
     sae = next(m for m in a["methods"] if m["method"] == "sae")
     assert not sae["available"] and sae["points"] == [] and "no SAE at blocks.1.hook_resid_post" in sae["reason"]
+
+
+def test_the_likelihood_judge_is_the_models_own_and_says_how_good_it_is(client):
+    r = client.post("/api/v1/steering", json={**SMALL, "judge": "likelihood"})
+    assert r.status_code == 200, r.text
+    a = r.json()
+    j = a["judge"]
+    assert j["kind"] == "likelihood" and j["layer"] is None and len(j["prefix_tokens"]) == 2
+    assert j["accuracy"] > 0.6  # on 20 held-out passages of each label, where always one label gets 0.5
+    for m in a["methods"]:
+        assert all(0 <= s <= 1 for p in m["points"] for s in p["concept_scores"])
+    # the same draws as the probe judge's run: only the scores differ
+    probe = client.post("/api/v1/steering", json=SMALL).json()
+    assert probe["unsteered"]["generations"] == a["unsteered"]["generations"]
+    assert probe["unsteered"]["losses"] == a["unsteered"]["losses"]

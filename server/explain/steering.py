@@ -31,6 +31,8 @@ from .probes import Labelled, from_examples, labelled_ids, shipped
 from .tokens import check_text, encode
 
 SETUP_GENERATIONS = 2  # reading the examples counts as this many generations' steps in the progress
+JUDGE_EXAMPLES = 2  # the likelihood judge's examples of each label before a continuation
+JUDGE_TEST = 20  # ... and the held-out examples of each label its accuracy is measured on
 MAX_REQUEST_TOKENS = 20_000  # tokens a plain request may generate (prompts x new tokens x generations)
 MAX_JOB_TOKENS = 400_000  # ... and a job
 PROBE = model_probes.ProbeConfig()  # the judge's and the probe direction's settings
@@ -61,6 +63,7 @@ class Plan:
     sae_reason: str | None
     prompts: list[list[int]]  # each with the model's BOS, if it expects one
     prefixes: list[list[int]]  # one per prefix size: the first k concept examples' tokens
+    judge_prefixes: list[list[int]] | None  # likelihood judge: per label, its first JUDGE_EXAMPLES examples
     lead: list[int]
     total: int  # decode steps
     need: memory.Need
@@ -202,7 +205,23 @@ def plan(service: ModelService, req: SteeringRequest, limit: float | None = None
         "fewer or shorter examples",
     )
     total = (generations + SETUP_GENERATIONS) * req.new_tokens
-    return Plan(req, data, concept, layer, sae, reason, prompts, prefixes, lead, total, need)
+    judge = _judge_prefixes(service, req, data, lead) if req.judge == "likelihood" else None
+    return Plan(req, data, concept, layer, sae, reason, prompts, prefixes, judge, lead, total, need)
+
+
+def _judge_prefixes(service: ModelService, req: SteeringRequest, data: Labelled, lead: list[int]) -> list[list[int]]:
+    """Per label, its first JUDGE_EXAMPLES training examples, each followed by a blank line; each must leave
+    room for a continuation within n_ctx."""
+    n_ctx, out = service.model.cfg.n_ctx, []
+    for c, label in enumerate(data.labels):
+        texts = [text for text, lab in data.train if lab == c][:JUDGE_EXAMPLES]
+        ids = [t for text in texts for t in encode(service.encoding, text + "\n\n", field="examples")]
+        if not texts or len(lead) + len(ids) + req.new_tokens > n_ctx:
+            raise InputError(
+                "judge", f"the likelihood judge's examples of {label!r} and new_tokens do not fit n_ctx {n_ctx}"
+            )
+        out.append(ids)
+    return out
 
 
 def _read_concept(service: ModelService, p: Plan) -> Concept:
@@ -250,6 +269,7 @@ class _Run:
     def __init__(self, service: ModelService, p: Plan, c: Concept, on_chunk, cancel) -> None:
         self.service, self.p, self.c, self.cancel = service, p, c, cancel
         self.judge = max(c.layers, key=lambda lp: lp.accuracy)
+        self.judge_accuracy = self.judge.accuracy if p.judge_prefixes is None else self._likelihood_accuracy()
         self.sampling = ms.Sampling(p.req.new_tokens, p.req.temperature, p.req.top_k, p.req.seed)
         self.done = SETUP_GENERATIONS * p.req.new_tokens
         self.on_chunk = on_chunk
@@ -259,6 +279,31 @@ class _Run:
         if self.on_chunk is not None:
             self.on_chunk(self.done, self.p.total)
 
+    def _likelihood_accuracy(self) -> float:
+        """The likelihood judge on up to JUDGE_TEST held-out examples of each label (each cut to fit n_ctx)."""
+        p, n_ctx = self.p, self.service.model.cfg.n_ctx
+        assert p.judge_prefixes is not None
+        room = n_ctx - len(p.lead) - max(len(x) for x in p.judge_prefixes)
+        right = total = 0
+        with self.service.run() as m:
+            for c in range(len(p.data.labels)):
+                texts = [t for t, lab in p.data.test if lab == c][:JUDGE_TEST]
+                rows = [r for r in (encode(self.service.encoding, t, field="examples")[:room] for t in texts) if r]
+                if rows:
+                    shares = ms.likelihood_shares(m, p.lead, p.judge_prefixes, rows)
+                    right += int((shares.argmax(1) == c).sum())
+                    total += len(rows)
+        return right / total if total else 0.0
+
+    def scores(self, m, conts: list[list[int]]) -> list[float]:
+        """The judge's probability of the concept for each continuation, read alone."""
+        p = self.p
+        if p.judge_prefixes is not None:
+            return ms.likelihood_shares(m, p.lead, p.judge_prefixes, conts)[:, p.concept].tolist()
+        j = self.judge
+        rows = [p.lead + c for c in conts]
+        return ms.concept_probability(m, rows, j.weight, j.bias, j.layer, PROBE.stage, PROBE.pool, p.concept)
+
     def point(
         self, strength: float, add: tuple[str, torch.Tensor] | None = None, prefix: list[int] | None = None
     ) -> SteeringPoint:
@@ -266,16 +311,7 @@ class _Run:
         prompts = p.prompts if prefix is None else [lead + prefix + q[len(lead) :] for q in p.prompts]
         with self.service.run() as m:
             conts = ms.generate(m, prompts, self.sampling, add, self.cancel, self.step)
-            scores = ms.concept_probability(
-                m,
-                [lead + c for c in conts],
-                self.judge.weight,
-                self.judge.bias,
-                self.judge.layer,
-                PROBE.stage,
-                PROBE.pool,
-                p.concept,
-            )
+            scores = self.scores(m, conts)
             losses = ms.continuation_loss(m, p.prompts, conts)
         return _point(strength, scores, losses, [self.service.encoding.decode(c) for c in conts])
 
@@ -373,14 +409,7 @@ def compute(
         hook_name=ms.steer_hook(p.layer),
         stream_norm=round(c.scale, VALUE),
         sae=p.sae.name if p.sae else None,
-        judge=SteeringJudge(
-            layer=judge.layer,
-            hook_name=f"blocks.{judge.layer}.hook_{PROBE.stage}",
-            accuracy=round(judge.accuracy, VALUE),
-            stage=PROBE.stage,
-            pool=PROBE.pool,
-            description="the probe of POST /api/v1/probes with the same examples, at its most accurate layer",
-        ),
+        judge=_judge(p, judge, run.judge_accuracy),
         prompts=[service.encoding.decode(q[len(p.lead) :]) for q in p.prompts],
         unsteered=unsteered,
         methods=methods,
@@ -396,3 +425,27 @@ def steer(service: ModelService, req: SteeringRequest) -> SteeringResponse:
     p = plan(service, req, limit=MAX_REQUEST_TOKENS)
     with memory.hold(p.need):
         return compute(service, p)
+
+
+def _judge(p: Plan, probe: model_probes.LayerProbe, accuracy: float) -> SteeringJudge:
+    if p.judge_prefixes is not None:
+        return SteeringJudge(
+            kind="likelihood",
+            layer=None,
+            hook_name=None,
+            accuracy=round(accuracy, VALUE),
+            stage=None,
+            pool=None,
+            prefix_tokens=[len(x) for x in p.judge_prefixes],
+            description=f"the unsteered model's likelihood of the continuation after {JUDGE_EXAMPLES} training "
+            "examples of each label: the concept's share of the labels' likelihoods",
+        )
+    return SteeringJudge(
+        kind="probe",
+        layer=probe.layer,
+        hook_name=f"blocks.{probe.layer}.hook_{PROBE.stage}",
+        accuracy=round(accuracy, VALUE),
+        stage=PROBE.stage,
+        pool=PROBE.pool,
+        description="the probe of POST /api/v1/probes with the same examples, at its most accurate layer",
+    )

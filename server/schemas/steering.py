@@ -13,6 +13,7 @@ from .common import JobStatus, StrictRequest
 from .probes import TASK_OR_EXAMPLES, LabelledText, ProbeTaskName
 
 SteeringMethodName = Literal["diffmean", "probe", "sae", "prompt"]
+SteeringJudgeName = Literal["probe", "likelihood"]
 assert SteeringMethodName.__args__ == METHODS  # type: ignore[attr-defined]
 
 MAX_STRENGTHS = 8
@@ -82,6 +83,12 @@ class SteeringRequest(StrictRequest):
     temperature: float = Field(1.0, ge=0, le=2, description="sampling temperature (0: greedy)")
     top_k: int | None = Field(None, ge=1, description="sample among the k most likely tokens only")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="prompt i draws with seed + i, the same for every method")
+    judge: SteeringJudgeName = Field(
+        "probe",
+        description="the concept score's judge: probe (a logistic probe on the unsteered model's stream, at its most "
+        "accurate layer) or likelihood (the unsteered model's own: the continuation's likelihood after a few "
+        "examples of each label, the concept's share)",
+    )
 
 
 class SteeringPoint(BaseModel):
@@ -114,11 +121,15 @@ class SteeringMethod(BaseModel):
 
 
 class SteeringJudge(BaseModel):
-    layer: int
-    hook_name: str
-    accuracy: float = Field(description="the judge probe's accuracy on the held-out examples")
-    stage: str
-    pool: str
+    kind: SteeringJudgeName
+    layer: int | None = Field(description="probe: the layer it reads")
+    hook_name: str | None = Field(description="probe: the hook point it reads")
+    accuracy: float = Field(
+        description="the judge's accuracy on the held-out examples (likelihood: on up to 20 of each label)"
+    )
+    stage: str | None
+    pool: str | None
+    prefix_tokens: list[int] | None = Field(None, description="likelihood: each label's prefix, in tokens")
     description: str
 
 

@@ -18,7 +18,7 @@ const COLOURS = { diffmean: OKABE.blue, probe: OKABE.orange, sae: OKABE.green, p
 // the form's fields and their names in the URL (steer_NAME)
 const FIELDS = [["task", "steer-task"], ["concept", "steer-concept"], ["layer", "steer-layer"],
   ["strengths", "steer-strengths"], ["prefix", "steer-prefix"], ["prompts", "steer-prompts"],
-  ["tokens", "steer-tokens"], ["seed", "steer-seed"]];
+  ["tokens", "steer-tokens"], ["seed", "steer-seed"], ["judge", "steer-judge"]];
 
 const slot = latest();
 let shown = null;          // the answer drawn (SteeringResponse)
@@ -43,7 +43,8 @@ function requestBody() {
   if ($("steer-concept").value) body.concept = $("steer-concept").value;
   if ($("steer-layer").value !== "") body.layer = Number($("steer-layer").value);
   return { ...body, strengths: listed($("steer-strengths").value), prefix_examples: listed($("steer-prefix").value),
-    n_prompts: Number($("steer-prompts").value), new_tokens: Number($("steer-tokens").value), seed: Number($("steer-seed").value) };
+    n_prompts: Number($("steer-prompts").value), new_tokens: Number($("steer-tokens").value), seed: Number($("steer-seed").value),
+    judge: $("steer-judge").value };
 }
 
 function pastedLabels() {
@@ -202,13 +203,18 @@ function renderGenerations() {
   Object.assign($("steer-gens").dataset, { at: String(at), k: String(k) });
 }
 
+// The judge in words: a probe's hook point, or the model's own likelihood after each label's examples.
+function judgeWords(j) {
+  if (j.kind === "likelihood") return `the model's likelihood after ${j.prefix_tokens.join(" and ")} tokens of each label's examples`;
+  return `a probe at ${j.hook_name} (layer ${j.layer}, ${j.pool} over the tokens)`;
+}
+
 function renderSummary(a) {
   const left = a.methods.filter((m) => !m.available).map((m) => ` ${m.title} left out: ${m.reason}.`).join("");
   $("steer-summary").textContent = `${a.description} Steering towards “${a.concept}” (labels: ${a.labels.join(", ")}) ` +
     `after block ${a.layer} (${a.hook_name}), where the stream's mean norm, strength 1, is ${decimal(a.stream_norm, 3)}; ` +
-    `${a.prompts.length} prompts; SAE: ${a.sae ?? "none"}.${left} The judge: a probe at ${a.judge.hook_name} (layer ` +
-    `${a.judge.layer}, ${a.judge.pool} over the tokens), held-out accuracy ${pct(a.judge.accuracy)}. ${grouped(a.n_train)} ` +
-    `training and ${grouped(a.n_test)} held-out examples. ${a.seconds.toFixed(1)} s.`;
+    `${a.prompts.length} prompts; SAE: ${a.sae ?? "none"}.${left} The judge: ${judgeWords(a.judge)}, held-out accuracy ` +
+    `${pct(a.judge.accuracy)}. ${grouped(a.n_train)} training and ${grouped(a.n_test)} held-out examples. ${a.seconds.toFixed(1)} s.`;
   $("steer-method").textContent = a.method;
 }
 
