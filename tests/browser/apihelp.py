@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 TERMINAL = ("done", "cancelled", "failed")
@@ -30,3 +31,15 @@ def finished_run(ctx, url: str, corpus: str, text: str, run: dict, timeout: floa
         time.sleep(0.3)
     assert body["status"] == "done", body
     return body
+
+
+def decimal(x: float, digits: int = 3) -> str:
+    """static/js/lib/format.js's decimal (JavaScript's toExponential writes e-4 where Python writes e-04)."""
+    if x and not 1e-3 <= abs(x) < 1e5:
+        return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{x:.2e}")
+    return f"{x:.{digits}f}"
+
+
+def pct(p: float, digits: int = 1) -> str:
+    """format.js's pct."""
+    return f"{100 * p:.{digits}f}%"

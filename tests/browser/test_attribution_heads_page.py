@@ -11,7 +11,7 @@ import re
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
-from apihelp import api_json
+from apihelp import api_json, decimal
 from exporting import layout_faults
 
 pytestmark = pytest.mark.browser
@@ -31,13 +31,6 @@ OVERFLOW = """() => { const out = [];
     const box = e.parentElement.getBoundingClientRect(); const b = e.getBoundingClientRect();
     if (b.right > box.right + 1 || e.scrollWidth > e.clientWidth + 1) out.push(e.id || e.className); }
   return out; }"""
-
-
-def decimal(x: float, digits: int = 3) -> str:
-    """format.js's decimal (JavaScript's toExponential writes e-4 where Python writes e-04)."""
-    if x and not 1e-3 <= abs(x) < 1e5:
-        return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{x:.2e}")
-    return f"{x:.{digits}f}"
 
 
 def signed(x: float) -> str:

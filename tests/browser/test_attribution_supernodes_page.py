@@ -11,7 +11,7 @@ import re
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
-from apihelp import api_json
+from apihelp import api_json, decimal, pct
 from exporting import layout_faults
 
 pytestmark = pytest.mark.browser
@@ -23,17 +23,6 @@ NODES = """() => document.getElementById('graph-plot').data.filter((t) => t.mode
 HEXAGONS = """() => document.getElementById('graph-plot').data.filter((t) => t.marker?.symbol === 'hexagon')
   .flatMap((t) => t.customdata)"""
 CELLS = """(sel) => [...document.querySelectorAll(sel)].map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent))"""
-
-
-def decimal(x: float, digits: int = 3) -> str:
-    """format.js's decimal (JavaScript's toExponential writes e-4 where Python writes e-04)."""
-    if x and not 1e-3 <= abs(x) < 1e5:
-        return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{x:.2e}")
-    return f"{x:.{digits}f}"
-
-
-def pct(p: float, digits: int = 1) -> str:
-    return f"{100 * p:.{digits}f}%"
 
 
 def fid(s: dict) -> str:
@@ -109,6 +98,11 @@ def test_proposed_supernodes_accepted_and_the_graph_checked_on_the_real_model(pa
     checked = page.evaluate(CELLS, "#trust-checked tbody tr")
     assert [(c[0], c[3], c[4]) for c in checked] == [
         (c["source"]["label"], decimal(c["edge"]), decimal(c["effect"])) for c in t["checked"]
+    ]
+    assert table["the top paths' edges whose real change has the sign of −edge"] == pct(t["path_agreement"])
+    paths = page.evaluate(CELLS, "#trust-paths tbody tr")
+    assert [(r[2], r[3]) for r in paths] == [
+        tuple(f"{decimal(e['weight'])} · {decimal(e['real'])}" for e in p["edges"]) for p in t["paths"]
     ]
     assert parse_qs(urlsplit(page.url).query)["trust"] == ["1"]
     assert layout_faults(page) == []

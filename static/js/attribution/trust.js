@@ -97,6 +97,7 @@ const FIDELITY = [
   ["tokens' direct share", (t) => pct(t.token_share), "the prompt's tokens straight into the target"],
   ["checked features whose real effect has the edge's sign", (t) => pct(t.sign_agreement), "taking out a feature with a positive edge should lower the target"],
   ["rank correlation of the edge's prediction and the real effect", (t) => decimal(t.rank_correlation, 3), "Spearman's: 1, the graph orders the features as the model does"],
+  ["the top paths' edges whose real change has the sign of −edge", (t) => pct(t.path_agreement), "each edge's source taken out, its target node measured (table below)"],
   ["checked in", (t) => `${decimal(t.seconds, 2)} s`, ""],
 ];
 
@@ -127,6 +128,18 @@ function checkedTable(t) {
   $("trust-checked").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
 }
 
+// The graph's strongest paths feature -> feature -> target, each edge: its weight (the frozen model
+// moves its target node by −weight without its source) beside the real model's change.
+function pathsTable(t) {
+  const head = el("tr", {}, ...["path", "influence", "edge 1: weight · real", "edge 2: weight · real"].map((x) => el("th", { text: x })));
+  const name = (s) => `${s.label.split(" ")[0]} ${s.label.split(" ")[1]} @${s.position}`;
+  const rows = t.paths.map((p) => el("tr", {},
+    el("td", { class: "mono", text: `${name(p.source)} → ${name(p.via)} → target` }),
+    el("td", { class: "num", text: decimal(p.influence, 4) }),
+    ...p.edges.map((e) => el("td", { class: "num", text: `${decimal(e.weight, 3)} · ${decimal(e.real, 3)}` }))));
+  $("trust-paths").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+}
+
 // The check of an older graph is dropped.
 export function clearTrust() {
   checked = null;
@@ -149,6 +162,7 @@ export async function checkTrust(body) {
       el("tbody", {}, ...FIDELITY.map(([name, val, what]) =>
         el("tr", {}, el("td", { text: name }), el("td", { class: "num", text: val(t) }), el("td", { class: "muted", text: what })))));
     checkedTable(t);
+    pathsTable(t);
     $("trust-result").hidden = false;
     await trustPlot(t);
     $("trust-result").dataset.loaded = "1";
