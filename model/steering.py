@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import GPTConfig
+from .errors import Cancelled  # raised when a caller's cancel() is true between generation steps
 from .gpt import GPT
 from .hooks import hook_name
 from .kv_cache import KVCache
@@ -47,10 +48,6 @@ from .sampling import sample_next
 
 METHODS = ("diffmean", "probe", "sae", "prompt")
 VECTOR_METHODS = ("diffmean", "probe", "sae")
-
-
-class Cancelled(Exception):
-    """Raised when a caller's cancel() is true between generation steps."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ kept."""
 
 from __future__ import annotations
 
-from gptscope.model.steering import Cancelled
+from gptscope.model.errors import Cancelled
 
 from .explain import steering as explain_steering
 from .jobs import Analysis

@@ -12,6 +12,7 @@ import torch
 
 from gptscope.model import probes as model_probes
 from gptscope.model import steering as ms
+from gptscope.model.errors import Cancelled
 from gptscope.model.sae import LoadedSAE
 
 from .. import memory
@@ -383,7 +384,7 @@ def compute(
     c = _concept(service, p)
     run = _Run(service, p, c, on_chunk, cancel or (lambda: False))
     if run.cancel():
-        raise ms.Cancelled
+        raise Cancelled
     if on_chunk is not None:
         on_chunk(run.done, p.total)
     unsteered = run.point(0.0)
