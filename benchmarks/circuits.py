@@ -6,11 +6,13 @@ edge of the built-in model under 5 s, exact scores of every edge under 60 s, on 
    the served model's torch threads: AtP alone, EAP-IG (10 steps) alone, the exact scores of every
    edge (the job form's work), and the faithfulness curve with the smallest circuit.
 2. What a graph run costs against a plain forward pass of the same rows (the baseline, timed in
-   this process): the exact scores' 1,108 rows against 1,108 plain passes of the clean prompt, and
-   one gradient row against one plain pass. server/explain/circuits.py's GRAPH_COST and
-   GRADIENT_COST, which price a request before it runs, come from these ratios.
+   this process): the exact scores' 1,108 rows against 1,108 plain passes of the clean prompt (and
+   that ratio over the share of a plain pass's block-positions model/circuits.py's exact_share counts
+   for them), and one gradient row against one plain pass. server/explain/circuits.py's EXACT_COST,
+   GRAPH_COST and GRADIENT_COST, which price a request before it runs, come from these ratios.
 3. GPT-2 small's shape (12 blocks, 12 heads, d=768, random weights: 32,491 edges) on a 20-token pair,
-   every core: AtP, EAP-IG (10 steps), and the exact scores of the top 256 edges.
+   every core: AtP, EAP-IG (10 steps), and the exact scores of the top 256 edges (every edge's:
+   benchmarks/every_edge.py).
 
 Inference is float32 on every CPU, so the figures do not depend on bf16 units. Prints one JSON line
 per figure (best of --repeat runs) and the machine's CPU.
@@ -81,8 +83,8 @@ def costs(service: ModelService, repeat: int) -> None:
             for lo in range(0, rows, chunk):
                 m(idx.expand(min(chunk, rows - lo), -1), last_only=True)
 
-        def exact() -> None:
-            cc.exact(m, graph, clean, corrupt, range(rows), reduce)
+        def exact() -> None:  # as the server asks: only the two logits the metric reads
+            cc.exact(m, graph, clean, corrupt, range(rows), reduce, columns=[pair.answer, pair.wrong])
 
         def plain_one() -> None:
             m(idx, last_only=True)
@@ -92,13 +94,12 @@ def costs(service: ModelService, repeat: int) -> None:
 
         t_plain, t_exact = best(plain, repeat), best(exact, repeat)
         t_one, t_grad = best(plain_one, 5 * repeat), best(grad_row, 5 * repeat)
-    blocks_run = float(graph.reader_layer().clamp(max=m.cfg.n_layer).sub(m.cfg.n_layer).neg().sum()) / (
-        rows * m.cfg.n_layer
-    )
+    s0 = cc.first_changed(m.cfg, clean_ids, corrupt_ids)
+    share = float(cc.exact_share(m.cfg, len(clean_ids), s0, graph.reader_layer()).mean())
     show(
         model="built-in", what="exact rows against plain passes", rows=rows, plain_s=round(t_plain, 3),
-        exact_s=round(t_exact, 3), ratio=round(t_exact / t_plain, 2),
-        share_of_blocks_run=round(blocks_run, 3), per_block_ratio=round(t_exact / t_plain / blocks_run, 2),
+        exact_s=round(t_exact, 3), ratio=round(t_exact / t_plain, 2), first_changed=s0,
+        modelled_share=round(share, 3), per_share_ratio=round(t_exact / t_plain / share, 2),
     )  # fmt: skip
     show(
         model="built-in", what="one gradient row against one plain pass", plain_s=round(t_one, 4),
@@ -124,7 +125,7 @@ def gpt2_shape(repeat: int) -> None:
         ):
             show(model="gpt2-small shape", what=name, edges=graph.n_edges, seconds=round(best(fn, repeat), 3))
         top = torch.argsort(-cc.attribution(model, graph, clean, corrupt, reduce, 10).abs())[:256].tolist()
-        t = best(lambda: cc.exact(model, graph, clean, corrupt, top, reduce), repeat)
+        t = best(lambda: cc.exact(model, graph, clean, corrupt, top, reduce, columns=[11, 12]), repeat)
         show(
             model="gpt2-small shape",
             what="exact, top 256 edges",

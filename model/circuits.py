@@ -50,13 +50,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 import torch
+import torch.nn.functional as F
 
-from .gpt import GPT, Block, GPTConfig, HookFn, LayerNorm, RMSNorm, hook_name
-from .patching import TOKENS_PER_CHUNK, Cancelled
+from .attention import CausalSelfAttention
+from .gpt import GPT, Block, GPTConfig, HookFn, KVCache, LayerNorm, RMSNorm, hook_name
+from .patching import TOKENS_PER_CHUNK, Cancelled, SharedPrefix
+from .positions import causal_allowed
 
 ROW_BYTES = 192 * 2**20  # the upstream outputs one batched pass of `run_graph` holds (rows x n_up x T x d)
 
@@ -360,7 +363,7 @@ def run_graph(
 
 
 def _forward(
-    model: GPT, clean: Run, readers: _Readers | _OneEdge, starts: list[int], embed: torch.Tensor | None = None
+    model: GPT, clean: Run, readers: _Readers, starts: list[int], embed: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The blocks with the readers' hooks, each row joining at its start (sorted) with the clean
     run's stream there -> the last position's logits (B, V)."""
@@ -378,90 +381,203 @@ def _forward(
         return readers.logits(x)
 
 
-class _OneEdge:
-    """The hooks of exact edge scores, one edge per row: row r's reader v_r reads the stream minus
-    (u_r's clean output - its corrupted output), every other reader the stream as it is. The row is
-    the clean run up to v_r's block (it joins the batch there), so u_r's output in it is the clean
-    one, and only v_r's own input is computed apart: the block's own q, k, v, MLP input and final
-    norm are kept for every other row and head."""
+# ---- exact scores: one edge a row ----------------------------------------------------------------
 
-    def __init__(self, model: GPT, graph: Graph, clean: Run, corrupt: Run, edges: torch.Tensor) -> None:
-        self.model, self.cfg = model, model.cfg
-        up, down = graph.ends()
-        self.delta = (clean.writers - corrupt.writers)[up[edges]]  # (B, T, d): what each row takes away
-        node = [graph.downstream[int(v)] for v in down[edges]]
-        self.kind = torch.tensor([KINDS.index(n.kind) for n in node])
-        self.layer = torch.tensor([n.layer for n in node])
-        self.head = torch.tensor([n.head or 0 for n in node])
-        self.resid: torch.Tensor | None = None  # the stream the current block's readers read
 
-    def rows(self, n: int, layer: int, kind: str) -> torch.Tensor:
-        """The rows (of the first n) whose reader is of `kind` in `layer`."""
-        return torch.nonzero((self.kind[:n] == KINDS.index(kind)) & (self.layer[:n] == layer)).flatten()
+@dataclass
+class _Clean:
+    """What exact scores read of the clean run besides `Run`. s0: the first position at which any
+    writer's corrupted output differs from its clean one (0 without a causal mask); before it every
+    patched run is the clean run, so a row computes positions s0 .. T - 1 only. Per block: the stream
+    after attention (T, d), each head's query after its norm and turn (T, nh, hs), key and value
+    (T, n_kv, hs) and weighted sum of values (T, nh, hs); and the keys and values as a prefix cache of
+    length s0 (model/patching.py's SharedPrefix reads it)."""
 
-    def hooks(self) -> list[tuple[str, HookFn]]:
-        out: list[tuple[str, HookFn]] = []
-        for li in range(self.cfg.n_layer):
-            out += [
-                (hook_name("hook_resid_pre", li), _at(self.keep, li)),
-                (hook_name("attn.hook_q", li), _at(self.project_q, li)),
-                (hook_name("attn.hook_k", li), _at(self.project_k, li)),
-                (hook_name("attn.hook_v", li), _at(self.project_v, li)),
-                (hook_name("hook_resid_mid", li), _at(self.keep, li)),
-                (hook_name("ln2.hook_normalized", li), _at(self.mlp_input, li)),
-            ]
-        return out
+    s0: int
+    mid: list[torch.Tensor]
+    q: list[torch.Tensor]
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    z: list[torch.Tensor]
+    cache: KVCache
 
-    def keep(self, _li: int, resid: torch.Tensor) -> None:
-        self.resid = resid
 
-    def project_q(self, li: int, q: torch.Tensor) -> torch.Tensor:
-        return self.project(li, "q", q)
+def _clean_parts(model: GPT, clean: Run, corrupt: Run) -> _Clean:
+    cfg = model.cfg
+    L, T, rot = cfg.n_layer, len(clean.ids), cfg.pos == "rope"
+    names = {
+        "mid": "hook_resid_mid",
+        "q": "attn.hook_q_rot" if rot else "attn.hook_q",
+        "k": "attn.hook_k_rot" if rot else "attn.hook_k",
+        "v": "attn.hook_v",
+        "z": "attn.hook_z",
+    }
+    with model.capture([hook_name(n, i) for n in names.values() for i in range(L)]) as c:
+        model(torch.tensor([list(clean.ids)], device=clean.writers.device), last_only=True)
+    got = {key: [c[hook_name(n, i)][0] for i in range(L)] for key, n in names.items()}
+    moved = torch.nonzero((clean.writers != corrupt.writers).any(2).any(0)).flatten()
+    s0 = 0 if not cfg.causal else int(moved[0]) if len(moved) else T - 1
+    cache = KVCache(replace(cfg, n_ctx=T), 1, clean.writers.device, clean.writers.dtype)
+    for i in range(L):
+        cache.k[i, 0], cache.v[i, 0] = got["k"][i].transpose(0, 1), got["v"][i].transpose(0, 1)
+    cache.length = s0
+    return _Clean(s0, got["mid"], got["q"], got["k"], got["v"], got["z"], cache)
 
-    def project_k(self, li: int, k: torch.Tensor) -> torch.Tensor:
-        return self.project(li, "k", k)
 
-    def project_v(self, li: int, v: torch.Tensor) -> torch.Tensor:
-        return self.project(li, "v", v)
+def _own_projection(attn: CausalSelfAttention, which: str, heads: torch.Tensor, x: torch.Tensor, start: int):
+    """(B, P, hs): row r's head heads[r] of W_Q (which "q"), W_K or W_V applied to its own normalised
+    input x[r] (P, d) at positions start .., then the per-head q/k norm and RoPE's turn as the block
+    applies them."""
+    cfg = attn.cfg
+    nh, nkv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
+    lo, n = {"q": (0, nh), "k": (nh, nkv), "v": (nh + nkv, nkv)}[which]
+    rows = slice(lo * hs, (lo + n) * hs)  # this projection's rows of the fused W_Q, W_K, W_V
+    w = attn.c_attn.weight[rows].view(n, hs, -1)[heads]  # (B, hs, d)
+    y = torch.bmm(x, w.transpose(1, 2))  # (B, P, hs)
+    if attn.c_attn.bias is not None:
+        y = y + attn.c_attn.bias[rows].view(n, hs)[heads][:, None]
+    if which == "v":
+        return y
+    if cfg.qk_norm:
+        y = _norm(attn.q_norm if which == "q" else attn.k_norm, y)
+        if cfg.qk_norm_scale:
+            y = y * cfg.qk_norm_scale
+    if cfg.pos == "rope":
+        y = attn.rope(y[:, :, None], y[:, :, None], start)[0][:, :, 0]
+    return y
 
-    def project(self, li: int, which: str, t: torch.Tensor) -> torch.Tensor:
-        """t (B, T, heads, hs) with, for each row whose reader is one of these heads, that head's
-        projection of its own input."""
-        rows = self.rows(t.size(0), li, which)
-        if not len(rows):
-            return t
-        cfg, block = self.cfg, cast(Block, self.model.blocks[li])
-        attn, hs, nh, nkv = block.attn, cfg.d_head, cfg.n_head, cfg.n_kv_head
-        lo = {"q": 0, "k": nh, "v": nh + nkv}[which]
-        heads = self.head[rows]
-        assert self.resid is not None
-        x = _norm(block.ln1, self.resid[rows] - self.delta[rows])  # (R, T, d)
-        w = attn.c_attn.weight[lo * hs : (lo + t.size(2)) * hs].view(t.size(2), hs, -1)[heads]  # (R, hs, d)
-        y = torch.einsum("rtd,rsd->rts", x, w)  # (R, T, hs)
-        if attn.c_attn.bias is not None:
-            y = y + attn.c_attn.bias[lo * hs : (lo + t.size(2)) * hs].view(t.size(2), hs)[heads][:, None]
-        if cfg.qk_norm and which != "v":
-            y = _norm(attn.q_norm if which == "q" else attn.k_norm, y)
-        t = t.clone()
-        t[rows, :, heads] = y
-        return t
 
-    def mlp_input(self, li: int, normalized: torch.Tensor) -> torch.Tensor:
-        rows = self.rows(normalized.size(0), li, "mlp")
-        if not len(rows):
-            return normalized
-        assert self.resid is not None
-        normalized = normalized.clone()
-        normalized[rows] = _norm(cast(Block, self.model.blocks[li]).ln2, self.resid[rows] - self.delta[rows])
-        return normalized
+def _attend(attn: CausalSelfAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Explain mode's attention of queries q (B, H, P, hs), the last P positions, over keys and values
+    (B, H or 1, T, hs) -> each head's weighted sum of values (B, H, P, hs)."""
+    scores = (q @ k.transpose(-2, -1)) * attn.scale  # (B, H, P, T)
+    if attn.cfg.attn_softcap:
+        cap = attn.cfg.attn_softcap
+        scores = cap * torch.tanh(scores / cap)
+    if attn.cfg.causal:
+        scores = scores.masked_fill(~causal_allowed(q.size(2), k.size(2), q.device, attn.window), float("-inf"))
+    return F.softmax(scores, dim=-1) @ v
 
-    def logits(self, resid: torch.Tensor) -> torch.Tensor:
-        """(B, V): the last position's logits; a row whose reader is the logits reads its own input."""
-        x = resid[:, -1:].clone()
-        rows = self.rows(resid.size(0), self.cfg.n_layer, "logits")
+
+def _head_change(block: Block, parts: _Clean, resid: torch.Tensor, which: str, heads, delta, P: int) -> torch.Tensor:
+    """(B, P, d): how much what attention adds at the last P positions changes when row r's head
+    heads[r] (which "q") or key/value head (k, v) reads resid - delta[r] instead of resid (T, d):
+    its one head's new output (the heads that read the key or value, for k and v) minus the clean."""
+    attn, li = block.attn, block.attn.layer
+    cfg, T, s0 = attn.cfg, resid.size(0), parts.s0
+    nh, rep, d = cfg.n_head, cfg.n_head // cfg.n_kv_head, cfg.d_model
+    if which == "q":  # one query head changes, at the positions asked for
+        x = _norm(block.ln1, resid[T - P :] - delta[:, T - P :])
+        q = _own_projection(attn, "q", heads, x, T - P)[:, None]  # (B, 1, P, hs)
+        g = heads // rep
+        k, v = parts.k[li][:, g].transpose(0, 1)[:, None], parts.v[li][:, g].transpose(0, 1)[:, None]
+        qh = heads[:, None]  # (B, 1) the query heads whose output changes
+    else:  # a key or value head changes from s0 on, and every query head that reads it
+        x = _norm(block.ln1, resid[s0:] - delta[:, s0:])
+        kv = [parts.k[li][:, heads].transpose(0, 1).clone(), parts.v[li][:, heads].transpose(0, 1).clone()]
+        kv[which == "v"][:, s0:] = _own_projection(attn, which, heads, x, s0)
+        k, v = kv[0][:, None], kv[1][:, None]  # (B, 1, T, hs)
+        qh = heads[:, None] * rep + torch.arange(rep, device=heads.device)  # (B, rep)
+        q = parts.q[li][T - P :][:, qh].permute(1, 2, 0, 3)  # (B, rep, P, hs)
+    z = _attend(attn, q, k, v) - parts.z[li][T - P :][:, qh].permute(1, 2, 0, 3)  # (B, H, P, hs)
+    w_o = attn.c_proj.weight.view(d, nh, -1)[:, qh]  # (d, B, H, hs)
+    return torch.einsum("bhps,dbhs->bpd", z, w_o)
+
+
+def _reader_block(block: Block, parts: _Clean, resid: torch.Tensor, kind, head, delta, P: int) -> torch.Tensor:
+    """(B, P, d): the stream leaving the block at its last P positions, for rows whose readers are in
+    it (kind: indices into KINDS, head: per row), each reading resid (T, d) - delta[r] (B, T, d)."""
+    T = resid.size(0)
+    mid = parts.mid[block.attn.layer][T - P :].expand(len(kind), -1, -1).clone()  # (B, P, d)
+    for name in ("q", "k", "v"):
+        rows = torch.nonzero(kind == KINDS.index(name)).flatten()
         if len(rows):
-            x[rows] = x[rows] - self.delta[rows][:, -1:]
-        return self.model.unembed(_norm(self.model.ln_final, x))[:, -1]
+            mid[rows] += _head_change(block, parts, resid, name, head[rows], delta[rows], P)
+    inp = block.ln2(mid)
+    rows = torch.nonzero(kind == KINDS.index("mlp")).flatten()
+    if len(rows):  # the MLP reads its own input (attention's output is the clean one)
+        inp[rows] = _norm(block.ln2, mid[rows] - delta[rows, T - P :])
+    return mid + block.mlp(inp)
+
+
+def _last_block(block: Block, parts: _Clean, x: torch.Tensor) -> torch.Tensor:
+    """The last block on rows x (B, T - s0, d): keys and values at every position, the rest at the
+    last position only (the metric reads nothing else) -> (B, 1, d)."""
+    attn = block.attn
+    q, k, v = attn.qkv(block.ln1(x), SharedPrefix(parts.cache, attn.layer) if parts.s0 else None)
+    mid = x[:, -1:] + attn.explained(q[:, :, -1:], k, v)
+    return mid + block.mlp(block.ln2(mid))
+
+
+def _one_edge_rows(model: GPT, graph: Graph, clean: Run, corrupt: Run, parts: _Clean, edges) -> torch.Tensor:
+    """The last position's final norm (B, d) of the clean run with one edge patched a row (every reader
+    in one block, or the logits): from the reader's block on, positions s0 .. T - 1."""
+    L, T, s0 = model.cfg.n_layer, len(clean.ids), parts.s0
+    up, down = graph.ends()
+    delta = clean.writers[up[edges]] - corrupt.writers[up[edges]]  # (B, T, d): what each row takes away
+    node = [graph.downstream[int(v)] for v in down[edges]]
+    li = node[0].layer
+    if li == L:  # the final norm reads its own input
+        x = clean.resid[L][-1:] - delta[:, -1:]
+    else:
+        blocks = [cast(Block, b) for b in model.blocks]
+        kind = torch.tensor([KINDS.index(n.kind) for n in node])
+        head = torch.tensor([n.head or 0 for n in node], device=delta.device)
+        x = _reader_block(blocks[li], parts, clean.resid[li], kind, head, delta, T - s0 if li < L - 1 else 1)
+        for j in range(li + 1, L - 1):
+            x = blocks[j](x, SharedPrefix(parts.cache, j) if s0 else None)
+        if li < L - 1:
+            x = _last_block(blocks[L - 1], parts, x)
+    return _norm(model.ln_final, x[:, -1])
+
+
+class _Unembed:
+    """The logits (B, V) of final norms h (B, d): every column, or (columns given) only those, the
+    others left 0 in a buffer kept from batch to batch."""
+
+    def __init__(self, model: GPT, columns: Sequence[int] | None) -> None:
+        self.model, self.columns, self.buffer = model, columns, torch.empty(0)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if self.columns is None:
+            return self.model.unembed(h)
+        cols = torch.tensor(list(self.columns), device=h.device)
+        if self.buffer.size(0) < h.size(0):
+            self.buffer = h.new_zeros(h.size(0), self.model.cfg.vocab_size)
+        z = h @ self.model.lm_head.weight[cols].T  # (B, len(columns))
+        cap = self.model.cfg.softcap
+        self.buffer[: h.size(0), cols] = cap * torch.tanh(z / cap) if cap else z
+        return self.buffer[: h.size(0)]
+
+
+EXACT_ROWS = 64  # rows of one batch of exact scores, at most (each keeps its own logits and writer's change)
+
+
+def exact_chunk(T: int, positions: int) -> int:
+    """Rows per batch of exact scores of T-token prompts whose rows run `positions` positions:
+    TOKENS_PER_CHUNK positions, and keys and values of 4 x TOKENS_PER_CHUNK, at most EXACT_ROWS rows."""
+    return max(1, min(EXACT_ROWS, TOKENS_PER_CHUNK // max(1, positions), 4 * TOKENS_PER_CHUNK // T))
+
+
+LAST_KEYS = 0.25  # of the last block a row computes before its last position W_Q, W_K, W_V: GPT-2's quarter
+
+
+def first_changed(cfg: GPTConfig, clean_ids: Sequence[int], corrupted_ids: Sequence[int]) -> int:
+    """The first position whose token differs (T - 1 if none; 0 without a causal mask): before it every
+    writer's corrupted output is its clean one."""
+    if not cfg.causal:
+        return 0
+    return next((i for i, (a, b) in enumerate(zip(clean_ids, corrupted_ids)) if a != b), len(clean_ids) - 1)
+
+
+def exact_share(cfg: GPTConfig, T: int, s0: int, layers: torch.Tensor) -> torch.Tensor:
+    """Per exact row whose reader is in block `layers` (n_layer: the logits), its work as a share of a
+    plain forward pass's block-positions (n_layer x T), an upper bound: T - s0 positions of its reader's
+    block and of each one after but the last, of the last block its keys and values there (LAST_KEYS of
+    its weights), and one position more (the last block's last, or the unembedding's)."""
+    L, S = cfg.n_layer, T - s0
+    before_last = (L - 1 - layers).clamp(min=0).double()
+    return (before_last * S + (before_last > 0).double() * LAST_KEYS * S + 1) / (L * T)
 
 
 def row_chunks(cfg: GPTConfig, T: int, n_rows: int, writers: bool = True) -> int:
@@ -504,20 +620,29 @@ def graph_run_bytes(cfg: GPTConfig, T: int, n_edges: int, n_rows: int, element: 
 
 
 def exact_bytes(cfg: GPTConfig, T: int, element: int = 4) -> int:
-    """The peak working memory of one batched pass of exact edge scores (`exact`), an upper bound: the
-    writers' clean - corrupted difference (n_up x T x d) and each row's part of it, one block's scores
-    and pattern, its widest activations, a reader's own input, and the logits; times HEAP."""
-    B = max(1, TOKENS_PER_CHUNK // T)
-    n_up = 1 + cfg.n_layer * (cfg.n_head + 1)
-    per_row = 4 * T * cfg.d_model + PASS_MAPS * cfg.n_head * T * T + 8 * T * _width(cfg) + 3 * cfg.vocab_size
-    return int(HEAP * (n_up * T * cfg.d_model + B * per_row) * element)
+    """The peak working memory of exact edge scores (`exact`), an upper bound whatever position the
+    prompts first differ at: the clean run's parts it reads (`_Clean`: per block the stream after
+    attention, each head's query and weighted sum of values, the keys and values twice, L x T x ...),
+    the writers' changed-or-not mask (n_up x T x d, counted as numbers), and the larger of the parts'
+    own forward pass and a batch: B rows of up to `tokens` positions in all (B x (T - s0), exact_chunk),
+    each row's writer's change (T x d), a block's keys and values joined to the prefix's (the shared
+    heads repeated), its scores and pattern, its widest activations and the stream's copies, and the
+    logits with the metric's copy; times HEAP."""
+    L, d, nh, hs = cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_head
+    n_up = 1 + L * (nh + 1)
+    B = exact_chunk(T, 1)
+    tokens = min(max(TOKENS_PER_CHUNK, T), B * T)
+    parts = L * T * (d + 2 * nh * hs + 4 * cfg.n_kv_head * hs)
+    capture = T * (4 * d + PASS_MAPS * nh * T + 8 * _width(cfg)) + 3 * cfg.vocab_size
+    batch = B * (T * d + 4 * T * nh * hs + 3 * cfg.vocab_size) + tokens * (PASS_MAPS * nh * T + 8 * _width(cfg) + 4 * d)
+    return int(HEAP * (parts + n_up * T * d + max(capture, batch)) * element)
 
 
 def run_rows(
     model: GPT,
     clean: Run,
     n_rows: int,
-    readers_of: Callable[[torch.Tensor], _Readers | _OneEdge],
+    readers_of: Callable[[torch.Tensor], _Readers],
     reduce: Callable[[torch.Tensor], torch.Tensor],
     starts: Sequence[int] | None = None,
     chunk: int | None = None,
@@ -567,6 +692,17 @@ def run_weights(
 # ---- scores --------------------------------------------------------------------------------------
 
 
+def _batches(layer: torch.Tensor, step: int) -> list[torch.Tensor]:
+    """The rows, by reader block (layer (n,)), in batches of at most `step` rows of one block each."""
+    order = torch.argsort(layer, stable=True)
+    ends = torch.cumsum(torch.bincount(layer[order]), 0).tolist()
+    out, lo = [], 0
+    for end in ends:
+        out += [order[i : min(i + step, end)] for i in range(lo, end, step)]
+        lo = end
+    return out
+
+
 def exact(
     model: GPT,
     graph: Graph,
@@ -574,19 +710,39 @@ def exact(
     corrupt: Run,
     edges: Sequence[int],
     reduce: Callable[[torch.Tensor], torch.Tensor],
-    **kw,
+    on_chunk: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    lock: Callable[[], AbstractContextManager] | None = None,
+    columns: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """(len(edges),) M(clean run with that one edge patched) - M(clean run): each edge's exact score,
-    one graph run each, batched (each row joins at its reader's block)."""
+    one graph run each, batched by reader block (`exact_chunk` rows): a row starts at its reader's
+    block, computes of it only what the edge changes (the reader's head, or the MLP's input, and what
+    follows) and only the positions from the first one the corrupted prompt changes, and of the last
+    block only the keys and values before the last position. Explain mode's arithmetic, as the model's
+    own forward pass with that reader's input replaced; on_chunk(done, total) after each batch, cancel()
+    before each (True: Cancelled), lock() held during each and while the clean run's parts are taken.
+    columns: the only logits `reduce` reads (a logit difference's two tokens), the only ones computed;
+    None: every one (a log-probability's softmax reads them all)."""
     which = torch.tensor(list(edges), dtype=torch.long)
-    layer = graph.reader_layer()[which].tolist()
-    chunk = row_chunks(model.cfg, len(clean.ids), len(which), writers=False)
-
-    def readers(rows: torch.Tensor) -> _OneEdge:
-        return _OneEdge(model, graph, clean, corrupt, which[rows])
-
-    values = run_rows(model, clean, len(which), readers, reduce, starts=layer, chunk=chunk, **kw)
-    return values - float(reduce(clean.logits[None])[0])
+    layer = graph.reader_layer()[which]
+    out = torch.empty(len(which), dtype=torch.float64)
+    held = lock if lock is not None else nullcontext
+    with torch.no_grad():
+        with held():
+            parts = _clean_parts(model, clean, corrupt)
+        step = exact_chunk(len(clean.ids), len(clean.ids) - parts.s0)
+        unembed = _Unembed(model, columns)
+        done = 0
+        for rows in _batches(layer, step):
+            if cancel is not None and cancel():
+                raise Cancelled()
+            with held(), model.hooks([]):  # explain mode's arithmetic, no hook
+                out[rows] = reduce(unembed(_one_edge_rows(model, graph, clean, corrupt, parts, which[rows]))).double()
+            done += len(rows)
+            if on_chunk is not None:
+                on_chunk(done, len(which))
+    return out - float(reduce(clean.logits[None])[0])
 
 
 def _leaves(cfg: GPTConfig, B: int, T: int, like: torch.Tensor) -> dict:

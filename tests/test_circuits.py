@@ -445,3 +445,34 @@ def test_every_edge_exactly_through_the_job_form_and_the_readme_finding(client, 
     for words in shown:
         assert words in text, words
     assert c["curve"][2]["edges"] == 2 and c["curve"][2]["recovered"] == 0  # the first two alone: none
+
+
+@pytest.mark.parametrize(
+    "block, changed, extra",
+    [("gpt2", 0, {}), ("llama-gqa", 7, {}), ("families", 0, {}), ("moe", 4, {}), ("gpt2", 4, {"causal": False})],
+)
+def test_exact_scores_from_the_first_changed_position_equal_the_graph_runs(block, changed, extra):
+    """exact() computes only the positions from the first one the prompts differ at (every position
+    without a causal mask), of its reader's block only what the edge changes, of the last block only
+    the last position's query, and (columns given) only the logits the metric reads: every edge's score
+    is still the graph run with that one edge patched, wherever the prompts first differ."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=40, n_ctx=16, n_layer=3, n_head=4, d_model=32, **{**BLOCKS[block], **extra})
+    model = GPT(cfg).eval().set_mode("explain")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0)
+    corrupted = list(CLEAN)
+    corrupted[changed] = 11
+    reduce = diff_of(3, 4)
+    with torch.inference_mode():
+        graph = cc.graph_of(cfg)
+        clean, corrupt = cc.record(model, CLEAN), cc.record(model, corrupted)
+        n = graph.n_edges
+        scores = cc.exact(model, graph, clean, corrupt, range(n), reduce)
+        two = cc.exact(model, graph, clean, corrupt, range(n), reduce, columns=[3, 4])
+        w = torch.ones(n, n) - torch.eye(n)  # row e: every edge kept but e
+        runs = reduce(cc.run_graph(model, graph, clean, corrupt, w)) - reduce(clean.logits[None])
+    assert runs.abs().max() > 0.1  # the edges matter
+    torch.testing.assert_close(scores, runs.double(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(two, scores, atol=1e-5, rtol=0)

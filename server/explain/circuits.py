@@ -41,15 +41,19 @@ from .forward import ARRAY_JSON, TOKEN_VALUES, VALUE_BYTES
 from .pair import Runs, answer_tokens, check_metric, check_tokens, metric_of, pair_ids
 from .tokens import token_pieces
 
-# The work a request may ask for, in multiply-adds of the blocks it runs: the plain POST up to
-# MAX_SYNC_MACS (a few seconds on two cores), the job form up to MAX_JOB_MACS. Against a plain forward
-# pass of the same blocks (benchmarks/circuits.py): an exact score's row costs the same (EXACT_COST; it
-# runs from its reader's block on), a run that mixes every edge (the faithfulness curve) GRAPH_COST
-# times as much (each reader's own norm and projection, the writers' mix), and a row of the gradient
-# pass GRADIENT_COST times (forward and backward), all measured on the built-in model.
+# The work a request may ask for, in multiply-adds of a plain forward pass's blocks: the plain POST up to
+# MAX_SYNC_MACS (a few seconds on two cores), the job form up to MAX_JOB_MACS (the exact score of every
+# edge of GPT-2 small's shape on 20 tokens, both estimates and the curve: about 1.6e13, some minutes on
+# two cores). Against plain forward passes of the same rows (benchmarks/circuits.py, every_edge.py): an
+# exact score's row costs EXACT_COST times the share of a plain pass's block-positions it computes
+# (model/circuits.py exact_share: from its reader's block and the first position the prompts differ at
+# on; measured 0.66 on the built-in model and 0.92-0.96 on GPT-2 small's shape), a run that mixes every
+# edge (the faithfulness curve) GRAPH_COST times a plain pass (each reader's own norm and projection, the
+# writers' mix), and a row of the gradient pass GRADIENT_COST times (forward and backward), these two
+# measured on the built-in model.
 MAX_SYNC_MACS = 150e9
-MAX_JOB_MACS = 3e12
-EXACT_COST = 1.2
+MAX_JOB_MACS = 20e12
+EXACT_COST = 1.1
 GRAPH_COST = 6.0
 GRADIENT_COST = 7.0
 # Memory: the two prompts' runs (every writer's output and the stream at each block, model/circuits.py
@@ -134,9 +138,12 @@ def _exact_edges(plan_req: CircuitRequest, graph: cc.Graph, named: list[int]) ->
     return min(graph.n_edges, top + len(named))
 
 
-def _check_work(service: ModelService, req: CircuitRequest, graph: cc.Graph, named: list[int], T: int, limit: float):
-    """Refuse a request over its memory or its work limit, before it runs; -> the graph runs it takes."""
+def _check_work(service: ModelService, req: CircuitRequest, graph: cc.Graph, named: list[int], ids, limit: float):
+    """Refuse a request over its memory or its work limit, before it runs (ids: the clean and corrupted
+    prompts' tokens); -> the graph runs it takes."""
     cfg = service.model.cfg
+    clean_ids, corrupted_ids = ids
+    T = len(clean_ids)
     field = "clean" if req.clean is not None else "clean_ids"
     if cc.run_bytes(cfg, T) > RUN_BYTES:
         per_token = cc.run_bytes(cfg, 1) - cc.run_bytes(cfg, 0)
@@ -159,9 +166,12 @@ def _check_work(service: ModelService, req: CircuitRequest, graph: cc.Graph, nam
     block = sum(p.numel() for p in service.model.blocks[0].parameters())
     per_run = cfg.n_layer * T * block
     grad_rows = ("atp" in req.methods) + (req.steps if "eap_ig" in req.methods else 0)
-    # an exact row runs the blocks from its reader's on: at most all of them for the top edges, and for
-    # every edge their average share
-    share = float((cfg.n_layer - graph.reader_layer()).float().mean()) / cfg.n_layer if req.exact == "all" else 1.0
+    # an exact row runs the blocks from its reader's on, from the first position the prompts differ at
+    # (model/circuits.py exact_share): for the top edges at most as much as an edge into block 0, for
+    # every edge their average
+    s0 = cc.first_changed(cfg, clean_ids, corrupted_ids)
+    layers = graph.reader_layer() if req.exact == "all" else torch.zeros(1, dtype=torch.long)
+    share = float(cc.exact_share(cfg, T, s0, layers).mean())
     macs = per_run * (GRADIENT_COST * grad_rows + EXACT_COST * share * exact_rows + GRAPH_COST * curve)
     if macs > limit:
         where = f"start it as a job, POST /api/v1/circuits/jobs (up to {MAX_JOB_MACS:.0e})"
@@ -221,7 +231,7 @@ def check(service: ModelService, req: CircuitRequest, limit: float) -> Checked:
     clean_ids, corrupted_ids = pair_ids(service, req)
     graph = cc.graph_of(service.model.cfg)
     named = _check_request(service, req, graph)
-    total = _check_work(service, req, graph, named, len(clean_ids), limit)
+    total = _check_work(service, req, graph, named, (clean_ids, corrupted_ids), limit)
     return Checked(clean_ids, corrupted_ids, graph, named, total, need(service, req, graph, len(clean_ids)))
 
 
@@ -279,8 +289,8 @@ def _exact(service: ModelService, p: Plan, edges: list[int], progress: _Progress
     t0 = time.perf_counter()
     if todo:
         values = cc.exact(
-            service.model, p.graph, p.clean, p.corrupt, todo, p.reduce(),
-            on_chunk=progress.part, cancel=cancel, lock=service.run,
+            service.model, p.graph, p.clean, p.corrupt, todo, p.reduce(), on_chunk=progress.part, cancel=cancel,
+            lock=service.run, columns=None if p.wrong is None else [p.answer, p.wrong],
         )  # fmt: skip
         known[torch.tensor(todo)] = values
         store.put(p.key("exact"), known)
