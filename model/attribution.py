@@ -45,10 +45,13 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
+from .clt import CLT
 from .gpt import GPT, Block, GPTConfig, LayerNorm, RMSNorm, hook_name
 from .patching import Cancelled
 from .sae import SAEConfig
 from .transcoders import Transcoder
+
+Codes = Sequence[Transcoder] | CLT  # a per-layer set, or a cross-layer transcoder (its blocks' encoders)
 
 ROWS = 128  # targets per batched backward pass, at most ...
 ROW_BYTES = 256 * 2**20  # ... and fewer where their activations would hold more than this
@@ -74,7 +77,13 @@ def most_active(cfg: GPTConfig, tc: SAEConfig, T: int) -> int:
 
 
 def peak_bytes(
-    cfg: GPTConfig, tc: SAEConfig, T: int, max_rows: int, max_edges: int | None = None, item: int = 4
+    cfg: GPTConfig,
+    tc: SAEConfig,
+    T: int,
+    max_rows: int,
+    max_edges: int | None = None,
+    item: int = 4,
+    cross: bool = False,
 ) -> int:
     """An upper bound of the bytes that trace, build and prune take at their peak beyond the model and its
     transcoders, for T positions, up to max_rows rows and max_edges listed edges (None: every one), the
@@ -89,13 +98,16 @@ def peak_bytes(
     largest batch's backward pass (FLOATS_KEPT numbers per row, block, position and unit of width, the
     patterns its product with the values keeps per row, its edges from every active feature; measured: 20
     a unit at 64 tokens, 28 at 255, every row into the last block), counted beside the graph's copy since
-    the allocator keeps what the batches freed; the chunked passes' buffers; the listed edges."""
+    the allocator keeps what the batches freed; the chunked passes' buffers; the listed edges. cross: a
+    cross-layer transcoder's, whose active features keep a decoder row per block (L of them) and whose
+    batch's products reach every earlier block's features."""
     L, d, F = cfg.n_layer, cfg.d_model, tc.d_sae
     N = most_active(cfg, tc, T)
     R, C = min(max_rows, N) + 1, T + N + L * T
     graph = R * C * item
-    per_block = T * (tc.k if tc.activation == "topk" else F)  # one block's active features, at most
-    trace = item * (3 * L * cfg.n_head * T * T + 12 * L * T * d + L * T * (3 * F + 2 * cfg.d_mlp) + 2 * N * d) + 32 * N
+    per_block = N if cross else T * (tc.k if tc.activation == "topk" else F)  # one block's active features, at most
+    rows_kept = (L + 1) * N * d if cross else 2 * N * d
+    trace = item * (3 * L * cfg.n_head * T * T + 12 * L * T * d + L * T * (3 * F + 2 * cfg.d_mlp) + rows_kept) + 32 * N
     rows = min(rows_per_batch(cfg, T), R - 1)  # build's batch: at most rows_per_batch, and max_rows
     batch = rows * (FLOATS_KEPT * L * T * d + 3 * L * cfg.n_head * T * T + T * per_block + N) * item
     passes = min(CHUNK, R * C) * CHUNK_BYTES
@@ -121,7 +133,8 @@ class Trace:
     position: torch.Tensor  # (N,) position,
     feature: torch.Tensor  # (N,) index in its transcoder,
     act: torch.Tensor  # (N,) and activation, ordered by block, then position, then feature
-    decoder: torch.Tensor  # (N, d) each active feature's decoder row
+    decoder: torch.Tensor  # (N, d) each active feature's decoder row; a CLT's (N, L, d): its row at every
+    # block it writes to (zeros before its own)
     logits: torch.Tensor  # (V,) the last position's
 
     @property
@@ -151,7 +164,7 @@ def check_model(model: GPT) -> None:
 
 
 @torch.no_grad()
-def trace(model: GPT, codes: Sequence[Transcoder], ids: Sequence[int]) -> Trace:
+def trace(model: GPT, codes: Codes, ids: Sequence[int]) -> Trace:
     """Run the prompt through the real model (explain mode) and its transcoders."""
     check_model(model)
     L = model.cfg.n_layer
@@ -173,7 +186,11 @@ def trace(model: GPT, codes: Sequence[Transcoder], ids: Sequence[int]) -> Trace:
         return torch.stack([c[hook_name(n, i)][0] for i in range(L)])
 
     mlp_in = stack("ln2.hook_normalized")
-    codes_out = [t(mlp_in[i]) for i, t in enumerate(codes)]  # (recon (T, d), f (T, F)) per block
+    if isinstance(codes, CLT):
+        fs = [t.encode(mlp_in[i]) for i, t in enumerate(codes)]
+        codes_out = [(codes.decode_to(fs, i), f) for i, f in enumerate(fs)]
+    else:
+        codes_out = [t(mlp_in[i]) for i, t in enumerate(codes)]  # (recon (T, d), f (T, F)) per block
     nz = [f.nonzero() for _, f in codes_out]  # (n, 2): position, feature; by position, then feature
     return Trace(
         ids=tuple(ids),
@@ -189,9 +206,18 @@ def trace(model: GPT, codes: Sequence[Transcoder], ids: Sequence[int]) -> Trace:
         position=torch.cat([n[:, 0] for n in nz]),
         feature=torch.cat([n[:, 1] for n in nz]),
         act=torch.cat([f[n[:, 0], n[:, 1]] for (_, f), n in zip(codes_out, nz)]),
-        decoder=torch.cat([t.W_dec[n[:, 1]] for t, n in zip(codes, nz)]),
+        decoder=_decoders(codes, nz),
         logits=logits[0, -1],
     )
+
+
+def _decoders(codes: Codes, nz: list[torch.Tensor]) -> torch.Tensor:
+    """The active features' decoder rows: (N, d), or a CLT's (N, L, d), zeros before each one's block."""
+    if not isinstance(codes, CLT):
+        return torch.cat([t.W_dec[n[:, 1]] for t, n in zip(codes, nz)])
+    L = len(codes)
+    rows = [F.pad(codes.W_dec[i][n[:, 1]], (0, 0, i, 0)) for i, n in enumerate(nz)]  # (n, L, d) each
+    return torch.cat(rows) if rows else codes.b_dec.new_zeros(0, L, codes.cfg.d_in)
 
 
 # ---- the frozen replacement model ------------------------------------------------------------------
@@ -259,7 +285,7 @@ def reach(targets: Sequence[Target]) -> int | None:
     return None if None in layers else max(cast(list[int], layers))
 
 
-def values(model: GPT, codes: Sequence[Transcoder], targets: Sequence[Target], reads, final) -> torch.Tensor:
+def values(model: GPT, codes: Codes, targets: Sequence[Target], reads, final) -> torch.Tensor:
     """(B,) row r's target's value, targets[r] read from row r of the replacement's reads."""
     out = []
     for r, t in enumerate(targets):
@@ -286,7 +312,7 @@ class Edges:
         return self.tokens.sum(1) + self.features.sum(1) + self.errors.sum((1, 2)) + self.constant
 
 
-def edges_into(model: GPT, codes: Sequence[Transcoder], tr: Trace, targets: Sequence[Target]) -> Edges:
+def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target]) -> Edges:
     """Every source's direct effect on each target (one row of the batched backward pass each)."""
     R = len(targets)
     with torch.inference_mode(False), torch.enable_grad():
@@ -316,11 +342,19 @@ def edges_into(model: GPT, codes: Sequence[Transcoder], tr: Trace, targets: Sequ
 
 def feature_terms(tr: Trace, g_write: torch.Tensor, upto: int) -> torch.Tensor:
     """(R, N) each row's gradient where the MLPs write (R, L, T, d) times what each active feature wrote
-    there (act x its decoder row), for the features of blocks before `upto` (the rest: 0). Per block, the
+    there (act x its decoder row), for the features of blocks before `upto` (the rest: 0); a CLT's feature
+    wrote at its own block and every later one, and its term is the sum over them. Per block, the
     gradient at every position against every active feature's row (R, T, n), then each feature's own
     position (block li's features are the trace's [ends[li], ends[li + 1]))."""
     features = torch.zeros(g_write.shape[0], len(tr.act), dtype=g_write.dtype)
     ends = block_ends(tr)
+    if tr.decoder.dim() == 3:  # a CLT's: what blocks 0..li's features wrote at block li
+        for li in range(upto):
+            at = slice(0, ends[li + 1])
+            if at.stop:
+                dot = g_write[:, li] @ tr.decoder[at, li].T  # (R, T, n)
+                features[:, at] += dot[:, tr.position[at], torch.arange(at.stop)] * tr.act[at]
+        return features
     for li in range(upto):
         at = slice(ends[li], ends[li + 1])
         if at.stop > at.start:
@@ -334,13 +368,14 @@ def block_ends(tr: Trace) -> list[int]:
     return [0, *torch.cumsum(torch.bincount(tr.layer, minlength=model_depth(tr)), 0).tolist()]
 
 
-def constants(model: GPT, codes: Sequence[Transcoder], tr: Trace, targets: Sequence[Target]) -> torch.Tensor:
+def constants(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target]) -> torch.Tensor:
     """(R,) each target's value in the frozen model with every source taken out (no token, no
     feature, no error: each MLP writes only its transcoder's bias), computed on its own."""
     R = len(targets)
     with torch.no_grad():  # the run is the same for every target: once, then read R times
         embed = torch.zeros(1, *tr.embed.shape)
-        bias = torch.stack([c.b_dec for c in codes])[None, :, None, :].expand(1, *tr.mlp_out.shape)
+        b_dec = codes.b_dec if isinstance(codes, CLT) else torch.stack([c.b_dec for c in codes])
+        bias = b_dec[None, :, None, :].expand(1, *tr.mlp_out.shape)
         reads, final = replacement(model, tr, embed, bias, reach(targets))
         reads = [r.expand(R, *r.shape[1:]) for r in reads]
         final = None if final is None else final.expand(R, *final.shape[1:])
@@ -367,7 +402,7 @@ class Graph:
 
 def build(
     model: GPT,
-    codes: Sequence[Transcoder],
+    codes: Codes,
     tr: Trace,
     target: Target,
     max_rows: int = 1024,
@@ -692,23 +727,30 @@ def _kept_edges(
 
 @torch.no_grad()
 def steered_logits(
-    model: GPT, codes: Sequence[Transcoder], ids: Sequence[int], changes: Sequence[tuple[int, int, int, float]]
+    model: GPT, codes: Codes, ids: Sequence[int], changes: Sequence[tuple[int, int, int, float]]
 ) -> torch.Tensor:
     """The real model's last-position logits (V,) with each (layer, position, feature, scale) of
     `changes` steered through its transcoder: at that block the MLP's output at that position gets
     (scale - 1) x the feature's activation (on the MLP's input of this very run) x its decoder row
-    added, so scale 0 takes the feature out and 2 doubles it; everything after runs as usual."""
+    added, so scale 0 takes the feature out and 2 doubles it; everything after runs as usual. A CLT's
+    feature writes at its block and every later one: each of those MLPs' outputs gets its change there."""
     seen: dict[int, torch.Tensor] = {}
     by_layer: dict[int, list[tuple[int, int, float]]] = {}
     for layer, pos, feat, scale in changes:
         by_layer.setdefault(layer, []).append((pos, feat, scale))
+    cross = isinstance(codes, CLT)
+    acts: dict[int, torch.Tensor] = {}  # block li's activations in this run, once its MLP input is read
 
-    def add(li: int) -> Callable[[torch.Tensor, str], torch.Tensor]:
+    def add(lo: int) -> Callable[[torch.Tensor, str], torch.Tensor]:
         def fn(out: torch.Tensor, _name: str) -> torch.Tensor:
             out = out.clone()
-            f = codes[li].encode(seen[li][0])  # (T, F) this run's activations
-            for pos, feat, scale in by_layer[li]:
-                out[0, pos] += (scale - 1.0) * f[pos, feat] * codes[li].W_dec[feat]
+            for li in (li for li in by_layer if li <= lo) if cross else [lo]:
+                if li not in acts:
+                    acts[li] = codes[li].encode(seen[li][0])  # (T, F) this run's activations
+                f = acts[li]
+                for pos, feat, scale in by_layer[li]:
+                    row = cast(CLT, codes).W_dec[li][feat, lo - li] if cross else codes[li].W_dec[feat]
+                    out[0, pos] += (scale - 1.0) * f[pos, feat] * row
             return out
 
         return fn
@@ -717,8 +759,11 @@ def steered_logits(
         return lambda t, _n: seen.__setitem__(li, t)
 
     hooks: list[tuple[str, Callable[[torch.Tensor, str], torch.Tensor | None]]] = []
+    writes = range(min(by_layer), len(codes)) if cross and by_layer else by_layer
     for li in by_layer:
-        hooks += [(hook_name("ln2.hook_normalized", li), keep(li)), (hook_name("hook_mlp_out", li), add(li))]
+        hooks.append((hook_name("ln2.hook_normalized", li), keep(li)))
+    for lo in writes:
+        hooks.append((hook_name("hook_mlp_out", lo), add(lo)))
     with ExitStack() as stack:
         stack.enter_context(model.hooks(hooks))
         logits, _ = model(torch.tensor([list(ids)]), last_only=True)

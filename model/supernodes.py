@@ -34,6 +34,7 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
+from . import clt as clt_mod
 from .attribution import Graph, Target, Trace, steered_logits
 from .gpt import GPT, Block, hook_name
 from .transcoders import Transcoder
@@ -162,10 +163,14 @@ def replaced_logits(model: GPT, codes: Sequence[Transcoder], ids: Sequence[int])
     """The last position's logits with every MLP's output replaced by its transcoder's (reading that MLP's
     input in this very run; attention and norms computed as usual)."""
     seen: dict[int, torch.Tensor] = {}
-    hooks = []
+    if clt_mod.is_clt(codes):  # block li's write sums the features of blocks 0..li, read in this run
+        write = clt_mod.write_fn(cast(clt_mod.CLT, codes))
+    else:
+        write = lambda li, seen: codes[li](seen[li])[0]  # noqa: E731
+    hooks: list[tuple[str, Callable[..., torch.Tensor | None]]] = []
     for li in range(model.cfg.n_layer):
         hooks.append((hook_name("ln2.hook_normalized", li), lambda t, _n, li=li: seen.__setitem__(li, t)))
-        hooks.append((hook_name("hook_mlp_out", li), lambda out, _n, li=li: codes[li](seen[li])[0].to(out.dtype)))
+        hooks.append((hook_name("hook_mlp_out", li), lambda out, _n, li=li: write(li, seen).to(out.dtype)))
     with model.hooks(hooks):
         logits, _ = model(torch.tensor([list(ids)], device=model.wte.weight.device), last_only=True)
     return logits[0, -1]

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 from safetensors.torch import save as st_save
@@ -56,6 +56,7 @@ FORMAT = "gptscope-transcoders"
 INPUT_HOOK = "blocks.{layer}.ln2.hook_normalized"  # what each reads (the MLP's input) ...
 OUTPUT_HOOK = "blocks.{layer}.hook_mlp_out"  # ... and writes (the MLP's output)
 MEMORY_LIMIT = 2 * 2**30
+Kind = Literal["per_layer", "clt"]
 # buffers of every block's (input, output) pairs PairStream holds at its peak: the one being served, and
 # the next one's chunks and their concatenation (its batches index rows: no shuffled copy)
 PAIR_BUFFERS = 3
@@ -156,6 +157,10 @@ class TranscoderTrainConfig:
     and the command line's options are made from these fields."""
 
     expansion: int = setting(4, ge=2, le=32, help="features per stream dimension, per block")
+    kind: Kind = setting(  # noqa: RUF009 (a str: immutable)
+        "per_layer",
+        help="per_layer (one transcoder per MLP) or clt (cross-layer: each block's features write to every later MLP)",
+    )
     activation: sae_mod.Activation = setting(  # noqa: RUF009 (a str: immutable)
         "topk", help="topk (k features per token) or relu (an L1 penalty)"
     )
@@ -192,7 +197,10 @@ class TranscoderTrainConfig:
             d, L = model.cfg.d_model, model.cfg.n_layer
             checks.append(("k", self.k <= self.expansion * d, f"must be at most the width {self.expansion * d}"))
             F = self.expansion * d
-            need = L * (sae_mod.PARAM_COPIES * 2 * d * F * 4 + sae_mod.STEP_COPIES * self.batch_tokens * F * 4)
+            need = (
+                sae_mod.PARAM_COPIES * matrices(self, L) * d * F * 4
+                + L * sae_mod.STEP_COPIES * self.batch_tokens * F * 4
+            )
             checks.append(
                 (
                     "batch_tokens",
@@ -207,6 +215,12 @@ class TranscoderTrainConfig:
             check_model(model)
 
 
+def matrices(tc: TranscoderTrainConfig, L: int) -> int:
+    """The (d, F) matrices of a set on L blocks: an encoder and a decoder each; a CLT's block decodes to
+    every later block too (L encoders, L (L + 1) / 2 decoders)."""
+    return L + (L * (L + 1) // 2 if tc.kind == "clt" else L)
+
+
 def job_memory(tc: TranscoderTrainConfig, cfg: GPTConfig, corpus_size: int) -> dict[str, int]:
     """The bytes of a transcoder-set job on a model of cfg over a text of corpus_size bytes, in parts:
     "train" (every block's transcoder with its gradients, Adam's moments and its start; the stream's
@@ -217,7 +231,7 @@ def job_memory(tc: TranscoderTrainConfig, cfg: GPTConfig, corpus_size: int) -> d
     job holds (model/train.py's artefact_memory)."""
     d, T, L, F = cfg.d_model, cfg.n_ctx, cfg.n_layer, tc.expansion * cfg.d_model
     pair = 2 * L * d * F32  # bytes per token of every block's (input, output)
-    weights = L * 2 * d * F * F32
+    weights = matrices(tc, L) * d * F * F32
     stream = PAIR_BUFFERS * sae_mod.STREAM_FILL * T * pair + 3 * tc.batch_tokens * pair
     step = sae_mod.STEP_COPIES * tc.batch_tokens * F * F32
     forward = activation_bytes(cfg, sae_mod.STREAM_CHUNK, T, False, logits=False)
@@ -248,7 +262,7 @@ def memory_need(tc: TranscoderTrainConfig, cfg: GPTConfig, corpus_size: int, lim
     if p["corpus"] > max(p["train"], p["evaluate"], p["model"]):
         return total, "corpus", "a smaller corpus"
     step = sae_mod.STEP_COPIES * tc.batch_tokens * tc.expansion * cfg.d_model * F32
-    weights = sae_mod.PARAM_COPIES * cfg.n_layer * 2 * cfg.d_model * tc.expansion * cfg.d_model * F32
+    weights = sae_mod.PARAM_COPIES * matrices(tc, cfg.n_layer) * cfg.d_model * tc.expansion * cfg.d_model * F32
     if p["evaluate"] > p["train"]:
         name, lo = "eval_sequences", 1
     else:
@@ -269,6 +283,43 @@ class SetState:
     tokens: int = 0
     elapsed: float = 0.0
     history: list[dict] = field(default_factory=list)
+
+
+def run_steps(
+    tc: TranscoderTrainConfig,
+    opts: list[torch.optim.Adam],
+    step: Callable[[list[tuple[torch.Tensor, torch.Tensor]]], list[dict]],
+    first: list[tuple[torch.Tensor, torch.Tensor]],
+    batches: Iterator[list[tuple[torch.Tensor, torch.Tensor]]],
+    on_progress: Callable[[dict], None] | None,
+    should_stop: Callable[[], bool] | None,
+    log_every: int,
+) -> SetState:
+    """The training loop of a set (per-layer or cross-layer, model/clt.py): `step(pairs)` on every batch of
+    every block's pairs until max_tokens or the time budget is spent, the learning rate decayed over the
+    last fifth, a record (each block's FVU, L0 and dead, from step's per-block dicts) every log_every steps."""
+    st, t0, pairs = SetState(), time.perf_counter(), first
+    while True:
+        frac = min(1.0, max(st.tokens / tc.max_tokens, st.elapsed / tc.time_budget if tc.time_budget else 0.0))
+        if frac >= 1.0:
+            return st
+        if should_stop is not None and should_stop():
+            raise Cancelled()
+        for o in opts:
+            for g in o.param_groups:
+                g["lr"] = tc.lr * min(1.0, (1.0 - frac) / 0.2)
+        recs = step(pairs)
+        st.step, st.tokens, st.elapsed = st.step + 1, st.tokens + len(pairs[0][0]), time.perf_counter() - t0
+        if st.step % log_every == 0 or st.step == 1:
+            entry = {
+                "step": st.step, "tokens": st.tokens, "elapsed": round(st.elapsed, 2),
+                "fvu": [round(r["fvu"], 5) for r in recs], "l0": [round(r["l0"], 2) for r in recs],
+                "dead": [r["dead"] for r in recs],
+            }  # fmt: skip
+            st.history.append(entry)
+            if on_progress is not None:
+                on_progress({**entry, "progress": round(frac, 4)})
+        pairs = next(batches)
 
 
 def train_transcoders(
@@ -297,28 +348,11 @@ def train_transcoders(
     start = copy.deepcopy(codes)
     opts = [torch.optim.Adam(t.parameters(), lr=tc.lr) for t in codes]
     since = [torch.zeros(t.cfg.d_sae, dtype=torch.long) for t in codes]
-    st, t0, pairs = SetState(), time.perf_counter(), first
-    while True:
-        frac = min(1.0, max(st.tokens / tc.max_tokens, st.elapsed / tc.time_budget if tc.time_budget else 0.0))
-        if frac >= 1.0:
-            break
-        if should_stop is not None and should_stop():
-            raise Cancelled()
-        for o in opts:
-            for g in o.param_groups:
-                g["lr"] = tc.lr * min(1.0, (1.0 - frac) / 0.2)
-        recs = [sae_mod._step(t, o, x, one, s, y) for t, o, s, (x, y) in zip(codes, opts, since, pairs)]
-        st.step, st.tokens, st.elapsed = st.step + 1, st.tokens + len(pairs[0][0]), time.perf_counter() - t0
-        if st.step % log_every == 0 or st.step == 1:
-            entry = {
-                "step": st.step, "tokens": st.tokens, "elapsed": round(st.elapsed, 2),
-                "fvu": [round(r["fvu"], 5) for r in recs], "l0": [round(r["l0"], 2) for r in recs],
-                "dead": [r["dead"] for r in recs],
-            }  # fmt: skip
-            st.history.append(entry)
-            if on_progress is not None:
-                on_progress({**entry, "progress": round(frac, 4)})
-        pairs = next(batches)
+
+    def step(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[dict]:
+        return [sae_mod._step(t, o, x, one, s, y) for t, o, s, (x, y) in zip(codes, opts, since, pairs)]
+
+    st = run_steps(tc, opts, step, first, batches, on_progress, should_stop, log_every)
     for t in [*codes, *start]:
         t.fold_input_offset()
     return codes, start, st
@@ -328,9 +362,16 @@ def train_transcoders(
 
 
 @torch.no_grad()
-def replaced_losses(model: GPT, codes: list[Transcoder], seqs: torch.Tensor) -> dict:
+def replaced_losses(
+    model: GPT,
+    codes: list[Transcoder],
+    seqs: torch.Tensor,
+    write: Callable[[int, dict[int, torch.Tensor]], torch.Tensor] | None = None,
+) -> dict:
     """Mean next-token loss (nats) on held-out sequences: clean, with every MLP's output replaced by its
-    transcoder's (reading that MLP's own input in the replaced run), and with every MLP's output zeroed."""
+    transcoder's (reading that MLP's own input in the replaced run), and with every MLP's output zeroed.
+    write(i, inputs): what replaces MLP i's output, given the MLP inputs of the replaced run so far (a
+    cross-layer transcoder's, model/clt.py); default: transcoder i's reconstruction of its own input."""
     inputs, targets = seqs[:, :-1], seqs[:, 1:]
 
     def mean_loss() -> float:
@@ -355,7 +396,10 @@ def replaced_losses(model: GPT, codes: list[Transcoder], seqs: torch.Tensor) -> 
         for i, block in enumerate(model.blocks):
             h = cast(Block, block).ln2.register_forward_hook(lambda _m, _i, out, i=i: seen.__setitem__(i, out))
             stack.callback(h.remove)
-        replaced = spliced(lambda i: lambda out: codes[i](seen[i])[0].to(out.dtype))
+        if write is None:
+            replaced = spliced(lambda i: lambda out: codes[i](seen[i])[0].to(out.dtype))
+        else:
+            replaced = spliced(lambda i: lambda out: write(i, seen).to(out.dtype))
     return {"clean": mean_loss(), "replaced": replaced, "zero_ablation": spliced(lambda i: torch.zeros_like)}
 
 
@@ -491,7 +535,7 @@ def load_set(folder: str | Path) -> LoadedSet:
 
 
 def default_name(tc: TranscoderTrainConfig) -> str:
-    return f"x{tc.expansion}-{tc.activation}{tc.k if tc.activation == 'topk' else ''}-s{tc.seed}"
+    return f"{'clt-' if tc.kind == 'clt' else ''}x{tc.expansion}-{tc.activation}{tc.k if tc.activation == 'topk' else ''}-s{tc.seed}"
 
 
 def train_and_save(
@@ -505,14 +549,34 @@ def train_and_save(
 ) -> dict:
     """Train a transcoder per block of checkpoint `ck` on the training split of `corpus_spec`, measure
     the set on the held-out split, save it in `folder`; returns what its JSON records."""
+    return trained_and_saved(
+        ck, corpus_spec, tc, folder, command, on_progress, should_stop, train_transcoders, quality, save_set
+    )
+
+
+def trained_and_saved(
+    ck: ckpt.Checkpoint,
+    corpus_spec: str,
+    tc: TranscoderTrainConfig,
+    folder: str | Path,
+    command: str,
+    on_progress: Callable[[dict], None] | None,
+    should_stop: Callable[[], bool] | None,
+    train: Callable[..., tuple[Any, Any, SetState]],
+    measure: Callable[..., tuple[dict, list[dict]]],
+    save: Callable[..., Path],
+) -> dict:
+    """train_and_save's work for either kind of set: train(model, ids, tc, on_progress, should_stop) ->
+    (set, its start, record); measure(model, set, start, val_ids, tc) -> (figures, stats); save(folder,
+    set, stats, meta, model_name)."""
     folder = Path(folder)
     run = artefact.prepare(ck, corpus_spec, tc, folder, SAEError)
     run.started()
-    codes, start, st = train_transcoders(run.model, run.train_ids, tc, on_progress, should_stop)
+    codes, start, st = train(run.model, run.train_ids, tc, on_progress, should_stop)
     run.trained()
     if on_progress is not None:
         on_progress({"phase": "evaluating", "step": st.step, "tokens": st.tokens, "progress": 1.0})
-    figures, stats = quality(run.model, codes, start, run.val_ids, tc)
+    figures, stats = measure(run.model, codes, start, run.val_ids, tc)
     meta = artefact.record(folder, ck, run, tc, command, st, quality=figures)
-    save_set(folder, codes, stats, meta, str(ck.meta.name or "model"))
+    save(folder, codes, stats, meta, str(ck.meta.name or "model"))
     return meta

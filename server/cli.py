@@ -364,7 +364,7 @@ def cmd_sae(a: argparse.Namespace) -> int:
 
 
 def cmd_transcoders(a: argparse.Namespace) -> int:
-    """Train a transcoder per MLP of a checkpoint (a set, for attribution graphs)."""
+    """Train a transcoder per MLP of a checkpoint (a set, for attribution graphs), or a cross-layer one (--kind clt)."""
     from gptscope.model import transcoders as tc_mod
 
     from .transcoders import TRANSCODERS
@@ -570,12 +570,15 @@ def _transcoder_args(sub) -> None:
         description="Train one transcoder per block, from the MLP's input (blocks.L.ln2.hook_normalized) to its output "
         "(blocks.L.hook_mlp_out), over the training split of the text; measure the set on the held-out split (each "
         "MLP's output variance explained, and the loss with every MLP replaced) and save it beside the checkpoint "
-        "(the built-in model's go to the data folder).",
+        "(the built-in model's go to the data folder). --kind clt trains a cross-layer transcoder instead: each "
+        "block's features write to its own MLP's output and every later one's (circuit-tracer's CLT layout).",
     )
     from gptscope.model.transcoders import TranscoderTrainConfig
 
     add_settings(s, TranscoderTrainConfig)
-    _artefact_args(s, "the set's name (default x<expansion>-<activation><k>-s<seed>)", "transcoders")
+    _artefact_args(
+        s, "the set's name (default x<expansion>-<activation><k>-s<seed>, clt-x... for a CLT)", "transcoders"
+    )
 
 
 def _lens_args(sub) -> None:

@@ -1,10 +1,12 @@
 """Transcoder sets in the app: the store of a model's sets (server/artefacts.py) and the check that
 one fits it. A checkpoint's sets are folders beside it, `<checkpoint>/transcoders/<name>/`
-(model/transcoders.py's format); the built-in model's new ones go to `<data>/transcoders/builtin/<name>/`.
+(model/transcoders.py's format, or a cross-layer transcoder's, model/clt.py: one store lists both, a
+request's `transcoders` names either); the built-in model's new ones go to `<data>/transcoders/builtin/<name>/`.
 A set is listed for a model only when it was trained on these very weights and fits it."""
 
 from __future__ import annotations
 
+from gptscope.model import clt as clt_mod
 from gptscope.model import sae as sae_mod
 from gptscope.model import transcoders as tc_mod
 from gptscope.model.errors import Cancelled
@@ -34,11 +36,11 @@ TRANSCODERS: ArtefactStore[tc_mod.LoadedSet] = ArtefactStore(
     request_field="transcoders",
     meta_file=tc_mod.META_FILE,
     read_meta=tc_mod.read_meta,
-    load_folder=tc_mod.load_set,
+    load_folder=clt_mod.load_any,
     error=sae_mod.SAEError,
     misfit=misfit,
     train_hint="train one (gptscope transcoders)",
-    train_and_save=tc_mod.train_and_save,
+    train_and_save=clt_mod.train_and_save,
     default_name=tc_mod.default_name,
     figures_key="fvu",
     cancelled=Cancelled,

@@ -80,6 +80,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ST202", "POST /api/v1/attribution/qk"): DEPENDS + ": layer, head, query and key within the model and prompt",
     ("ST202", "POST /api/v1/attribution/supernodes"): DEPENDS + ": a set of the model, the prompt within n_ctx",
     ("ST202", "POST /api/v1/attribution/trust"): DEPENDS + ": a set of the model, the prompt within n_ctx",
+    ("ST202", "POST /api/v1/attribution/compare-sets"): DEPENDS + ": two different sets of the model",
     ("ST202", "GET /api/v1/transcoders/{name}/features/{layer}/{feature}"): DEPENDS
     + ": layer and feature within the set",
     ("ST202", "POST /api/v1/transcoders"): DEPENDS + ": k at most the width, a new name, a corpus that exists",

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from gptscope.model import attribution as at
+from gptscope.model import clt as clt_mod
 from gptscope.model import sae as sae_mod
 from gptscope.model import transcoders as tc_mod
 from gptscope.model.patching import Cancelled
@@ -66,6 +67,7 @@ def set_info(loaded: tc_mod.LoadedSet) -> TranscoderSet:
     q = m["quality"]
     return TranscoderSet(
         name=loaded.name,
+        kind="clt" if clt_mod.is_clt(loaded.codes) else "per_layer",
         d_model=c.d_in,
         d_transcoder=c.d_sae,
         activation=c.activation,
@@ -106,7 +108,7 @@ def job_status(job: Job[Training]) -> TranscoderJob:
 
 def view(loaded: tc_mod.LoadedSet, layer: int) -> sae_mod.LoadedSAE:
     """Block `layer`'s transcoder as an SAE's view (its summaries, passages and logit effects are read
-    the same way), kept with the set."""
+    the same way), kept with the set. A CLT's block: its encoder, and its decoder rows into its own MLP."""
     if layer not in loaded.views:
         loaded.views[layer] = sae_mod.LoadedSAE(
             loaded.codes[layer], loaded.meta, loaded.stats[layer], Path(loaded.path) / f"layer_{layer}"
@@ -186,7 +188,7 @@ def peak_bytes(service: ModelService, loaded: tc_mod.LoadedSet, T: int, max_rows
     item = service.model.lm_head.weight.element_size()
     nodes = 1 + at.most_active(cfg, c, T) + T + cfg.n_layer * T
     answer = nodes * ANSWER_NODE_BYTES + max_edges * ANSWER_EDGE_BYTES
-    return at.peak_bytes(cfg, c, T, max_rows, max_edges, item) + answer
+    return at.peak_bytes(cfg, c, T, max_rows, max_edges, item, cross=clt_mod.is_clt(loaded.codes)) + answer
 
 
 def graph_need(

@@ -12,16 +12,23 @@ from dataclasses import dataclass
 import torch
 
 from gptscope.model import attribution as at
+from gptscope.model import clt as clt_mod
 from gptscope.model import corpus as corpus_mod
 from gptscope.model import supernodes as sn
 
 from .. import memory
 from ..digits import FINE, SECONDS, VALUE
+from ..errors import InputError
 from ..schemas.attribution import (
     AttributionRequest,
     CheckedEdge,
     CheckedFeature,
     CheckedPath,
+    CompareSetsRequest,
+    CompareSetsResponse,
+    GraphCell,
+    OnlyIn,
+    SetOnPrompt,
     SignalScore,
     Supernode,
     SupernodeMember,
@@ -30,6 +37,7 @@ from ..schemas.attribution import (
     TrustResponse,
 )
 from ..service import ModelService
+from ..transcoders import TRANSCODERS as store
 from . import attribution as explain_attribution
 from .attribution_heads import Names
 from .common import token_text
@@ -238,5 +246,91 @@ def trust(service: ModelService, req: AttributionRequest, checked: int = 20) -> 
         ],
         path_agreement=round(_agreement([e for *_, checks in paths for e in checks]), FINE),
         method=TRUST,
+        seconds=round(time.perf_counter() - t0, SECONDS),
+    )
+
+
+# ---- two transcoder sets on one prompt ------------------------------------------------------------------
+
+COMPARE = (
+    "Each set's graph of the same prompt and target, built as POST /attribution builds it; its replacement model "
+    "(no error nodes) against the real one on the next token; and where the graphs disagree: the (block, position) "
+    "cells of each graph's kept features, their overlap, and the influence each graph puts on cells the other lacks."
+)
+
+
+def _cells(b: Built) -> dict[tuple[int, int], float]:
+    out: dict[tuple[int, int], float] = {}
+    for f in b.pruned.features.tolist():
+        key = (int(b.tr.layer[f]), int(b.tr.position[f]))
+        out[key] = out.get(key, 0.0) + float(b.pruned.influence[f])
+    return out
+
+
+def compare_sets(service: ModelService, req: CompareSetsRequest) -> CompareSetsResponse:
+    t0 = time.perf_counter()
+    first = req.transcoders or next(iter(name for name, _ in store.listing(service)), None)
+    if first is None:
+        raise InputError("transcoders", "the served model has no transcoder set; train one (gptscope transcoders)")
+    if req.other == first:
+        raise InputError("other", f"{first!r} is the first set too: name another set to compare with")
+    store.get(service, req.other, field="other")  # its 422 names `other`
+    built, rows = [], []
+    for name in (first, req.other):
+        t = time.perf_counter()
+        p, b = _build(service, req.model_copy(update={"transcoders": name}))
+        with service.run() as m:
+            fid = sn.fidelity(m, p.loaded.codes, b.tr, b.target)
+        built.append(b)
+        q = p.loaded.meta.get("quality") or {}
+        rows.append(
+            SetOnPrompt(
+                name=name,
+                kind="clt" if clt_mod.is_clt(p.loaded.codes) else "per_layer",
+                features_per_block=p.loaded.codes[0].cfg.d_sae,
+                loss_recovered=None if q.get("loss_recovered") is None else round(float(q["loss_recovered"]), FINE),
+                active_features=len(b.tr.act),
+                kept_features=len(b.pruned.features),
+                error_share=round(float(b.pruned.error_influence.sum()), FINE),
+                kl=round(float(fid["kl"]), FINE),
+                top1_replaced=token_text(service, int(fid["top1_replaced"])),
+                target_replaced=round(float(fid["target_replaced"]), VALUE),
+                seconds=round(time.perf_counter() - t, SECONDS),
+            )
+        )
+    cells = [_cells(b) for b in built]
+    both, either = set(cells[0]) & set(cells[1]), set(cells[0]) | set(cells[1])
+    only = []
+    for i, (row, mine) in enumerate(zip(rows, cells)):
+        theirs = cells[1 - i]
+        missing = sorted(((c, v) for c, v in mine.items() if c not in theirs), key=lambda cv: -cv[1])
+        total = sum(mine.values()) or 1.0
+        only.append(
+            OnlyIn(
+                name=row.name,
+                share=round(sum(v for _, v in missing) / total, FINE),
+                cells=[
+                    GraphCell(
+                        layer=li,
+                        position=pos,
+                        token=token_text(service, built[i].tr.ids[pos]),
+                        influence=round(v, FINE),
+                    )
+                    for (li, pos), v in missing[:10]
+                ],
+            )
+        )
+    b = built[0]
+    real = b.tr.logits
+    return CompareSetsResponse(
+        target=b.words,
+        target_real=round(
+            float(real[b.target.up] - (real[b.target.down] if b.target.down is not None else 0.0)), VALUE
+        ),
+        top1_real=token_text(service, int(real.argmax())),
+        sets=rows,
+        jaccard=round(len(both) / max(1, len(either)), FINE),
+        only=only,
+        method=COMPARE,
         seconds=round(time.perf_counter() - t0, SECONDS),
     )

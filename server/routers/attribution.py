@@ -22,6 +22,8 @@ from ..schemas.attribution import (
     AttributionJob,
     AttributionRequest,
     AttributionResponse,
+    CompareSetsRequest,
+    CompareSetsResponse,
     HeadsRequest,
     HeadsResponse,
     QKRequest,
@@ -188,3 +190,14 @@ def supernodes(req: SupernodesRequest, service: Service) -> SupernodesResponse:
 )
 def trust(req: AttributionRequest, service: Service) -> TrustResponse:
     return explain_groups.trust(service, req)
+
+
+@router.post(
+    "/attribution/compare-sets",
+    response_model=CompareSetsResponse,
+    responses=ERROR_RESPONSES,
+    summary="Two transcoder sets (per-layer or cross-layer) on the same prompt: each graph's size, error share and "
+    "replacement fidelity, and where the two graphs disagree",
+)
+def compare_sets(req: CompareSetsRequest, service: Service) -> CompareSetsResponse:
+    return explain_groups.compare_sets(service, req)

@@ -445,3 +445,51 @@ class TrustResponse(BaseModel):
     path_agreement: float = Field(description="the share of the paths' edges whose real change has the sign of -weight")
     method: str
     seconds: float
+
+
+class CompareSetsRequest(AttributionRequest):
+    other: str = Field(
+        max_length=200,
+        description="the second transcoder set (per-layer or cross-layer) whose graph of the same prompt is compared "
+        "with the first's (`transcoders`, default: the served model's first)",
+    )
+
+
+class SetOnPrompt(BaseModel):
+    name: str
+    kind: Literal["per_layer", "clt"]
+    features_per_block: int
+    loss_recovered: float | None = Field(description="the set's own figure on held-out text (every MLP replaced)")
+    active_features: int
+    kept_features: int = Field(description="the graph's features at its node threshold (80% of the influence)")
+    error_share: float = Field(description="the error nodes' share of the influence on the target")
+    kl: float = Field(description="KL(real || replacement without error nodes) of the next-token distributions, nats")
+    top1_replaced: str = Field(description="the replacement's most likely next token (the real model's: top1_real)")
+    target_replaced: float
+    seconds: float
+
+
+class GraphCell(BaseModel):
+    layer: int
+    position: int
+    token: str
+    influence: float = Field(description="the influence of the set's kept features there")
+
+
+class OnlyIn(BaseModel):
+    name: str
+    share: float = Field(
+        description="the share of its kept features' influence on (block, position) cells the other lacks"
+    )
+    cells: list[GraphCell] = Field(description="those cells, largest influence first (at most 10)")
+
+
+class CompareSetsResponse(BaseModel):
+    target: str
+    target_real: float
+    top1_real: str
+    sets: list[SetOnPrompt]
+    jaccard: float = Field(description="the overlap of the two graphs' kept (block, position) cells: shared / either")
+    only: list[OnlyIn]
+    method: str
+    seconds: float
