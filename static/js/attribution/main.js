@@ -2,13 +2,13 @@
 // form's run starts one job (POST /api/v1/attribution/jobs, polled for its progress in features
 // whose inputs are computed; a newer run replaces it); its answer is drawn as a graph (graph.js),
 // with the hovered and pinned nodes and the supernodes beside it (side.js), the intervention panel
-// (intervene.js) and the set's and the graph's figures (trust.js). The URL carries the request
-// (text, transcoders, token, wrong, node_threshold), the pinned nodes (pin=ID,ID), the supernodes
-// (group=NAME|ID,ID, one each), the intervention run (scale=ID:S,ID:S, run again on load), the node
-// whose inputs are split by head (heads=ID: heads.js), the head asked why it attended (head=L.H,
-// query=P, key=P: qk.js), the supernodes proposed (propose=SIGNAL: supernodes.js; an accepted one is
-// a group= like any other) and the graph checked on the real model (trust=1: trust.js), both asked
-// again on load.
+// (intervene.js), the set's and the graph's figures (trust.js) and the graph beside another set's
+// (compare.js). The URL carries the request (text, transcoders, token, wrong, node_threshold), the
+// pinned nodes (pin=ID,ID), the supernodes (group=NAME|ID,ID, one each), the intervention run
+// (scale=ID:S,ID:S, run again on load), the node whose inputs are split by head (heads=ID: heads.js),
+// the head asked why it attended (head=L.H, query=P, key=P: qk.js), the supernodes proposed
+// (propose=SIGNAL: supernodes.js; an accepted one is a group= like any other) and the graph checked
+// on the real model (trust=1: trust.js), both asked again on load.
 import { isAbort, latest, showError } from "../lib/api.js";
 import { addDownloads } from "../lib/downloads.js";
 import { $ } from "../lib/dom.js";
@@ -16,6 +16,7 @@ import { int, pct } from "../lib/format.js";
 import { runJob, showProgress } from "../lib/jobs.js";
 import { pageQuery, setPageQuery, whole } from "../lib/query.js";
 import { stageNavigation } from "../lib/stages.js";
+import { clearCompare, compareSets, renderCompareChoices } from "./compare.js";
 import { graphBody, initForm, loadChoices, loadSets } from "./form.js";
 import { drawAttributionGraph, graphStats } from "./graph.js";
 import { initHeadParts, loadHeadParts, selectNode, showEdgeHeads } from "./heads.js";
@@ -163,8 +164,11 @@ async function apply(answer, body) {
   state.trust = false;
   clearProposals();
   clearTrust();
+  clearCompare();
+  renderCompareChoices(sets, body.transcoders);
   $("propose").disabled = false;
   $("trust-run").disabled = false;
+  $("compare-run").disabled = false;
   renderHonesty(res);
   const heads = loadHeadParts(res, body.text);
   await redraw();
@@ -194,6 +198,7 @@ async function trace(signal) {
 
 async function start() {
   sets = await loadSets(given.transcoders);
+  renderCompareChoices(sets, $("transcoders").value);
   await renderSet(sets.find((s) => s.name === $("transcoders").value) ?? null);
   if (sets.length) slot.now(trace);
   else document.body.dataset.ready = "1";
@@ -209,6 +214,7 @@ export function init() {
   initTrust();
   initProposals(state, { accept: onSideChange, check: (ids) => takeOut(ids).catch(showError), propose: () => proposeNow() });
   $("trust-run").addEventListener("click", () => checkNow());
+  $("compare-run").addEventListener("click", () => compareSets(traced).catch(showError));
   addDownloads($("graph-plot"), "attribution-graph", () => res);
   $("attribution-form").addEventListener("submit", (e) => { e.preventDefault(); slot.now(trace); });
   $("text").addEventListener("input", () => choiceSlot.soon(loadChoices, 500));
