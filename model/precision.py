@@ -27,9 +27,11 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 ENV = "GPTSCOPE_PRECISION"
 PROBE_N = 128  # the probe's square matmul (a block of the cpu preset is 128 wide)
@@ -113,6 +115,18 @@ def measure_update(reps: int = UPDATE_REPS) -> float:
     return best[torch.bfloat16] / max(best[torch.float32], 1e-9)
 
 
+def _shared(measure: Callable[[], Choice]) -> Choice:
+    """`measure()` on this process, or, under torch.distributed, rank 0's measurement on every rank (two
+    processes timing the same updates can disagree, and ranks that compute in different precisions end
+    with different weights). Every rank calls this at the same point (the trainer's setup)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return measure()
+    box = [measure() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    assert isinstance(box[0], Choice)
+    return box[0]
+
+
 @functools.cache
 def native_precision(device_type: str) -> Choice:
     """bf16 where the device multiplies it natively, fp32 elsewhere; GPTSCOPE_PRECISION forces it."""
@@ -127,6 +141,10 @@ def native_precision(device_type: str) -> Choice:
         return Choice("fp32", "this GPU has no bf16 units")
     if device_type != "cpu":
         return Choice("fp32", f"{device_type}: bf16 not measured there")
+    return _shared(_measured_cpu)
+
+
+def _measured_cpu() -> Choice:
     slowdown = measure_cpu()
     if slowdown > NATIVE_IF_WITHIN:
         return Choice("fp32", f"no native bf16: bf16 matmul {slowdown:.0f}x slower than fp32", slowdown)
