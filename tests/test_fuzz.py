@@ -31,6 +31,7 @@ from fastapi import params
 from gptscope.background_server import BackgroundServer
 from gptscope.server.app import create_app
 from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+from gptscope.server.explain import probes as explain_probes
 from gptscope.server.explain import steering as explain_steering
 from gptscope.server.job_kinds import KINDS
 from gptscope.server.jobs import JobRunner
@@ -144,12 +145,13 @@ def served():
     app.state.jobs = {kind.name: idle(kind.make(settings)) for kind in KINDS}  # every kind, none at work
     # a steering request's generations cost seconds whatever its prompt: here the plain endpoint answers only
     # the smallest (a refusal beyond names the field and the limit, as for a longer request in use)
-    steering_limit = explain_steering.MAX_REQUEST_TOKENS
-    explain_steering.MAX_REQUEST_TOKENS = 64
+    # and a shipped task's probes and steering read a few passages, not 800 (the contract is checked, not the numbers)
+    kept = (explain_steering.MAX_REQUEST_TOKENS, explain_probes.SHIPPED_TRAIN, explain_probes.SHIPPED_TEST)
+    explain_steering.MAX_REQUEST_TOKENS, explain_probes.SHIPPED_TRAIN, explain_probes.SHIPPED_TEST = 64, 40, 16
     server = BackgroundServer(app).start()
     yield server, service
     server.stop()
-    explain_steering.MAX_REQUEST_TOKENS = steering_limit
+    explain_steering.MAX_REQUEST_TOKENS, explain_probes.SHIPPED_TRAIN, explain_probes.SHIPPED_TEST = kept
 
 
 def _exchange(interaction: dict) -> str:
