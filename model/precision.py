@@ -37,7 +37,7 @@ ENV = "GPTSCOPE_PRECISION"
 PROBE_N = 128  # the probe's square matmul (a block of the cpu preset is 128 wide)
 PROBE_REPS = 7
 NATIVE_IF_WITHIN = 2.0  # bf16 counts as native when its matmul is at most this many times slower than fp32
-UPDATE_MARGIN = 0.05  # ... and is chosen when a training update in bf16 takes at most 95% of an fp32 one
+UPDATE_MARGIN = 0.10  # ... and is chosen when a training update in bf16 takes at most 90% of an fp32 one
 UPDATE_REPS = 3
 UPDATE_BATCH = 4  # sequences of the cpu preset's 128 tokens per probe update
 
