@@ -211,13 +211,24 @@ def graph_need(
     )
 
 
-def compute(
+@dataclass
+class Traced:
+    """A request's graph before its answer is built: the trace, the target and its token, the graph, pruned."""
+
+    tr: at.Trace
+    token: int
+    target: at.Target
+    graph: at.Graph
+    pruned: at.Pruned
+
+
+def graph_of(
     service: ModelService,
     p: Plan,
     on_chunk: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
-) -> AttributionResponse:
-    t0 = time.perf_counter()
+) -> Traced:
+    """Trace the plan's prompt, build the target's graph (the units on_chunk counts) and prune it."""
     req, codes = p.req, p.loaded.codes
     with service.run() as m:
         tr = at.trace(m, codes, p.ids)
@@ -230,7 +241,24 @@ def compute(
     if graph.edges.features.numel() * graph.edges.features.element_size() >= memory.GIVE_BACK_BYTES:
         memory.give_back()  # the batches' freed activations back to the system before prune copies a big graph
     pruned = at.prune(graph, tr, req.node_threshold, req.edge_threshold, req.max_edges, cancel)
-    return _answer(service, p, tr, graph, pruned, token, time.perf_counter() - t0, cancel)
+    return Traced(tr, token, target, graph, pruned)
+
+
+def target_words(service: ModelService, token: int, wrong: int | None) -> str:
+    """The target in words: logit(' Caesar'), or a logit difference."""
+    words = f"logit({token_text(service, token)!r})"
+    return words + (f" - logit({token_text(service, wrong)!r})" if wrong is not None else "")
+
+
+def compute(
+    service: ModelService,
+    p: Plan,
+    on_chunk: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> AttributionResponse:
+    t0 = time.perf_counter()
+    g = graph_of(service, p, on_chunk, cancel)
+    return _answer(service, p, g.tr, g.graph, g.pruned, g.token, time.perf_counter() - t0, cancel)
 
 
 def attribution(service: ModelService, req: AttributionRequest) -> AttributionResponse:
@@ -254,10 +282,7 @@ def _nodes(service: ModelService, p: Plan, tr: at.Trace, graph: at.Graph, pr: at
     T, N, L = len(tr.ids), len(tr.act), tr.scale1.size(0)
     row_of = {int(f): r + 1 for r, f in enumerate(graph.rows)}
     e = graph.edges
-    wrong = p.req.wrong
-    label = f"logit({token_text(service, token)!r})" + (
-        f" - logit({token_text(service, wrong)!r})" if wrong is not None else ""
-    )
+    label = target_words(service, token, p.req.wrong)
     nodes = [
         GraphNode(
             kind="logit", layer=None, position=T - 1, feature=None, label=label, activation=None, influence=1.0,

@@ -77,19 +77,10 @@ class Built:
 def _build(service: ModelService, req: AttributionRequest) -> tuple[explain_attribution.Plan, Built]:
     """The graph of POST /attribution for the same request (its checks, its memory held while it is built)."""
     p = explain_attribution.plan(service, req)
-    codes = p.loaded.codes
     with memory.hold(p.need):
-        with service.run() as m:
-            tr = at.trace(m, codes, p.ids)
-        token = int(tr.logits.argmax()) if req.token is None else req.token
-        target = at.Target(None, len(p.ids) - 1, up=token, down=req.wrong)
-        with torch.inference_mode():
-            graph = at.build(service.model, codes, tr, target, req.max_rows)
-        pruned = at.prune(graph, tr, req.node_threshold, req.edge_threshold, req.max_edges)
-    words = f"logit({token_text(service, token)!r})"
-    if req.wrong is not None:
-        words += f" - logit({token_text(service, req.wrong)!r})"
-    return p, Built(tr, target, graph, pruned, words, Names(service, p.loaded, tr))
+        g = explain_attribution.graph_of(service, p)
+    words = explain_attribution.target_words(service, g.token, req.wrong)
+    return p, Built(g.tr, g.target, g.graph, g.pruned, words, Names(service, p.loaded, g.tr))
 
 
 def _top_features(b: Built, n: int) -> torch.Tensor:

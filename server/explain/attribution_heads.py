@@ -31,7 +31,7 @@ from ..schemas.attribution import (
 )
 from ..service import ModelService
 from ..transcoders import TRANSCODERS as store
-from .attribution import check_tokens, feature_label, request_ids
+from .attribution import check_tokens, feature_label, request_ids, target_words
 from .common import token_text
 
 MAX_ROW_TOKENS = 40_000  # rows of the frozen model's backward pass x the prompt's tokens, per request
@@ -111,10 +111,7 @@ def _target(service: ModelService, req: HeadsRequest, tr: at.Trace, T: int) -> t
     if req.layer is None:
         check_tokens(service, req.token, req.wrong)
         token = int(tr.logits.argmax()) if req.token is None else req.token
-        words = f"logit({token_text(service, token)!r})"
-        if req.wrong is not None:
-            words += f" - logit({token_text(service, req.wrong)!r})"
-        return at.Target(None, T - 1, up=token, down=req.wrong), words
+        return at.Target(None, T - 1, up=token, down=req.wrong), target_words(service, token, req.wrong)
     if req.layer >= cfg.n_layer:
         raise InputError("layer", f"{req.layer} is out of range; valid values are 0..{cfg.n_layer - 1}")
     if req.position is None or req.feature is None:
