@@ -41,10 +41,11 @@ IDS = [1, 5, 7, 9, 3, 2, 8, 4, 11, 6]
 SET = "x4-topk16-s0"  # the built-in model's shipped transcoder set
 
 
-def tiny(block: str) -> tuple[GPT, list[tcm.Transcoder]]:
-    """A random 3-block model in float64 and a random transcoder per MLP (16 features, TopK 4)."""
+def tiny(block: str, blocks: dict[str, dict] = BLOCKS) -> tuple[GPT, list[tcm.Transcoder]]:
+    """A random 3-block model (block type `block` of `blocks`) in float64 and a random transcoder per MLP
+    (16 features, TopK 4)."""
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=40, n_ctx=16, n_layer=3, n_head=4, d_model=32, **BLOCKS[block])
+    cfg = GPTConfig(vocab_size=40, n_ctx=16, n_layer=3, n_head=4, d_model=32, **blocks[block])
     model = GPT(cfg).double().eval().set_mode("explain")
     codes = []
     for i in range(cfg.n_layer):

@@ -11,11 +11,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from test_attribution import tiny as attribution_tiny
 
 from gptscope.model import attribution as at
-from gptscope.model import transcoders as tcm
-from gptscope.model.gpt import GPT, GPTConfig
-from gptscope.model.sae import SAEConfig
 
 SET = "x4-topk16-s0"  # the built-in model's shipped transcoder set
 PASSAGE = (  # benchmarks/attribution.py's passage: 63 tokens
@@ -103,18 +101,8 @@ BLOCKS = {
 
 
 def tiny(block: str):
-    """A random 3-block model in float64 and a random transcoder per MLP (16 features, TopK 4)."""
-    torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=40, n_ctx=16, n_layer=3, n_head=4, d_model=32, **BLOCKS[block])
-    model = GPT(cfg).double().eval().set_mode("explain")
-    codes = []
-    for i in range(cfg.n_layer):
-        t = tcm.Transcoder(SAEConfig(32, 16, i, "topk", 4)).double()
-        with torch.no_grad():
-            t.b_enc.normal_(0, 0.5)
-            t.W_dec.mul_(0.3)
-        codes.append(t.eval().requires_grad_(False))
-    return model, codes
+    """test_attribution's random 3-block model and transcoders, on this file's block types."""
+    return attribution_tiny(block, BLOCKS)
 
 
 @pytest.mark.parametrize("block", list(BLOCKS))
