@@ -218,7 +218,7 @@ def test_a_training_run_runs_reports_progress_and_cancels(jclient):
 def test_a_fine_tuning_job_runs_reports_progress_and_cancels(jclient):
     ft = {"task": "tiny", "methods": ["probe", "scratch"], "sizes": [8], "steps": 1}
     r = jclient.post("/api/v1/finetune", json=ft)
-    assert r.status_code == 202 and r.json()["total_cells"] == 2 and r.json()["cells"] == []
+    assert r.status_code == 202 and r.json()["total_cells"] == 2 and len(r.json()["cells"]) <= 2  # may be quick
     done = finish(jclient, f"/api/v1/finetune/{r.json()['id']}")
     assert done["status"] == "done" and len(done["cells"]) == 2 and done["current"] is None
     slow = {"task": "tiny", "methods": ["scratch"], "sizes": [8], "steps": 5000}
