@@ -522,16 +522,18 @@ def train_sae(
     on_progress: Callable[[dict], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     log_every: int = 20,
+    batches: Iterator[torch.Tensor] | None = None,
 ) -> tuple[SAE, SAE, TrainState]:
-    """Train an SAE on blocks.{layer}.hook_resid_post over train_ids (1-D token ids). Returns the
-    trained SAE, the SAE as it started (the figures' baseline) and the run's record. The model is
+    """Train an SAE on blocks.{layer}.hook_resid_post over train_ids (1-D token ids), or on `batches`
+    of that stream made already (a run's timeline reads one stream for its SAE and its lens). Returns
+    the trained SAE, the SAE as it started (the figures' baseline) and the run's record. The model is
     only read (eval mode, no gradients)."""
     tc.validate(model)
     torch.manual_seed(tc.seed)
     d = model.cfg.d_model
     sae = SAE(SAEConfig(d, tc.expansion * d, tc.layer, tc.activation, tc.k))
-    stream = ActivationStream(model.eval(), train_ids.long(), tc.layer, tc.seed)
-    batches = stream.batches(tc.batch_tokens)
+    if batches is None:
+        batches = ActivationStream(model.eval(), train_ids.long(), tc.layer, tc.seed).batches(tc.batch_tokens)
     with torch.no_grad():
         first = next(batches)
         sae.b_dec.copy_(first.mean(0))  # start at the stream's mean: features then explain deviations

@@ -51,13 +51,12 @@ def icl_score(model: torch.nn.Module, windows: torch.Tensor) -> IclScore:
     ignores its context scores about 0, one that uses it below 0."""
     if windows.dim() != 2 or windows.shape[1] < 3:
         raise ValueError("windows must be (B, T + 1) token ids with T >= 2")
-    rows = []
-    for w in windows:  # one window at a time: a (T, vocab) of log-probabilities at most
-        with torch.inference_mode():
-            out = model(w[None, :-1])
-        logits = out[0] if isinstance(out, tuple) else out
-        rows.append(-F.log_softmax(logits[0].float(), -1).gather(-1, w[1:, None]).squeeze(-1))
-    per_pos = torch.stack(rows).mean(0)  # (T,): the mean loss at each position
+    return icl_from_losses(position_losses(model, windows))
+
+
+def icl_from_losses(losses: torch.Tensor) -> IclScore:
+    """The score from position_losses' (B, T) losses."""
+    per_pos = losses.mean(0)  # (T,): the mean loss at each position
     (e0, e1), (l0, l1) = icl_bands(len(per_pos))
     early, late = float(per_pos[e0:e1].mean()), float(per_pos[l0:l1].mean())
     return IclScore(
@@ -65,7 +64,7 @@ def icl_score(model: torch.nn.Module, windows: torch.Tensor) -> IclScore:
         late_loss=round(late, 4),
         score=round(late - early, 4),
         loss=round(float(per_pos.mean()), 4),
-        windows=int(windows.shape[0]),
+        windows=int(losses.shape[0]),
         early=(e0, e1),
         late=(l0, l1),
     )
@@ -123,3 +122,145 @@ def phase_change(series: Sequence[tuple[int, float]], min_rise: float = 0.0) -> 
         share=rise / span,
         clear=rise >= min_rise,
     )
+
+
+# --- what else a snapshot is read for -----------------------------------------------------------------
+
+# The kinds of token the loss is split by, told from each token's text: where the model's skill grows
+# first (a word's continuation is easy once its start is known; a word's start needs the sense).
+TOKEN_KINDS = ("word start", "word piece", "punctuation", "space or newline")
+
+
+def token_kinds(texts: Sequence[str]) -> torch.Tensor:
+    """Each token's kind (an index into TOKEN_KINDS) from its text: a word start begins a word (a space,
+    then a letter or digit, or a capital), a word piece continues one (a letter or digit first),
+    whitespace is only spaces and newlines, and the rest (punctuation, symbols) is punctuation."""
+    out = []
+    for t in texts:
+        if not t.strip():
+            k = 3
+        elif (t[0] == " " and t[1:2].isalnum()) or t[0].isupper():
+            k = 0
+        elif t[0].isalnum():
+            k = 1
+        else:
+            k = 2
+        out.append(k)
+    return torch.tensor(out, dtype=torch.long)
+
+
+@torch.no_grad()
+def position_losses(model: torch.nn.Module, windows: torch.Tensor) -> torch.Tensor:
+    """windows (B, T + 1) of token ids -> (B, T): the loss (nats) of predicting each window's token at
+    every position from the ones before it, one window at a time (a (T, vocab) of log-probabilities at most)."""
+    rows = []
+    for w in windows:
+        out = model(w[None, :-1])
+        logits = out[0] if isinstance(out, tuple) else out
+        rows.append(-F.log_softmax(logits[0].float(), -1).gather(-1, w[1:, None]).squeeze(-1))
+    return torch.stack(rows)
+
+
+def loss_by_kind(losses: torch.Tensor, windows: torch.Tensor, kinds: torch.Tensor) -> list[dict]:
+    """The mean loss over the predicted tokens of each kind: [{kind, loss (None with no token), share}]."""
+    k = kinds[windows[:, 1:]]
+    out = []
+    for i, name in enumerate(TOKEN_KINDS):
+        sel = k == i
+        n = int(sel.sum())
+        out.append(
+            {
+                "kind": name,
+                "loss": round(float(losses[sel].mean()), 4) if n else None,
+                "share": round(n / max(1, k.numel()), 4),
+            }
+        )
+    return out
+
+
+@dataclass
+class FeatureMatch:
+    """SAE features of two snapshots matched one to one by the cosine of their decoder rows."""
+
+    pairs: list[tuple[int, int, float]]  # (feature before, feature after, cosine), each feature at most once
+    born: list[int]  # features after with no match before
+    died: list[int]  # features before with no match after
+
+
+def match_features(before: torch.Tensor, after: torch.Tensor, min_cosine: float) -> FeatureMatch:
+    """Greedy one-to-one matching of decoder rows before (F1, d) and after (F2, d) by cosine, the most
+    alike pair first, keeping pairs at min_cosine or above (the matching Bricken et al. 2023 and
+    sae-lens's feature-universality checks use: decoder directions, not activations)."""
+    a = F.normalize(before.float(), dim=-1)
+    b = F.normalize(after.float(), dim=-1)
+    cos = a @ b.T  # (F1, F2)
+    flat = cos.flatten()
+    keep = (flat >= min_cosine).nonzero().flatten()
+    order = keep[flat[keep].argsort(descending=True)]
+    used_a, used_b, pairs = set(), set(), []
+    n2 = cos.shape[1]
+    for idx in order.tolist():
+        i, j = divmod(idx, n2)
+        if i in used_a or j in used_b:
+            continue
+        used_a.add(i)
+        used_b.add(j)
+        pairs.append((i, j, round(float(flat[idx]), 4)))
+    return FeatureMatch(
+        pairs=pairs,
+        born=[j for j in range(cos.shape[1]) if j not in used_b],
+        died=[i for i in range(cos.shape[0]) if i not in used_a],
+    )
+
+
+def lineages(matches: Sequence[FeatureMatch], first: int) -> list[list[int | None]]:
+    """Features followed across snapshots: one row per lineage, its feature at each snapshot (None
+    before its birth and after its death). `first` features exist at snapshot 0; matches[i] links
+    snapshot i to i + 1. A feature born later starts a new lineage."""
+    rows: list[list[int | None]] = [[f] for f in range(first)]
+    live = {f: r for r, f in enumerate(range(first))}  # feature at the current snapshot -> its row
+    for i, m in enumerate(matches):
+        nxt: dict[int, int] = {}
+        for a, b, _ in m.pairs:
+            if a in live:
+                nxt[b] = live[a]
+        for b in m.born:
+            rows.append([None] * (i + 1))
+            nxt[b] = len(rows) - 1
+        for row in rows:
+            row.append(None)
+        for b, at in nxt.items():
+            rows[at][i + 1] = b
+        live = nxt
+    return rows
+
+
+# --- one read of a snapshot's streams, for its SAE and its tuned lens ------------------------------------
+
+
+@torch.no_grad()
+def read_streams(model: torch.nn.Module, windows: torch.Tensor, hooks: Sequence[str]) -> list[torch.Tensor]:
+    """windows (S, T) of token ids -> the stream at each hook point for every position, (S * T, d) each,
+    16 windows at a time (one forward pass over them for every use the timeline makes of them)."""
+    got: dict[str, list[torch.Tensor]] = {h: [] for h in hooks}
+    handles = [
+        model.hook_dict[h].register_forward_hook(lambda _m, _i, out, h=h: got[h].append(out.detach()))  # type: ignore[union-attr,index,operator]
+        for h in hooks
+    ]
+    try:
+        for chunk in windows.split(16):
+            model(chunk)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [torch.cat(got[h]).reshape(-1, got[h][0].shape[-1]) for h in hooks]
+
+
+def shuffled_batches(n: int, batch: int, seed: int):
+    """Index batches of `batch` rows of n, each pass over them in a new random order, for ever."""
+    g = torch.Generator().manual_seed(seed)
+    batch = min(batch, n)
+    while True:
+        for b in torch.randperm(n, generator=g).split(batch):
+            if len(b) == batch:
+                yield b

@@ -123,6 +123,10 @@ class TrainConfig:
     # (model/precision.py: bf16 on a GPU or a CPU with bf16 units; GPTSCOPE_PRECISION forces it)
     precision: str | None = None
     val_fraction: float = corpus_mod.VAL_FRACTION
+    # the share of training sequences in which a random span is repeated later in the same sequence
+    # (repeat_spans): text that repeats itself pays a model to copy from its context, so induction heads
+    # form in minutes of CPU instead of the billions of tokens natural text takes (Olsson et al. 2022)
+    repeats: float = 0.0
     snapshots: tuple[float, ...] = ()  # also save snapshots at these fractions of the run
     overrides: dict = field(default_factory=dict)  # model config fields that replace the preset's
     name: str = ""  # checkpoint name shown in the app
@@ -146,6 +150,8 @@ class TrainConfig:
             raise ConfigError("max_steps", "must be >= 1")
         if self.time_budget is not None and not 0 < self.time_budget < 7 * 24 * 3600:
             raise ConfigError("time_budget", "must be a positive number of seconds, less than a week")
+        if not 0.0 <= self.repeats <= 1.0:
+            raise ConfigError("repeats", "must be a share of the sequences, from 0 to 1")
         if self.schedule is not None and self.schedule not in SCHEDULES:
             raise ConfigError("schedule", f"unknown schedule {self.schedule!r}; choose one of {list(SCHEDULES)}")
         if self.cooldown is not None and not 0 < self.cooldown <= 1:
@@ -231,13 +237,37 @@ def pick_device(name: str, d: Dist) -> torch.device:
     return torch.device(name)
 
 
-def get_batch(data: torch.Tensor, batch_size: int, seq_len: int, seed: int, step: int, rank: int = 0):
-    """(x, y) of shape (B, seq_len): random windows of data and the same windows shifted by one."""
+def get_batch(
+    data: torch.Tensor, batch_size: int, seq_len: int, seed: int, step: int, rank: int = 0, repeats: float = 0.0
+):
+    """(x, y) of shape (B, seq_len): random windows of data and the same windows shifted by one; with
+    repeats > 0, that share of the windows (about) repeats a span of itself (repeat_spans)."""
     g = torch.Generator().manual_seed(hash((seed, step, rank)) % (2**62))
     starts = torch.randint(0, len(data) - seq_len - 1 + 1, (batch_size,), generator=g)
     offs = torch.arange(seq_len + 1)
     chunk = data[starts[:, None] + offs]  # (B, seq_len + 1)
+    if repeats > 0:
+        chunk = repeat_spans(chunk, repeats, g)
     return chunk[:, :-1], chunk[:, 1:]
+
+
+def repeat_spans(chunk: torch.Tensor, share: float, g: torch.Generator) -> torch.Tensor:
+    """Each row (n tokens) chosen with probability `share` gets a span of itself, L = n/8 to n/2 tokens
+    from a random start, written again at a random later place (after the span, within the row). Where
+    and how long vary, so only copying by content (an induction head: find the earlier copy of the
+    current token, predict what followed it) predicts the repeat, not a fixed offset."""
+    out = chunk.clone()
+    n = chunk.shape[1]
+    if n < 4:
+        return out
+    for r in range(chunk.shape[0]):
+        if float(torch.rand((), generator=g)) >= share:
+            continue
+        span = int(torch.randint(max(2, n // 8), n // 2 + 1, (), generator=g))
+        src = int(torch.randint(0, n - 2 * span + 1, (), generator=g))
+        dst = int(torch.randint(src + span, n - span + 1, (), generator=g))
+        out[r, dst : dst + span] = chunk[r, src : src + span]
+    return out
 
 
 def make_optimizers(model: GPT, tc: TrainConfig, fused: bool) -> list[torch.optim.Optimizer]:
@@ -817,7 +847,7 @@ class Trainer:
         for opt in self.opts:
             for g in opt.param_groups:
                 g["lr"] = g["max_lr"] * lr / self.max_lr
-        x, y = get_batch(self.train_ids, self.batch_size, self.seq_len, tc.seed, self.step, self.dd.rank)
+        x, y = get_batch(self.train_ids, self.batch_size, self.seq_len, tc.seed, self.step, self.dd.rank, tc.repeats)
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         with self.autocast:
             _, loss = self.ddp_model(x, y)
@@ -1035,6 +1065,12 @@ def _add_rate_arguments(p: argparse.ArgumentParser, d: TrainConfig) -> None:
     )
 
 
+REPEATS_HELP = (
+    "share of training sequences (0-1) in which a random span is repeated later: copying from context then "
+    "pays, and induction heads form in minutes"
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The command line of `gptscope train`; every option's dest is the TrainConfig field it sets."""
     d = TrainConfig()
@@ -1090,6 +1126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FIELD=VALUE",
         help="override a model config field, e.g. --set n_layer=6 --set norm=post",
     )
+    p.add_argument("--repeats", type=float, default=d.repeats, help=REPEATS_HELP)
     p.add_argument(
         "--snapshots",
         type=_fractions,

@@ -259,13 +259,16 @@ def train_lens(
     on_progress: Callable[[dict], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     log_every: int = 10,
+    batches: Iterator[tuple[list[torch.Tensor], torch.Tensor]] | None = None,
 ) -> tuple[TunedLens, LensState]:
-    """A tuned lens for `model`, trained on windows of `train_ids` until max_tokens or the time budget."""
+    """A tuned lens for `model`, trained on windows of `train_ids` (or on `batches` of streams and final
+    log-probabilities made already) until max_tokens or the time budget."""
     tc.validate(model)
     torch.manual_seed(tc.seed)
     lens = TunedLens(model.cfg.d_model, len(stream_hooks(model.cfg)) - 1).to(model.wte.weight.device)
     opt = torch.optim.Adam(lens.parameters(), lr=tc.lr)
-    batches = _batches(model.eval(), train_ids.long().to(model.wte.weight.device), tc)
+    if batches is None:
+        batches = _batches(model.eval(), train_ids.long().to(model.wte.weight.device), tc)
     st, t0 = LensState(), time.perf_counter()
     while True:
         frac = min(1.0, max(st.tokens / max(tc.max_tokens, 1), st.elapsed / tc.time_budget if tc.time_budget else 0.0))

@@ -23,6 +23,7 @@ from .patch_jobs import SWEEPS
 from .runs import RunManager
 from .saes import SAES
 from .steering_jobs import STEERINGS
+from .timeline_jobs import runner as timeline_runner
 from .token_attribution_jobs import TOKEN_ATTRIBUTIONS
 from .transcoders import TRANSCODERS
 
@@ -48,6 +49,7 @@ ATTRIBUTION_GRAPHS = JobKind("attribution", lambda s: GRAPHS.runner())
 TOKEN_ATTRIBUTION = JobKind("token_attribution", lambda s: TOKEN_ATTRIBUTIONS.runner())
 EXPORT_MODEL = JobKind("export_model", lambda s: export_runner())
 STEERING = JobKind("steering", lambda s: STEERINGS.runner())
+TIMELINE = JobKind("timeline", lambda s: timeline_runner())
 
 KINDS: tuple[JobKind, ...] = (
     TRAINING,
@@ -61,6 +63,7 @@ KINDS: tuple[JobKind, ...] = (
     TOKEN_ATTRIBUTION,
     EXPORT_MODEL,
     STEERING,
+    TIMELINE,
 )
 
 

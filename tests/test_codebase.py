@@ -178,6 +178,7 @@ SERVER_GLUE = {
     "circuit_jobs",
     "patch_jobs",
     "steering_jobs",
+    "timeline_jobs",
     "token_attribution_jobs",
 }
 

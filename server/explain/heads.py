@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -27,6 +29,7 @@ from ..schemas.heads import (
     PhaseChange,
     RepeatedTokensInput,
     RoleDefinition,
+    RoleName,
     SnapshotHeads,
     TrainingHeads,
 )
@@ -62,7 +65,7 @@ def repeated(service: ModelService) -> model_heads.RepeatedTokens:
     )
 
 
-def _definitions(base: dict[str, dict]) -> list[RoleDefinition]:
+def definitions(base: dict[str, dict]) -> list[RoleDefinition]:
     return [
         RoleDefinition(
             name=r,
@@ -157,7 +160,7 @@ def heads(service: ModelService, text: str | None, ablate: bool = True) -> Heads
         n_head=cfg.n_head,
         margin=model_heads.ROLE_MARGIN,
         min_score=model_heads.ROLE_MIN,
-        roles=_definitions(rep_.baseline),
+        roles=definitions(rep_.baseline),
         prompt=token_pieces(service.encoding, ids),
         test_input=RepeatedTokensInput(
             seed=rep.seed, n=rep.n, ids=rep.ids.tolist(), tokens=[token_text(service, int(i)) for i in rep.ids[0]]
@@ -185,7 +188,7 @@ def heads(service: ModelService, text: str | None, ablate: bool = True) -> Heads
 _SNAPSHOT_SCORES: LRU[str, tuple[dict, dict, float | None, int]] = LRU(64)  # by snapshot folder
 
 
-def _snapshot_scores(models: ModelRegistry, path: Path) -> tuple[dict, dict, float | None, int]:
+def snapshot_scores(models: ModelRegistry, path: Path) -> tuple[dict, dict, float | None, int]:
     """A snapshot's head scores, baseline, validation loss and step (kept: a run's snapshots are
     asked for again at each poll of its page)."""
     kept = _SNAPSHOT_SCORES.get(str(path))
@@ -263,7 +266,7 @@ def training_heads(runs: RunManager, models: ModelRegistry, run_id: str) -> Trai
     steps = runs.snapshot_steps(run_id)
     snaps, base = [], None
     for step in steps:
-        scores, extra, val_loss, _ = _snapshot_scores(models, snapshot_path(runs, run_id, step))
+        scores, extra, val_loss, _ = snapshot_scores(models, snapshot_path(runs, run_id, step))
         base = extra["baseline"]
         t = {r: torch.tensor(v) for r, v in scores.items()}
         roles = model_heads.assign_roles(t, base)
@@ -280,18 +283,29 @@ def training_heads(runs: RunManager, models: ModelRegistry, run_id: str) -> Trai
         )
     return TrainingHeads(
         run=run_id,
-        roles=_definitions(base) if base else [],
+        roles=definitions(base) if base else [],
         margin=model_heads.ROLE_MARGIN,
         min_score=model_heads.ROLE_MIN,
         snapshots=snaps,
-        phase_change=_phase_change(snaps, model_heads.threshold(base, "induction")) if base else None,
+        phase_change=phase_change_of(snaps, model_heads.threshold(base, "induction")) if base else None,
     )
 
 
 MIN_JUMP = 0.05  # the rise of the best induction score (0..1) between two snapshots that counts as a jump
 
 
-def _phase_change(snaps: list[SnapshotHeads], threshold: float) -> PhaseChange | None:
+class HasRoles(Protocol):
+    """A snapshot's role scores as both the heads' timeline and the run's timeline (explain/timeline.py) keep them."""
+
+    @property
+    def step(self) -> int: ...
+    @property
+    def best(self) -> Mapping[RoleName, float]: ...
+    @property
+    def icl(self) -> IclScore | None: ...
+
+
+def phase_change_of(snaps: Sequence[HasRoles], threshold: float) -> PhaseChange | None:
     """The step where the best induction score jumps most, what the in-context-learning score did
     over the same two snapshots, and the finding in words."""
     pc = timeline.phase_change([(s.step, s.best["induction"]) for s in snaps], MIN_JUMP)

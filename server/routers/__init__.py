@@ -23,6 +23,7 @@ API_AREAS = (
     "learn",
     "lessons",
     "heads",
+    "timeline",
     "compare",
     "finetune",
     "genealogy",

@@ -155,6 +155,15 @@ class TrainingRequest(StrictRequest):
         allow_inf_nan=False,
         description="wsd: the share of the run over which the rate falls (a cosine run does not read it)",
     )
+    repeats: float = Field(
+        TrainConfig.repeats,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="share of training sequences in which a random span is repeated later in the sequence "
+        "(0: the text as it is): copying from context then pays, so induction heads form within minutes; "
+        "the validation loss is measured on the text as it is",
+    )
     snapshots: list[float] = Field(
         default=list(TIMELINE_SNAPSHOTS),  # (pydantic copies it for each request; the schema shows it)
         max_length=12,
