@@ -87,6 +87,7 @@ PAGES: tuple[Page, ...] = (
     Page("tokenizer", "/tokenizer", "tokenizer.html", "Tokenizer", "/api/v1/tokenize"),
     Page("learn", "/learn", "learn.html", "Learning", "/api/v1/curves"),
     Page("train", "/train", "train.html", "Training", "/api/v1/checkpoints"),
+    Page("timeline", "/timeline", "timeline.html", "Timeline", "/api/v1/timeline/runs"),
     Page("compare", "/compare", "compare.html", "Compare", "/api/v1/compare"),
     Page("patch", "/patch", "patch.html", "Patching", "/api/v1/patch/pairs"),
     Page("circuits", "/circuits", "circuits.html", "Circuits", "/api/v1/patch/pairs"),

@@ -364,7 +364,7 @@ def test_installed_wheel_serves_every_page_from_an_empty_folder(installed):
         assert (health["model"], health["version"]) == (builtin["name"], gptscope.__version__), health
         checkpoints = json.loads(get(url + "/api/v1/checkpoints")[2])
         assert [c["name"] for c in checkpoints if c["loaded"]] == ["builtin"], checkpoints
-        assert len(PAGES) == 10, PAGES
+        assert len(PAGES) == 11, PAGES
         linked = set()
         for page in [*PAGES, "/docs"]:
             status, ctype, body = get(url + page)
