@@ -129,9 +129,17 @@ LATE_BROWSER = frozenset(
 )
 
 
+# Files that share a session fixture with a LATE_BROWSER file go in its unit, so that one worker makes
+# the fixture once: test_notebook.py and test_notebook_embeds.py both read the executed tour (26 s on CI),
+# which two workers each made for themselves when xdist gave the two files to different workers.
+WITH_LATE_BROWSER = frozenset({"tests/test_notebook.py"})
+
+
 def unit_of(nodeid: str) -> str:
     """The worker's unit a test belongs to: its file, or one of the two browser units."""
     path = nodeid.split("::", 1)[0]
+    if path in WITH_LATE_BROWSER:
+        return "tests/browser (late)"
     if not path.startswith("tests/browser/"):
         return path
     return "tests/browser (late)" if path.rsplit("/", 1)[-1] in LATE_BROWSER else "tests/browser"
@@ -143,12 +151,26 @@ def unit_of(nodeid: str) -> str:
 # fast-subset runs: the slow ones) go first, in the collection's order: a guess from their test counts
 # sent test_fuzz (2 tests, 106 s) last, beside the late browser unit, and the full run took 80 s more.
 SECONDS_KEY = "gptscope/seconds-per-file"
+# The longest files outside the browser units on CI (setup + call + teardown, docs/benchmarks.md), for a
+# run with no figure of its own for them (a clean clone, as CI's): they go first among the files with no
+# figure, longest first, so that none of them starts last beside the other worker's end (the full run at
+# 1e26c23 started test_fuzz.py, 112 s on CI, last: 220 s alone at the end on a busy 2-core machine).
+KNOWN_SECONDS = {
+    "tests/test_fuzz.py": 112.0,
+    "tests/test_jobs.py": 32.0,
+    "tests/test_steering.py": 32.0,
+    "tests/test_wheel.py": 26.0,
+    "tests/test_hostile.py": 20.0,
+    "tests/test_ig_convergence.py": 14.0,
+    "tests/test_attribution_scaling.py": 14.0,
+    "tests/test_probes.py": 13.0,
+}
 
 
 def order_for_workers(items, config=None) -> None:
     """The browser tests first, those whose verdict is a wall-clock figure (marked `timed`) last
-    among them; then every other file (those with no figure first, then the longest first:
-    SECONDS_KEY); then the LATE_BROWSER files."""
+    among them; then every other file (those with no figure first, the KNOWN_SECONDS ones among them
+    longest first, then the longest first: SECONDS_KEY); then the LATE_BROWSER files."""
     cache = getattr(config, "cache", None)
     seconds = (cache.get(SECONDS_KEY, {}) if cache is not None else {}) or {}
 
@@ -159,7 +181,7 @@ def order_for_workers(items, config=None) -> None:
         if unit == "tests/browser (late)":
             return (3, 0, 0.0, "")
         if unit not in seconds:
-            return (2, 0, 0.0, "")
+            return (2, 0, -KNOWN_SECONDS.get(unit, 0.0), "")
         return (2, 1, -float(seconds[unit]), unit)
 
     items.sort(key=rank)  # stable: the collection's order within a file and within each browser unit
@@ -174,6 +196,10 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # xdist's own reordering (--loadscope-reorder, on by default) would hand the units out by their number
+    # of tests, most first, and undo order_for_workers: the two-test test_fuzz.py (112 s) then started last.
+    config.option.loadscopereorder = False
 
     class BrowserTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:

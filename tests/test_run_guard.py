@@ -159,3 +159,30 @@ def test_files_go_to_the_workers_browser_first_then_new_files_then_the_longest(t
         "tests/test_short.py::f",
         "tests/browser/test_export.py::b",
     ]
+
+
+def test_a_clean_clone_starts_the_known_long_files_first_and_the_tour_once():
+    """With no figure at all (a clean clone, as on CI) the KNOWN_SECONDS files go first among the
+    others, longest first, the rest in collection order; test_notebook.py shares the late browser unit
+    with test_notebook_embeds.py (one executed tour)."""
+    import run_guard
+
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+        def get_closest_marker(self, name: str):
+            return None
+
+    ids = ["tests/test_a.py::x", "tests/test_jobs.py::y", "tests/test_fuzz.py::z", "tests/test_b.py::w"]
+    items = [Item(i) for i in ids]
+    run_guard.order_for_workers(items)
+    assert [i.nodeid for i in items] == [
+        "tests/test_fuzz.py::z",
+        "tests/test_jobs.py::y",
+        "tests/test_a.py::x",
+        "tests/test_b.py::w",
+    ]
+    assert run_guard.unit_of("tests/test_notebook.py::t") == run_guard.unit_of(
+        "tests/browser/test_notebook_embeds.py::t"
+    )
