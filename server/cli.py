@@ -103,6 +103,14 @@ def cmd_import(a: argparse.Namespace) -> int:
     data_dir = Path(a.data_dir) if a.data_dir else Settings().data_dir
     command = "gptscope import " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["import"] else [a.path, "--name", a.name])
     try:
+        if a.series:
+            if a.meta or a.tokenizer:
+                raise importers.ImportFailed("--meta and --tokenizer go with one checkpoint, not with --series")
+            _dest, summary = importers.import_series(a.path, a.name, data_dir, command=command)
+            print(json.dumps(summary))
+            print(f"imported {len(summary['steps'])} steps as models/{a.name}: open /timeline?run=models/{a.name}",
+                  file=sys.stderr)  # fmt: skip
+            return 0
         _dest, summary = importers.import_model(
             a.path, a.name, data_dir, meta_pkl=a.meta, command=command, tokenizer=a.tokenizer
         )
@@ -471,6 +479,12 @@ def _import_args(sub) -> None:
         default=None,
         help="nanochat's tokenizer.pkl (default: beside the checkpoint, in its tokenizer/ folder, or in "
         "nanochat's <base dir>/tokenizer/ two levels up)",
+    )
+    i.add_argument(
+        "--series",
+        action="store_true",
+        help="PATH is a run's snapshots (a `gptscope train --out` folder, step folders such as Pythia's step1000, "
+        "or nanochat's model_<step>.pt files): store every step as one series for /timeline",
     )
     i.add_argument("--data-dir", default=None, help="data folder (default: GPTSCOPE_DATA_DIR or ~/.gptscope)")
 

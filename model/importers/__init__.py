@@ -34,6 +34,7 @@ __all__ = [
     "detect",
     "hf_config",
     "import_model",
+    "import_series",
     "models_dir",
     "sample_check",
 ]
@@ -176,3 +177,15 @@ def import_model(
         "seconds": round(time.time() - t0, 1),
     }
     return dest, summary
+
+
+def import_series(path: str | Path, name: str, data_dir: str | Path, command: str = "") -> tuple[Path, dict]:
+    """A run's step checkpoints stored as one series for /timeline (series.py), each step converted and
+    checked as import_model does."""
+    from .series import import_series as store
+
+    def convert_one(step: Path) -> tuple[object, dict]:
+        conv, check = _converted(step, None, None)
+        return conv.model, {**conv.meta.to_dict(), "import_check": check}
+
+    return store(path, name, data_dir, command, convert_one)
