@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import checkpoint as ckpt
 from ..gpt import count_params
 from . import gemma, gpt2, llama, nanochat, nanogpt, neox, olmo2, phi3
-from .common import NAME_RE, Converted, ImportFailed, models_dir, read_json, sample_check
+from .common import Converted, ImportFailed, models_dir, new_model_folder, read_json, sample_check
 from .gpt2 import hf_config
 
 __all__ = [
@@ -133,13 +133,7 @@ def import_model(
 ) -> tuple[Path, dict]:
     """Convert, check and store; returns (checkpoint folder, summary). Atomic: the folder appears
     complete or not at all."""
-    if not NAME_RE.fullmatch(name or ""):
-        raise ImportFailed(
-            f"name {name!r} is not valid: 1-64 letters, digits, '_', '.', '-', starting with a letter or digit"
-        )
-    dest = models_dir(data_dir) / name
-    if dest.exists():
-        raise ImportFailed(f"name: a model named {name!r} already exists at {dest}; choose another --name or delete it")
+    dest = new_model_folder(name, data_dir)
     t0 = time.time()
     conv, check = _converted(path, meta_pkl, tokenizer)
     tmp = dest.parent / f".{name}.importing-{os.getpid()}"

@@ -269,6 +269,18 @@ def models_dir(data_dir: str | Path) -> Path:
     return Path(data_dir).expanduser() / "models"
 
 
+def new_model_folder(name: str, data_dir: str | Path) -> Path:
+    """<data_dir>/models/<name> for an import, refused if the name is not valid or already taken."""
+    if not NAME_RE.fullmatch(name or ""):
+        raise ImportFailed(
+            f"name {name!r} is not valid: 1-64 letters, digits, '_', '.', '-', starting with a letter or digit"
+        )
+    dest = models_dir(data_dir) / name
+    if dest.exists():
+        raise ImportFailed(f"name: a model named {name!r} already exists at {dest}; choose another --name or delete it")
+    return dest
+
+
 # ---- Hugging Face families read field by field ------------------------------------------------------
 
 # config.json fields that say how a file was made, trained, stored or served, never what it computes

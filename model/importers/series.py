@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import checkpoint as ckpt
-from .common import NAME_RE, ImportFailed, models_dir
+from .common import ImportFailed, new_model_folder
 
 STEP_DIR = re.compile(r"^(?:step|checkpoint|ckpt|iter)[-_]?(\d{1,12})$")
 NANOCHAT_STEP = re.compile(r"^model_(\d{1,12})\.pt$")
@@ -62,13 +62,7 @@ def import_series(
     convert_one: Callable[[Path], tuple[object, dict]] | None = None,
 ) -> tuple[Path, dict]:
     """Convert every step, check they are one run, store them as models/NAME; (folder, summary)."""
-    if not NAME_RE.fullmatch(name or ""):
-        raise ImportFailed(
-            f"name {name!r} is not valid: 1-64 letters, digits, '_', '.', '-', starting with a letter or digit"
-        )
-    dest = models_dir(data_dir) / name
-    if dest.exists():
-        raise ImportFailed(f"name: a model named {name!r} already exists at {dest}; choose another --name or delete it")
+    dest = new_model_folder(name, data_dir)
     steps = series_steps(Path(path).expanduser())
     tmp = dest.parent / f".{name}.importing-{os.getpid()}"
     first_cfg: dict | None = None
