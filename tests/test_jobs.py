@@ -306,3 +306,22 @@ def test_a_transcoder_training_job_runs_reports_progress_and_cancels(jclient):
     assert body["status"] == "cancelled" and body["quality"] is None
     assert "jobs-cancelled" not in [s["name"] for s in jclient.get("/api/v1/transcoders").json()["sets"]]
     assert jclient.post("/api/v1/transcoders", json={**tiny, "name": "jobs-done"}).status_code == 422  # taken
+
+
+def test_a_timeline_job_runs_reports_progress_and_cancels(jclient):
+    r = jclient.post("/api/v1/training", json={**TINY_RUN, "max_steps": 6, "snapshots": [0, 0.5, 1], "seed": 11})
+    run = finish(jclient, f"/api/v1/training/{r.json()['id']}")
+    assert run["snapshots"] == [0, 3, 6]
+    cheap = {"run": run["id"], "sae_tokens": 1024, "lens_tokens": 1024}
+    r = jclient.post("/api/v1/timeline/jobs", json=cheap)
+    assert r.status_code == 202 and r.json()["total"] == 3 and r.json()["result"] is None
+    done = finish(jclient, f"/api/v1/timeline/jobs/{r.json()['id']}")
+    assert done["status"] == "done" and done["done"] == 3 and done["result"]["steps"] == [0, 3, 6]
+    listed = jclient.get("/api/v1/timeline/jobs/" + r.json()["id"]).json()
+    assert listed["result"] == done["result"] and listed["current"] is None
+    slow = jclient.post("/api/v1/timeline/jobs", json={**cheap, "sae_tokens": 10**6}).json()
+    url = f"/api/v1/timeline/jobs/{slow['id']}"
+    until(lambda: jclient.get(url).json()["status"] == "running")
+    t0 = time.monotonic()
+    body = jclient.post(f"{url}/cancel").json()
+    assert body["status"] == "cancelled" and time.monotonic() - t0 < 5 and body["result"] is None

@@ -76,6 +76,7 @@ class Plan:
     snapshots: list[tuple[int, Path]]
     pair: dict | None  # the shipped pair's clean, corrupted, answer and wrong token ids
     pair_name: str | None
+    pairs: list[str]  # the shipped pairs that fit the run
     sae_layer: int
     n_layer: int
     n_head: int
@@ -116,7 +117,7 @@ def series_folder(runs: RunManager, run: str) -> Path:
         base, folder = runs.models_dir, runs.models_dir / name
     else:
         if not RUN_ID.fullmatch(run):
-            raise NotFound(f"no training run {run!r}")
+            raise NotFound(f"no run with snapshots named {run!r}")
         base, folder = runs.runs_dir, runs.runs_dir / run
     folder = folder.resolve()
     if base.resolve() not in folder.parents or not (folder / "snapshots").is_dir():
@@ -170,7 +171,8 @@ def plan(runs: RunManager, models: ModelRegistry, req: TimelineRequest) -> Plan:
         raise InputError("sae_layer", f"sae_layer must be a block of the model: 0..{cfg.n_layer - 1} (got {layer})")
     pair, name = _pair(last, req.pair)
     need = _need(last, req, pair)
-    return Plan(req, req.run, snaps, pair, name, layer, cfg.n_layer, cfg.n_head, need, total=len(snaps))
+    fits = [p.name for p in pairs(last)]
+    return Plan(req, req.run, snaps, pair, name, fits, layer, cfg.n_layer, cfg.n_head, need, total=len(snaps))
 
 
 def _pair(svc: ModelService, asked: str | None) -> tuple[dict | None, str | None]:
@@ -311,16 +313,16 @@ def read_snapshot(
         torch.set_num_threads(max(svc.threads, JOB_THREADS))  # a job's own threads, not a request's
         losses = timeline.position_losses(m, windows)
         streams = _streams(m, svc) if r.lens_tokens or r.sae_tokens else []
-        lens = _lens(m, streams, windows, r)
-        _stop(cancel)
-        sae_part = _sae(m, streams, windows, r, p.sae_layer, step)
+        lens = _lens(m, streams, windows, r, cancel)
+        sae_part = _sae(m, streams, windows, r, p.sae_layer, step, cancel)
         # the yardstick for the matches: a second SAE of the last snapshot, from another seed
-        twin = _sae(m, streams, windows, r, p.sae_layer, step + 1) if sae_part and last else None
+        twin = _sae(m, streams, windows, r, p.sae_layer, step + 1, cancel) if sae_part and last else None
         del streams
     _stop(cancel)
-    circuit = _circuit(svc, p, cancel) if p.pair is not None else None
+    circuit, effect = _circuit(svc, p, cancel) if p.pair is not None else (None, None)
     icl = timeline.icl_from_losses(losses)
     t = {k: torch.tensor(v) for k, v in scores.items()}
+    roles = model_heads.assign_roles(t, extra["baseline"])
     snap = TimelineSnapshot(
         step=step,
         val_loss=val_loss,
@@ -330,9 +332,11 @@ def read_snapshot(
         in_context=InContext(**extra["in_context"]),
         scores={k: [[round(x, COARSE) for x in row] for row in v] for k, v in scores.items()},
         best={k: round(float(v.max()), COARSE) for k, v in t.items()},
+        role_counts={r: sum(r in hr for row in roles for hr in row) for r in model_heads.ROLES},
         lens=lens,
         sae=sae_part[0] if sae_part else None,
         circuit=circuit[0] if circuit else None,
+        pair_effect=effect,
         seconds=0.0,
     )
     read = Read(snap, extra["baseline"])
@@ -364,7 +368,9 @@ def _streams(m, svc: ModelService) -> list[torch.Tensor]:
     return timeline.read_streams(m, torch.stack([ids[s : s + T] for s in starts]), hooks)
 
 
-def _lens(m, streams: list[torch.Tensor], windows: torch.Tensor, r: TimelineRequest) -> list[LensStage]:
+def _lens(
+    m, streams: list[torch.Tensor], windows: torch.Tensor, r: TimelineRequest, cancel: Callable[[], bool]
+) -> list[LensStage]:
     """The logit lens's KL per stage, and a tuned lens's trained for this snapshot on its streams (lens_tokens)."""
     lens = tl.TunedLens(m.cfg.d_model, len(streams) - 1)
     if r.lens_tokens:
@@ -376,7 +382,7 @@ def _lens(m, streams: list[torch.Tensor], windows: torch.Tensor, r: TimelineRequ
                 yield [s[rows] for s in streams], logp
 
         with torch.inference_mode(False), torch.enable_grad():  # the lock's inference mode, lifted to train
-            lens, _ = tl.train_lens(m, torch.zeros(0), _lens_config(r), batches=batches())
+            lens, _ = tl.train_lens(m, torch.zeros(0), _lens_config(r), should_stop=cancel, batches=batches())
     per = [tl.quality(m, lens, w[None, :-1])["stages"] for w in windows]  # a window at a time: (T, V) at most
     return [
         LensStage(
@@ -388,7 +394,15 @@ def _lens(m, streams: list[torch.Tensor], windows: torch.Tensor, r: TimelineRequ
     ]
 
 
-def _sae(m, streams: list[torch.Tensor], windows: torch.Tensor, r: TimelineRequest, layer: int, seed: int):
+def _sae(
+    m,
+    streams: list[torch.Tensor],
+    windows: torch.Tensor,
+    r: TimelineRequest,
+    layer: int,
+    seed: int,
+    cancel: Callable[[], bool],
+):
     """An SAE trained on this snapshot's stream after block `layer`: its figures on the held-out
     windows, its alive features' decoder rows and their numbers."""
     if not r.sae_tokens:
@@ -396,7 +410,9 @@ def _sae(m, streams: list[torch.Tensor], windows: torch.Tensor, r: TimelineReque
     acts = streams[layer + 1]  # stage 0 is the embeddings
     batches = (acts[rows] for rows in timeline.shuffled_batches(len(acts), SAE_BATCH, seed))
     with torch.inference_mode(False), torch.enable_grad():
-        sae, _, _ = sae_mod.train_sae(m, torch.zeros(0), _sae_config(r, layer, seed), batches=batches)
+        sae, _, _ = sae_mod.train_sae(
+            m, torch.zeros(0), _sae_config(r, layer, seed), should_stop=cancel, batches=batches
+        )
     with torch.no_grad():
         x = sae_mod.residuals(m, windows[:, :-1], layer).reshape(-1, m.cfg.d_model)
         x_hat, f = sae(x)
@@ -413,13 +429,15 @@ def _circuit(svc: ModelService, p: Plan, cancel: Callable[[], bool]):
     req = _circuit_request(p.pair, p.req.circuit_target)
     try:
         c = explain_circuits.check(svc, req, explain_circuits.MAX_JOB_MACS)
-        res = explain_circuits.compute(svc, explain_circuits.planned(svc, req, c), cancel=cancel)
+        plan = explain_circuits.planned(svc, req, c)
     except InputError as e:
         if e.field == "answer":
-            return None  # the metric is the same on both prompts: nothing to explain yet
+            return None, None  # the metric is the same on both prompts: nothing to explain yet
         raise
-    if abs(res.clean_metric - res.corrupted_metric) < MIN_EFFECT:
-        return None
+    clean, corrupted = plan.metrics()
+    if abs(clean - corrupted) < MIN_EFFECT:  # no circuit to look for: the two prompts' runs say so at once
+        return None, round(clean - corrupted, VALUE)
+    res = explain_circuits.compute(svc, plan, cancel=cancel)
     scores = res.scores[0].values.tensor.float()
     order = res.circuit.edges
     top = sorted(order, key=lambda i: -abs(float(scores[i])))[:TOP_EDGES]
@@ -431,7 +449,7 @@ def _circuit(svc: ModelService, p: Plan, cancel: Callable[[], bool]):
         recovered=round(res.circuit.recovered, COARSE),
         top=[res.edges[i] for i in top],
     )
-    return part, scores, list(res.edges), list(order)
+    return (part, scores, list(res.edges), list(order)), part.effect
 
 
 # --- the snapshots followed ----------------------------------------------------------------------------
@@ -468,6 +486,8 @@ def assemble(p: Plan, reads: list[Read]) -> TimelineResponse:
         n_head=p.n_head,
         roles=explain_heads.definitions(base),
         pair=p.pair_name,
+        pairs=p.pairs,
+        min_effect=MIN_EFFECT,
         snapshots=snaps,
         phase_change=phase,
         jumps=jumps,

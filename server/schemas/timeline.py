@@ -100,9 +100,16 @@ class TimelineSnapshot(BaseModel):
     in_context: InContext
     scores: dict[RoleName, list[list[float]]] = Field(description="role -> [layer][head] score")
     best: dict[RoleName, float]
+    role_counts: dict[RoleName, int] = Field(description="role -> how many heads pass its threshold")
     lens: list[LensStage]
     sae: SnapshotSAE | None
-    circuit: SnapshotCircuit | None = Field(description="null: no pair, or the pair's effect is too small here")
+    circuit: SnapshotCircuit | None = Field(
+        description="null: no pair, or the pair's effect is under min_effect here (pair_effect says how large it is)"
+    )
+    pair_effect: float | None = Field(
+        description="the pair's clean metric minus its corrupted one at this snapshot (nats); null with no pair, or "
+        "where the two are equal"
+    )
     seconds: float = Field(description="what reading this snapshot took (0 when it was kept from before)")
 
 
@@ -147,6 +154,8 @@ class TimelineResponse(BaseModel):
     n_head: int
     roles: list[RoleDefinition]
     pair: str | None = Field(description="the pair whose circuit is followed")
+    pairs: list[str] = Field(description="the shipped pairs that fit this run's tokenizer (what `pair` may name)")
+    min_effect: float = Field(description="a snapshot whose pair effect is smaller (nats) has no circuit")
     snapshots: list[TimelineSnapshot]
     phase_change: PhaseChange | None = Field(description="the induction score's largest jump, the ICL score around it")
     jumps: list[Jump] = Field(description="each series' largest jump, the largest share first")

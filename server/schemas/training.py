@@ -155,6 +155,11 @@ class TrainingRequest(StrictRequest):
         allow_inf_nan=False,
         description="wsd: the share of the run over which the rate falls (a cosine run does not read it)",
     )
+    precision: Literal["bf16", "fp32"] | None = Field(
+        None,
+        description="what the run computes in: bf16 (autocast, and Muon's orthogonalisation) or fp32; null: this "
+        "machine's own path, measured (as `gptscope train` chooses it; GPTSCOPE_PRECISION forces it)",
+    )
     repeats: float = Field(
         TrainConfig.repeats,
         ge=0,

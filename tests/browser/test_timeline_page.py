@@ -156,6 +156,8 @@ def check_step_views(page, t, i):
         assert circuit.startswith("No circuit is followed")
     elif c is None:
         assert circuit.startswith(f"No circuit at step {step}:") and t["pair"] in circuit
+        if s["pair_effect"] is not None:  # how far short of a circuit it falls, in the API's number
+            assert f"{decimal(s['pair_effect'], 3)} nats, under the {decimal(t['min_effect'], 1)}" in circuit, circuit
     else:
         assert f"keeps {c['edges']:,} of {c['total_edges']:,} edges" in circuit and pct(c["recovered"]) in circuit
         assert page.locator("#circuit-top li").all_inner_texts() == c["top"]

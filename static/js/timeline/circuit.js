@@ -12,8 +12,9 @@ function circuitWords(t, s) {
   if (!t.pair) return "No circuit is followed: no pair was asked for, or none fits this run's tokenizer.";
   const c = s.circuit;
   if (!c) {
-    return `No circuit at step ${int(s.step)}: on the ${t.pair} pair, the clean and corrupted answers differ too little `
-      + "here for a circuit to explain.";
+    const why = s.pair_effect === null ? "the metric is the same on both prompts"
+      : `its effect (clean minus corrupted) is ${decimal(s.pair_effect, 3)} nats, under the ${decimal(t.min_effect, 1)} a circuit needs`;
+    return `No circuit at step ${int(s.step)}: on the ${t.pair} pair ${why}.`;
   }
   return `At step ${int(s.step)} the ${t.pair} circuit keeps ${int(c.edges)} of ${int(c.total_edges)} edges and `
     + `recovers ${pct(c.recovered)} of the effect: ${decimal(c.effect, 3)} nats of the metric, clean minus corrupted `

@@ -211,6 +211,10 @@ async function showResults(card, exp, ids) {
     gradPanels(gd, exp, results);
   } else if (exp.name === "causal-mask") {
     await samples(extra, exp, results);
+  } else if (exp.name === "induction-heads") {
+    extra.replaceChildren(el("p", { class: "exp-timelines" }, el("span", { class: "muted small", text: "Follow each run over its snapshots: " }),
+      ...results.map((run, i) => el("a", { class: "exp-timeline-link", href: `/timeline?${new URLSearchParams({ run: run.id })}`,
+        dataset: { run: run.id }, text: `“${exp.variants[i].label}” on /timeline → ` }))));
   }
   exp.variants.forEach((_, i) => { if (!card.querySelectorAll(".variant-status")[i].textContent) setStatus(card, i, `trained: run ${ids[i]}`, "ok"); });
   card.dataset.state = "done";

@@ -100,6 +100,7 @@ function fillForm({ request: schema, overrides }) {
   showCooldown();
   setNumber($("vocab-size"), field(schema, "vocab_size"));
   setNumber($("batch-size"), field(schema, "batch_size"));
+  setNumber($("repeats"), field(schema, "repeats"));
   $("snapshots").value = (field(schema, "snapshots").default || []).join(", ");
 }
 
@@ -238,6 +239,7 @@ function readRequest() {
     corpus: $("corpus").value, preset: $("preset").value, seed: num("seed"), max_lr: num("max-lr"),
     optimizer: $("optimizer").value, muon_lr: num("muon-lr"),
     warmup_steps: num("warmup"), schedule: $("schedule").value, vocab_size: num("vocab-size"), batch_size: num("batch-size"),
+    repeats: num("repeats"),
     snapshots: $("snapshots").value.split(/[,\s]+/).filter((s) => s !== "").map(Number),
   };
   if (req.schedule === "wsd") req.cooldown = num("cooldown");
