@@ -116,8 +116,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 # Browser test files that judge no timing (the exports, fine-tuning from the page, and the tour's
 # embeds, whose executed tour test_notebook.py shares when both run on one worker): one unit of their
-# own, collected last, so the worker that ran the other files takes them while another is still on the
-# rest of the browser tests (about 280 s of 850 on 2 cores).
+# own, handed out second, so that another worker runs them while the first is on the rest of the
+# browser tests (about 280 s of 850 on 2 cores), and the files outside tests/browser, longest first,
+# fill both workers' ends. (Handed out last, the unit was a tail: in a full run here its worker ran it
+# alone for its last 170 s, while the other had nothing left.)
 LATE_BROWSER = frozenset(
     {
         "test_export.py",
@@ -169,8 +171,8 @@ KNOWN_SECONDS = {
 
 def order_for_workers(items, config=None) -> None:
     """The browser tests first, those whose verdict is a wall-clock figure (marked `timed`) last
-    among them; then every other file (those with no figure first, the KNOWN_SECONDS ones among them
-    longest first, then the longest first: SECONDS_KEY); then the LATE_BROWSER files."""
+    among them; then the LATE_BROWSER files; then every other file (those with no figure first, the
+    KNOWN_SECONDS ones among them longest first, then the longest first: SECONDS_KEY)."""
     cache = getattr(config, "cache", None)
     seconds = (cache.get(SECONDS_KEY, {}) if cache is not None else {}) or {}
 
@@ -179,10 +181,10 @@ def order_for_workers(items, config=None) -> None:
         if unit == "tests/browser":
             return (1 if item.get_closest_marker("timed") else 0, 0, 0.0, "")
         if unit == "tests/browser (late)":
-            return (3, 0, 0.0, "")
+            return (2, 0, 0.0, "")
         if unit not in seconds:
-            return (2, 0, -KNOWN_SECONDS.get(unit, 0.0), "")
-        return (2, 1, -float(seconds[unit]), unit)
+            return (3, 0, -KNOWN_SECONDS.get(unit, 0.0), "")
+        return (3, 1, -float(seconds[unit]), unit)
 
     items.sort(key=rank)  # stable: the collection's order within a file and within each browser unit
 

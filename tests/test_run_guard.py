@@ -119,8 +119,8 @@ def test_each_xdist_worker_reports_its_peak_memory(tmp_path):
 
 def test_files_go_to_the_workers_browser_first_then_new_files_then_the_longest(tmp_path):
     """run_guard.order_for_workers with a cache of last runs' seconds per file: the browser unit (its
-    timed tests last), files with no figure in collection order, the rest longest first, the late
-    browser files last."""
+    timed tests last), the late browser files, then files with no figure in collection order, the rest
+    longest first."""
     import run_guard
 
     class Item:
@@ -152,12 +152,12 @@ def test_files_go_to_the_workers_browser_first_then_new_files_then_the_longest(t
     assert [i.nodeid for i in items] == [
         "tests/browser/test_index_page.py::e",
         "tests/browser/test_big_model.py::timed",
+        "tests/browser/test_export.py::b",
         "tests/test_new.py::c",
         "tests/test_other_new.py::g",
         "tests/test_long.py::d",
         "tests/test_short.py::a",
         "tests/test_short.py::f",
-        "tests/browser/test_export.py::b",
     ]
 
 
