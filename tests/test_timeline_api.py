@@ -36,11 +36,16 @@ def until_done(c, url: str, timeout: float = 300.0) -> dict:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, service):
-    """The experiment's second variant (repeated spans), trained through the API in float32."""
+    """The experiment's second variant (repeated spans), trained through the API in float32, on one torch
+    thread: beside the other test worker, a second thread spin-waits (1,500 steps took 5 minutes on two)."""
     from fastapi.testclient import TestClient
 
+    from gptscope.server import jobs
     from gptscope.server.app import create_app
     from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(jobs, "JOB_THREADS", 1)
 
     app = create_app(
         Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path_factory.mktemp("tl"), allow_hosts=["testserver"]),
@@ -58,6 +63,7 @@ def run(tmp_path_factory, service):
         assert body["status"] == "done", body.get("error")
         assert body["precision"].startswith("fp32"), body["precision"]
         yield c, body
+    mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -30,10 +30,9 @@ from gptscope.model import timeline
 from gptscope.model import tuned_lens as tl
 from gptscope.model.errors import Cancelled
 
-from .. import memory
+from .. import jobs, memory
 from ..digits import COARSE, SECONDS, VALUE
 from ..errors import InputError, NotFound
-from ..jobs import JOB_THREADS
 from ..models import ModelRegistry
 from ..runs import RUN_ID, RunManager
 from ..schemas.circuits import CircuitRequest
@@ -310,7 +309,7 @@ def read_snapshot(
     scores, extra, val_loss, _ = explain_heads.snapshot_scores(models, path)
     windows, _source = explain_heads.icl_windows(svc)
     with svc.run() as m:
-        torch.set_num_threads(max(svc.threads, JOB_THREADS))  # a job's own threads, not a request's
+        torch.set_num_threads(max(svc.threads, jobs.JOB_THREADS))  # a job's own threads, not a request's
         losses = timeline.position_losses(m, windows)
         streams = _streams(m, svc) if r.lens_tokens or r.sae_tokens else []
         lens = _lens(m, streams, windows, r, cancel)
