@@ -159,6 +159,8 @@ SECONDS_KEY = "gptscope/seconds-per-file"
 # 1e26c23 started test_fuzz.py, 112 s on CI, last: 220 s alone at the end on a busy 2-core machine).
 KNOWN_SECONDS = {
     "tests/test_fuzz.py": 112.0,
+    "tests/test_timeline_api.py": 90.0,
+    "tests/test_timeline_series.py": 25.0,
     "tests/test_jobs.py": 32.0,
     "tests/test_steering.py": 32.0,
     "tests/test_wheel.py": 26.0,

@@ -40,7 +40,7 @@ def timeline_runs(runs: Runs) -> list[TimelineSource]:
     "/timeline/jobs",
     status_code=202,
     response_model=TimelineJob,
-    responses=ERROR_RESPONSES,
+    responses={**ERROR_RESPONSES, **NOT_FOUND},
     summary="Read every snapshot of a run and follow them (a background job: poll GET "
     "/api/v1/timeline/jobs/{id}; the timeline so far comes with each answer; a newer job cancels one going)",
 )

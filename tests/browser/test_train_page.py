@@ -31,6 +31,7 @@ SHORT = {
     "muon_lr": 0.02,
     "vocab_size": 300,
     "batch_size": 16,
+    "repeats": 0,
     "snapshots": [0, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.5, 0.75, 1],  # the API's default
     "max_steps": 150,
 }
