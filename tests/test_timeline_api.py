@@ -5,7 +5,7 @@ POST /api/v1/training with the default log-spaced snapshots (in float32, as the 
 The timeline must find the induction head's phase change at the snapshot the README names, with the
 in-context-learning scores around it, and the shipped pair's circuit at five snapshots or more; its
 numbers must be the snapshots' own (a head's score, the circuit's edges, the SAE matching) and a
-second job must read them from what the first kept. About 60 s on 2 cores: the run is most of it.
+second job must read them from what the first kept. About 3 minutes on one core: the run is most of it.
 """
 
 from __future__ import annotations
@@ -113,8 +113,9 @@ def test_the_phase_change_is_where_the_readme_says_with_the_icl_score_around_it(
     assert pc["induction_before"] == pytest.approx(f["before"], abs=0.06)
     assert pc["induction_after"] == pytest.approx(f["after"], abs=0.06)
     assert pc["induction_after"] >= pc["threshold"] > pc["induction_before"]  # a head passes the role's threshold
-    assert pc["icl_before"] == pytest.approx(f["icl_before"], abs=0.08)
-    assert pc["icl_after"] == pytest.approx(f["icl_after"], abs=0.08)
+    # the noisiest number: CPUs that sum in another order have given +0.35 to +0.43 after the jump
+    assert pc["icl_before"] == pytest.approx(f["icl_before"], abs=0.1)
+    assert pc["icl_after"] == pytest.approx(f["icl_after"], abs=0.1)
     by_step = {s["step"]: s for s in answer["snapshots"]}
     assert pc["icl_before"] == by_step[pc["from_step"]]["icl"]["score"]  # the snapshots' own scores
     assert pc["induction_after"] == by_step[pc["step"]]["best"]["induction"]
