@@ -312,9 +312,16 @@ class Edges:
         return self.tokens.sum(1) + self.features.sum(1) + self.errors.sum((1, 2)) + self.constant
 
 
-def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target]) -> Edges:
-    """Every source's direct effect on each target (one row of the batched backward pass each)."""
+def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], base: tuple | None = None) -> Edges:
+    """Every source's direct effect on each target (one row of the batched backward pass each); base:
+    the trace's `source_free_run` (every block), where the caller keeps it for many calls.
+
+    The frozen replacement is linear, so a target's gradient does not depend on where the model runs:
+    one run of the prompt (batch 1) and one backward pass per target, batched over the targets
+    (autograd's is_grads_batched), give every row's gradient, bit for bit what R runs would. A trace whose
+    pattern differs by row (head loadings' masks) runs R rows, as before."""
     R = len(targets)
+    one = tr.pattern.dim() == 4  # the same frozen model for every row
     with torch.inference_mode(False), torch.enable_grad():
         # (the trace may come from an inference-mode run: what the backward pass keeps is copied out)
         frozen = replace(
@@ -324,43 +331,85 @@ def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target]) -
             scale_f=tr.scale_f.clone(),
             pattern=tr.pattern.clone(),
         )
-        embed = tr.embed.expand(R, *tr.embed.shape).clone().requires_grad_(True)
-        written = tr.mlp_out.expand(R, *tr.mlp_out.shape).clone().requires_grad_(True)
+        B = 1 if one else R
+        embed = tr.embed.expand(B, *tr.embed.shape).clone().requires_grad_(True)
+        written = tr.mlp_out.expand(B, *tr.mlp_out.shape).clone().requires_grad_(True)
         reads, final = replacement(model, frozen, embed, written, reach(targets))
-        value = values(model, codes, targets, reads, final)
-        g_embed, g_write = torch.autograd.grad(value.sum(), [embed, written], allow_unused=True)
-    g_write = torch.zeros_like(tr.mlp_out).expand_as(written) if g_write is None else g_write  # block-0 targets
+        if one:
+            rows = _row_values(model, codes, targets, reads, final)
+            g_embed, g_write = torch.autograd.grad(
+                rows, [embed, written], torch.eye(R, dtype=rows.dtype), is_grads_batched=True, allow_unused=True
+            )
+            g_embed = g_embed[:, 0]
+            g_write = None if g_write is None else g_write[:, 0]
+            reads = [r.detach().expand(R, *r.shape[1:]) for r in reads]
+            final = None if final is None else final.detach().expand(R, *final.shape[1:])
+            value = values(model, codes, targets, reads, final)  # (each row read as before: the same bits)
+        else:
+            value = values(model, codes, targets, reads, final)
+            g_embed, g_write = torch.autograd.grad(value.sum(), [embed, written], allow_unused=True)
+    g_write = torch.zeros_like(tr.mlp_out).expand(R, *tr.mlp_out.shape) if g_write is None else g_write  # block 0
     with torch.no_grad():
         tokens = (g_embed * tr.embed).sum(-1)  # (R, T)
         errors = (g_write * tr.error).sum(-1)  # (R, L, T)
         # (from block `upto` on no MLP writes what the targets read: no edge)
         upto = reach(targets)
         features = feature_terms(tr, g_write, g_write.size(1) if upto is None else upto)
-    constant = constants(model, codes, tr, targets)
+    constant = constants(model, codes, tr, targets, base)
     return Edges(tokens, features, errors, constant, value.detach())
+
+
+def _row_values(model: GPT, codes: Codes, targets: Sequence[Target], reads, final) -> torch.Tensor:
+    """(R,) the targets' values from a run of batch 1, as one node of the graph per kind of target (a
+    Python loop of R nodes would make the batched backward pass cost R x R)."""
+    R = len(targets)
+    order: list[int] = []
+    parts: list[torch.Tensor] = []
+    kinds: dict[int | None, list[int]] = {}
+    for r, t in enumerate(targets):
+        kinds.setdefault(t.layer, []).append(r)
+    for layer, rs in kinds.items():
+        pos = torch.tensor([targets[r].position for r in rs])
+        if layer is None:
+            W = model.lm_head.weight
+            w = W[[targets[r].up for r in rs]]
+            down = [r for r in rs if targets[r].down is not None]
+            if down:
+                w = w.clone()
+                w[[rs.index(r) for r in down]] -= W[[cast(int, targets[r].down) for r in down]]
+            parts.append((final[0, pos] * w).sum(-1))
+        else:
+            c, f = codes[layer], torch.tensor([targets[r].feature for r in rs])
+            parts.append((reads[layer][0, pos] * c.W_enc[:, f].T).sum(-1) + c.b_enc[f])
+        order += rs
+    joined = torch.cat(parts)
+    return joined[torch.argsort(torch.tensor(order))] if R > 1 else joined
 
 
 def feature_terms(tr: Trace, g_write: torch.Tensor, upto: int) -> torch.Tensor:
     """(R, N) each row's gradient where the MLPs write (R, L, T, d) times what each active feature wrote
     there (act x its decoder row), for the features of blocks before `upto` (the rest: 0); a CLT's feature
-    wrote at its own block and every later one, and its term is the sum over them. Per block, the
-    gradient at every position against every active feature's row (R, T, n), then each feature's own
-    position (block li's features are the trace's [ends[li], ends[li + 1]))."""
+    wrote at its own block and every later one, and its term is the sum over them. Per block, each
+    feature's own position's gradient (R, n, d) against its row (block li's features are the trace's
+    [ends[li], ends[li + 1])): R x n x d products, where all positions' against all rows took T times that."""
     features = torch.zeros(g_write.shape[0], len(tr.act), dtype=g_write.dtype)
     ends = block_ends(tr)
     if tr.decoder.dim() == 3:  # a CLT's: what blocks 0..li's features wrote at block li
         for li in range(upto):
             at = slice(0, ends[li + 1])
             if at.stop:
-                dot = g_write[:, li] @ tr.decoder[at, li].T  # (R, T, n)
-                features[:, at] += dot[:, tr.position[at], torch.arange(at.stop)] * tr.act[at]
+                features[:, at] += _own(g_write[:, li], tr.position[at], tr.decoder[at, li]) * tr.act[at]
         return features
     for li in range(upto):
         at = slice(ends[li], ends[li + 1])
         if at.stop > at.start:
-            dot = g_write[:, li] @ tr.decoder[at].T  # (R, T, n)
-            features[:, at] = dot[:, tr.position[at], torch.arange(at.stop - at.start)] * tr.act[at]
+            features[:, at] = _own(g_write[:, li], tr.position[at], tr.decoder[at]) * tr.act[at]
     return features
+
+
+def _own(g: torch.Tensor, position: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """(R, n) g (R, T, d) at each of n features' positions, dotted with its row (n, d)."""
+    return (g.index_select(1, position) * rows).sum(-1)
 
 
 def block_ends(tr: Trace) -> list[int]:
@@ -368,18 +417,26 @@ def block_ends(tr: Trace) -> list[int]:
     return [0, *torch.cumsum(torch.bincount(tr.layer, minlength=model_depth(tr)), 0).tolist()]
 
 
-def constants(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target]) -> torch.Tensor:
+def constants(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], run: tuple | None = None) -> torch.Tensor:
     """(R,) each target's value in the frozen model with every source taken out (no token, no
-    feature, no error: each MLP writes only its transcoder's bias), computed on its own."""
+    feature, no error: each MLP writes only its transcoder's bias), computed on its own. run: that
+    run's `source_free_run` where the caller keeps it (a graph's build: one for all its batches)."""
     R = len(targets)
     with torch.no_grad():  # the run is the same for every target: once, then read R times
-        embed = torch.zeros(1, *tr.embed.shape)
-        b_dec = codes.b_dec if isinstance(codes, CLT) else torch.stack([c.b_dec for c in codes])
-        bias = b_dec[None, :, None, :].expand(1, *tr.mlp_out.shape)
-        reads, final = replacement(model, tr, embed, bias, reach(targets))
+        reads, final = run if run is not None else source_free_run(model, codes, tr, reach(targets))
         reads = [r.expand(R, *r.shape[1:]) for r in reads]
         final = None if final is None else final.expand(R, *final.shape[1:])
         return values(model, codes, targets, reads, final)
+
+
+@torch.no_grad()
+def source_free_run(model: GPT, codes: Codes, tr: Trace, upto: int | None = None) -> tuple:
+    """The frozen model's run with no source (`constants`'): its reads up to block `upto` (None: every
+    block and the final norm), each block's as a shorter run reads it, bit for bit."""
+    embed = torch.zeros(1, *tr.embed.shape)
+    b_dec = codes.b_dec if isinstance(codes, CLT) else torch.stack([c.b_dec for c in codes])
+    bias = b_dec[None, :, None, :].expand(1, *tr.mlp_out.shape)
+    return replacement(model, tr, embed, bias, upto)
 
 
 # ---- the whole graph -------------------------------------------------------------------------------
@@ -421,7 +478,8 @@ def build(
     those that `influence` ranks first on the graph so far (up to float rounding)."""
     T, N = len(tr.ids), len(tr.act)
     budget = min(max_rows, N)
-    first = edges_into(model, codes, tr, [target])
+    base = source_free_run(model, codes, tr)  # the constants' run: the same for every batch
+    first = edges_into(model, codes, tr, [target], base)
     store, infl = _Store(first, budget + 1), _Influence(tr, first)
     rows: list[torch.Tensor] = [torch.zeros(0, dtype=torch.long)]
     done, n_done = torch.zeros(N, dtype=torch.bool), 0
@@ -438,7 +496,7 @@ def build(
             _check(cancel)
             picked = best[tr.layer[best] == li]
             tgts = [Target(li, int(tr.position[i]), int(tr.feature[i])) for i in picked]
-            new = edges_into(model, codes, tr, tgts)
+            new = edges_into(model, codes, tr, tgts, base)
             store.add(new)
             infl.add(li, picked, new)
             rows.append(picked)
