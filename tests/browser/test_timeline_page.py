@@ -185,6 +185,11 @@ def test_the_page_draws_the_timeline_and_its_slider_moves_every_panel(page, trai
     assert page.get_attribute("#scrub", "max") == str(n - 1) and page.input_value("#scrub") == str(n - 1)
     assert page.get_attribute("#scrub-bar", "data-points") == str(n)
     assert page.inner_text("#progress-text").startswith(f"all {n} snapshots read")
+    # the pair field suggests the pairs that fit the run's tokenizer, as the answer names them (this small
+    # run's vocabulary fits none); before a run is read, the served model's
+    assert (
+        offered_pairs(page) == t["pairs"] and t["pair"] is None and page.get_attribute("#pair", "list") == "pair-list"
+    )
     check_charts(page, t)
     check_phase_and_summary(page, t)
     check_step_views(page, t, n - 1)
@@ -202,8 +207,16 @@ def test_the_page_draws_the_timeline_and_its_slider_moves_every_panel(page, trai
     assert page.console_errors == []
 
 
+def offered_pairs(page) -> list[str]:
+    return page.eval_on_selector_all("#pair-list option", "os => os.map((o) => o.value)")
+
+
 def test_a_second_start_can_be_cancelled_and_a_refusal_names_its_field(page, trained):
     url, body = trained
+    page.goto(f"{url}/timeline")  # no run named: nothing starts, and the pairs offered are the served model's
+    page.wait_for_selector("body[data-ready='1']", state="attached", timeout=60_000)
+    served = [p["name"] for p in api_json(page, url, "GET", "/patch/pairs")]
+    assert offered_pairs(page) == served and "dead-caesar" in served
     opened(page, url, body["id"])
     page.fill("#lens-tokens", "4096")  # nothing read with these settings yet: the job has work to do
     page.click("#start")

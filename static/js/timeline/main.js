@@ -62,6 +62,13 @@ function readUrl(q) {
   state.want = whole(q.get("step"), null);
 }
 
+// The #pair input's suggestions (names): the served model's pairs until a run is read, then those that
+// fit the run's tokenizer (the answer's `pairs`, what `pair` may name for it).
+function suggestPairs(names) {
+  $("pair-list").replaceChildren(...names.map((n) => el("option", { value: n })));
+  $("pair-list").dataset.names = names.join(",");
+}
+
 async function loadRuns(asked) {
   const runs = await apiGet("/timeline/runs");
   const options = runs.map((r) => el("option", { value: r.run,
@@ -178,6 +185,7 @@ function redraw() {
 // or follows the newest one while it stands at the end; a step the URL asked for is taken once read.
 function show(t) {
   state.t = t;
+  if ($("pair-list").dataset.names !== t.pairs.join(",")) suggestPairs(t.pairs);
   const steps = t.snapshots.map((s) => s.step);
   if (state.want !== null && steps.includes(state.want)) {
     state.index = steps.indexOf(state.want);
@@ -218,6 +226,7 @@ export async function init() {
   readUrl(q);
   try {
     await loadRuns(q.get("run"));
+    if (!state.t) suggestPairs((await apiGet("/patch/pairs").catch(() => [])).map((p) => p.name));
     if (q.get("run")) await start();
   } catch (err) {
     showError(err);
