@@ -335,18 +335,14 @@ def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], b
         embed = tr.embed.expand(B, *tr.embed.shape).clone().requires_grad_(True)
         written = tr.mlp_out.expand(B, *tr.mlp_out.shape).clone().requires_grad_(True)
         reads, final = replacement(model, frozen, embed, written, reach(targets))
+        value = _row_values(model, codes, targets, reads, final, per_row=not one)
         if one:
-            rows = _row_values(model, codes, targets, reads, final)
             g_embed, g_write = torch.autograd.grad(
-                rows, [embed, written], torch.eye(R, dtype=rows.dtype), is_grads_batched=True, allow_unused=True
+                value, [embed, written], torch.eye(R, dtype=value.dtype), is_grads_batched=True, allow_unused=True
             )
             g_embed = g_embed[:, 0]
             g_write = None if g_write is None else g_write[:, 0]
-            reads = [r.detach().expand(R, *r.shape[1:]) for r in reads]
-            final = None if final is None else final.detach().expand(R, *final.shape[1:])
-            value = values(model, codes, targets, reads, final)  # (each row read as before: the same bits)
         else:
-            value = values(model, codes, targets, reads, final)
             g_embed, g_write = torch.autograd.grad(value.sum(), [embed, written], allow_unused=True)
     g_write = torch.zeros_like(tr.mlp_out).expand(R, *tr.mlp_out.shape) if g_write is None else g_write  # block 0
     with torch.no_grad():
@@ -359,31 +355,28 @@ def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], b
     return Edges(tokens, features, errors, constant, value.detach())
 
 
-def _row_values(model: GPT, codes: Codes, targets: Sequence[Target], reads, final) -> torch.Tensor:
-    """(R,) the targets' values from a run of batch 1, as one node of the graph per kind of target (a
-    Python loop of R nodes would make the batched backward pass cost R x R)."""
-    R = len(targets)
+def _row_values(model: GPT, codes: Codes, targets: Sequence[Target], reads, final, per_row: bool) -> torch.Tensor:
+    """(R,) the targets' values, row r's read from row r of the replacement's run (per_row) or from its
+    only row (a run of batch 1), as one node of the graph per kind of target: a Python loop of R nodes
+    would make a backward pass batched over the rows cost R x R."""
     order: list[int] = []
     parts: list[torch.Tensor] = []
     kinds: dict[int | None, list[int]] = {}
     for r, t in enumerate(targets):
         kinds.setdefault(t.layer, []).append(r)
     for layer, rs in kinds.items():
-        pos = torch.tensor([targets[r].position for r in rs])
+        at = (torch.tensor(rs) if per_row else 0, [targets[r].position for r in rs])  # (row, position) of each
         if layer is None:
             W = model.lm_head.weight
-            w = W[[targets[r].up for r in rs]]
-            down = [r for r in rs if targets[r].down is not None]
-            if down:
-                w = w.clone()
-                w[[rs.index(r) for r in down]] -= W[[cast(int, targets[r].down) for r in down]]
-            parts.append((final[0, pos] * w).sum(-1))
+            down = [targets[r].down for r in rs]
+            has = torch.tensor([d is not None for d in down], dtype=W.dtype)
+            w = W[[targets[r].up for r in rs]] - W[[0 if d is None else d for d in down]] * has[:, None]
+            parts.append((final[at] * w).sum(-1))
         else:
             c, f = codes[layer], torch.tensor([targets[r].feature for r in rs])
-            parts.append((reads[layer][0, pos] * c.W_enc[:, f].T).sum(-1) + c.b_enc[f])
+            parts.append((reads[layer][at] * c.W_enc[:, f].T).sum(-1) + c.b_enc[f])
         order += rs
-    joined = torch.cat(parts)
-    return joined[torch.argsort(torch.tensor(order))] if R > 1 else joined
+    return torch.cat(parts)[torch.argsort(torch.tensor(order))]
 
 
 def feature_terms(tr: Trace, g_write: torch.Tensor, upto: int) -> torch.Tensor:
@@ -417,13 +410,15 @@ def block_ends(tr: Trace) -> list[int]:
     return [0, *torch.cumsum(torch.bincount(tr.layer, minlength=model_depth(tr)), 0).tolist()]
 
 
-def constants(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], run: tuple | None = None) -> torch.Tensor:
+def constants(
+    model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], base: tuple | None = None
+) -> torch.Tensor:
     """(R,) each target's value in the frozen model with every source taken out (no token, no
-    feature, no error: each MLP writes only its transcoder's bias), computed on its own. run: that
-    run's `source_free_run` where the caller keeps it (a graph's build: one for all its batches)."""
+    feature, no error: each MLP writes only its transcoder's bias), computed on its own. base: that
+    run (`source_free_run`) where the caller keeps it (a graph's build: one for all its batches)."""
     R = len(targets)
     with torch.no_grad():  # the run is the same for every target: once, then read R times
-        reads, final = run if run is not None else source_free_run(model, codes, tr, reach(targets))
+        reads, final = base if base is not None else source_free_run(model, codes, tr, reach(targets))
         reads = [r.expand(R, *r.shape[1:]) for r in reads]
         final = None if final is None else final.expand(R, *final.shape[1:])
         return values(model, codes, targets, reads, final)
