@@ -45,6 +45,7 @@ from tqdm import tqdm
 
 from . import checkpoint as ckpt
 from . import corpus as corpus_mod
+from .allocator import keep_freed
 from .bpe import train_bpe
 from .errors import Cancelled
 from .gpt import GPT, PRESETS, GPTConfig, count_params, preset_config
@@ -1024,8 +1025,10 @@ def train(
 
     on_event receives {"type": "start" | "schedule" | "step" | "eval" | "snapshot" | "done", ...};
     a "step" event carries the update's StepRecord. should_stop() returning True cancels the run
-    (Cancelled is raised; the snapshots saved so far stay)."""
-    return Trainer(tc, out, resume, progress, on_event, should_stop, command, weights_dtype, save_optimizer).run()
+    (Cancelled is raised; the snapshots saved so far stay). Freed memory stays with the process for
+    the next update while the run lasts (model/allocator.py), and goes back when it ends."""
+    with keep_freed():
+        return Trainer(tc, out, resume, progress, on_event, should_stop, command, weights_dtype, save_optimizer).run()
 
 
 def _override(s: str) -> tuple[str, object]:

@@ -630,6 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..model import allocator
+
+    allocator.one_arena()  # before any thread allocates: a job's thread keeps its freed tensors as the main one does
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:
         return cmd_train(argv[1:])

@@ -17,6 +17,9 @@ import sys
 # shared two-core machine a training job's spinning threads starve everything else (three
 # test_training_api tests: 8 s instead of 11-31 s under load). Results are the same either way.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Every thread allocates from glibc's main heap, as in `gptscope` (server/cli.py: model/allocator.py's
+# one_arena): the test workers xdist starts read this when they start; this process is set below.
+os.environ.setdefault("MALLOC_ARENA_MAX", "1")
 
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,6 +83,9 @@ def pytest_configure(config) -> None:
     run_guard.pytest_configure(config)
     if not run_guard.is_controller(config):
         one_torch_thread()
+        from gptscope.model import allocator
+
+        allocator.one_arena()  # a plain run's own process (xdist's workers read MALLOC_ARENA_MAX, above)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,0 +1,92 @@
+"""glibc's allocator, set for work that frees and asks again for the same large tensors (issue #67).
+
+A training update allocates and frees the same large tensors every step: the logits, their
+log-softmax and gradients (batch x tokens x vocabulary floats: 16 MB each for the tiny model's
+2,048-token vocabulary at batch 32), the attention maps, the MLP's activations. By default glibc
+gives freed memory back to the system once the free space at the top of its heap passes a
+threshold that it adjusts (to at most 64 MB), and serves a large allocation from pages of its own
+(mmap) that go back when it is freed. Either way the next update asks the kernel for the pages again,
+and the kernel zeroes each one at its first touch. On the induction experiment's update (tiny model,
+batch 32, one thread) that was about 10,000 page faults and a quarter of the update's CPU time, in the
+main thread as in a job's (benchmarks/allocator.py prints the figures).
+
+    keep_freed()   while it lasts, freed memory stays with the process for the next update
+                   (up to KEEP_BYTES at the heap's top), and every allocation below 32 MB (glibc's
+                   own maximum for its mmap threshold) comes from the heap; on leaving, the last
+                   one out sets the thresholds to the steady state glibc's own adjustment reaches
+                   and calls malloc_trim, so the run's memory goes back to the system.
+    one_arena()    every thread allocates from the main heap (M_ARENA_MAX = 1). A thread other than
+                   the main one otherwise gets heaps of its own of at most 64 MB each, made and
+                   unmapped as large tensors come and go: a training job's thread then faulted in
+                   up to 5,000 pages an update even inside keep_freed(), from run to run. `gptscope`
+                   calls it first thing (server/cli.py), before any thread allocates; the tests'
+                   processes too (tests/conftest.py).
+
+Neither changes a number: the same arithmetic, on memory that is already mapped. Where the C library is
+not glibc (macOS, Windows, musl) both do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# mallopt's parameters (glibc's malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+
+MMAP_THRESHOLD = 32 * 2**20  # glibc's largest (DEFAULT_MMAP_THRESHOLD_MAX on 64 bits)
+KEEP_BYTES = 2**30  # free memory kept at the heap's top while a run lasts
+STEADY_TRIM = 2 * MMAP_THRESHOLD  # where glibc's adjustment leaves the trim threshold after large frees
+
+
+def _glibc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    if libc is None or not all(hasattr(libc, f) for f in ("mallopt", "malloc_trim", "gnu_get_libc_version")):
+        return None
+    return libc
+
+
+_LIBC = _glibc()
+_lock = threading.Lock()
+_inside = 0  # runs inside keep_freed() now (they may overlap: a training job beside an SAE job)
+
+
+def available() -> bool:
+    """Whether the C library is glibc (where these settings exist)."""
+    return _LIBC is not None
+
+
+def one_arena() -> bool:
+    """Every thread allocates from the main heap. True where it was set."""
+    return _LIBC is not None and bool(_LIBC.mallopt(M_ARENA_MAX, 1))
+
+
+@contextmanager
+def keep_freed() -> Iterator[None]:
+    """Freed memory stays with the process until the last overlapping run leaves, then goes back."""
+    global _inside
+    if _LIBC is None:
+        yield
+        return
+    with _lock:
+        if _inside == 0:
+            _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+            _LIBC.mallopt(M_TRIM_THRESHOLD, KEEP_BYTES)
+        _inside += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _inside -= 1
+            if _inside == 0:
+                _LIBC.mallopt(M_TRIM_THRESHOLD, STEADY_TRIM)
+                _LIBC.malloc_trim(0)
