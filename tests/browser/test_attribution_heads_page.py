@@ -123,10 +123,13 @@ def test_a_nodes_inputs_split_by_head_and_why_a_head_attended(page, live_url):
     assert (q["heads"], q["head"], q["query"], q["key"]) == (["logit"], ["5.2"], [str(query)], [str(key)])
     assert not page.console_errors, page.console_errors
 
-    # reloaded, the URL brings back the split and the head
-    page.goto(page.url)
+    # reloaded, the URL brings back the split and the head; a URL that names no key (as a tool may
+    # write it) opens on the key a click on the head's cell chose, and the URL then names it
+    del q["key"]
+    page.goto(f"{live_url}/attribution?{urlencode(q, doseq=True)}")
     page.wait_for_selector("body[data-ready='1']", timeout=90_000)
     page.wait_for_selector(f"#qk-box[data-loaded='5.2:{query}:{key}']")
+    assert parse_qs(urlsplit(page.url).query)["key"] == [str(key)]
     assert page.evaluate(CARRIED)[5][2] == decimal(ans["carried"][5][2])
     assert f"score {qk['score']:.4f}" in page.locator("#qk-stats").inner_text()
     assert not page.console_errors, page.console_errors

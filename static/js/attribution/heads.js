@@ -13,7 +13,7 @@ import { decimal } from "../lib/format.js";
 import { inkOn, seqColour } from "../lib/palette.js";
 import { pointAtEdge } from "./graph.js";
 import { nodeKey } from "./nodes.js";
-import { closeQk, loadQk, openHead, signed, sourceName } from "./qk.js";
+import { closeQk, openHead, resumeHead, signed, sourceName } from "./qk.js";
 
 let st = null;
 let changed = () => {};
@@ -108,7 +108,7 @@ export function loadHeadParts(res, text) {
       const ans = await apiPost("/attribution/heads", headsBody(res, text, n), signal);
       shownFor = { id, res, text, ans };
       render(shownFor);
-      if (st.head) await loadQk(res, text);
+      if (st.head) await resumeHead(shownFor);
     } catch (err) {
       if (!isAbort(err)) { $("heads-target").textContent = n.label; setNote($("heads-note"), err.message, "error"); }
     }

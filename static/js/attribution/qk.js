@@ -39,16 +39,34 @@ function defaultKey(ans, layer, head, query) {
   return best ? best.key : query;
 }
 
-// Open head `layer`.`head` from the heads answer `entry` ({ id, res, text, ans }): the query at the
-// node's position, the key as defaultKey says.
-export function openHead(entry, layer, head) {
+// The query a head opens on: the position of the node the heads answer `entry` ({ id, res, text, ans })
+// splits.
+function nodeQuery(entry) {
   const n = entry.res.nodes.find((m) => nodeKey(m) === entry.id);
-  const query = n.kind === "logit" ? entry.res.tokens.length - 1 : n.position;
+  return n.kind === "logit" ? entry.res.tokens.length - 1 : n.position;
+}
+
+// Open head `layer`.`head` from the heads answer `entry`: the query at the node's position, the key as
+// defaultKey says.
+export function openHead(entry, layer, head) {
+  const query = nodeQuery(entry);
   Object.assign(st, { head: `${layer}.${head}`, query, key: defaultKey(entry.ans, layer, head, query) });
   changed();
   const done = loadQk(entry.res, entry.text);
   $("qk-box").scrollIntoView({ block: "nearest" });
   return done;
+}
+
+// Open the state's head (the URL's) once the heads answer `entry` is in: a query or key the URL does
+// not give is the one a click on the head's cell chooses.
+export function resumeHead(entry) {
+  if (st.query === null || st.key === null) {
+    const [layer, head] = st.head.split(".").map(Number);
+    const query = Math.min(st.query ?? nodeQuery(entry), entry.res.tokens.length - 1);
+    Object.assign(st, { query, key: st.key ?? defaultKey(entry.ans, layer, head, query) });
+    changed();
+  }
+  return loadQk(entry.res, entry.text);
 }
 
 function fillPositions(res, query, key) {
