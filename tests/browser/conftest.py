@@ -9,6 +9,7 @@ Fixtures (other browser test modules rely on these names):
   screenshot          function `screenshot(page, name)` -> path of test-artifacts/<name>.png
   serve_app session  `serve(checkpoint, data_dir)`: a context manager that runs the app on another
                       checkpoint and yields its URL (live_url is the built-in model through it)
+  one_job_thread      module, autouse: the served app's jobs on one torch thread
 """
 
 from __future__ import annotations
@@ -98,6 +99,20 @@ def serve(checkpoint: Path, data_dir: Path):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_job_thread():
+    """The served app's jobs (training runs from /train, fine-tuning, ...) on one torch thread while a
+    browser test module runs: beside the other test worker and Chromium, a job's second thread waits for
+    a core (beside a process keeping one core busy: test_train_page.py 85 s on one thread against 95 s on
+    two; with test_finetune_page.py 104 s against 109 s). The module's end gives the other test files
+    the app's own count back (tests/test_training_api.py checks it)."""
+    from gptscope.server import jobs
+
+    kept, jobs.JOB_THREADS = jobs.JOB_THREADS, 1
+    yield
+    jobs.JOB_THREADS = kept
 
 
 @pytest.fixture(scope="session")
