@@ -57,7 +57,7 @@ def _glibc() -> ctypes.CDLL | None:
 
 _LIBC = _glibc()
 _lock = threading.Lock()
-_inside = 0  # runs inside keep_freed() now (they may overlap: a training job beside an SAE job)
+_inside = 0  # runs inside keep_freed() now (they may overlap: two training runs of one process)
 
 
 def available() -> bool:
