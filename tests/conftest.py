@@ -80,12 +80,15 @@ from run_guard import (  # noqa: E402, F401
 
 
 def pytest_configure(config) -> None:
+    if not run_guard.is_controller(config):
+        from gptscope.model import allocator
+
+        # a plain run's own process (xdist's workers read MALLOC_ARENA_MAX, above), before run_guard's
+        # watcher thread allocates
+        allocator.one_arena()
     run_guard.pytest_configure(config)
     if not run_guard.is_controller(config):
         one_torch_thread()
-        from gptscope.model import allocator
-
-        allocator.one_arena()  # a plain run's own process (xdist's workers read MALLOC_ARENA_MAX, above)
 
 
 def pytest_collection_modifyitems(config, items):
