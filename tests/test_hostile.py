@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow  # a server process of its own, jobs that run for 
 
 BUDGET_MIB = 1280
 CEILING_MB = 2048  # the server's peak resident memory above idle
-PROBE_S = 3.0  # the longest a 2-token forward pass may take meanwhile (174 s before; 0.9-2.3 s now by machine)
+PROBE_S = 4.0  # the longest a 2-token forward pass may take meanwhile (174 s before; 0.9-3.0 s now by machine and load)
 CANCEL_S = 3.0  # the longest a cancel may take to return, at any stage of any job
 LONG = 3_000  # tokens of the long-context model's attention request
 
