@@ -20,6 +20,8 @@ main thread as in a job's (benchmarks/allocator.py prints the figures).
                    which the memory budget's estimates count. Left at the run's values, a heap
                    that requests had fragmented held a 256-token trace's peak 4% above its
                    estimate in a full test run.)
+    trim()         the heap's free memory goes back to the system now (server/memory.give_back
+                   calls it after a request).
     one_arena()    every thread allocates from the main heap (M_ARENA_MAX = 1). A thread other than
                    the main one otherwise gets heaps of its own of at most 64 MB each, made and
                    unmapped as large tensors come and go: a training job's thread then faulted in
@@ -49,18 +51,19 @@ KEEP_BYTES = 2**30  # free memory kept at the heap's top while a run lasts
 GLIBC_START = 128 * 2**10  # both thresholds as glibc starts (DEFAULT_MMAP_THRESHOLD_MIN, DEFAULT_TRIM_THRESHOLD)
 
 
-def _glibc() -> ctypes.CDLL | None:
+def _libc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
+        return ctypes.CDLL(name) if name else None
     except OSError:
         return None
-    if libc is None or not all(hasattr(libc, f) for f in ("mallopt", "malloc_trim", "gnu_get_libc_version")):
-        return None
-    return libc
 
 
-_LIBC = _glibc()
+_C = _libc()
+# malloc_trim where the C library has one (glibc; some others too); the settings below only on glibc
+_TRIM = getattr(_C, "malloc_trim", None) if _C is not None else None
+_GLIBC_NAMES = ("mallopt", "malloc_trim", "gnu_get_libc_version")
+_LIBC = _C if _C is not None and all(hasattr(_C, f) for f in _GLIBC_NAMES) else None
 _lock = threading.Lock()
 _inside = 0  # runs inside keep_freed() now (they may overlap: two training runs of one process)
 
@@ -68,6 +71,13 @@ _inside = 0  # runs inside keep_freed() now (they may overlap: two training runs
 def available() -> bool:
     """Whether the C library is glibc (where these settings exist)."""
     return _LIBC is not None
+
+
+def trim() -> None:
+    """Give the free memory at the heap's top back to the system (malloc_trim; a no-op where the C
+    library has none)."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def one_arena() -> bool:

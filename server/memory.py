@@ -21,8 +21,6 @@ cache) are outside the budget: they are already bounded on their own.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import os
 import threading
@@ -32,6 +30,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from gptscope.model import allocator
 from gptscope.model.errors import Cancelled  # the one Cancelled: a job cancelled while it waited
 
 from .errors import Busy, InputError
@@ -201,22 +200,9 @@ def hold(need: Need | None, **kw: Any) -> AbstractContextManager[None]:
     return BUDGET.hold(need, **kw)
 
 
-def _libc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        return libc.malloc_trim if libc is not None and hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
-
-
-_TRIM = _libc_trim()
-
-
 def give_back(collect: bool = True) -> None:
     """Return freed memory to the system: collect cycles (unless collect=False), then glibc's
     malloc_trim (a no-op elsewhere)."""
     if collect:
         gc.collect()
-    if _TRIM is not None:
-        _TRIM(0)
+    allocator.trim()
