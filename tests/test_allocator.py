@@ -5,10 +5,12 @@ overlapping runs keep the setting until the last one leaves; then the memory goe
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +27,7 @@ from gptscope.server.memory import give_back
 pytestmark = pytest.mark.skipif(not allocator.available(), reason="glibc's mallopt (Linux)")
 
 MB16 = 4 * 2**20  # floats: a 16 MB tensor
-STEPS = 12  # updates of the runs below; the faults are counted over the last half
+STEPS = 12  # updates of the runs below; the faults of each of the last half are counted
 
 # Each run in a fresh process (glibc's thresholds, once a run has set them, cannot be undone in a process,
 # and a process's earlier threads may hold heaps of their own): `plain`, glibc as it comes (keep_freed()
@@ -57,14 +59,14 @@ print(json.dumps(found[0][0]))
 """
 
 
-def run_updates(corpus: Path) -> tuple[float, dict]:
-    """STEPS updates of a tiny model with GPT-2's vocabulary: page faults per update over the last half
-    (minor faults: the kernel mapping and zeroing a page at its first touch) in the thread that trains
-    (one torch thread), and the final weights."""
+def run_updates(corpus: Path) -> tuple[list[int], dict]:
+    """STEPS updates of a tiny model with GPT-2's vocabulary: the page faults of each update of the last
+    half (minor faults: the kernel mapping and zeroing a page at its first touch) in the thread that
+    trains (one torch thread), and the final weights."""
     marks: list[int] = []
 
     def on_event(e: dict) -> None:
-        if e["type"] == "step" and e["record"].step in (STEPS // 2, STEPS):
+        if e["type"] == "step" and e["record"].step >= STEPS // 2:
             marks.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt)
 
     torch.set_num_threads(1)
@@ -72,10 +74,10 @@ def run_updates(corpus: Path) -> tuple[float, dict]:
         corpus, max_steps=STEPS, tokenizer="gpt2", vocab_size=0, batch_size=4, log_interval=1, eval_interval=10**9
     )
     model = trainer.train(tc, progress=False, on_event=on_event).model
-    return (marks[1] - marks[0]) / (STEPS - STEPS // 2), state(model)
+    return [b - a for a, b in itertools.pairwise(marks)], state(model)
 
 
-def run_in_a_fresh_process(arm: str, corpus: Path, out: Path) -> float:
+def run_in_a_fresh_process(arm: str, corpus: Path, out: Path) -> list[int]:
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}  # glibc's own default
     argv = [sys.executable, "-c", RUN, arm, str(Path(__file__).parent), str(corpus), str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
@@ -92,8 +94,13 @@ def test_a_training_job_reuses_its_freed_memory_and_trains_the_same_weights(tmp_
     corpus.write_text(english(), encoding="utf-8")
     plain = run_in_a_fresh_process("plain", corpus, tmp_path / "plain.pt")
     kept = run_in_a_fresh_process("gptscope", corpus, tmp_path / "kept.pt")
-    assert plain > 1000, f"glibc as it comes: {plain:.0f} page faults per update"
-    assert kept < plain / 20, f"{kept:.0f} page faults per update, {plain:.0f} without"
+    # glibc as it comes faults thousands of pages in most updates (quiet: 5,000-18,000 on average, an update
+    # 0-25,000); the kept run none in most, but its heap may still grow in an update or two of the last
+    # half (a 26 MB tensor that no free space fits yet: 1,570 or 6,282 pages, in some runs and not others,
+    # as Python's hash seed orders allocations), so its median update is what is compared
+    said = f"page faults of each update: {kept} kept, {plain} with glibc as it comes"
+    assert statistics.mean(plain) > 1000, said
+    assert statistics.median(kept) < statistics.mean(plain) / 20, said
     assert_same_weights(torch.load(tmp_path / "kept.pt"), torch.load(tmp_path / "plain.pt"), atol=0)
 
 
