@@ -56,6 +56,7 @@ Codes = Sequence[Transcoder] | CLT  # a per-layer set, or a cross-layer transcod
 ROWS = 128  # targets per batched backward pass, at most ...
 ROW_BYTES = 256 * 2**20  # ... and fewer where their activations would hold more than this
 FLOATS_KEPT = 24  # numbers the backward pass keeps per row, block, position and unit of width (measured: ~16)
+SLOTS_WASTE = 2  # position_slots: slots at most this many times a block's features (TopK: as many)
 CHUNK = 2**18  # cells of the graph's matrix that influence and prune read at a time (a cancel is asked between)
 
 
@@ -106,9 +107,12 @@ def peak_bytes(
     R, C = min(max_rows, N) + 1, T + N + L * T
     graph = R * C * item
     per_block = N if cross else T * (tc.k if tc.activation == "topk" else F)  # one block's active features, at most
-    rows_kept = (L + 1) * N * d if cross else 2 * N * d
+    # the decoder rows; a per-layer set's laid out by position too (position_slots: SLOTS_WASTE x theirs at most)
+    rows_kept = (L + 1) * N * d if cross else (2 + SLOTS_WASTE) * N * d
     trace = item * (3 * L * cfg.n_head * T * T + 12 * L * T * d + L * T * (3 * F + 2 * cfg.d_mlp) + rows_kept) + 32 * N
     rows = min(rows_per_batch(cfg, T), R - 1)  # build's batch: at most rows_per_batch, and max_rows
+    # one batch's backward pass (with the one-row frozen run its graph comes from, kept for every batch since
+    # reused_for, as it was made for each before)
     batch = rows * (FLOATS_KEPT * L * T * d + 3 * L * cfg.n_head * T * T + T * per_block + N) * item
     passes = min(CHUNK, R * C) * CHUNK_BYTES
     listed = min(R * C, max_edges if max_edges is not None else R * C) * (EDGE_BYTES + 16)
@@ -312,18 +316,24 @@ class Edges:
         return self.tokens.sum(1) + self.features.sum(1) + self.errors.sum((1, 2)) + self.constant
 
 
-def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], base: tuple | None = None) -> Edges:
-    """Every source's direct effect on each target (one row of the batched backward pass each); base:
-    the trace's `source_free_run` (every block), where the caller keeps it for many calls.
+@dataclass
+class FrozenRun:
+    """One run of the frozen replacement model on the prompt (batch 1) with its autograd graph, kept for
+    many backward passes (a graph's build: one run for all its batches instead of one per batch). The
+    model is linear in its sources, so every batch's gradients are those of a run of its own, bit for bit:
+    a backward pass from block l's reads goes through blocks l, l - 1, ... only."""
 
-    The frozen replacement is linear, so a target's gradient does not depend on where the model runs:
-    one run of the prompt (batch 1) and one backward pass per target, batched over the targets
-    (autograd's is_grads_batched), give every row's gradient, bit for bit what R runs would. A trace whose
-    pattern differs by row (head loadings' masks) runs R rows, as before."""
-    R = len(targets)
-    one = tr.pattern.dim() == 4  # the same frozen model for every row
+    embed: torch.Tensor  # (1, T, d) the leaf the tokens' gradients are read at
+    written: torch.Tensor  # (1, L, T, d) the leaf the MLPs' writes' gradients are read at
+    reads: list[torch.Tensor]
+    final: torch.Tensor | None
+
+
+def frozen_run(model: GPT, tr: Trace, upto: int | None = None, rows: int = 1) -> FrozenRun:
+    """The replacement's run of the prompt in `rows` rows (a trace with a pattern per row: one each), every
+    block's reads (upto: block upto's last) and the final norm's, with autograd's graph (the trace may come
+    from an inference-mode run: what the backward pass keeps is copied out)."""
     with torch.inference_mode(False), torch.enable_grad():
-        # (the trace may come from an inference-mode run: what the backward pass keeps is copied out)
         frozen = replace(
             tr,
             scale1=tr.scale1.clone(),
@@ -331,27 +341,62 @@ def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], b
             scale_f=tr.scale_f.clone(),
             pattern=tr.pattern.clone(),
         )
-        B = 1 if one else R
-        embed = tr.embed.expand(B, *tr.embed.shape).clone().requires_grad_(True)
-        written = tr.mlp_out.expand(B, *tr.mlp_out.shape).clone().requires_grad_(True)
-        reads, final = replacement(model, frozen, embed, written, reach(targets))
-        value = _row_values(model, codes, targets, reads, final, per_row=not one)
+        embed = tr.embed.expand(rows, *tr.embed.shape).clone().requires_grad_(True)
+        written = tr.mlp_out.expand(rows, *tr.mlp_out.shape).clone().requires_grad_(True)
+        reads, final = replacement(model, frozen, embed, written, upto)
+    return FrozenRun(embed, written, reads, final)
+
+
+@dataclass
+class Reused:
+    """What every batch of a graph's build reads, made once for all of them."""
+
+    base: tuple  # the constants' run (`source_free_run`, every block)
+    run: FrozenRun  # the gradients' run (`frozen_run`, every block)
+    slots: list[Slots | None]  # each block's features laid out by position (`position_slots`)
+
+
+def reused_for(model: GPT, codes: Codes, tr: Trace) -> Reused:
+    slots = [None if tr.decoder.dim() == 3 else position_slots(tr, li) for li in range(model_depth(tr))]
+    return Reused(source_free_run(model, codes, tr), frozen_run(model, tr), slots)
+
+
+def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], reused: Reused | None = None) -> Edges:
+    """Every source's direct effect on each target (one row of the batched backward pass each); reused:
+    the runs and layouts a graph's build makes once for all its calls (`reused_for`), else made here.
+
+    The frozen replacement is linear, so a target's gradient does not depend on where the model runs:
+    one run of the prompt (batch 1) and one backward pass per target, batched over the targets
+    (autograd's is_grads_batched), give every row's gradient, bit for bit what R runs would. A trace whose
+    pattern differs by row (head loadings' masks) runs R rows, as before."""
+    R = len(targets)
+    one = tr.pattern.dim() == 4  # the same frozen model for every row
+    retain = reused is not None and one
+    run = reused.run if reused is not None and one else frozen_run(model, tr, reach(targets), 1 if one else R)
+    with torch.inference_mode(False), torch.enable_grad():
+        value = _row_values(model, codes, targets, run.reads, run.final, per_row=not one)
         if one:
             g_embed, g_write = torch.autograd.grad(
-                value, [embed, written], torch.eye(R, dtype=value.dtype), is_grads_batched=True, allow_unused=True
+                value,
+                [run.embed, run.written],
+                torch.eye(R, dtype=value.dtype),
+                is_grads_batched=True,
+                allow_unused=True,
+                retain_graph=retain,
             )
             g_embed = g_embed[:, 0]
             g_write = None if g_write is None else g_write[:, 0]
         else:
-            g_embed, g_write = torch.autograd.grad(value.sum(), [embed, written], allow_unused=True)
+            g_embed, g_write = torch.autograd.grad(value.sum(), [run.embed, run.written], allow_unused=True)
     g_write = torch.zeros_like(tr.mlp_out).expand(R, *tr.mlp_out.shape) if g_write is None else g_write  # block 0
     with torch.no_grad():
         tokens = (g_embed * tr.embed).sum(-1)  # (R, T)
         errors = (g_write * tr.error).sum(-1)  # (R, L, T)
         # (from block `upto` on no MLP writes what the targets read: no edge)
         upto = reach(targets)
-        features = feature_terms(tr, g_write, g_write.size(1) if upto is None else upto)
-    constant = constants(model, codes, tr, targets, base)
+        slots = reused.slots if reused is not None else None
+        features = feature_terms(tr, g_write, g_write.size(1) if upto is None else upto, slots)
+    constant = constants(model, codes, tr, targets, reused.base if reused is not None else None)
     return Edges(tokens, features, errors, constant, value.detach())
 
 
@@ -379,12 +424,13 @@ def _row_values(model: GPT, codes: Codes, targets: Sequence[Target], reads, fina
     return torch.cat(parts)[torch.argsort(torch.tensor(order))]
 
 
-def feature_terms(tr: Trace, g_write: torch.Tensor, upto: int) -> torch.Tensor:
+def feature_terms(tr: Trace, g_write: torch.Tensor, upto: int, slots: list[Slots | None] | None = None) -> torch.Tensor:
     """(R, N) each row's gradient where the MLPs write (R, L, T, d) times what each active feature wrote
     there (act x its decoder row), for the features of blocks before `upto` (the rest: 0); a CLT's feature
     wrote at its own block and every later one, and its term is the sum over them. Per block, each
-    feature's own position's gradient (R, n, d) against its row (block li's features are the trace's
-    [ends[li], ends[li + 1])): R x n x d products, where all positions' against all rows took T times that."""
+    feature's own position's gradient against its row: one batched product over the positions where the
+    block's features are laid out by position (`position_slots`; slots: every block's, where the caller
+    keeps them), else (R, n, d) products, where all positions' against all rows took T times that."""
     features = torch.zeros(g_write.shape[0], len(tr.act), dtype=g_write.dtype)
     ends = block_ends(tr)
     if tr.decoder.dim() == 3:  # a CLT's: what blocks 0..li's features wrote at block li
@@ -396,13 +442,47 @@ def feature_terms(tr: Trace, g_write: torch.Tensor, upto: int) -> torch.Tensor:
     for li in range(upto):
         at = slice(ends[li], ends[li + 1])
         if at.stop > at.start:
-            features[:, at] = _own(g_write[:, li], tr.position[at], tr.decoder[at]) * tr.act[at]
+            laid = slots[li] if slots is not None else position_slots(tr, li)
+            own = _own(g_write[:, li], tr.position[at], tr.decoder[at]) if laid is None else laid.dot(g_write[:, li])
+            features[:, at] = own * tr.act[at]
     return features
 
 
 def _own(g: torch.Tensor, position: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """(R, n) g (R, T, d) at each of n features' positions, dotted with its row (n, d)."""
     return (g.index_select(1, position) * rows).sum(-1)
+
+
+@dataclass(frozen=True)
+class Slots:
+    """One block's active features laid out by position: K slots a position, each feature in the next free
+    slot of its own (they come by position, then feature), zero rows in the slots left over."""
+
+    rows: torch.Tensor  # (T, d, K) the decoder rows, a position's as the columns of one matrix
+    place: torch.Tensor  # (n,) each feature's product among the (T * K): position * K + slot
+
+    def dot(self, g: torch.Tensor) -> torch.Tensor:
+        """(R, n) g (R, T, d) at each feature's position dotted with its row: T products (R, d) x (d, K)."""
+        out = torch.bmm(g.transpose(0, 1), self.rows)  # (T, R, K)
+        return out.transpose(0, 1).reshape(g.size(0), -1).index_select(1, self.place)
+
+
+def position_slots(tr: Trace, li: int) -> Slots | None:
+    """Block li's features laid out by position (a per-layer transcoder's), or None where the slots would be
+    more than SLOTS_WASTE times the features (a few positions with far more features than the rest)."""
+    ends = block_ends(tr)
+    at = slice(ends[li], ends[li + 1])
+    position, rows = tr.position[at], tr.decoder[at]
+    T, n = len(tr.ids), len(position)
+    count = torch.bincount(position, minlength=T)
+    K = int(count.max()) if n else 0
+    if not n or T * K / n > SLOTS_WASTE:
+        return None
+    first = torch.cumsum(count, 0) - count  # each position's first feature
+    place = position * K + (torch.arange(n) - first[position])
+    laid = rows.new_zeros(T * K, rows.size(1))
+    laid[place] = rows
+    return Slots(laid.view(T, K, -1).transpose(1, 2).contiguous(), place)
 
 
 def block_ends(tr: Trace) -> list[int]:
@@ -473,8 +553,8 @@ def build(
     those that `influence` ranks first on the graph so far (up to float rounding)."""
     T, N = len(tr.ids), len(tr.act)
     budget = min(max_rows, N)
-    base = source_free_run(model, codes, tr)  # the constants' run: the same for every batch
-    first = edges_into(model, codes, tr, [target], base)
+    reused = reused_for(model, codes, tr)  # the runs and layouts every batch reads
+    first = edges_into(model, codes, tr, [target], reused)
     store, infl = _Store(first, budget + 1), _Influence(tr, first)
     rows: list[torch.Tensor] = [torch.zeros(0, dtype=torch.long)]
     done, n_done = torch.zeros(N, dtype=torch.bool), 0
@@ -491,7 +571,7 @@ def build(
             _check(cancel)
             picked = best[tr.layer[best] == li]
             tgts = [Target(li, int(tr.position[i]), int(tr.feature[i])) for i in picked]
-            new = edges_into(model, codes, tr, tgts, base)
+            new = edges_into(model, codes, tr, tgts, reused)
             store.add(new)
             infl.add(li, picked, new)
             rows.append(picked)

@@ -164,3 +164,39 @@ def test_the_graph_is_the_old_builds_at_1024_rows_on_the_63_token_passage(servic
             g = at.build(service.model, codes, tr, target, max_rows=rows)
             assert_same(g, reference_build(service.model, codes, tr, target, rows, at.edges_into))
         assert_same(g, reference_build(service.model, codes, tr, target, 1024), rounding=1e-5)
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_a_blocks_features_laid_out_by_position_give_each_ones_own_product(block):
+    """feature_terms' batched product over positions (position_slots) is the (R, n, d) products' sum, and a
+    block whose features crowd a few positions (its slots more than SLOTS_WASTE times its features) takes
+    the (R, n, d) products."""
+    model, codes = tiny(block)
+    ids = [1, 5, 7, 9, 3, 2, 8, 4, 11, 6, 13, 2]
+    with torch.inference_mode():
+        tr = at.trace(model, codes, ids)
+    g = torch.randn(3, *tr.mlp_out.shape, dtype=tr.mlp_out.dtype)  # (R, L, T, d) a gradient of 3 rows
+    ends = at.block_ends(tr)
+    laid_out = 0
+    for li in range(at.model_depth(tr)):
+        at_ = slice(ends[li], ends[li + 1])
+        slots = at.position_slots(tr, li)
+        own = at._own(g[:, li], tr.position[at_], tr.decoder[at_])
+        if slots is not None:
+            laid_out += 1
+            assert torch.allclose(slots.dot(g[:, li]), own, rtol=0, atol=1e-12)
+    assert laid_out, "no block of the tiny models' traces was laid out by position"
+    # every feature of block 0 at position 0 but one: T slots of K = n - 1 each
+    n0 = ends[1]
+    crowded = replace(tr, position=torch.cat([torch.zeros(n0 - 1, dtype=torch.long), tr.position[n0 - 1 :]]))
+    crowded.position[n0 - 1] = len(ids) - 1
+    assert n0 > 2 * at.SLOTS_WASTE and at.position_slots(crowded, 0) is None
+    assert torch.allclose(
+        at.feature_terms(crowded, g, 1)[:, :n0],
+        at._own(g[:, 0], crowded.position[:n0], crowded.decoder[:n0]) * crowded.act[:n0],
+        rtol=0,
+        atol=1e-12,
+    )
+    laid = at.feature_terms(tr, g, at.model_depth(tr))
+    by_products = at.feature_terms(tr, g, at.model_depth(tr), [None] * at.model_depth(tr))
+    assert torch.allclose(laid, by_products, rtol=0, atol=1e-12)
