@@ -79,7 +79,7 @@ def check_qk(page, live_url, body: dict, tokens: list[dict]) -> dict:
     return qk
 
 
-def test_a_nodes_inputs_split_by_head_and_why_a_head_attended(page, live_url):
+def test_a_nodes_inputs_split_by_head_and_why_a_head_attended(page, live_url, screenshot):
     (shipped, *_) = api_json(page, live_url, "GET", "/transcoders")["sets"]
     page.goto(f"{live_url}/attribution?{urlencode({'text': CAESAR})}")
     page.wait_for_selector("body[data-ready='1']", timeout=90_000)
@@ -133,3 +133,5 @@ def test_a_nodes_inputs_split_by_head_and_why_a_head_attended(page, live_url):
     assert page.evaluate(CARRIED)[5][2] == decimal(ans["carried"][5][2])
     assert f"score {qk['score']:.4f}" in page.locator("#qk-stats").inner_text()
     assert not page.console_errors, page.console_errors
+    page.evaluate("document.getElementById('qk-box').scrollIntoView({block: 'start'}); scrollBy(0, -60)")
+    screenshot(page, "attribution-qk-from-url", full_page=False)  # the panel's top, under the page's bar
