@@ -250,11 +250,15 @@ def frozen_attention(block: Block, h: torch.Tensor, pattern: torch.Tensor) -> to
 
 
 def replacement(
-    model: GPT, tr: Trace, embed: torch.Tensor, writes: torch.Tensor, upto: int | None = None
+    model: GPT, tr: Trace, embed: torch.Tensor, writes: torch.Tensor | Sequence[torch.Tensor], upto: int | None = None
 ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """The frozen replacement model: embed (B, T, d) enters block 0; block l's MLP writes
-    writes[:, l] (B, L, T, d) -> (what each MLP's transcoder reads, (B, T, d) per block; the final
-    norm's output (B, T, d)). upto: stop once block `upto`'s transcoder input is read (no final)."""
+    writes[:, l] (B, L, T, d), or writes[l] of a list of L (B, T, d) -> (what each MLP's transcoder reads,
+    (B, T, d) per block; the final norm's output (B, T, d)). upto: stop once block `upto`'s transcoder
+    input is read (no final). (A list of leaves of their own is what a backward pass reads best: from one
+    (B, L, T, d) leaf, each block's slice gave it a (B, L, T, d) gradient of zeros to fill and add.)"""
+    if isinstance(writes, torch.Tensor):
+        writes = writes.unbind(1)
     x, reads = embed, []
     for li, block in enumerate(model.blocks):
         b = cast(Block, block)
@@ -263,7 +267,7 @@ def replacement(
         reads.append(frozen_norm(b.ln2, enter if b.parallel else x, tr.scale2[li]))  # parallel: the block's input
         if li == upto:
             return reads, None
-        x = x + writes[:, li]
+        x = x + writes[li]
     return reads, frozen_norm(model.ln_final, x, tr.scale_f)
 
 
@@ -324,7 +328,7 @@ class FrozenRun:
     a backward pass from block l's reads goes through blocks l, l - 1, ... only."""
 
     embed: torch.Tensor  # (1, T, d) the leaf the tokens' gradients are read at
-    written: torch.Tensor  # (1, L, T, d) the leaf the MLPs' writes' gradients are read at
+    written: list[torch.Tensor]  # L (1, T, d): the leaves each MLP's write's gradients are read at
     reads: list[torch.Tensor]
     final: torch.Tensor | None
 
@@ -342,7 +346,7 @@ def frozen_run(model: GPT, tr: Trace, upto: int | None = None, rows: int = 1) ->
             pattern=tr.pattern.clone(),
         )
         embed = tr.embed.expand(rows, *tr.embed.shape).clone().requires_grad_(True)
-        written = tr.mlp_out.expand(rows, *tr.mlp_out.shape).clone().requires_grad_(True)
+        written = [w.expand(rows, *w.shape).clone().requires_grad_(True) for w in tr.mlp_out]
         reads, final = replacement(model, frozen, embed, written, upto)
     return FrozenRun(embed, written, reads, final)
 
@@ -376,19 +380,20 @@ def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], r
     with torch.inference_mode(False), torch.enable_grad():
         value = _row_values(model, codes, targets, run.reads, run.final, per_row=not one)
         if one:
-            g_embed, g_write = torch.autograd.grad(
+            g_embed, *g_blocks = torch.autograd.grad(
                 value,
-                [run.embed, run.written],
+                [run.embed, *run.written],
                 torch.eye(R, dtype=value.dtype),
                 is_grads_batched=True,
                 allow_unused=True,
                 retain_graph=retain,
             )
             g_embed = g_embed[:, 0]
-            g_write = None if g_write is None else g_write[:, 0]
+            g_blocks = [None if g is None else g[:, 0] for g in g_blocks]
         else:
-            g_embed, g_write = torch.autograd.grad(value.sum(), [run.embed, run.written], allow_unused=True)
-    g_write = torch.zeros_like(tr.mlp_out).expand(R, *tr.mlp_out.shape) if g_write is None else g_write  # block 0
+            g_embed, *g_blocks = torch.autograd.grad(value.sum(), [run.embed, *run.written], allow_unused=True)
+    zero = torch.zeros_like(tr.mlp_out[0]).expand(R, *tr.mlp_out.shape[1:])  # a block after every target's read
+    g_write = torch.stack([zero if g is None else g for g in g_blocks], 1)  # (R, L, T, d)
     with torch.no_grad():
         tokens = (g_embed * tr.embed).sum(-1)  # (R, T)
         errors = (g_write * tr.error).sum(-1)  # (R, L, T)
