@@ -58,6 +58,7 @@ ROW_BYTES = 256 * 2**20  # ... and fewer where their activations would hold more
 FLOATS_KEPT = 24  # numbers the backward pass keeps per row, block, position and unit of width (measured: ~16)
 SLOTS_WASTE = 2  # position_slots: slots at most this many times a block's features (TopK: as many)
 CHUNK = 2**18  # cells of the graph's matrix that influence and prune read at a time (a cancel is asked between)
+COMPACT_CELLS = CHUNK  # prune's cut counts its digits over the nonzero cells alone where there are at most this many
 
 
 def rows_per_batch(cfg, T: int) -> int:
@@ -738,21 +739,58 @@ def _keys(a: torch.Tensor) -> torch.Tensor:
 
 def _select(S: torch.Tensor, want: float, by_sum: bool, cancel: Callable[[], bool] | None) -> Cut | None:
     """by_sum: the fewest largest cells whose sum reaches `want`; else the `want` largest. None when
-    S falls short of it."""
-    high, prefix, left, above = S.element_size() * 8 - 1, 0, float(want), 0
+    S falls short of it. Where S has at most COMPACT_CELLS cells that are not zero (a graph's scores: about
+    2% of them), the digits are counted over those alone, gathered in one pass; a zero cell takes part in a
+    cut only as its last cell (a cut at 0), which the passes over S then find."""
+    nonzero = _nonzero_cells(S, cancel)
+    if nonzero is not None:
+        cut = _select_in(lambda: iter([nonzero]), S.dtype, want, by_sum, cancel)
+        if (cut is None and by_sum) or (cut is not None and cut.key != 0):
+            return cut
+        del nonzero
+    return _select_in(
+        lambda: ((_keys(a).flatten(), a.flatten()) for _, a in _row_chunks(S)), S.dtype, want, by_sum, cancel
+    )
+
+
+def _nonzero_cells(S: torch.Tensor, cancel: Callable[[], bool] | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(keys, values) of S's cells that are not zero, in the flattened order; None where there are more
+    than COMPACT_CELLS."""
+    keys, values, n = [], [], 0
+    for _, a in _row_chunks(S):
+        _check(cancel)
+        v = a.flatten()
+        v = v[v != 0]
+        n += len(v)
+        if n > COMPACT_CELLS:
+            return None
+        keys.append(_keys(v))
+        values.append(v)
+    return (torch.cat(keys), torch.cat(values)) if keys else None
+
+
+def _select_in(
+    chunks: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]],
+    dtype: torch.dtype,
+    want: float,
+    by_sum: bool,
+    cancel: Callable[[], bool] | None,
+) -> Cut | None:
+    """_select over the cells chunks() gives as (keys, values) pairs, a pass each digit."""
+    size = torch.empty(0, dtype=dtype).element_size()
+    high, prefix, left, above = size * 8 - 1, 0, float(want), 0
     count = torch.zeros(0)
     while high > 0:
         width = min(DIGIT, high)
         shift = high - width
         count, total = torch.zeros(2**width, dtype=torch.float64), torch.zeros(2**width, dtype=torch.float64)
-        for _, a in _row_chunks(S):
+        for k, v in chunks():
             _check(cancel)
-            k = _keys(a).flatten()
             on = (k >> high) == prefix  # the cells that the digits found so far leave
             digit = (k[on] >> shift) & (2**width - 1)
             count += torch.bincount(digit, minlength=2**width)
             if by_sum:
-                total += torch.bincount(digit, weights=a.flatten()[on].double(), minlength=2**width)
+                total += torch.bincount(digit, weights=v[on].double(), minlength=2**width)
         amount = total if by_sum else count
         upward = amount.flip(0).cumsum(0).flip(0)  # what the bins from b upward hold
         hit = torch.nonzero(upward >= left).flatten()
@@ -762,7 +800,7 @@ def _select(S: torch.Tensor, want: float, by_sum: bool, cancel: Callable[[], boo
         left -= float(upward[b] - amount[b])
         above += int(count[b + 1 :].sum())
         prefix, high = (prefix << width) | b, shift
-    value = float(torch.tensor([prefix]).to(KEY_TYPES[S.element_size()]).view(S.dtype))
+    value = float(torch.tensor([prefix]).to(KEY_TYPES[size]).view(dtype))
     ties = max(1, min(int(count[prefix & (2**width - 1)]), math.ceil(left / value if by_sum else left)))
     return Cut(prefix, ties, above + ties)
 

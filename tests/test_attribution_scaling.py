@@ -200,3 +200,31 @@ def test_a_blocks_features_laid_out_by_position_give_each_ones_own_product(block
     laid = at.feature_terms(tr, g, at.model_depth(tr))
     by_products = at.feature_terms(tr, g, at.model_depth(tr), [None] * at.model_depth(tr))
     assert torch.allclose(laid, by_products, rtol=0, atol=1e-12)
+
+
+def test_prunes_cut_over_the_nonzero_cells_is_the_cut_over_every_cell(monkeypatch):
+    """_select counts its digits over the nonzero cells alone where they are few (a graph's scores: about
+    2%): the same cut as the passes over every cell and as a sort, by sum and by count, with ties; a cut
+    that must reach into the zeros, or too many nonzero cells, goes through every cell."""
+    gen = torch.Generator().manual_seed(0)
+    S = torch.rand(300, 700, generator=gen).pow(4)  # (float32, as a graph's scores)
+    S[torch.rand(300, 700, generator=gen) > 0.03] = 0.0  # 3% nonzero
+    S[5, :40] = S[5, 0]  # ties
+    every = lambda: ((at._keys(a).flatten(), a.flatten()) for _, a in at._row_chunks(S))  # noqa: E731
+    ordered = torch.sort(S.flatten(), descending=True, stable=True).values.double()
+    nnz, mass = int((S != 0).sum()), float(S.double().sum())
+    for want, by_sum in [(0.98 * mass, True), (0.5 * mass, True), (mass * 1.01, True), (100, False), (nnz, False)]:
+        cut = at._select(S, want, by_sum, None)
+        assert cut == at._select_in(every, S.dtype, want, by_sum, None)
+        if cut is None:
+            assert by_sum and want > mass
+            continue
+        n = int((torch.cumsum(ordered, 0) < want).sum()) + 1 if by_sum else int(want)
+        assert cut.count == n and float(torch.tensor([cut.key], dtype=torch.int32).view(torch.float32)) == float(
+            ordered[n - 1]
+        )
+    beyond = at._select(S, nnz + 10, False, None)  # 10 zeros in the cut: through every cell
+    assert beyond == at._select_in(every, S.dtype, nnz + 10, False, None) and beyond.key == 0 and beyond.ties == 10
+    monkeypatch.setattr(at, "COMPACT_CELLS", nnz - 1)
+    assert at._nonzero_cells(S, None) is None
+    assert at._select(S, 0.9 * mass, True, None) == at._select_in(every, S.dtype, 0.9 * mass, True, None)
