@@ -17,8 +17,12 @@ Two parts, all in this one process on this machine:
    emulated, so they are slow there, and that is the point of the fp32 path.
 2. One optimizer step over the cpu preset's 16 block matrices (random gradients): torch.optim.Muon,
    ours in bf16, ours in fp32, AdamW.
+3. With --threads-and-data (issue #67: data loading and thread settings, measured): the batch's own cost
+   (`get_batch`, median of 200, the default recipe's and the induction experiment's, whose rows repeat
+   spans of themselves), and updates of both on one torch thread against every core, fp32, in turn, the
+   better of two rounds.
 
-    python benchmarks/train_throughput.py [--steps 20] [--warmup 5] [--skip-bf16]
+    python benchmarks/train_throughput.py [--steps 20] [--warmup 5] [--skip-bf16] [--threads-and-data]
 
 Prints one JSON object; `native` says which path this machine's probe picks and why: its bf16/fp32
 matmul time and, where bf16 is native, its bf16/fp32 training-update time (the probe's; model/precision.py).
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from unittest import mock
@@ -109,6 +114,43 @@ def optimizer_step_ms(reps: int = 3) -> dict:
     return {"matrices": len(mats), "ms": rows}
 
 
+def threads_and_data(steps: int, warmup: int) -> dict:
+    """Part 3: what loading a batch costs beside an update, and an update on 1 torch thread against every core."""
+    from gptscope.server.experiments import INDUCTION
+
+    runs = {
+        "default recipe": {"precision": "fp32"},
+        "induction experiment": {k: INDUCTION[k] for k in ("preset", "vocab_size", "batch_size", "precision")}
+        | {"repeats": 1.0},
+    }
+    data = torch.randint(0, 2048, (1_400_000,))  # about the built-in corpus's training split in BPE tokens
+    batch_ms = {}
+    for name, (batch, seq, repeats) in {"default recipe": (8, 128, 0.0), "induction experiment": (32, 64, 1.0)}.items():
+        times = []
+        for step in range(200):
+            t = time.perf_counter()
+            trainer.get_batch(data, batch, seq, 7, step, 0, repeats)
+            times.append(time.perf_counter() - t)
+        batch_ms[name] = round(statistics.median(times) * 1e3, 3)
+    cores, kept = max(1, os.cpu_count() or 1), torch.get_num_threads()
+    ms: dict[str, dict[int, float]] = {name: {} for name in runs}
+    for _ in range(2):
+        for threads in sorted({1, cores}):
+            torch.set_num_threads(threads)
+            for name, fields in runs.items():
+                got = run_updates(name, steps, warmup, **fields)["ms_per_update"]
+                ms[name][threads] = min(ms[name].get(threads, float("inf")), got)
+    torch.set_num_threads(kept)
+    return {
+        name: {
+            "get_batch_ms": batch_ms[name],
+            "ms_per_update_by_threads": ms[name],
+            "every_core_speedup": round(ms[name][1] / ms[name][cores], 2),
+        }
+        for name in runs
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=20, help="timed updates per row")
@@ -116,6 +158,7 @@ def main() -> None:
     p.add_argument(
         "--skip-bf16", action="store_true", help="leave out the bf16 rows (slow on a CPU without bf16 units)"
     )
+    p.add_argument("--threads-and-data", action="store_true", help="also part 3: batches' cost, 1 thread vs all")
     a = p.parse_args()
 
     native = native_precision("cpu")
@@ -146,7 +189,8 @@ def main() -> None:
                 "threads": torch.get_num_threads(),
                 "updates": rows,
                 "optimizer_step": optimizer_step_ms(),
-            },
+            }
+            | ({"threads_and_data": threads_and_data(a.steps, a.warmup)} if a.threads_and_data else {}),
             indent=1,
         )
     )
