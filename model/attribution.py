@@ -243,28 +243,79 @@ def frozen_attention(block: Block, h: torch.Tensor, pattern: torch.Tensor) -> to
     nh, nkv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
     rows = slice((nh + nkv) * hs, (nh + 2 * nkv) * hs)  # W_V's rows of the fused projection
     bias = attn.c_attn.bias[rows] if attn.c_attn.bias is not None else None
-    v = F.linear(h, attn.c_attn.weight[rows], bias).view(*h.shape[:2], nkv, hs).transpose(1, 2)  # (B, nkv, T, hs)
-    v = v.repeat_interleave(nh // nkv, dim=1)  # (B, nh, T, hs)
+    return mix_values(block, F.linear(h, attn.c_attn.weight[rows], bias), pattern)
+
+
+def mix_values(block: Block, v: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+    """Attention's output from its values v (B, T, n_kv * hs) and its fixed pattern -> (B, T, d)."""
+    cfg = block.attn.cfg
+    nh, nkv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
+    v = v.view(*v.shape[:2], nkv, hs).transpose(1, 2)  # (B, nkv, T, hs)
+    if nkv != nh:
+        v = v.repeat_interleave(nh // nkv, dim=1)  # (B, nh, T, hs)
     y = pattern @ v  # (B, nh, T, hs); a pattern per row (B, nh, T, T) may widen a batch of one
-    z = y.transpose(1, 2).reshape(y.shape[0], h.shape[1], nh * hs)  # (B, T, nh * hs)
-    return F.linear(z, attn.c_proj.weight, attn.c_proj.bias)
+    z = y.transpose(1, 2).reshape(y.shape[0], v.shape[2], nh * hs)  # (B, T, nh * hs)
+    return F.linear(z, block.attn.c_proj.weight, block.attn.c_proj.bias)
+
+
+@dataclass(frozen=True)
+class ValueMap:
+    """A block's values as one affine map of the stream x entering it, its attention norm folded into W_V:
+    v = (x @ M) / scale1 + c, the same as W_V norm(x) + b_V with the norm's divisor fixed. A backward pass
+    through it is one product and one division, where the norm's own steps (centre, divide, scale) were
+    five passes over every row's gradient."""
+
+    M: torch.Tensor  # (d, n_kv * hs): diag(gain) W_V^T, centred over its rows for a LayerNorm (x - mean(x))
+    c: torch.Tensor | None  # (n_kv * hs,): W_V (the norm's shift) + b_V, or None without either
+
+
+def value_map(block: Block) -> ValueMap:
+    """The block's ValueMap, computed in float64 and kept in the weights' dtype."""
+    attn, norm, cfg = block.attn, block.ln1, block.attn.cfg
+    nh, nkv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
+    rows = slice((nh + nkv) * hs, (nh + 2 * nkv) * hs)
+    W = attn.c_attn.weight[rows].double()  # (n_kv * hs, d)
+    gain = norm.weight.double() if norm.weight is not None else None
+    A = W.T * gain[:, None] if gain is not None else W.T  # (d, n_kv * hs)
+    parts = []  # of c
+    if isinstance(norm, LayerNorm):
+        A = A - A.mean(0, keepdim=True)  # x - mean(x) is x times the centring matrix, symmetric
+        if norm.bias is not None:
+            parts.append(norm.bias.double() @ W.T)
+    if attn.c_attn.bias is not None:
+        parts.append(attn.c_attn.bias[rows].double())
+    c = sum(parts[1:], parts[0]) if parts else None
+    dtype = attn.c_attn.weight.dtype
+    return ValueMap(A.to(dtype), None if c is None else c.to(dtype))
 
 
 def replacement(
-    model: GPT, tr: Trace, embed: torch.Tensor, writes: torch.Tensor | Sequence[torch.Tensor], upto: int | None = None
+    model: GPT,
+    tr: Trace,
+    embed: torch.Tensor,
+    writes: torch.Tensor | Sequence[torch.Tensor],
+    upto: int | None = None,
+    maps: Sequence[ValueMap] | None = None,
 ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """The frozen replacement model: embed (B, T, d) enters block 0; block l's MLP writes
     writes[:, l] (B, L, T, d), or writes[l] of a list of L (B, T, d) -> (what each MLP's transcoder reads,
     (B, T, d) per block; the final norm's output (B, T, d)). upto: stop once block `upto`'s transcoder
-    input is read (no final). (A list of leaves of their own is what a backward pass reads best: from one
-    (B, L, T, d) leaf, each block's slice gave it a (B, L, T, d) gradient of zeros to fill and add.)"""
+    input is read (no final). maps: each block's values through its ValueMap (`value_map`: what a backward
+    pass reads fastest; the same to float rounding), else through the norm and W_V as the model computes
+    them. (A list of leaves of their own is what a backward pass reads best: from one (B, L, T, d) leaf,
+    each block's slice gave it a (B, L, T, d) gradient of zeros to fill and add.)"""
     if isinstance(writes, torch.Tensor):
         writes = writes.unbind(1)
     x, reads = embed, []
     for li, block in enumerate(model.blocks):
         b = cast(Block, block)
         enter = x
-        x = x + frozen_attention(b, frozen_norm(b.ln1, x, tr.scale1[li]), tr.pattern[li])
+        if maps is None:
+            x = x + frozen_attention(b, frozen_norm(b.ln1, x, tr.scale1[li]), tr.pattern[li])
+        else:
+            vm = maps[li]
+            v = (x @ vm.M) / tr.scale1[li]  # (B, T, n_kv * hs)
+            x = x + mix_values(b, v if vm.c is None else v + vm.c, tr.pattern[li])
         reads.append(frozen_norm(b.ln2, enter if b.parallel else x, tr.scale2[li]))  # parallel: the block's input
         if li == upto:
             return reads, None
@@ -348,7 +399,9 @@ def frozen_run(model: GPT, tr: Trace, upto: int | None = None, rows: int = 1) ->
         )
         embed = tr.embed.expand(rows, *tr.embed.shape).clone().requires_grad_(True)
         written = [w.expand(rows, *w.shape).clone().requires_grad_(True) for w in tr.mlp_out]
-        reads, final = replacement(model, frozen, embed, written, upto)
+        with torch.no_grad():
+            maps = [value_map(cast(Block, b)) for b in model.blocks]
+        reads, final = replacement(model, frozen, embed, written, upto, maps)
     return FrozenRun(embed, written, reads, final)
 
 
