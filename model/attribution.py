@@ -446,15 +446,18 @@ def edges_into(model: GPT, codes: Codes, tr: Trace, targets: Sequence[Target], r
             g_blocks = [None if g is None else g[:, 0] for g in g_blocks]
         else:
             g_embed, *g_blocks = torch.autograd.grad(value.sum(), [run.embed, *run.written], allow_unused=True)
-    zero = torch.zeros_like(tr.mlp_out[0]).expand(R, *tr.mlp_out.shape[1:])  # a block after every target's read
-    g_write = torch.stack([zero if g is None else g for g in g_blocks], 1)  # (R, L, T, d)
+    # each block's gradient where its MLP writes (R, T, d), up to the targets' reads (from block `upto` on no
+    # MLP writes what the targets read: no edge, and no gradient)
+    L, upto = len(g_blocks), reach(targets)
+    upto = L if upto is None else upto
+    g_write = cast(list[torch.Tensor], g_blocks[:upto])
     with torch.no_grad():
         tokens = (g_embed * tr.embed).sum(-1)  # (R, T)
-        errors = (g_write * tr.error).sum(-1)  # (R, L, T)
-        # (from block `upto` on no MLP writes what the targets read: no edge)
-        upto = reach(targets)
+        errors = g_embed.new_zeros(R, L, len(tr.ids))  # (R, L, T)
+        for li, g in enumerate(g_write):
+            errors[:, li] = (g * tr.error[li]).sum(-1)
         slots = reused.slots if reused is not None else None
-        features = feature_terms(tr, g_write, g_write.size(1) if upto is None else upto, slots)
+        features = feature_terms(tr, g_write, upto, slots) if upto else g_embed.new_zeros(R, len(tr.act))
     constant = constants(model, codes, tr, targets, reused.base if reused is not None else None)
     return Edges(tokens, features, errors, constant, value.detach())
 
@@ -483,26 +486,30 @@ def _row_values(model: GPT, codes: Codes, targets: Sequence[Target], reads, fina
     return torch.cat(parts)[torch.argsort(torch.tensor(order))]
 
 
-def feature_terms(tr: Trace, g_write: torch.Tensor, upto: int, slots: list[Slots | None] | None = None) -> torch.Tensor:
-    """(R, N) each row's gradient where the MLPs write (R, L, T, d) times what each active feature wrote
-    there (act x its decoder row), for the features of blocks before `upto` (the rest: 0); a CLT's feature
+def feature_terms(
+    tr: Trace, g_write: torch.Tensor | Sequence[torch.Tensor], upto: int, slots: list[Slots | None] | None = None
+) -> torch.Tensor:
+    """(R, N) each row's gradient where the MLPs write (R, L, T, d), or a list of each block's (R, T, d) up
+    to `upto`, times what each active feature wrote there (act x its decoder row), for the features of
+    blocks before `upto` (the rest: 0); a CLT's feature
     wrote at its own block and every later one, and its term is the sum over them. Per block, each
     feature's own position's gradient against its row: one batched product over the positions where the
     block's features are laid out by position (`position_slots`; slots: every block's, where the caller
     keeps them), else (R, n, d) products, where all positions' against all rows took T times that."""
-    features = torch.zeros(g_write.shape[0], len(tr.act), dtype=g_write.dtype)
+    g = g_write.unbind(1) if isinstance(g_write, torch.Tensor) else g_write  # each block's (R, T, d)
+    features = torch.zeros(g[0].shape[0], len(tr.act), dtype=g[0].dtype)
     ends = block_ends(tr)
     if tr.decoder.dim() == 3:  # a CLT's: what blocks 0..li's features wrote at block li
         for li in range(upto):
             at = slice(0, ends[li + 1])
             if at.stop:
-                features[:, at] += _own(g_write[:, li], tr.position[at], tr.decoder[at, li]) * tr.act[at]
+                features[:, at] += _own(g[li], tr.position[at], tr.decoder[at, li]) * tr.act[at]
         return features
     for li in range(upto):
         at = slice(ends[li], ends[li + 1])
         if at.stop > at.start:
             laid = slots[li] if slots is not None else position_slots(tr, li)
-            own = _own(g_write[:, li], tr.position[at], tr.decoder[at]) if laid is None else laid.dot(g_write[:, li])
+            own = _own(g[li], tr.position[at], tr.decoder[at]) if laid is None else laid.dot(g[li])
             features[:, at] = own * tr.act[at]
     return features
 
