@@ -4,7 +4,8 @@ built-in model in under 10 s, with progress, on 2 cores without bf16).
 1. The built-in model and its shipped transcoder set, on the shipped Caesar prompt (32 tokens) and on
    a 64-token passage: the whole POST /api/v1/attribution answer (trace, every computed feature's
    incoming edges, pruning, the answer) with the served model's torch threads, at max_rows 256, 1024
-   (the default) and 4096, and its parts.
+   (the default) and 4096, and its parts; and the same answer as a job computes it (POST
+   /api/v1/attribution/jobs, what the page starts: the build's batches on every core), `job_seconds`.
 2. One batch of rows of the gradient pass against one plain forward pass of the same rows (the
    baseline, timed in this process).
 3. An intervention (POST /api/v1/attribution/intervene: two forward passes).
@@ -56,9 +57,11 @@ def main() -> None:
             req = AttributionRequest(text=text, max_rows=rows)
             p = ex.plan(service, req, limit=ex.MAX_JOB_ROWS)
             seconds = best(lambda p=p: ex.compute(service, p), a.repeat)
+            job = best(lambda p=p: ex.compute_job(service, p, lambda *_: None, lambda: False), a.repeat)
             d = ex.compute(service, p)
             show(
-                prompt=name, tokens=len(p.ids), max_rows=rows, seconds=round(seconds, 3), rows=d.rows,
+                prompt=name, tokens=len(p.ids), max_rows=rows, seconds=round(seconds, 3),
+                job_seconds=round(job, 3), rows=d.rows,
                 active=d.active_features, kept=d.kept_features, edges=len(d.edges) + d.edges_cut,
                 error_influence=d.error_influence,
             )  # fmt: skip

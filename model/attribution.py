@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import cast
@@ -606,12 +607,15 @@ def build(
     max_rows: int = 1024,
     on_rows: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    workers: int = 1,
 ) -> Graph:
     """The target's incoming edges, then those of the active features that matter most: at each
     round the ROWS features of largest influence on the target (by the edges known so far) whose
     inputs are not computed yet, up to max_rows of them (a feature with no influence never is); each
     batch holds the features of one block, so the frozen model runs only up to it. on_rows(done,
-    total) after each round, cancel() before each batch (True stops with Cancelled).
+    total) after each round, cancel() before each batch (True stops with Cancelled). workers: threads
+    that compute a round's batches side by side, on one torch thread each (a batch's small products
+    keep a second torch thread idle: one core each does more); the edges are the same whatever it is.
 
     The rows' edges are written once into buffers of max_rows rows, and each round's influence is one
     sweep over the rows, block by block from the last (`_Influence`), not a copy of the graph and a
@@ -624,27 +628,56 @@ def build(
     store, infl = _Store(first, budget + 1), _Influence(tr, first)
     rows: list[torch.Tensor] = [torch.zeros(0, dtype=torch.long)]
     done, n_done = torch.zeros(N, dtype=torch.bool), 0
-    while n_done < budget:
+    inference = torch.is_inference_mode_enabled()  # the caller's, for the workers' threads too
+
+    def batch(picked: torch.Tensor) -> Edges:  # one block's features
         _check(cancel)
-        score = infl.features().masked_fill(done, -1.0)
-        best = torch.argsort(-score, stable=True)[: min(rows_per_batch(model.cfg, T), budget - n_done)]
-        best = best[score[best] > 0]
-        if not len(best):
-            break
-        done[best] = True
-        n_done += len(best)
-        for li in tr.layer[best].unique().tolist():  # one block's features per batch
+        tgts = [Target(int(tr.layer[i]), int(tr.position[i]), int(tr.feature[i])) for i in picked]
+        with torch.inference_mode(inference):
+            return edges_into(model, codes, tr, tgts, reused)
+
+    with _Batches(workers) as run:
+        while n_done < budget:
             _check(cancel)
-            picked = best[tr.layer[best] == li]
-            tgts = [Target(li, int(tr.position[i]), int(tr.feature[i])) for i in picked]
-            new = edges_into(model, codes, tr, tgts, reused)
-            store.add(new)
-            infl.add(li, picked, new)
-            rows.append(picked)
-        if on_rows is not None:
-            on_rows(n_done, budget)
+            score = infl.features().masked_fill(done, -1.0)
+            best = torch.argsort(-score, stable=True)[: min(rows_per_batch(model.cfg, T), budget - n_done)]
+            best = best[score[best] > 0]
+            if not len(best):
+                break
+            done[best] = True
+            n_done += len(best)
+            picked = [best[tr.layer[best] == li] for li in tr.layer[best].unique().tolist()]
+            for p, new in zip(picked, run(batch, picked)):  # by block, as they were chosen
+                store.add(new)
+                infl.add(int(tr.layer[p[0]]), p, new)
+                rows.append(p)
+            if on_rows is not None:
+                on_rows(n_done, budget)
     del infl
     return Graph(target, torch.cat(rows), store.edges())
+
+
+class _Batches:
+    """`run(fn, items)`: [fn(item) for item in items], on `workers` threads of one torch thread each side by
+    side (the last items first: a later block's batch goes through more blocks), or in this thread."""
+
+    def __init__(self, workers: int):
+        self.pool = (
+            ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) if workers > 1 else None
+        )
+
+    def __enter__(self) -> Callable[[Callable[[torch.Tensor], Edges], list[torch.Tensor]], list[Edges]]:
+        return self.run
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+    def run(self, fn: Callable[[torch.Tensor], Edges], items: list[torch.Tensor]) -> list[Edges]:
+        if self.pool is None or len(items) < 2:
+            return [fn(x) for x in items]
+        futures = {i: self.pool.submit(fn, items[i]) for i in reversed(range(len(items)))}
+        return [futures[i].result() for i in range(len(items))]
 
 
 _FIELDS = ("tokens", "features", "errors", "constant", "value")

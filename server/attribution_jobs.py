@@ -14,7 +14,7 @@ GRAPHS: Analysis[AttributionResponse] = Analysis(
     "attribution job",
     "attribution/jobs",
     explain_attribution.plan,
-    explain_attribution.compute,
+    explain_attribution.compute_job,
     explain_attribution.MAX_JOB_ROWS,
     Cancelled,
 )

@@ -148,6 +148,8 @@ def test_the_graph_is_the_old_builds_at_equal_rows_on_the_builtin_model(service)
                 assert_same(g, reference_build(service.model, codes, tr, target, rows, at.edges_into))
                 assert_same(g, reference_build(service.model, codes, tr, target, rows), rounding=1e-5)
                 assert len(g.rows) == rows
+                # a round's batches on two threads side by side: the same graph, bit for bit
+                assert_same(at.build(service.model, codes, tr, target, max_rows=rows, workers=2), g)
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from gptscope.model import sae as sae_mod
 from gptscope.model import transcoders as tc_mod
 from gptscope.model.patching import Cancelled
 
-from .. import memory
+from .. import jobs, memory
 from ..artefacts import Training
 from ..digits import FINE, SECONDS, VALUE
 from ..errors import InputError
@@ -227,8 +227,10 @@ def graph_of(
     p: Plan,
     on_chunk: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    workers: int | None = None,
 ) -> Traced:
-    """Trace the plan's prompt, build the target's graph (the units on_chunk counts) and prune it."""
+    """Trace the plan's prompt, build the target's graph (the units on_chunk counts) and prune it. workers:
+    the build's threads (None: the served model's torch threads, a request's)."""
     req, codes = p.req, p.loaded.codes
     with service.run() as m:
         tr = at.trace(m, codes, p.ids)
@@ -237,7 +239,7 @@ def graph_of(
     # the build reads the weights and the trace (no module is called, no hook fires), so it runs outside
     # the model's lock: other requests answer meanwhile, however long a graph of 8,192 rows takes
     with torch.inference_mode():
-        graph = at.build(service.model, codes, tr, target, req.max_rows, on_chunk, cancel)
+        graph = at.build(service.model, codes, tr, target, req.max_rows, on_chunk, cancel, workers or service.threads)
     if graph.edges.features.numel() * graph.edges.features.element_size() >= memory.GIVE_BACK_BYTES:
         memory.give_back()  # the batches' freed activations back to the system before prune copies a big graph
     pruned = at.prune(graph, tr, req.node_threshold, req.edge_threshold, req.max_edges, cancel)
@@ -255,10 +257,18 @@ def compute(
     p: Plan,
     on_chunk: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    workers: int | None = None,
 ) -> AttributionResponse:
     t0 = time.perf_counter()
-    g = graph_of(service, p, on_chunk, cancel)
+    g = graph_of(service, p, on_chunk, cancel, workers)
     return _answer(service, p, g.tr, g.graph, g.pruned, g.token, time.perf_counter() - t0, cancel)
+
+
+def compute_job(
+    service: ModelService, p: Plan, on_chunk: Callable[[int, int], None], cancel: Callable[[], bool]
+) -> AttributionResponse:
+    """compute as a job: the build on a job's threads (every core), not a request's."""
+    return compute(service, p, on_chunk, cancel, max(service.threads, jobs.JOB_THREADS))
 
 
 def attribution(service: ModelService, req: AttributionRequest) -> AttributionResponse:
