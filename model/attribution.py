@@ -492,11 +492,11 @@ def feature_terms(
 ) -> torch.Tensor:
     """(R, N) each row's gradient where the MLPs write (R, L, T, d), or a list of each block's (R, T, d) up
     to `upto`, times what each active feature wrote there (act x its decoder row), for the features of
-    blocks before `upto` (the rest: 0); a CLT's feature
-    wrote at its own block and every later one, and its term is the sum over them. Per block, each
-    feature's own position's gradient against its row: one batched product over the positions where the
-    block's features are laid out by position (`position_slots`; slots: every block's, where the caller
-    keeps them), else (R, n, d) products, where all positions' against all rows took T times that."""
+    blocks before `upto` (the rest: 0); a CLT's feature wrote at its own block and every later one, and its
+    term is the sum over them. Per block, each feature's own position's gradient against its row: one
+    batched product over the positions where the block's features are laid out by position
+    (`position_slots`; slots: every block's, where the caller keeps them), else (R, n, d) products, where
+    all positions' against all rows took T times that."""
     g = g_write.unbind(1) if isinstance(g_write, torch.Tensor) else g_write  # each block's (R, T, d)
     features = torch.zeros(g[0].shape[0], len(tr.act), dtype=g[0].dtype)
     ends = block_ends(tr)
