@@ -4,8 +4,8 @@ on the 63-token passage of benchmarks/attribution.py, target at most 2.5).
 The built-in model and its shipped transcoder set, float32, 2 threads (--threads), best of --repeat
 runs, nothing cached between them: at each max_rows, the whole answer as POST /api/v1/attribution/jobs
 computes it (trace, build, prune, the answer; the build's batches on the job's threads, as the page
-starts it) and the build alone on as many threads, then the 4,096/1,024 ratio of each. --old also times the build as it was
-before issue #67 (each round copies the graph and runs `influence`'s power iteration over all of it; the
+starts it) and the build alone on as many threads, then the 4,096/1,024 ratio of each. --old also times
+the build as it was before issue #67 (each round copies the graph and runs `influence`'s power iteration over all of it; the
 same batches of gradient rows), which makes the same graph.
 
     python benchmarks/attribution_scaling.py [--repeat 2] [--rows 1024 4096] [--old]
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 
 import torch
 from attribution import PASSAGE
@@ -66,18 +67,16 @@ def main() -> None:
     with service.run() as m:
         tr = at.trace(m, codes, ids)
     target = at.Target(None, len(ids) - 1, up=int(tr.logits.argmax()))
-    builds = {"build": at.build} | ({"old build": old_build} if a.old else {})
+    builds = {"build": partial(at.build, workers=a.threads)} | ({"old build": old_build} if a.old else {})
     times: dict[str, list[float]] = {}
     for rows in a.rows:
         p = ex.plan(service, AttributionRequest(text=PASSAGE, max_rows=rows), limit=ex.MAX_JOB_ROWS)
-        answer = lambda p=p: ex.compute(service, p, workers=a.threads)  # noqa: E731 (compute_job's, on --threads)
+        answer = partial(ex.compute, service, p, workers=a.threads)  # compute_job's, on --threads
         times.setdefault("answer", []).append(best(answer, a.repeat))
         for name, fn in builds.items():
 
             def run(fn=fn, rows=rows):
                 with torch.inference_mode():
-                    if fn is at.build:
-                        return fn(service.model, codes, tr, target, rows, workers=a.threads)
                     return fn(service.model, codes, tr, target, rows)
 
             times.setdefault(name, []).append(best(run, a.repeat))

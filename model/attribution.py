@@ -238,11 +238,16 @@ def frozen_norm(m: torch.nn.Module, x: torch.Tensor, scale: torch.Tensor) -> tor
     return x / scale if m.weight is None else x / scale * m.weight
 
 
+def value_rows(cfg: GPTConfig) -> slice:
+    """W_V's rows of the fused q, k, v projection (c_attn): after the query heads' and the key heads'."""
+    nh, nkv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
+    return slice((nh + nkv) * hs, (nh + 2 * nkv) * hs)
+
+
 def frozen_attention(block: Block, h: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
     """What attention adds with its pattern fixed: each head's values (B, T, d) -> (B, T, d)."""
-    attn, cfg = block.attn, block.attn.cfg
-    nh, nkv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
-    rows = slice((nh + nkv) * hs, (nh + 2 * nkv) * hs)  # W_V's rows of the fused projection
+    attn = block.attn
+    rows = value_rows(attn.cfg)
     bias = attn.c_attn.bias[rows] if attn.c_attn.bias is not None else None
     return mix_values(block, F.linear(h, attn.c_attn.weight[rows], bias), pattern)
 
@@ -272,9 +277,8 @@ class ValueMap:
 
 def value_map(block: Block) -> ValueMap:
     """The block's ValueMap, computed in float64 and kept in the weights' dtype."""
-    attn, norm, cfg = block.attn, block.ln1, block.attn.cfg
-    nh, nkv, hs = cfg.n_head, cfg.n_kv_head, cfg.d_head
-    rows = slice((nh + nkv) * hs, (nh + 2 * nkv) * hs)
+    attn, norm = block.attn, block.ln1
+    rows = value_rows(attn.cfg)
     W = attn.c_attn.weight[rows].double()  # (n_kv * hs, d)
     gain = norm.weight.double() if norm.weight is not None else None
     A = W.T * gain[:, None] if gain is not None else W.T  # (d, n_kv * hs)
