@@ -92,7 +92,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -152,6 +152,15 @@ __all__ = [
 ]
 
 Mode = Literal["fast", "explain"]
+
+
+class Entering(NamedTuple):
+    """The stream entering a block (B, T, d), with what later blocks read besides it: nanochat's
+    embedding stream x0 (x0_mix) and the stream after the middle block once it is past (backout)."""
+
+    x: torch.Tensor
+    x0: torch.Tensor
+    mid: torch.Tensor | None = None
 
 
 class Smear(nn.Module):
@@ -307,9 +316,16 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
-    def hidden(self, idx: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
+    def hidden(
+        self,
+        idx: torch.Tensor,
+        kv_cache: KVCache | None = None,
+        last_only: bool = False,
+        keep: list[Entering] | None = None,
+    ) -> torch.Tensor:
         """idx (B, T) -> the final hidden states (B, T, d): the residual stream after the last block
-        and the final norm, what the unembedding reads (and a fine-tuned classifier's W_y)."""
+        and the final norm, what the unembedding reads (and a fine-tuned classifier's W_y). keep: a list
+        that gathers the stream entering each block (`tail` resumes a pass from one)."""
         _B, T = idx.shape
         start = kv_cache.length if kv_cache is not None else 0
         if start + T > self.cfg.n_ctx:
@@ -320,10 +336,30 @@ class GPT(nn.Module):
         if self.wpe is not None:
             pos = torch.arange(start, start + T, device=idx.device)
             x = x + self.hook_pos_embed(self.wpe(pos)[None])  # (1, T, d)
-        x = x0 = self.embed_stream(x, kv_cache)  # (B, T, d) nanochat: normalised and smeared
-        x = self.drop(x)
-        backout_at, mid = self.cfg.n_layer // 2, None
-        for i, block in enumerate(self.blocks):
+        x0 = self.embed_stream(x, kv_cache)  # (B, T, d) nanochat: normalised and smeared
+        x = self.tail(Entering(self.drop(x0), x0), idx, 0, kv_cache, last_only, keep)
+        if kv_cache is not None:
+            kv_cache.length += T
+        return x
+
+    def tail(
+        self,
+        s: Entering,
+        idx: torch.Tensor,
+        start: int = 0,
+        kv_cache: KVCache | None = None,
+        last_only: bool = False,
+        keep: list[Entering] | None = None,
+    ) -> torch.Tensor:
+        """The blocks from `start` on, then the backout and the final norm: the final hidden states (B, T, d)
+        of a pass whose stream entered block `start` as `s` (what `keep` gathers, one per block, on the way).
+        A pass resumed from a kept Entering repeats the same operations as the whole pass from there on."""
+        x, x0, mid = s
+        backout_at = self.cfg.n_layer // 2
+        for i in range(start, self.cfg.n_layer):
+            if keep is not None:
+                keep.append(Entering(x, x0, mid))
+            block = self.blocks[i]
             assert isinstance(block, Block)
             if self.cfg.x0_mix:
                 x = block.mix(x, x0)
@@ -333,10 +369,7 @@ class GPT(nn.Module):
         if self.cfg.backout:  # nanochat: take out part of the middle block's stream, low-level features
             assert mid is not None
             x = self.hook_resid_final(x - self.hook_backout(self.backout_lambda * mid))
-        x = self.ln_final(x[:, -1:] if last_only else x)
-        if kv_cache is not None:
-            kv_cache.length += T
-        return x
+        return self.ln_final(x[:, -1:] if last_only else x)
 
     def embed_stream(self, x: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
         """nanochat's embedding stream x0 (B, T, d): the embedding normalised (embed_norm), then smeared

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .gpt import GPT, HookFn, hook_name
+from .gpt import GPT, Entering, HookFn, hook_name
 
 ROLES = ("previous-token", "first-token", "current-token", "local", "duplicate-token", "induction")
 PROMPT_ROLES = ("previous-token", "first-token", "current-token", "local")
@@ -115,7 +115,7 @@ def patterns(model: GPT, ids: torch.Tensor) -> torch.Tensor:
     """Every head's attention pattern: ids (B, T) -> (B, n_layer, n_head, T, T)."""
     names = [hook_name("attn.hook_pattern", li) for li in range(model.cfg.n_layer)]
     with torch.inference_mode(), model.capture(names) as cache:
-        model(ids)
+        model.hidden(ids)  # the patterns, not the logits
     return torch.stack([cache[n] for n in names], dim=1)
 
 
@@ -182,13 +182,38 @@ def _ablate_hook(head: int, how: str) -> HookFn:
     return fn
 
 
-def task_loss(model: GPT, ids: torch.Tensor, start: int = 0, ablate: tuple[int, int, str] | None = None) -> float:
+def task_loss(
+    model: GPT,
+    ids: torch.Tensor,
+    start: int = 0,
+    ablate: tuple[int, int, str] | None = None,
+    entering: list[Entering] | None = None,
+) -> float:
     """Mean next-token loss of ids (B, T) over the targets at positions >= start + 1 (predicted from
-    position >= start), optionally with one head (layer, head, 'zero' | 'mean') switched off."""
+    position >= start), optionally with one head (layer, head, 'zero' | 'mean') switched off.
+    entering: the clean pass's stream entering each block (`clean_pass`): an ablated pass then starts
+    at its head's block, the blocks before it being the clean pass's (the same numbers, fewer blocks)."""
     hooks = [] if ablate is None else [(hook_name("attn.hook_z", ablate[0]), _ablate_hook(ablate[1], ablate[2]))]
     with torch.inference_mode(), model.hooks(hooks):
-        logits, _ = model(ids)
-    lp = F.log_softmax(logits[:, start:-1].float(), -1)
+        if ablate is not None and entering is not None:
+            h = model.tail(entering[ablate[0]], ids, ablate[0])
+        else:
+            h = model.hidden(ids)
+        return _loss(model, h, ids, start)
+
+
+def clean_pass(model: GPT, ids: torch.Tensor, start: int = 0) -> tuple[float, list[Entering]]:
+    """task_loss with no head switched off, and the stream entering each block on the way (n_layer x
+    (B, T, d)), from which task_loss resumes an ablated pass."""
+    keep: list[Entering] = []
+    with torch.inference_mode(), model.hooks([]):  # as task_loss runs: every hook point firing
+        return _loss(model, model.hidden(ids, keep=keep), ids, start), keep
+
+
+def _loss(model: GPT, h: torch.Tensor, ids: torch.Tensor, start: int) -> float:
+    """The mean loss of the targets after `start` from the final hidden states h (B, T, d): only the
+    positions that predict them are unembedded (half the repeated tokens' 2n)."""
+    lp = F.log_softmax(model.unembed(h[:, start:-1]).float(), -1)
     tgt = ids[:, start + 1 :]
     return float(-lp.gather(-1, tgt.unsqueeze(-1)).mean())
 
@@ -226,8 +251,7 @@ def in_context_score(model: GPT, rep: RepeatedTokens) -> dict[str, float]:
 
 def task_loss_range(model: GPT, ids: torch.Tensor, start: int, stop: int) -> float:
     with torch.inference_mode():
-        logits, _ = model(ids)
-    lp = F.log_softmax(logits[:, start:stop].float(), -1)
+        lp = F.log_softmax(model.unembed(model.hidden(ids)[:, start:stop]).float(), -1)
     return float(-lp.gather(-1, ids[:, start + 1 : stop + 1].unsqueeze(-1)).mean())
 
 
@@ -262,7 +286,7 @@ def analyse(
 ) -> HeadsReport:
     """Scores, baselines, roles and (for role heads and a sample of role-less ones) ablation costs.
     max_ablated: ablate at most this many role heads (those that beat their threshold by the most);
-    the rest keep ablation None (a large model's every ablation is a full forward pass)."""
+    the rest keep ablation None (each ablation is a pass from its head's block on, at a large model's width)."""
     scores = all_scores(model, prompt, rep)
     base = baseline(model, prompt, rep)
     roles = assign_roles(scores, base)
@@ -278,13 +302,15 @@ def analyse(
     if not ablate:
         return report
     tk = tasks(prompt, rep)
-    clean = {t.name: task_loss(model, t.ids, t.start) for t in tk.values()}
+    distinct = {t.name: t for t in tk.values()}  # the roles share two tasks
+    clean = {name: clean_pass(model, t.ids, t.start) for name, t in distinct.items()}
 
     def cost(li: int, h: int, t: Task, how: str) -> float:
-        return task_loss(model, t.ids, t.start, (li, h, how)) - clean[t.name]
+        loss, entering = clean[t.name]
+        return task_loss(model, t.ids, t.start, (li, h, how), entering) - loss
 
     refs = _reference_heads(roles, limit=12 if max_ablated is None else max(4, max_ablated // 2))
-    for t in {t.name: t for t in tk.values()}.values():
+    for t in distinct.values():
         costs = [cost(li, h, t, "zero") for li, h in refs]
         report.reference_cost[t.name] = round(sum(costs) / len(costs), 4) if costs else 0.0
     ranked = sorted(
@@ -299,7 +325,7 @@ def analyse(
         hr.ablation = {
             "task": t.name,
             "task_description": t.description,
-            "clean_loss": round(clean[t.name], 4),
+            "clean_loss": round(clean[t.name][0], 4),
             "zero_cost": round(zero, 4),
             "mean_cost": round(mean, 4),
             "confirmed": max(zero, mean) >= yard,

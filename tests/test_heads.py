@@ -190,3 +190,31 @@ def test_a_large_models_ablations_stop_at_the_limit():
     report = hd.analyse(m, alternating(), small_rep(), max_ablated=1)
     tested = [h for h in report.heads if h.ablation is not None]
     assert len(tested) == 1 and len([h for h in report.heads if h.roles]) == 2
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},  # GPT-2's block
+        {"parallel": True},  # GPT-NeoX's
+        {"embed_norm": True, "x0_mix": True, "backout": True, "tie_weights": False},  # nanochat's stream
+        {"norm": "post"},  # GPT-1's
+    ],
+    ids=["gpt2", "parallel", "nanochat-stream", "post-norm"],
+)
+def test_an_ablated_pass_resumed_at_its_block_is_the_whole_pass(extra):
+    """analyse's ablations start at the ablated head's block from the clean pass's streams (clean_pass):
+    the same losses as the whole pass, to the bit, on every kind of stream a block reads."""
+    torch.manual_seed(2)
+    cfg = GPTConfig(vocab_size=50, n_ctx=24, n_layer=4, n_head=2, d_model=16, dropout=0.0, **extra)
+    m = GPT(cfg).eval()
+    ids = torch.randint(50, (2, 24), generator=torch.Generator().manual_seed(1))
+    loss, entering = hd.clean_pass(m, ids, 3)
+    assert len(entering) == cfg.n_layer and loss == hd.task_loss(m, ids, 3)
+    changed = 0
+    for li in range(cfg.n_layer):
+        for how in ("zero", "mean"):
+            whole = hd.task_loss(m, ids, 3, (li, 1, how))
+            assert hd.task_loss(m, ids, 3, (li, 1, how), entering) == whole, (li, how)
+            changed += whole != loss
+    assert changed >= cfg.n_layer  # the ablations do change the loss

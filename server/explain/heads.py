@@ -79,7 +79,7 @@ def definitions(base: dict[str, dict]) -> list[RoleDefinition]:
     ]
 
 
-MAX_ABLATED_LARGE = 12  # role heads ablated in a large model (each ablation is a full forward pass)
+MAX_ABLATED_LARGE = 12  # role heads ablated in a large model (each ablation a pass from its block on)
 
 
 def _status(h: model_heads.HeadReport) -> str:
@@ -130,13 +130,15 @@ def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> model
 def need(service: ModelService, T: int) -> memory.Need:
     """The peak bytes of scoring a T-token prompt's heads: every head's pattern of every layer
     captured and stacked (2 x n_layer x n_head x T x T float32), the pass that makes them (every
-    position's logits) and a task loss's log-probabilities (T x V). The repeated random tokens and the
+    position's logits), a task loss's log-probabilities (T x V) and the clean pass's stream entering each
+    block, where the ablated passes start (n_layer x T x d). The repeated random tokens and the
     random-weight twins are the model's own sizes, whatever the request."""
     cfg = service.model.cfg
     maps = 3 * cfg.n_layer * cfg.n_head * T * T * FLOAT  # (and half again: the twins' passes reuse the heap)
     loss = 2 * T * cfg.vocab_size * FLOAT
+    entering = (cfg.n_layer + 1) * T * cfg.d_model * FLOAT
     return memory.Need(
-        maps + pass_bytes(cfg, T, every=True) + loss,
+        maps + pass_bytes(cfg, T, every=True) + loss + entering,
         "text",
         f"scoring every head on {T:,} tokens",
         "a shorter text",
