@@ -237,11 +237,13 @@ def tasks(prompt: torch.Tensor, rep: RepeatedTokens) -> dict[str, Task]:
     return {r: (second if r in REPEAT_ROLES else text) for r in ROLES}
 
 
-def in_context_score(model: GPT, rep: RepeatedTokens) -> dict[str, float]:
+def in_context_score(model: GPT, rep: RepeatedTokens, second: float | None = None) -> dict[str, float]:
     """Loss on the second copy minus loss on the first: negative when the model reuses what it saw
-    (random tokens cannot be predicted the first time)."""
+    (random tokens cannot be predicted the first time). second: that loss where it is known already
+    (the repeated-tokens task's clean pass is the same pass)."""
     first = task_loss_range(model, rep.ids, 0, rep.n - 1)  # tokens 2..n of the first copy
-    second = task_loss(model, rep.ids, rep.n)  # the same tokens, seen once already
+    if second is None:
+        second = task_loss(model, rep.ids, rep.n)  # the same tokens, seen once already
     return {
         "first_copy_loss": round(first, 4),
         "second_copy_loss": round(second, 4),
@@ -296,14 +298,14 @@ def analyse(
         for li in range(L)
         for h in range(H)
     ]
-    report = HeadsReport(
-        heads, {r: {k: round(v, 4) for k, v in b.items()} for r, b in base.items()}, in_context_score(model, rep)
-    )
+    rounded = {r: {k: round(v, 4) for k, v in b.items()} for r, b in base.items()}
     if not ablate:
-        return report
+        return HeadsReport(heads, rounded, in_context_score(model, rep))
     tk = tasks(prompt, rep)
     distinct = {t.name: t for t in tk.values()}  # the roles share two tasks
     clean = {name: clean_pass(model, t.ids, t.start) for name, t in distinct.items()}
+    second = clean[tk[REPEAT_ROLES[0]].name][0]  # the loss on the repeated tokens' second copy
+    report = HeadsReport(heads, rounded, in_context_score(model, rep, second))
 
     def cost(li: int, h: int, t: Task, how: str) -> float:
         loss, entering = clean[t.name]

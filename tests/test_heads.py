@@ -82,6 +82,7 @@ def test_hand_built_heads_get_their_roles():
 def test_ablating_the_role_head_costs_more_than_a_role_less_one():
     m = hand_built()
     report = hd.analyse(m, alternating(), small_rep())
+    assert report.in_context == hd.in_context_score(m, small_rep())  # its second copy's loss from the clean pass
     prev = next(h for h in report.heads if h.head == 0)
     assert prev.ablation["task"] == "prompt" and prev.ablation["confirmed"]
     assert prev.ablation["zero_cost"] > 1.0  # without it, the a-b-a-b text cannot be predicted
