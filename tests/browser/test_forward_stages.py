@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -353,7 +354,14 @@ def test_temperature_and_filters_reshape_the_distribution(page, live_url):
     before = plot_data(page, "sampling-plot")
     base = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": 1, "show": 20})
     assert before[1]["y"] == [c["p_temperature"] for c in base["candidates"]]
-    n_before = sum(u.endswith("/api/v1/next-token") for u in page.requests)
+    # every /next-token request from here on, by its `show`: 20 is this stage's, 8 the overview's
+    shown = []
+    page.on("request", lambda r: r.url.endswith("/api/v1/next-token") and shown.append(json.loads(r.post_data)["show"]))
+    # the time of each input event, taken after the page's own handler has (re)armed its debounce
+    page.evaluate(
+        "window.inputTimes = [];"
+        " document.getElementById('temperature').addEventListener('input', () => window.inputTimes.push(performance.now()))"
+    )
 
     # drag the temperature thumb from 1.0 down towards 0.4 in many small moves
     page.locator("#temperature").scroll_into_view_if_needed()
@@ -370,8 +378,14 @@ def test_temperature_and_filters_reshape_the_distribution(page, live_url):
         " return s && JSON.parse(s).temperature === t && document.getElementById('sampling-plot').dataset.state === 'ready'; }",
         arg=t,
     )
-    sent = sum(u.endswith("/api/v1/next-token") for u in page.requests) - n_before
-    assert 1 <= sent <= 6, f"{sent} requests for one drag: they should be debounced"
+    # Debounced: a panel asks only once the moves pause for its delay (120 ms here, 60 ms in the overview),
+    # so a drag asks once at its end plus once per pause that long. A loaded machine makes pauses; count them.
+    times = page.evaluate("window.inputTimes")
+    gaps = [b - a for a, b in pairwise(times)]
+    stage, overview = shown.count(20), shown.count(8)
+    assert len(times) >= 3 and stage + overview == len(shown)
+    assert 1 <= stage <= 1 + sum(g >= 100 for g in gaps), f"{stage} requests for {len(times)} moves, gaps {gaps}"
+    assert overview <= 1 + sum(g >= 40 for g in gaps), f"{overview} overview requests, gaps {gaps}"
     after = plot_data(page, "sampling-plot")
     cooled = api(page, live_url, "/next-token", {"text": PROMPT, "temperature": t, "show": 20})
     assert after[1]["y"] == [c["p_temperature"] for c in cooled["candidates"]]
