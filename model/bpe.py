@@ -16,9 +16,12 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import regex
+
+from .errors import Cancelled
 
 # GPT-2's pre-tokenization pattern, as tiktoken writes it for r50k_base/gpt2.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -59,15 +62,46 @@ class BPEMerges:
         return cls(d["pattern"], merges, {str(k): int(v) for k, v in d.get("special_tokens", {}).items()})
 
 
+CHUNK_CHARS = 1 << 18  # the text is split into words this many characters at a time, for a prompt cancel
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    """text in pieces of about `size` characters, each cut just after a lone newline between two
+    non-spaces. No pre-token spans such a cut: only a literal space may lead a word, and that newline
+    is a whitespace run of its own, before a piece's end as before a non-space. So splitting each
+    piece finds the same pre-tokens as splitting the whole."""
+    out, start = [], 0
+    while len(text) - start > size:
+        cut = _CUT.search(text, start + size)
+        if cut is None:
+            break
+        out.append(text[start : cut.end()])
+        start = cut.end()
+    out.append(text[start:])
+    return out
+
+
+_CUT = regex.compile(r"(?<=\S)\n(?=\S)")
+
+
 def train_bpe(
-    text: str, vocab_size: int, pattern: str = GPT2_PATTERN, special_tokens: tuple[str, ...] = (ENDOFTEXT,)
+    text: str,
+    vocab_size: int,
+    pattern: str = GPT2_PATTERN,
+    special_tokens: tuple[str, ...] = (ENDOFTEXT,),
+    should_stop: Callable[[], bool] | None = None,
 ) -> BPEMerges:
-    """Learn vocab_size - 256 - len(special_tokens) merges from text."""
+    """Learn vocab_size - 256 - len(special_tokens) merges from text. should_stop() returning True
+    raises Cancelled between merges (a 2,048-token BPE of the plays takes seconds)."""
     n_merges = vocab_size - 256 - len(special_tokens)
     if n_merges < 0:
         raise ValueError(f"vocab_size must be at least {256 + len(special_tokens)}")
 
-    counts = Counter(regex.findall(pattern, text))
+    counts: Counter[str] = Counter()
+    for piece in _pieces(text, CHUNK_CHARS):
+        if should_stop is not None and should_stop():
+            raise Cancelled("cancelled while training the tokenizer, splitting the text")
+        counts.update(regex.findall(pattern, piece))
     words: list[list[int]] = []
     freqs: list[int] = []
     for piece, n in counts.items():
@@ -91,6 +125,8 @@ def train_bpe(
     merges: list[tuple[int, int, int]] = []
 
     while len(merges) < n_merges and heap:
+        if should_stop is not None and len(merges) % 32 == 0 and should_stop():
+            raise Cancelled(f"cancelled while training the tokenizer, at merge {len(merges)}")
         neg, _, pair = heapq.heappop(heap)
         if pair_count.get(pair, 0) != -neg or -neg <= 0:
             continue  # stale heap entry

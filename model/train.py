@@ -378,9 +378,9 @@ def evaluate_text(model: GPT, enc, text: str, batch_size: int = 16, window: int 
     }
 
 
-def build_tokenizer(tc: TrainConfig, train_text: str) -> dict:
+def build_tokenizer(tc: TrainConfig, train_text: str, should_stop: Callable[[], bool] | None = None) -> dict:
     if tc.tokenizer == "bpe":
-        merges = train_bpe(train_text, tc.vocab_size)
+        merges = train_bpe(train_text, tc.vocab_size, should_stop=should_stop)
         return {**merges.to_dict(), "trained_on": "train split of the corpus", "vocab_size": merges.n_vocab}
     return {"kind": "tiktoken", "name": tc.tokenizer}
 
@@ -400,6 +400,11 @@ class PreparedData:
         return self.train_ids.nbytes + self.val_ids.nbytes
 
 
+def _stop_if(should_stop: Callable[[], bool] | None, doing: str) -> None:
+    if should_stop is not None and should_stop():
+        raise Cancelled(f"cancelled while {doing}")
+
+
 # The last corpora made ready, by their text's hash, the split and the tokenizer: training a BPE and
 # encoding the 5.3 MB Shakespeare takes about 4 s on 2 cores, the same for every run of an experiment
 # (and out of each one's time budget). Bounded by the bytes of the token ids it holds.
@@ -408,9 +413,15 @@ _prepared: dict[str, PreparedData] = {}
 _prepared_lock = threading.Lock()
 
 
-def prepared_data(corpus: corpus_mod.Corpus, tc: TrainConfig, tok_spec: dict | None = None) -> PreparedData:
+def prepared_data(
+    corpus: corpus_mod.Corpus,
+    tc: TrainConfig,
+    tok_spec: dict | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> PreparedData:
     """`corpus` tokenized for `tc` (with `tok_spec`, the tokenizer of a run being resumed, if given),
-    from the cache when the same text, split and tokenizer were made ready before."""
+    from the cache when the same text, split and tokenizer were made ready before. should_stop()
+    returning True raises Cancelled between the steps and the tokenizer's merges."""
     tokenizer = tok_spec if tok_spec is not None else {"train": tc.tokenizer, "vocab_size": tc.vocab_size}
     key = hashlib.sha256(
         json.dumps([corpus.sha256, tc.val_fraction, tokenizer], sort_keys=True).encode("utf-8")
@@ -421,9 +432,12 @@ def prepared_data(corpus: corpus_mod.Corpus, tc: TrainConfig, tok_spec: dict | N
             _prepared[key] = hit  # the most recently used last
             return hit
     train_text, val_text = corpus.split(tc.val_fraction)
-    spec = tok_spec if tok_spec is not None else build_tokenizer(tc, train_text)
+    spec = tok_spec if tok_spec is not None else build_tokenizer(tc, train_text, should_stop)
     enc = encoding_from_spec(spec)
-    train_ids, val_ids = corpus_mod.encode(enc, train_text), corpus_mod.encode(enc, val_text)
+    _stop_if(should_stop, "making the corpus ready")
+    train_ids = corpus_mod.encode(enc, train_text)
+    _stop_if(should_stop, "making the corpus ready")
+    val_ids = corpus_mod.encode(enc, val_text)
     train_ids.setflags(write=False)  # shared by every run that hits the cache
     val_ids.setflags(write=False)
     ref = corpus_mod.ngram_entropies(torch.from_numpy(train_ids.astype(np.int64)), enc.n_vocab)
@@ -700,6 +714,7 @@ class Trainer:
         self.log_interval = tc.log_interval or (10 if self.device.type == "cuda" else 1)
         prev = ckpt.load(resume, self.device, with_optimizer=True) if resume else None
         self._prepare_data(prev)
+        _stop_if(should_stop, "making the model")
         self._prepare_model(prev)
         self.snap_dir = self.out / "snapshots" if self.out else None
         self.total_steps = tc.max_steps
@@ -717,7 +732,7 @@ class Trainer:
         self.corpus = corpus_mod.load(tc.corpus)
         if prev and prev.meta.tokenizer is None:
             raise ckpt.CheckpointError("the checkpoint to resume has no tokenizer in its checkpoint.json")
-        data = prepared_data(self.corpus, tc, prev.meta.tokenizer if prev else None)
+        data = prepared_data(self.corpus, tc, prev.meta.tokenizer if prev else None, self.should_stop)
         self.tok_spec, self.reference_losses = copy.deepcopy(data.tok_spec), dict(data.reference_losses)
         self.enc = encoding_from_spec(self.tok_spec)
         self.train_ids = torch.from_numpy(data.train_ids.astype(np.int64))

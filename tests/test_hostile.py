@@ -223,14 +223,15 @@ def test_every_job_kind_twice_at_once_shares_the_budget_cancels_promptly_and_giv
     time.sleep(6)  # every kind at work (or queued) meanwhile the probe runs
     statuses = {f"{job}/{i}": client.get(f"{job}/{i}").json()["status"] for job, i in started}
     assert set(statuses.values()) <= {"queued", "starting", "running", "done", "cancelled"}, statuses
-    slowest = 0.0
+    took = {}
     for job, i in started:
         t0 = time.monotonic()
         r = client.post(f"{job}/{i}/cancel")
-        slowest = max(slowest, time.monotonic() - t0)
+        took[f"{job}/{i}"] = time.monotonic() - t0
         assert r.status_code == 200 and r.json()["status"] in ("cancelled", "done"), (job, r.text[:300])
-    assert slowest < CANCEL_S, f"a cancel took {slowest:.1f} s"
-    print(f"\nhostile: {len(started)} jobs, statuses {sorted(statuses.values())}, slowest cancel {slowest:.2f} s")
+    slowest = max(took, key=took.__getitem__)
+    assert took[slowest] < CANCEL_S, f"a cancel took {took[slowest]:.1f} s: {slowest}"
+    print(f"\nhostile: {len(started)} jobs, statuses {sorted(statuses.values())}, cancels (s) {took}")
     _probe_held(server)
     time.sleep(1)
     assert server.now_above_idle() < 400, f"{server.now_above_idle():,.0f} MB kept after every job ended"

@@ -54,6 +54,21 @@ def test_a_corrupted_packaged_file_is_refused(fresh_cache, tmp_path, monkeypatch
         tk.get_public_encoding("gpt2")
 
 
+def test_a_bpe_trained_piece_by_piece_learns_what_the_whole_text_teaches(monkeypatch):
+    """train_bpe splits its text into pre-tokens a piece at a time, so that a cancel is heard: the cuts
+    (after a lone newline between non-spaces) must leave the merges as one split of the whole makes."""
+    from gptscope.model import bpe
+
+    text = "To be, or not\nto be:  that\n\n\tis the question 's\n'll 42\r\n. é\nß  \n  x\ny\n" * 40
+    pieces = bpe._pieces(text, 50)
+    assert len(pieces) > 20 and "".join(pieces) == text
+    assert all(p.endswith("\n") and p[-2:-1].strip() for p in pieces[:-1])  # cut only after "<non-space>\n"
+    whole = bpe.train_bpe(text, 320)
+    monkeypatch.setattr(bpe, "CHUNK_CHARS", 50)
+    assert bpe.train_bpe(text, 320).merges == whole.merges
+    assert bpe._pieces("x" * 1000, 50) == ["x" * 1000]  # no place to cut: one piece
+
+
 def test_own_bpe_round_trips_and_is_a_tiktoken_encoding():
     from gptscope.model.bpe import train_bpe
 

@@ -500,3 +500,26 @@ def test_a_corpus_made_ready_once_is_reused_and_the_cache_is_bounded_by_bytes(tm
         train_mod.TrainConfig(vocab_size=300), c.split(train_mod.TrainConfig().val_fraction)[0]
     )
     assert spec == a.tok_spec
+
+
+def test_a_run_cancelled_while_its_tokenizer_trains_stops_there(tmp_path):
+    """A cancel is heard while the corpus is made ready, not only between updates: training the
+    plays' tokenizer takes seconds on 2 cores, and a cancel waited for all of it."""
+    from gptscope.model import train as train_mod
+    from gptscope.model.errors import Cancelled
+
+    asked = []
+    text = tmp_path / "play.txt"
+    rng = random.Random(0)  # words enough for a few hundred merges
+    text.write_text("\n".join(" ".join("".join(rng.choices("abcdefgh", k=5)) for _ in range(9)) for _ in range(400)))
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > 3
+
+    with pytest.raises(Cancelled, match="while training the tokenizer, at merge"):
+        train_mod.prepared_data(
+            train_mod.corpus_mod.load(str(text)), train_mod.TrainConfig(vocab_size=400), should_stop=stop
+        )
+    with pytest.raises(Cancelled, match="while training the tokenizer"):
+        train(tiny_tc(text, max_steps=1, vocab_size=400), progress=False, should_stop=lambda: True)
