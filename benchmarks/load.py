@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -137,6 +138,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        shutil.rmtree(data, ignore_errors=True)  # the runs it trained
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -137,8 +136,8 @@ def idle(runner: JobRunner) -> JobRunner:
 
 
 @pytest.fixture(scope="module")
-def served():
-    data = tempfile.mkdtemp(prefix="gptscope-fuzz-")
+def served(tmp_path_factory):
+    data = tmp_path_factory.mktemp("fuzz-data")  # pytest's, removed with its other folders
     service = ModelService(BUILTIN_CHECKPOINT)
     app = create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=data), service=service)
     settings = app.state.settings
