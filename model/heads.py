@@ -119,11 +119,38 @@ def patterns(model: GPT, ids: torch.Tensor) -> torch.Tensor:
     return torch.stack([cache[n] for n in names], dim=1)
 
 
-def all_scores(model: GPT, prompt: torch.Tensor, rep: RepeatedTokens) -> dict[str, torch.Tensor]:
-    """{role: (n_layer, n_head) scores}: prompt roles on `prompt` (1, T), the others on `rep`."""
+def all_scores(
+    model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, repeated: dict[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """{role: (n_layer, n_head) scores}: prompt roles on `prompt` (1, T), the others on `rep` (or
+    `repeated`, those scores when known already)."""
     out = {k: v[0] for k, v in prompt_scores(patterns(model, prompt)).items()}
-    out.update(repeat_scores(patterns(model, rep.ids), rep.n))
+    out.update(repeated if repeated is not None else repeat_scores(patterns(model, rep.ids), rep.n))
     return out
+
+
+@dataclass
+class RepeatMemo:
+    """What the repeated random tokens give one model, whatever the prompt: its scores and its random
+    twins' on them, the in-context score's losses and the ablation costs on the second copy. The same
+    model and tokens give the same numbers, so a memo kept between analyses of one model (the server
+    keeps one per model) spares a new prompt that work and changes no number. For one `rep` only: a
+    memo asked for another starts again (`matching`)."""
+
+    rep: tuple[int, int, tuple[int, ...]] | None = None  # (seed, n, every id) of the tokens it holds
+    scores: dict[str, torch.Tensor] | None = None  # the model's duplicate-token and induction scores
+    twins: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)  # seed -> a twin's
+    first_copy: float | None = None  # the loss on the first copy (tokens 2..n)
+    second_copy: float | None = None  # the loss on the second copy: the task's clean loss
+    costs: dict[tuple[int, int, str], float] = field(default_factory=dict)  # (layer, head, how) -> its cost
+
+    def matching(self, rep: RepeatedTokens) -> RepeatMemo:
+        key = (rep.seed, rep.n, tuple(rep.ids.flatten().tolist()))
+        if self.rep != key:  # other tokens: nothing kept holds for them
+            self.rep, self.scores, self.first_copy, self.second_copy = key, None, None, None
+            self.twins.clear()
+            self.costs.clear()
+        return self
 
 
 def random_twin(model: GPT, seed: int) -> GPT:
@@ -133,13 +160,20 @@ def random_twin(model: GPT, seed: int) -> GPT:
     return twin
 
 
-def baseline(model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, seeds=BASELINE_SEEDS) -> dict[str, dict]:
-    """{role: {"max": best random head, "mean": mean random head}} over random twins."""
+def baseline(
+    model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, seeds=BASELINE_SEEDS, memo: RepeatMemo | None = None
+) -> dict[str, dict]:
+    """{role: {"max": best random head, "mean": mean random head}} over random twins (each twin's
+    scores on the repeated tokens from `memo` where it has them)."""
     per_seed = []
     state = torch.random.get_rng_state()
     try:
         for s in seeds:
-            per_seed.append(all_scores(random_twin(model, s), prompt, rep))
+            twin = random_twin(model, s)
+            known = memo.twins.get(s) if memo is not None else None
+            per_seed.append(all_scores(twin, prompt, rep, known))
+            if memo is not None and known is None:
+                memo.twins[s] = {r: per_seed[-1][r] for r in REPEAT_ROLES}
     finally:
         torch.random.set_rng_state(state)
     return {
@@ -237,11 +271,14 @@ def tasks(prompt: torch.Tensor, rep: RepeatedTokens) -> dict[str, Task]:
     return {r: (second if r in REPEAT_ROLES else text) for r in ROLES}
 
 
-def in_context_score(model: GPT, rep: RepeatedTokens, second: float | None = None) -> dict[str, float]:
+def in_context_score(
+    model: GPT, rep: RepeatedTokens, second: float | None = None, first: float | None = None
+) -> dict[str, float]:
     """Loss on the second copy minus loss on the first: negative when the model reuses what it saw
-    (random tokens cannot be predicted the first time). second: that loss where it is known already
-    (the repeated-tokens task's clean pass is the same pass)."""
-    first = task_loss_range(model, rep.ids, 0, rep.n - 1)  # tokens 2..n of the first copy
+    (random tokens cannot be predicted the first time). second, first: those losses where they are
+    known already (the repeated-tokens task's clean pass is the second's pass)."""
+    if first is None:
+        first = task_loss_range(model, rep.ids, 0, rep.n - 1)  # tokens 2..n of the first copy
     if second is None:
         second = task_loss(model, rep.ids, rep.n)  # the same tokens, seen once already
     return {
@@ -284,13 +321,23 @@ def _reference_heads(roles: list[list[list[str]]], limit: int = 12) -> list[tupl
 
 
 def analyse(
-    model: GPT, prompt: torch.Tensor, rep: RepeatedTokens, ablate: bool = True, max_ablated: int | None = None
+    model: GPT,
+    prompt: torch.Tensor,
+    rep: RepeatedTokens,
+    ablate: bool = True,
+    max_ablated: int | None = None,
+    memo: RepeatMemo | None = None,
 ) -> HeadsReport:
     """Scores, baselines, roles and (for role heads and a sample of role-less ones) ablation costs.
     max_ablated: ablate at most this many role heads (those that beat their threshold by the most);
-    the rest keep ablation None (each ablation is a pass from its head's block on, at a large model's width)."""
-    scores = all_scores(model, prompt, rep)
-    base = baseline(model, prompt, rep)
+    the rest keep ablation None (each ablation is a pass from its head's block on, at a large model's width).
+    memo: what earlier analyses of this model found on `rep` (RepeatMemo), read and added to; the report
+    is the same with it or without."""
+    memo = memo.matching(rep) if memo is not None else RepeatMemo().matching(rep)
+    if memo.scores is None:
+        memo.scores = repeat_scores(patterns(model, rep.ids), rep.n)
+    scores = all_scores(model, prompt, rep, memo.scores)
+    base = baseline(model, prompt, rep, memo=memo)
     roles = assign_roles(scores, base)
     L, H = model.cfg.n_layer, model.cfg.n_head
     heads = [
@@ -299,17 +346,40 @@ def analyse(
         for h in range(H)
     ]
     rounded = {r: {k: round(v, 4) for k, v in b.items()} for r, b in base.items()}
+    if memo.first_copy is None:
+        memo.first_copy = task_loss_range(model, rep.ids, 0, rep.n - 1)
     if not ablate:
-        return HeadsReport(heads, rounded, in_context_score(model, rep))
+        if memo.second_copy is None:  # the repeated task's clean loss (the same pass as clean_pass's)
+            memo.second_copy = task_loss(model, rep.ids, rep.n)
+        return HeadsReport(heads, rounded, in_context_score(model, rep, memo.second_copy, memo.first_copy))
     tk = tasks(prompt, rep)
     distinct = {t.name: t for t in tk.values()}  # the roles share two tasks
-    clean = {name: clean_pass(model, t.ids, t.start) for name, t in distinct.items()}
-    second = clean[tk[REPEAT_ROLES[0]].name][0]  # the loss on the repeated tokens' second copy
-    report = HeadsReport(heads, rounded, in_context_score(model, rep, second))
+    repeated = tk[REPEAT_ROLES[0]].name
+    clean: dict[str, tuple[float, list[Entering]]] = {}  # a task's clean pass, made when first needed
+
+    def clean_loss(t: Task) -> float:
+        if t.name == repeated and memo.second_copy is not None:
+            return memo.second_copy
+        if t.name not in clean:
+            clean[t.name] = clean_pass(model, t.ids, t.start)
+            if t.name == repeated:
+                memo.second_copy = clean[t.name][0]
+        return clean[t.name][0]
 
     def cost(li: int, h: int, t: Task, how: str) -> float:
-        loss, entering = clean[t.name]
-        return task_loss(model, t.ids, t.start, (li, h, how), entering) - loss
+        kept = memo.costs.get((li, h, how)) if t.name == repeated else None
+        if kept is not None:
+            return kept
+        loss = clean_loss(t)
+        if t.name not in clean:  # the loss was the memo's: the streams to resume from are not
+            clean[t.name] = clean_pass(model, t.ids, t.start)
+        out = task_loss(model, t.ids, t.start, (li, h, how), clean[t.name][1]) - loss
+        if t.name == repeated:
+            memo.costs[(li, h, how)] = out
+        return out
+
+    second = clean_loss(distinct[repeated])  # the loss on the repeated tokens' second copy
+    report = HeadsReport(heads, rounded, in_context_score(model, rep, second, memo.first_copy))
 
     refs = _reference_heads(roles, limit=12 if max_ablated is None else max(4, max_ablated // 2))
     for t in distinct.values():
@@ -327,7 +397,7 @@ def analyse(
         hr.ablation = {
             "task": t.name,
             "task_description": t.description,
-            "clean_loss": round(clean[t.name][0], 4),
+            "clean_loss": round(clean_loss(t), 4),
             "zero_cost": round(zero, 4),
             "mean_cost": round(mean, 4),
             "confirmed": max(zero, mean) >= yard,

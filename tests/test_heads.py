@@ -12,6 +12,8 @@ from gptscope.model import heads as hd
 from gptscope.model.gpt import GPT, GPTConfig
 
 N_CTX, V = 16, 16
+PASSAGE_A = "ROMEO:\nBut soft, what light through yonder window breaks? It is the east, and Juliet is the sun."
+PASSAGE_B = "KING HENRY V:\nOnce more unto the breach, dear friends, once more; or close the wall up with our dead."
 POS, TOK = slice(0, 16), slice(16, 32)  # residual dimensions holding a one-hot position / token
 
 
@@ -219,3 +221,36 @@ def test_an_ablated_pass_resumed_at_its_block_is_the_whole_pass(extra):
             assert hd.task_loss(m, ids, 3, (li, 1, how), entering) == whole, (li, how)
             changed += whole != loss
     assert changed >= cfg.n_layer  # the ablations do change the loss
+
+
+def test_what_the_repeated_tokens_gave_is_kept_per_model_and_changes_no_number(service, monkeypatch):
+    """A RepeatMemo (the server keeps one per model) holds the work on the repeated random tokens, which
+    does not depend on the prompt: a second prompt's report is the one a fresh analysis makes, and the
+    same prompt again runs no pass of the model over the repeated tokens."""
+    from gptscope.server.explain.heads import repeated
+
+    m, rep = service.model, repeated(service)
+    prompts = [torch.tensor([service.encoding.encode_ordinary(t)]) for t in (PASSAGE_A, PASSAGE_B)]
+    memo = hd.RepeatMemo()
+    with torch.inference_mode():
+        hd.analyse(m, prompts[0], rep, memo=memo)
+        kept = hd.analyse(m, prompts[1], rep, memo=memo)
+        assert kept == hd.analyse(m, prompts[1], rep)  # every score, baseline, cost and in-context number
+        assert memo.scores is not None and set(memo.twins) == set(hd.BASELINE_SEEDS) and memo.costs
+        assert "repeated-second-copy" in kept.reference_cost  # role-less heads ablated on the repeated tokens
+
+        rows = []  # the batch of every pass the loaded model makes (the repeated tokens: REPEAT_BATCH rows)
+        real_hidden, real_tail = GPT.hidden, GPT.tail
+        monkeypatch.setattr(
+            GPT, "hidden", lambda s, idx, *a, **k: (s is m and rows.append(len(idx)), real_hidden(s, idx, *a, **k))[1]
+        )
+        monkeypatch.setattr(
+            GPT, "tail", lambda s, e, idx, *a, **k: (s is m and rows.append(len(idx)), real_tail(s, e, idx, *a, **k))[1]
+        )
+        assert hd.analyse(m, prompts[1], rep, memo=memo) == kept
+        assert rows and set(rows) == {1}, rows  # the prompt's passes only
+        other = hd.repeated_tokens(m.cfg.vocab_size, m.cfg.n_ctx, seed=5)
+        assert hd.analyse(m, prompts[0], other, memo=memo, ablate=False) == hd.analyse(
+            m, prompts[0], other, ablate=False
+        )
+        assert hd.REPEAT_BATCH in rows  # other tokens: the memo started again

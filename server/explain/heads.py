@@ -114,6 +114,12 @@ def _summary(rep: model_heads.HeadsReport, n_heads: int) -> str:
     return "; ".join(parts) + "."
 
 
+@per_model(maxsize=1)
+def _repeat_memo(service: ModelService) -> model_heads.RepeatMemo:
+    """The model's work on the repeated random tokens, kept for every prompt (a few floats a head)."""
+    return model_heads.RepeatMemo()
+
+
 @per_model(maxsize=8)
 def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> model_heads.HeadsReport:
     large = service.model.num_params() >= LARGE_MODEL_PARAMS
@@ -124,6 +130,7 @@ def _analyse(service: ModelService, ids: tuple[int, ...], ablate: bool) -> model
             repeated(service),
             ablate=ablate,
             max_ablated=MAX_ABLATED_LARGE if large else None,
+            memo=_repeat_memo(service),
         )
 
 
