@@ -84,6 +84,23 @@ def _pieces(text: str, size: int) -> list[str]:
 _CUT = regex.compile(r"(?<=\S)\n(?=\S)")
 
 
+def _words(text: str, pattern: str, should_stop: Callable[[], bool] | None) -> tuple[list[list[int]], list[int]]:
+    """text's distinct pre-tokens of two bytes or more, as byte lists, and how often each occurs."""
+    counts: Counter[str] = Counter()
+    for piece in _pieces(text, CHUNK_CHARS):
+        if should_stop is not None and should_stop():
+            raise Cancelled("cancelled while training the tokenizer, splitting the text")
+        counts.update(regex.findall(pattern, piece))
+    words: list[list[int]] = []
+    freqs: list[int] = []
+    for word, n in counts.items():
+        ids = list(word.encode("utf-8"))
+        if len(ids) > 1:
+            words.append(ids)
+            freqs.append(n)
+    return words, freqs
+
+
 def train_bpe(
     text: str,
     vocab_size: int,
@@ -97,18 +114,7 @@ def train_bpe(
     if n_merges < 0:
         raise ValueError(f"vocab_size must be at least {256 + len(special_tokens)}")
 
-    counts: Counter[str] = Counter()
-    for piece in _pieces(text, CHUNK_CHARS):
-        if should_stop is not None and should_stop():
-            raise Cancelled("cancelled while training the tokenizer, splitting the text")
-        counts.update(regex.findall(pattern, piece))
-    words: list[list[int]] = []
-    freqs: list[int] = []
-    for piece, n in counts.items():
-        ids = list(piece.encode("utf-8"))
-        if len(ids) > 1:
-            words.append(ids)
-            freqs.append(n)
+    words, freqs = _words(text, pattern, should_stop)
 
     pair_count: dict[tuple[int, int], int] = defaultdict(int)
     where: dict[tuple[int, int], set[int]] = defaultdict(set)

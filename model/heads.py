@@ -320,6 +320,38 @@ def _reference_heads(roles: list[list[list[str]]], limit: int = 12) -> list[tupl
     return [plain[int(k * step)] for k in range(limit)]
 
 
+class _Passes:
+    """analyse's passes of its two tasks: each task's clean pass, made when first needed, and the cost of
+    switching a head off; on the repeated tokens (task `repeated`) those numbers go to and come from
+    the memo, where a clean pass is made only for a cost the memo does not have."""
+
+    def __init__(self, model: GPT, repeated: str, memo: RepeatMemo) -> None:
+        self.model, self.repeated, self.memo = model, repeated, memo
+        self.clean: dict[str, tuple[float, list[Entering]]] = {}
+
+    def _pass(self, t: Task) -> tuple[float, list[Entering]]:
+        if t.name not in self.clean:
+            self.clean[t.name] = clean_pass(self.model, t.ids, t.start)
+            if t.name == self.repeated:
+                self.memo.second_copy = self.clean[t.name][0]
+        return self.clean[t.name]
+
+    def clean_loss(self, t: Task) -> float:
+        if t.name == self.repeated and self.memo.second_copy is not None:
+            return self.memo.second_copy
+        return self._pass(t)[0]
+
+    def cost(self, li: int, h: int, t: Task, how: str) -> float:
+        kept = self.memo.costs.get((li, h, how)) if t.name == self.repeated else None
+        if kept is not None:
+            return kept
+        loss, entering = self._pass(t)
+        out = task_loss(self.model, t.ids, t.start, (li, h, how), entering) - loss
+        if t.name == self.repeated:
+            self.memo.costs[(li, h, how)] = out
+        return out
+
+
 def analyse(
     model: GPT,
     prompt: torch.Tensor,
@@ -355,29 +387,8 @@ def analyse(
     tk = tasks(prompt, rep)
     distinct = {t.name: t for t in tk.values()}  # the roles share two tasks
     repeated = tk[REPEAT_ROLES[0]].name
-    clean: dict[str, tuple[float, list[Entering]]] = {}  # a task's clean pass, made when first needed
-
-    def clean_loss(t: Task) -> float:
-        if t.name == repeated and memo.second_copy is not None:
-            return memo.second_copy
-        if t.name not in clean:
-            clean[t.name] = clean_pass(model, t.ids, t.start)
-            if t.name == repeated:
-                memo.second_copy = clean[t.name][0]
-        return clean[t.name][0]
-
-    def cost(li: int, h: int, t: Task, how: str) -> float:
-        kept = memo.costs.get((li, h, how)) if t.name == repeated else None
-        if kept is not None:
-            return kept
-        loss = clean_loss(t)
-        if t.name not in clean:  # the loss was the memo's: the streams to resume from are not
-            clean[t.name] = clean_pass(model, t.ids, t.start)
-        out = task_loss(model, t.ids, t.start, (li, h, how), clean[t.name][1]) - loss
-        if t.name == repeated:
-            memo.costs[(li, h, how)] = out
-        return out
-
+    passes = _Passes(model, repeated, memo)
+    clean_loss, cost = passes.clean_loss, passes.cost
     second = clean_loss(distinct[repeated])  # the loss on the repeated tokens' second copy
     report = HeadsReport(heads, rounded, in_context_score(model, rep, second, memo.first_copy))
 
