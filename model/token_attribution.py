@@ -194,19 +194,44 @@ def span(cfg: GPTConfig, position: int, T: int) -> int:
 class Pace:
     """How a long attribution shares the model: lock() is held around each batched pass (a server's lets
     other requests run between them, and allows gradients), cancel() is asked before each (True stops
-    with Cancelled), and done(n) is told after each, n the runs of the prompt it made."""
+    with Cancelled) and, when the pass names its model, after each of its blocks on the way forward
+    and back (`stoppable`), and done(n) is told after each, n the runs of the prompt it made."""
 
     lock: Callable[[], AbstractContextManager] = nullcontext
     cancel: Callable[[], bool] = lambda: False
     done: Callable[[int], None] = lambda n: None
 
     @contextmanager
-    def step(self, n: int) -> Iterator[None]:
+    def step(self, n: int, model: GPT | None = None) -> Iterator[None]:
         if self.cancel():
             raise Cancelled()
-        with self.lock():
+        with self.lock(), stoppable(model, self.cancel) if model is not None else nullcontext():
             yield
         self.done(n)
+
+
+@contextmanager
+def stoppable(model: GPT, cancel: Callable[[], bool]) -> Iterator[None]:
+    """Inside the block a pass of `model` asks cancel() after each block's forward pass and, where the
+    block's output needs a gradient, after its backward pass; True raises Cancelled there. A batched pass
+    of 4,096 token-positions took more than 3 s beside a dozen other jobs on 2 cores, and a cancel waited
+    for all of it. The hooks read no number and change none."""
+
+    def ask(*_: object) -> None:
+        if cancel():
+            raise Cancelled()
+
+    def after(_m: torch.nn.Module, _i: object, out: torch.Tensor) -> None:
+        ask()
+        if out.requires_grad:
+            out.register_hook(ask)  # runs in the backward pass, once the gradient reaches this block's output
+
+    handles = [block.register_forward_hook(after) for block in model.blocks]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def gradients(
@@ -226,7 +251,7 @@ def gradients(
     total = torch.zeros_like(x_r)
     per = pass_points(chunk_tokens(model), n, len(alphas))
     for a, w in zip(alphas.split(per), weights.split(per)):
-        with pace.step(len(a)):
+        with pace.step(len(a), model):
             rows_in = (b_r + a[:, None, None] * (x_r - b_r)).requires_grad_(True)
             f = run_rows(model, ids_r.expand(len(a), n), rows_in, [row] * len(a))
             (g,) = torch.autograd.grad(f.sum(), rows_in)
@@ -290,7 +315,7 @@ def occluded(
     per = max(1, chunk_tokens(model) // T)
     for start in range(0, T, per):
         which = torch.arange(start, min(T, start + per))
-        with pace.step(len(which)), torch.no_grad():
+        with pace.step(len(which), model), torch.no_grad():
             rows_in = x.expand(len(which), T, -1).clone()
             rows_in[torch.arange(len(which)), which] = base[which]
             with embedded(model, rows_in):
@@ -336,13 +361,13 @@ def prepare(
     check_model(model.cfg)
     baseline = baseline or default_baseline(model.cfg)[0]
     names = [hook_name("attn.hook_pattern", li) for li in range(model.cfg.n_layer)]
-    with pace.step(1):
+    with pace.step(1, model):
         t = torch.tensor(list(ids), device=model.wte.weight.device)
         with torch.no_grad():
             x = model.wte(t).detach()
         base = baseline_rows(model, x, baseline)
         f_in, patterns = at_rows(model, t, x, rows, names)
-    with pace.step(1):
+    with pace.step(1, model):
         f_base, _ = at_rows(model, t, base, rows)
     occ = f_in[None] - occluded(model, t, x, base, rows, pace)  # (T, rows)
     return Prepared(t, list(rows), x, base, f_in, f_base, occ, rollout(patterns))

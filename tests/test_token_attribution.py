@@ -184,3 +184,27 @@ def test_nanochats_block_is_refused_by_name():
     model = GPT(preset_config("nanochat-tiny", vocab_size=61, n_ctx=16)).eval()
     with pytest.raises(ValueError, match="value embeddings"):
         ta.attribute(model, [1, 2, 3], [ta.Row(2, 5)])
+
+
+@pytest.mark.parametrize("stop_at", [3, 4])  # the last block's forward pass (the 3rd ask), its backward (the 4th)
+def test_a_cancel_is_heard_inside_a_batched_pass_and_changes_no_number(stop_at):
+    """Pace.step asks cancel() before a pass and, through `stoppable`, after each block on the way forward
+    and back: a cancel lands inside the pass (no pass reported done), and a run that is not cancelled
+    gives the same numbers as one whose pace never asks."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=61, n_ctx=16, n_layer=2, n_head=2, d_model=16)).eval()
+    ids, row = torch.randint(0, 61, (12,)).tolist(), ta.Row(11, 3, 7)
+    prep = ta.prepare(model, ids, [row])
+    asked, done = [], []
+
+    def cancel() -> bool:
+        asked.append(1)
+        return len(asked) >= stop_at
+
+    with pytest.raises(ta.Cancelled):
+        ta.explain_row(model, prep, 0, 8, ta.Pace(cancel=cancel, done=done.append))
+    assert len(asked) == stop_at and done == []  # asked before the pass, then by the blocks: 2 forward, 2 back
+    plain = ta.explain_row(model, prep, 0, 8)
+    paced = ta.explain_row(model, prep, 0, 8, ta.Pace(cancel=lambda: False))
+    assert torch.equal(plain.integrated_gradients, paced.integrated_gradients)
+    assert all(not b._forward_hooks for b in model.blocks)  # the hooks leave with the pass
