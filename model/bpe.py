@@ -62,14 +62,16 @@ class BPEMerges:
         return cls(d["pattern"], merges, {str(k): int(v) for k, v in d.get("special_tokens", {}).items()})
 
 
-CHUNK_CHARS = 1 << 18  # the text is split into words this many characters at a time, for a prompt cancel
+CHUNK_CHARS = 1 << 18  # a long text is split or encoded this many characters at a time, for a prompt cancel
 
 
-def _pieces(text: str, size: int) -> list[str]:
+def pieces(text: str, size: int | None = None) -> list[str]:
     """text in pieces of about `size` characters, each cut just after a lone newline between two
     non-spaces. No pre-token spans such a cut: only a literal space may lead a word, and that newline
-    is a whitespace run of its own, before a piece's end as before a non-space. So splitting each
-    piece finds the same pre-tokens as splitting the whole."""
+    is a whitespace run of its own (or, in cl100k_base's and o200k_base's patterns, the end of a run of
+    punctuation), before a piece's end as before a non-space. So splitting each piece finds the same
+    pre-tokens as splitting the whole, and encoding each the same token ids (tests/test_tokenizers.py)."""
+    size = size or CHUNK_CHARS
     out, start = [], 0
     while len(text) - start > size:
         cut = _CUT.search(text, start + size)
@@ -87,7 +89,7 @@ _CUT = regex.compile(r"(?<=\S)\n(?=\S)")
 def _words(text: str, pattern: str, should_stop: Callable[[], bool] | None) -> tuple[list[list[int]], list[int]]:
     """text's distinct pre-tokens of two bytes or more, as byte lists, and how often each occurs."""
     counts: Counter[str] = Counter()
-    for piece in _pieces(text, CHUNK_CHARS):
+    for piece in pieces(text):
         if should_stop is not None and should_stop():
             raise Cancelled("cancelled while training the tokenizer, splitting the text")
         counts.update(regex.findall(pattern, piece))

@@ -25,12 +25,15 @@ import hashlib
 import importlib.util
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from .errors import Cancelled
 
 MAX_CORPUS_BYTES = 50 * 1024 * 1024  # a user's text file may be at most this large
 VAL_FRACTION = 0.1
@@ -145,9 +148,20 @@ def load(spec: str) -> Corpus:
     return from_file(spec)
 
 
-def encode(enc, text: str) -> np.ndarray:
-    """Token ids of text as uint32 (special-token strings are treated as plain text)."""
-    return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
+def encode(enc, text: str, should_stop: Callable[[], bool] | None = None) -> np.ndarray:
+    """Token ids of text as uint32 (special-token strings are treated as plain text). should_stop:
+    asked between pieces of the text (bpe.pieces: the same ids as the whole), True raising Cancelled
+    (the plays take about a second)."""
+    if should_stop is None:
+        return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
+    from .bpe import pieces
+
+    parts = []
+    for piece in pieces(text):
+        if should_stop():
+            raise Cancelled("cancelled while encoding the text")
+        parts.append(np.asarray(enc.encode_ordinary(piece), dtype=np.uint32))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
 
 
 def ngram_entropies(ids: list[int] | torch.Tensor, vocab_size: int) -> dict[str, float]:

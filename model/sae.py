@@ -926,7 +926,7 @@ def train_and_save(
     over the training split of `corpus_spec`, measure it on the held-out split, and save it in
     `folder`. Returns what gptscope_sae.json records."""
     folder = Path(folder)
-    run = artefact.prepare(ck, corpus_spec, tc, folder, SAEError)
+    run = artefact.prepare(ck, corpus_spec, tc, folder, SAEError, should_stop)
     run.started()
     sae, start, st = train_sae(run.model, run.train_ids, tc, on_progress, should_stop)
     run.trained()

@@ -434,10 +434,7 @@ def prepared_data(
     train_text, val_text = corpus.split(tc.val_fraction)
     spec = tok_spec if tok_spec is not None else build_tokenizer(tc, train_text, should_stop)
     enc = encoding_from_spec(spec)
-    _stop_if(should_stop, "making the corpus ready")
-    train_ids = corpus_mod.encode(enc, train_text)
-    _stop_if(should_stop, "making the corpus ready")
-    val_ids = corpus_mod.encode(enc, val_text)
+    train_ids, val_ids = corpus_mod.encode(enc, train_text, should_stop), corpus_mod.encode(enc, val_text, should_stop)
     train_ids.setflags(write=False)  # shared by every run that hits the cache
     val_ids.setflags(write=False)
     ref = corpus_mod.ngram_entropies(torch.from_numpy(train_ids.astype(np.int64)), enc.n_vocab)

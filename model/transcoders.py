@@ -570,7 +570,7 @@ def trained_and_saved(
     (set, its start, record); measure(model, set, start, val_ids, tc) -> (figures, stats); save(folder,
     set, stats, meta, model_name)."""
     folder = Path(folder)
-    run = artefact.prepare(ck, corpus_spec, tc, folder, SAEError)
+    run = artefact.prepare(ck, corpus_spec, tc, folder, SAEError, should_stop)
     run.started()
     codes, start, st = train(run.model, run.train_ids, tc, on_progress, should_stop)
     run.trained()

@@ -466,7 +466,7 @@ def train_and_save(
     `corpus_spec`, measure it beside the logit lens on the held-out split, save it in `folder`;
     returns what its JSON records."""
     folder = Path(folder)
-    run = artefact.prepare(ck, corpus_spec, tc, folder, LensError)
+    run = artefact.prepare(ck, corpus_spec, tc, folder, LensError, should_stop)
     seqs = held_out_windows(run.val_ids, run.model.cfg.n_ctx, tc.eval_sequences, LensError)
     run.started()
     lens, st = train_lens(run.model, run.train_ids, tc, on_progress, should_stop)

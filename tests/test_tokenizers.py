@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import shutil
 
+import numpy as np
 import pytest
 import tiktoken.load
 from tiktoken_ext import openai_public
@@ -60,13 +61,13 @@ def test_a_bpe_trained_piece_by_piece_learns_what_the_whole_text_teaches(monkeyp
     from gptscope.model import bpe
 
     text = "To be, or not\nto be:  that\n\n\tis the question 's\n'll 42\r\n. é\nß  \n  x\ny\n" * 40
-    pieces = bpe._pieces(text, 50)
+    pieces = bpe.pieces(text, 50)
     assert len(pieces) > 20 and "".join(pieces) == text
     assert all(p.endswith("\n") and p[-2:-1].strip() for p in pieces[:-1])  # cut only after "<non-space>\n"
     whole = bpe.train_bpe(text, 320)
     monkeypatch.setattr(bpe, "CHUNK_CHARS", 50)
     assert bpe.train_bpe(text, 320).merges == whole.merges
-    assert bpe._pieces("x" * 1000, 50) == ["x" * 1000]  # no place to cut: one piece
+    assert bpe.pieces("x" * 1000, 50) == ["x" * 1000]  # no place to cut: one piece
 
 
 def test_own_bpe_round_trips_and_is_a_tiktoken_encoding():
@@ -81,3 +82,25 @@ def test_own_bpe_round_trips_and_is_a_tiktoken_encoding():
     assert len(enc.encode_ordinary(" the cat")) < len(b" the cat")  # merges were learned
     counts = [c for _, _, c in merges.merges]
     assert counts[0] == max(counts)  # the first merge is the most frequent pair
+
+
+@pytest.mark.parametrize("name", ["built-in", "gpt2", "cl100k_base", "o200k_base"])
+def test_a_text_encoded_piece_by_piece_has_the_ids_of_the_whole(name, monkeypatch):
+    """corpus.encode with should_stop encodes bpe.pieces one at a time (so that a cancel is heard): every
+    encoding the app trains on must give the same ids as for the whole text."""
+    from gptscope.model import bpe
+    from gptscope.model import corpus as corpus_mod
+    from gptscope.model.checkpoint import load
+    from gptscope.model.errors import Cancelled
+    from gptscope.server.config import BUILTIN_CHECKPOINT
+
+    enc = load(BUILTIN_CHECKPOINT).encoding() if name == "built-in" else tk.get_public_encoding(name)
+    plays = corpus_mod.load("shakespeare").text[:600_000]
+    odd = "a.\nb,\n\nc \n d\r\ne!?\nf 's\n'll\t\n42\n.\n" * 2000  # punctuation, runs and lone newlines
+    monkeypatch.setattr(bpe, "CHUNK_CHARS", 200)  # a cut every 200 characters or so: hundreds of them
+    for text in (plays, odd):
+        assert len(bpe.pieces(text)) > 300
+        whole = corpus_mod.encode(enc, text)
+        assert np.array_equal(corpus_mod.encode(enc, text, should_stop=lambda: False), whole)
+    with pytest.raises(Cancelled, match="encoding"):
+        corpus_mod.encode(enc, plays, should_stop=lambda: True)
