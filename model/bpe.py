@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import regex
 
-from .errors import Cancelled
+from .errors import stop_if
 
 # GPT-2's pre-tokenization pattern, as tiktoken writes it for r50k_base/gpt2.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -90,8 +90,7 @@ def _words(text: str, pattern: str, should_stop: Callable[[], bool] | None) -> t
     """text's distinct pre-tokens of two bytes or more, as byte lists, and how often each occurs."""
     counts: Counter[str] = Counter()
     for piece in pieces(text):
-        if should_stop is not None and should_stop():
-            raise Cancelled("cancelled while training the tokenizer, splitting the text")
+        stop_if(should_stop, "training the tokenizer, splitting the text")
         counts.update(regex.findall(pattern, piece))
     words: list[list[int]] = []
     freqs: list[int] = []
@@ -133,8 +132,8 @@ def train_bpe(
     merges: list[tuple[int, int, int]] = []
 
     while len(merges) < n_merges and heap:
-        if should_stop is not None and len(merges) % 32 == 0 and should_stop():
-            raise Cancelled(f"cancelled while training the tokenizer, at merge {len(merges)}")
+        if len(merges) % 32 == 0:
+            stop_if(should_stop, f"training the tokenizer, at merge {len(merges)}")
         neg, _, pair = heapq.heappop(heap)
         if pair_count.get(pair, 0) != -neg or -neg <= 0:
             continue  # stale heap entry

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import Cancelled
+from .bpe import pieces
+from .errors import stop_if
 
 MAX_CORPUS_BYTES = 50 * 1024 * 1024  # a user's text file may be at most this large
 VAL_FRACTION = 0.1
@@ -154,14 +155,11 @@ def encode(enc, text: str, should_stop: Callable[[], bool] | None = None) -> np.
     (the plays take about a second)."""
     if should_stop is None:
         return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
-    from .bpe import pieces
-
     parts = []
-    for piece in pieces(text):
-        if should_stop():
-            raise Cancelled("cancelled while encoding the text")
+    for piece in pieces(text):  # at least one
+        stop_if(should_stop, "encoding the text")
         parts.append(np.asarray(enc.encode_ordinary(piece), dtype=np.uint32))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+    return np.concatenate(parts)
 
 
 def ngram_entropies(ids: list[int] | torch.Tensor, vocab_size: int) -> dict[str, float]:

@@ -6,9 +6,17 @@ artefacts.py turns it into a 422 naming that field)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class Cancelled(Exception):
     """A computation stopped by its caller before it finished."""
+
+
+def stop_if(should_stop: Callable[[], bool] | None, doing: str) -> None:
+    """Raise Cancelled ("cancelled while <doing>") where should_stop is given and says stop."""
+    if should_stop is not None and should_stop():
+        raise Cancelled(f"cancelled while {doing}")
 
 
 class SettingError(ValueError):

@@ -47,7 +47,7 @@ from . import checkpoint as ckpt
 from . import corpus as corpus_mod
 from .allocator import keep_freed
 from .bpe import train_bpe
-from .errors import Cancelled
+from .errors import Cancelled, stop_if
 from .gpt import GPT, PRESETS, GPTConfig, count_params, preset_config
 from .muon import Muon
 from .precision import native_precision
@@ -400,11 +400,6 @@ class PreparedData:
         return self.train_ids.nbytes + self.val_ids.nbytes
 
 
-def _stop_if(should_stop: Callable[[], bool] | None, doing: str) -> None:
-    if should_stop is not None and should_stop():
-        raise Cancelled(f"cancelled while {doing}")
-
-
 # The last corpora made ready, by their text's hash, the split and the tokenizer: training a BPE and
 # encoding the 5.3 MB Shakespeare takes about 4 s on 2 cores, the same for every run of an experiment
 # (and out of each one's time budget). Bounded by the bytes of the token ids it holds.
@@ -711,7 +706,7 @@ class Trainer:
         self.log_interval = tc.log_interval or (10 if self.device.type == "cuda" else 1)
         prev = ckpt.load(resume, self.device, with_optimizer=True) if resume else None
         self._prepare_data(prev)
-        _stop_if(should_stop, "making the model")
+        stop_if(should_stop, "making the model")
         self._prepare_model(prev)
         self.snap_dir = self.out / "snapshots" if self.out else None
         self.total_steps = tc.max_steps
