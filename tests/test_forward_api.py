@@ -159,6 +159,21 @@ def test_embedding_geometry(client, service):
     assert pos["sinusoidal_similarity"][0][0] == pytest.approx(1.0, abs=1e-3)
 
 
+def test_embedding_projection_is_the_svds_principal_axes(client, service):
+    """The projection's axes come from the Gram matrix's eigenvectors: the same as an SVD of the centred
+    table's up to each axis's sign, which is fixed (its largest weight positive), and the same shares."""
+    body = client.get("/api/v1/embeddings/projection", params={"limit": 500}).json()
+    w = service.model.wte.weight.detach().double()
+    w = w - w.mean(0, keepdim=True)
+    _, s, v = torch.linalg.svd(w, full_matrices=False)
+    axes = v[:2].T * torch.sign(v[:2].T.gather(0, v[:2].T.abs().argmax(0, keepdim=True)))
+    ref = (w @ axes)[:500]
+    got = torch.tensor([[t["x"], t["y"]] for t in body["tokens"]], dtype=torch.float64)
+    assert (got - ref).abs().max() < 1e-4  # the answer's 4 decimals
+    share = (s**2 / (s**2).sum())[:2].tolist()
+    assert body["explained_variance_ratio"] == pytest.approx(share, abs=2e-5)
+
+
 @pytest.mark.parametrize(
     "payload, field",
     [
