@@ -399,11 +399,13 @@ def _lens(t: Trace, read: Callable[[torch.Tensor, int], torch.Tensor]) -> dict[s
     nxt = torch.tensor([*ids[1:], 0])
     logps = [torch.log_softmax(read(s, i).float(), -1) for i, s in enumerate(t.streams)]  # (T, V) each
     final = logps[-1]
+    # what every stage compares with, once: the final distribution and its top guess (a (T, V) pass each)
+    p_final, final_top = final.exp(), final.argmax(-1)
     top_all, actual, kl, agree = [], [], [], []
     for logp in logps:
-        probs = logp.exp()
-        top = torch.topk(probs, LENS_K, dim=-1)
-        vals, idx = top.values.tolist(), top.indices.tolist()
+        # the top guesses ranked by log-probability (exp keeps the order), only their K probabilities exponentiated
+        top = torch.topk(logp, LENS_K, dim=-1)
+        vals, idx = top.values.exp().tolist(), top.indices.tolist()
         top_all.append(
             [
                 [
@@ -413,10 +415,10 @@ def _lens(t: Trace, read: Callable[[torch.Tensor, int], torch.Tensor]) -> dict[s
                 for q in range(T)
             ]
         )
-        pa = probs[torch.arange(T), nxt]
-        actual.append([round(float(pa[q]), VALUE) if q < T - 1 else None for q in range(T)])
-        kl.append(round(float((final.exp() * (final - logp)).sum(-1).mean()), VALUE))
-        agree.append(round(float((logp.argmax(-1) == final.argmax(-1)).float().mean()), VALUE))
+        pa = logp[torch.arange(T), nxt].exp().tolist()
+        actual.append([round(pa[q], VALUE) if q < T - 1 else None for q in range(T)])
+        kl.append(round(float(torch.linalg.vecdot(p_final, final - logp).mean()), VALUE))  # KL(p_final || p_lens)
+        agree.append(round(float((logp.argmax(-1) == final_top).float().mean()), VALUE))
     return dict(
         stages=stage_names(t.cfg), positions=list(range(T)), top=top_all, actual_next_prob=actual,
         kl_to_final=kl, top1_agreement=agree,
