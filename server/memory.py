@@ -156,8 +156,10 @@ class MemoryBudget:
             with self._cond:
                 self._held.pop(key, None)
                 self._cond.notify_all()
-            if need.bytes >= GIVE_BACK_BYTES:
-                give_back(collect=job)  # a request's answer made no cycles worth a 0.1 s collection
+            # a request's answer made no cycles worth a 0.1 s collection; a job's runner collects and gives
+            # back once the job has ended (server/jobs.py), so it is not done twice
+            if need.bytes >= GIVE_BACK_BYTES and not job:
+                give_back(collect=False)
 
     def _take(
         self,
