@@ -119,15 +119,16 @@ def server(tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (data / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/api/v1/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not start within 60 s"
-            time.sleep(0.2)
+        with httpx.Client(timeout=2, trust_env=False) as poll:  # one client: httpx.get builds an SSL context a call
+            while True:
+                assert proc.poll() is None, (data / "server.log").read_text()[-3000:]
+                try:
+                    if poll.get(f"{url}/api/v1/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the server did not start within 60 s"
+                time.sleep(0.2)
         for _ in range(3):  # warm: the first requests load what every later one reuses
             httpx.post(f"{url}/api/v1/forward", json={"text": "The king"}, timeout=60).raise_for_status()
         idle = _status(proc.pid, "VmRSS")

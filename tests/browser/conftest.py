@@ -79,21 +79,24 @@ def serve(checkpoint: Path, data_dir: Path):
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     last_error: Exception | None = None
-    while True:
-        if not thread.is_alive():
-            pytest.fail("the live gptscope server exited during start-up (see the log above)")
-        try:
-            if httpx.get(f"{url}/api/v1/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError as exc:
-            last_error = exc
-        if time.monotonic() > deadline:
-            server.should_exit = True
-            pytest.fail(
-                f"the live gptscope server did not answer /api/v1/health within "
-                f"{STARTUP_TIMEOUT_S} s (last error: {last_error!r})"
-            )
-        time.sleep(0.1)
+    # one client for every poll: each bare httpx.get builds an SSL context (about 30 ms of CPU, even for
+    # http), ten times a second while a large checkpoint loads
+    with httpx.Client(timeout=2, trust_env=False) as poll:
+        while True:
+            if not thread.is_alive():
+                pytest.fail("the live gptscope server exited during start-up (see the log above)")
+            try:
+                if poll.get(f"{url}/api/v1/health").status_code == 200:
+                    break
+            except httpx.HTTPError as exc:
+                last_error = exc
+            if time.monotonic() > deadline:
+                server.should_exit = True
+                pytest.fail(
+                    f"the live gptscope server did not answer /api/v1/health within "
+                    f"{STARTUP_TIMEOUT_S} s (last error: {last_error!r})"
+                )
+            time.sleep(0.1)
     try:
         yield url
     finally:

@@ -50,14 +50,18 @@ def exposed_server(tmp_path_factory):
             printed = found.group(1) if found else None
             time.sleep(0.1)
         token = printed.split("token=")[1]
-        while True:  # the URL is printed before uvicorn listens
-            try:
-                if httpx.get(f"{base}/api/v1/health", headers={"Authorization": f"Bearer {token}"}).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        with httpx.Client(trust_env=False) as poll:  # one client: a bare httpx.get builds an SSL context each time
+            while True:  # the URL is printed before uvicorn listens
+                try:
+                    if (
+                        poll.get(f"{base}/api/v1/health", headers={"Authorization": f"Bearer {token}"}).status_code
+                        == 200
+                    ):
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
         yield printed, base
     finally:
         proc.terminate()
