@@ -88,11 +88,40 @@ def allowed_methods(schema: dict, path: str) -> list[str]:
     return sorted(methods)
 
 
+def routes_key(app: FastAPI) -> tuple:
+    """What an app's OpenAPI document is made from: its title and version, and the routes it documents. An
+    included router is named by the router itself: every app of a process includes the API modules' own
+    routers, so apps built alike give the same key; a route added anywhere since changes FastAPI's count
+    of the routes, and the key with it."""
+    parts: list[tuple] = []
+    for r in app.routes:
+        inner = getattr(r, "original_router", None)  # a router included whole
+        if inner is not None:
+            context = getattr(r, "include_context", None)
+            parts.append(("router", id(inner), getattr(context, "prefix", None)))
+        elif getattr(r, "include_in_schema", False):
+            parts.append(("route", getattr(r, "path", None), id(getattr(r, "endpoint", None))))
+    meta = (app.title, app.version, app.summary, app.description, app.openapi_version)
+    count = getattr(app.router, "_get_routes_version", None)  # FastAPI 0.16x's count of route changes
+    return (meta, count() if count else None, tuple(parts))
+
+
+# The document of the last routes asked for, shared by every app of the process built alike (the tests'
+# many apps, each test module's served app): made, it takes 1-3 s of CPU, and one process made it some
+# twenty times in a test run. One slot: a process serves one kind of app.
+_DOCUMENT: list[tuple[tuple, dict]] = []
+
+
 def install(app: FastAPI) -> None:
     original = app.openapi
 
     def openapi() -> dict:
-        return document_errors(original())  # FastAPI rebuilds it when the routes change; adding is idempotent
+        key = routes_key(app)
+        if _DOCUMENT and _DOCUMENT[0][0] == key:
+            return _DOCUMENT[0][1]
+        doc = document_errors(original())  # FastAPI rebuilds it when the routes change; adding is idempotent
+        _DOCUMENT[:] = [(key, doc)]
+        return doc
 
     app.openapi = openapi
 

@@ -32,6 +32,30 @@ def test_every_operation_documents_its_error_answers_with_one_shape(operations):
             assert op["responses"][code]["content"]["application/json"]["schema"] == ERROR, (method, path, code)
 
 
+def test_apps_built_alike_share_one_document_and_a_new_route_makes_another(client, tmp_path):
+    """The document is made once for every app built alike (server/contract.py's one slot); an app given
+    another route gets a document of its own, with that route, and the first apps' is made again."""
+    from gptscope.server.app import create_app
+    from gptscope.server.config import BUILTIN_CHECKPOINT, Settings
+
+    first = client.app.openapi()
+
+    def another():
+        return create_app(Settings(checkpoint=BUILTIN_CHECKPOINT, data_dir=tmp_path, allow_hosts=["testserver"]))
+
+    assert another().openapi() is first
+    extra = another()
+
+    @extra.get("/api/v1/only-here")
+    def only_here() -> dict:
+        return {}
+
+    doc = extra.openapi()
+    assert "/api/v1/only-here" in doc["paths"] and "/api/v1/only-here" not in first["paths"]
+    again = another().openapi()
+    assert again is not doc and again == first
+
+
 def test_405_names_every_method_of_the_path(client):
     for path, allowed in (
         ("/api/v1/forward", "GET, HEAD, POST"),
