@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: the machine's CPU name, the best time of repeated runs, and a
-prompt of a given number of tokens.
+"""What the benchmark scripts share: the machine's CPU name, the best time of repeated runs, a prompt
+of a given number of tokens, and a served model of random weights of a given shape.
 (Imported as `common`: a script's own folder is the first place Python looks.)"""
 
 from __future__ import annotations
@@ -7,6 +7,12 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gptscope.model.gpt import GPTConfig
+    from gptscope.server.service import ModelService
 
 
 def cpu_name() -> str:
@@ -44,3 +50,18 @@ def prompt_of(encode: Callable[[str], list[int]], n: int) -> str:
     while len(encode(text)) > n:
         text = text[:-1]
     return text
+
+
+def random_service(cfg: GPTConfig, tmp: Path, name: str, command: str) -> ModelService:
+    """A ModelService of a checkpoint of random weights of shape `cfg` (seed 0, GPT-2's tokenizer) saved
+    in tmp/name; `command` is the script that made it, as the checkpoint records."""
+    import torch
+
+    from gptscope.model import checkpoint
+    from gptscope.model.gpt import GPT
+    from gptscope.server.service import ModelService
+
+    torch.manual_seed(0)
+    tokens, corpus = {"kind": "tiktoken", "name": "gpt2"}, {"name": "unknown (random weights)"}
+    meta = dict(name=name, tokenizer=tokens, corpus=corpus, step=0, final=True, evals=[], command=command)
+    return ModelService(checkpoint.save(tmp / name, GPT(cfg), meta))

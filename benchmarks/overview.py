@@ -26,10 +26,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import best, cpu_name, prompt_of
+from common import best, cpu_name, prompt_of, random_service
 
-from gptscope.model import checkpoint
-from gptscope.model.gpt import GPT, GPTConfig
+from gptscope.model.gpt import GPTConfig
 from gptscope.server.config import BUILTIN_CHECKPOINT
 from gptscope.server.explain.forward import forward
 from gptscope.server.explain.overview import architecture
@@ -64,20 +63,6 @@ def measure(name: str, service: ModelService, repeat: int) -> dict:
     return row
 
 
-def random_service(cfg: GPTConfig, tmp: Path, name: str) -> ModelService:
-    torch.manual_seed(0)
-    meta = {
-        "name": name,
-        "tokenizer": {"kind": "tiktoken", "name": "gpt2"},
-        "step": 0,
-        "final": True,
-        "evals": [],
-        "command": "benchmarks/overview.py",
-        "corpus": {"name": "unknown (random weights)"},
-    }
-    return ModelService(checkpoint.save(tmp / name, GPT(cfg), meta))
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeat", type=int, default=5)
@@ -94,7 +79,7 @@ def main() -> None:
         )
         for name, layers, heads, d in shapes:
             cfg = GPTConfig(vocab_size=50257, n_ctx=1024, n_layer=layers, n_head=heads, d_model=d, dropout=0.0)
-            service = random_service(cfg, tmp, name.split()[0])
+            service = random_service(cfg, tmp, name.split()[0], "benchmarks/overview.py")
             print(json.dumps(measure(name, service, a.repeat)))
             del service
             shutil.rmtree(tmp / name.split()[0], ignore_errors=True)
