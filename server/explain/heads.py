@@ -259,14 +259,18 @@ def _score_snapshot(svc: ModelService) -> tuple[dict, dict, float | None, int]:
     )
 
 
-_BASELINES: dict[tuple, dict] = {}
+# the random twins' baseline by configuration and prompt (a run's snapshots share one): a few floats a role,
+# the latest 64 kept (the keys come from what runs and imports there are, so they are bounded too)
+_BASELINES: LRU[tuple, dict] = LRU(64)
 
 
 def _baseline_for(cfg, ids: tuple[int, ...], svc: ModelService) -> dict:
     key = (tuple(sorted(cfg.to_dict().items())), ids)
-    if key not in _BASELINES:
-        _BASELINES[key] = model_heads.baseline(svc.model, torch.tensor([ids]), repeated(svc))
-    return _BASELINES[key]
+    base = _BASELINES.get(key)
+    if base is None:
+        base = model_heads.baseline(svc.model, torch.tensor([ids]), repeated(svc))
+        _BASELINES.put(key, base)
+    return base
 
 
 def training_heads(runs: RunManager, models: ModelRegistry, run_id: str) -> TrainingHeads:
