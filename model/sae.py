@@ -49,7 +49,7 @@ from safetensors.torch import save as st_save
 
 from . import artefact
 from . import checkpoint as ckpt
-from .errors import Cancelled, SettingError
+from .errors import SettingError, stop_if
 from .gpt import GPT, GPTConfig, LayerNorm, RMSNorm, hook_name
 from .settings import check, setting
 from .train import activation_bytes, artefact_memory, artefact_peak, largest_fitting
@@ -546,8 +546,7 @@ def train_sae(
         frac = _progress(tc, st)
         if frac >= 1.0:
             break
-        if should_stop is not None and should_stop():
-            raise Cancelled()
+        stop_if(should_stop, "training the SAE")
         lr = tc.lr * min(1.0, (1.0 - frac) / 0.2)
         for g in opt.param_groups:
             g["lr"] = lr

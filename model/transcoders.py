@@ -44,7 +44,7 @@ from safetensors.torch import save as st_save
 from . import artefact
 from . import checkpoint as ckpt
 from . import sae as sae_mod
-from .errors import Cancelled
+from .errors import stop_if
 from .gpt import GPT, Block, GPTConfig, hook_name
 from .sae import SAE, SAEConfig, SAEError
 from .settings import check, setting
@@ -303,8 +303,7 @@ def run_steps(
         frac = min(1.0, max(st.tokens / tc.max_tokens, st.elapsed / tc.time_budget if tc.time_budget else 0.0))
         if frac >= 1.0:
             return st
-        if should_stop is not None and should_stop():
-            raise Cancelled()
+        stop_if(should_stop, "training the transcoders")
         for o in opts:
             for g in o.param_groups:
                 g["lr"] = tc.lr * min(1.0, (1.0 - frac) / 0.2)

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from . import artefact
 from . import checkpoint as ckpt
-from .errors import Cancelled, SettingError
+from .errors import SettingError, stop_if
 from .gpt import GPT, GPTConfig, hook_name
 from .sae import held_out_windows, read_format_json, save_folder
 from .settings import check, setting
@@ -274,8 +274,7 @@ def train_lens(
         frac = min(1.0, max(st.tokens / max(tc.max_tokens, 1), st.elapsed / tc.time_budget if tc.time_budget else 0.0))
         if frac >= 1.0 or tc.max_tokens == 0:
             break
-        if should_stop is not None and should_stop():
-            raise Cancelled()
+        stop_if(should_stop, "training the lens")
         for g in opt.param_groups:
             g["lr"] = tc.lr * min(1.0, (1.0 - frac) / 0.2)
         streams, logp = next(batches)
