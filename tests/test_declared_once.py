@@ -138,11 +138,14 @@ def test_cancelled_is_declared_once_in_model():
         if re.search(r"^class Cancelled\b", p.read_text(encoding="utf-8"), re.M)
     ]
     assert found == ["model/errors.py"]
-    from gptscope.model import finetune, patching, train
+    from gptscope.model import errors, finetune, patching, train
     from gptscope.model.errors import Cancelled
 
-    assert sae_mod.Cancelled is tl.Cancelled is tc_mod.Cancelled is finetune.Cancelled is Cancelled
-    assert patching.Cancelled is train.Cancelled is Cancelled
+    for mod in (finetune, patching, train, sae_mod, tl, tc_mod):  # imported where used, never one of its own
+        assert getattr(mod, "Cancelled", Cancelled) is Cancelled, mod.__name__
+    assert finetune.Cancelled is patching.Cancelled is train.Cancelled is Cancelled
+    # the SAE's, the lens's and the transcoders' loops raise it through the one stop_if
+    assert sae_mod.stop_if is tl.stop_if is tc_mod.stop_if is errors.stop_if
 
 
 @pytest.mark.parametrize("config, request_model, command, required, extra, left_out, overrides", ADD_ONS, ids=IDS)
